@@ -1,0 +1,51 @@
+"""mwpy: master/worker computations for HTCondor, driven by a resource file.
+
+One program holds task algorithms (``@mwpy.task``), a master algorithm
+(``@mwpy.master``) and optionally a slave algorithm (``@mwpy.slave``), and ends
+with ``mwpy.run()``; ``--mw-master`` or ``--mw-slave`` picks the role.
+"""
+
+from mwpy._version import __version__
+from mwpy.master import LoopEvents, Master
+from mwpy.options import UsageError
+from mwpy.program import exit_status, main, master, run, slave
+from mwpy.scheduler import SlaveKind
+from mwpy.slave import ExitCode, Slave, SlaveStatus
+from mwpy.task import (
+    MwpyError,
+    NotInMasterError,
+    Policy,
+    Result,
+    Submitter,
+    Task,
+    TaskAlgorithm,
+    TaskError,
+    TaskFailedError,
+    task,
+)
+
+__all__ = [
+    "ExitCode",
+    "LoopEvents",
+    "Master",
+    "MwpyError",
+    "NotInMasterError",
+    "Policy",
+    "Result",
+    "Slave",
+    "SlaveKind",
+    "SlaveStatus",
+    "Submitter",
+    "Task",
+    "TaskAlgorithm",
+    "TaskError",
+    "TaskFailedError",
+    "UsageError",
+    "__version__",
+    "exit_status",
+    "main",
+    "master",
+    "run",
+    "slave",
+    "task",
+]

@@ -1,0 +1,41 @@
+"""The ``[A]`` audit trail: one timestamped line per event worth reconstructing a run from.
+
+Lines go to stdout or, with ``--mw-audit-file``, are appended to a file (never
+rotated, as in CL-MW). Writes are buffered and flushed by the event loop once
+per pass, so a busy master does not pay a system call per line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import TextIO
+
+
+class Audit:
+    """Writes audit lines; ``packets`` says whether per-packet lines are wanted."""
+
+    def __init__(self, path: str | None = None, *, packets: bool = False) -> None:
+        self._own = path is not None
+        self._out: TextIO = open(path, "a", encoding="utf-8") if path is not None else sys.stdout  # noqa: SIM115
+        self.packets = packets
+        self._second = -1
+        self._stamp = ""
+
+    def __call__(self, text: str) -> None:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        self._out.write(f"{self._stamp} [A] {text}\n")
+
+    def flush(self) -> None:
+        # stdout closed under us: auditing must never kill the computation
+        with contextlib.suppress(OSError, ValueError):
+            self._out.flush()
+
+    def close(self) -> None:
+        self.flush()
+        if self._own:
+            self._out.close()

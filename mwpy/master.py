@@ -1,0 +1,680 @@
+"""The master: accepts slaves, hands them tasks, collects results, writes the resource file.
+
+It is single-threaded. The master algorithm drives it by calling :meth:`Master.loop`
+(or :meth:`Master.loop_once`), which multiplexes every socket with
+:mod:`selectors`; between those calls the slaves keep working from the window of
+tasks queued on them. Why selectors and not asyncio is explained in
+docs/design.md: the user's master algorithm is ordinary blocking code that
+calls into the loop, and a hand-driven selector costs less per event than
+re-entering an asyncio loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import os
+import pickle
+import resource
+import selectors
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import attrs
+
+from mwpy import protocol, resource_file
+from mwpy.audit import Audit
+from mwpy.options import Options
+from mwpy.protocol import Channel, FrameReader, ProtocolError
+from mwpy.scheduler import Scheduler, SlaveKind
+from mwpy.task import (
+    DEFAULT_POLICY,
+    Policy,
+    Result,
+    Task,
+    TaskAlgorithm,
+    TaskError,
+    TaskFailedError,
+    encode_arguments,
+)
+
+#: Bytes read from a socket per call.
+_RECV_SIZE = 256 * 1024
+#: How often timers (client timeouts, resource file) are looked at, in seconds.
+_TICK = 0.25
+#: Shortest time between two resource-file writes caused by a change.
+_DEBOUNCE = 0.2
+#: How long the master waits for slaves to acknowledge a shutdown.
+_SHUTDOWN_GRACE = 5.0
+
+
+@attrs.frozen
+class LoopEvents:
+    """What :meth:`Master.loop` found for the master algorithm (CL-MW's four counts)."""
+
+    results: int = 0
+    unrunnable: int = 0
+    connected_ordered: int = 0
+    disconnected_ordered: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.results or self.unrunnable or self.connected_ordered or self.disconnected_ordered)
+
+
+class _State(enum.Enum):
+    PROVING = "proving"  # challenge sent, waiting for the slave's proof
+    GREETING = "greeting"  # authenticated, waiting for Hello
+    READY = "ready"  # a slave with an id, taking tasks
+    CLOSING = "closing"  # told to shut down, waiting for it to hang up
+
+
+class _Peer:
+    """One TCP connection to a (would-be) slave."""
+
+    __slots__ = (
+        "sock", "address", "state", "reader", "out", "channel", "nonce", "sid",
+        "last_heard", "max_out", "tasks_out", "results_in", "writing",
+    )  # fmt: skip
+
+    def __init__(self, sock: socket.socket, address: str, nonce: bytes, now: float) -> None:
+        self.sock: socket.socket | None = sock
+        self.address = address
+        self.state = _State.PROVING
+        self.reader = FrameReader(protocol.MAX_HANDSHAKE_FRAME)
+        self.out = bytearray()
+        self.channel: Channel | None = None
+        self.nonce = nonce
+        self.sid: str | None = None
+        self.last_heard = now
+        self.max_out = 0
+        self.tasks_out = 0
+        self.results_in = 0
+        self.writing = False
+
+
+class Master:
+    """The running master: the object a master algorithm receives.
+
+    Task algorithms submit through it (``hello.submit(...)`` finds it), the
+    algorithm drives it with :meth:`loop` and drains what it reports with
+    :meth:`results`, :meth:`unrunnable_tasks`, :meth:`connected_ordered_slaves`
+    and :meth:`disconnected_ordered_slaves`.
+    """
+
+    def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str) -> None:
+        self._options = options
+        self._audit = audit
+        self._secret = secret
+        self._program = os.path.abspath(program)
+        self._sched = Scheduler(task_group=options.slave_task_group, fixed_window=options.slave_window)
+        self._results: list[Result] = []
+        self._peers: set[_Peer] = set()
+        self._by_sid: dict[str, _Peer] = {}
+        self._dirty: set[_Peer] = set()
+        self._slave_numbers = itertools.count()
+        self._heartbeat_interval = options.client_timeout / 4
+        self._next_tick = 0.0
+        self._resource_next = 0.0
+        self._resource_written = 0.0
+        self._resource_key: tuple[Any, ...] | None = None
+        self._finished = False
+        _raise_file_limit()
+        self._selector = selectors.DefaultSelector()
+        self._listener = self._listen()
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self.host = options.master_host or socket.gethostname()
+        self.port: int = self._listener.getsockname()[1]
+        audit(f'INIT MASTER "{options.member_id}"')
+        self._write_resource_file(time.monotonic())
+        audit(f"MASTER READY {self.host}:{self.port}")
+        audit.flush()
+
+    # ------------------------------------------------------------------ task submission
+
+    def _submit(
+        self,
+        algorithm: TaskAlgorithm[Any, Any],
+        policy: Policy,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sink: Callable[[Result], None] | None = None,
+    ) -> int:
+        if self._finished:
+            raise RuntimeError("the computation has finished; no more tasks can be submitted")
+        payload = encode_arguments(algorithm.name, args, kwargs)
+        if not protocol.fits(len(payload), self._options.max_write_buffer_size):
+            raise ValueError(
+                f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "
+                f"of --mw-max-write-buffer-size {self._options.max_write_buffer_size} bytes can carry"
+            )
+        task = Task(self._sched.new_id(), algorithm.name, payload, policy, sink=sink)
+        self._sched.add(task)
+        return task.task_id
+
+    # ------------------------------------------------------------------ the event loop
+
+    def loop(self, timeout: float | None = None) -> LoopEvents:
+        """Do network I/O until there is something to report, or ``timeout`` seconds pass.
+
+        Returns the counts of results, unrunnable tasks, newly connected and
+        newly disconnected ordered slaves waiting to be drained (all zero on
+        timeout).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            events = self._events()
+            if events:
+                return events
+            wait = _TICK
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return events
+            self._pass(wait)
+
+    def loop_once(self, timeout: float = 0.05) -> LoopEvents:
+        """One pass of network I/O (waiting at most ``timeout`` seconds); reports as :meth:`loop`."""
+        self._pass(timeout)
+        return self._events()
+
+    def _events(self) -> LoopEvents:
+        sched = self._sched
+        return LoopEvents(
+            len(self._results), len(sched.unrunnable), len(sched.connected_ordered), len(sched.disconnected_ordered)
+        )
+
+    def _run_until(self, done: Callable[[], bool]) -> None:
+        """Run passes until ``done()`` (used by the convenience API's private result sinks)."""
+        while not done():
+            self._pass(_TICK)
+
+    def _pass(self, wait: float) -> None:
+        self._dispatch()
+        now = time.monotonic()
+        wait = max(0.0, min(wait, self._next_tick - now))
+        for key, mask in self._selector.select(wait):
+            peer = key.data
+            if peer is None:
+                self._accept()
+                continue
+            if mask & selectors.EVENT_READ:
+                self._read(peer)
+            if mask & selectors.EVENT_WRITE and peer.sock is not None:
+                self._send(peer)
+        self._dispatch()
+        now = time.monotonic()
+        if now >= self._next_tick:
+            self._tick(now)
+        self._audit.flush()
+
+    # ------------------------------------------------------------------ what the algorithm drains
+
+    def results(self) -> list[Result]:
+        """All results that arrived since the last call (CL-MW's get-results)."""
+        results, self._results = self._results, []
+        return results
+
+    def unrunnable_tasks(self) -> list[Task]:
+        """Tasks whose policy made them unrunnable since the last call."""
+        tasks, self._sched.unrunnable = self._sched.unrunnable, []
+        return tasks
+
+    def connected_ordered_slaves(self) -> list[str]:
+        """Ids of ordered/intermingle slaves that connected since the last call."""
+        sids, self._sched.connected_ordered = self._sched.connected_ordered, []
+        return sids
+
+    def disconnected_ordered_slaves(self) -> list[str]:
+        """Ids of ordered/intermingle slaves that disconnected since the last call."""
+        sids, self._sched.disconnected_ordered = self._sched.disconnected_ordered, []
+        return sids
+
+    @property
+    def num_runnable_tasks(self) -> int:
+        """Tasks waiting or running on slaves."""
+        return self._sched.pending_total
+
+    @property
+    def num_unrunnable_tasks(self) -> int:
+        """Unrunnable tasks not yet drained with :meth:`unrunnable_tasks`."""
+        return len(self._sched.unrunnable)
+
+    # ------------------------------------------------------------------ slave groups
+
+    def allocate_slaves(self, amount: int = 1000, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:
+        """Want ``amount`` more slaves of ``kind`` (ordered, intermingle or unordered)."""
+        self._sched.allocate(amount, SlaveKind(kind))
+        self._tick_soon()
+
+    def deallocate_slaves(self, amount: int = 0, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:
+        """Want ``amount`` fewer slaves of ``kind``; no slave is disconnected."""
+        self._sched.deallocate(amount, SlaveKind(kind))
+        self._tick_soon()
+
+    def free_slave(self, sid: str) -> None:
+        """Move an ordered slave to the unordered group once its ordered tasks in flight are done."""
+        self._sched.free(sid)
+        self._tick_soon()
+
+    def slave_kind(self, sid: str) -> SlaveKind | None:
+        """The group of a connected slave, or ``None`` if it is not connected."""
+        return self._sched.kind_of(sid)
+
+    # ------------------------------------------------------------------ target numbers
+
+    @property
+    def target_number(self) -> int:
+        """The general target number: pending tasks of any algorithm to keep (advisory)."""
+        return self._sched.general_target
+
+    @target_number.setter
+    def target_number(self, value: int) -> None:
+        self._sched.general_target = max(0, value)
+
+    def pending_tasks(self) -> int:
+        """Tasks of any algorithm known to the master and not yet answered."""
+        return self._sched.pending_total
+
+    def upto_target_number(self) -> int:
+        """How many tasks to create now to reach the general target number."""
+        return max(0, self._sched.general_target - self._sched.pending_total)
+
+    def target_number_for(self, algorithm: str) -> int:
+        return self._sched.target_for(algorithm)
+
+    def set_target_number_for(self, algorithm: str, value: int) -> None:
+        self._sched.set_target_for(algorithm, value)
+
+    def pending_tasks_for(self, algorithm: str) -> int:
+        return self._sched.pending_for(algorithm)
+
+    # ------------------------------------------------------------------ convenience
+
+    def as_completed(
+        self, algorithm: TaskAlgorithm[..., Any], *iterables: Iterable[Any], window: int = 10_000
+    ) -> Iterator[Result]:
+        """Run ``algorithm`` over the zipped ``iterables``; yield each Result as it arrives.
+
+        Input is consumed lazily, keeping at most ``window`` tasks in the
+        master, so an endless iterable streams with bounded memory. Results of
+        these tasks go only to this iterator, never to :meth:`results`.
+        """
+        for _, result in self._stream(algorithm, iterables, window):
+            yield result
+
+    def map(self, algorithm: TaskAlgorithm[..., Any], *iterables: Iterable[Any], window: int = 10_000) -> Iterator[Any]:
+        """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
+
+        A task that raised makes the iterator raise :class:`TaskFailedError`.
+        """
+        early: dict[int, Result] = {}
+        next_index = 0
+        for index, result in self._stream(algorithm, iterables, window):
+            early[index] = result
+            while next_index in early:
+                ready = early.pop(next_index)
+                next_index += 1
+                if ready.error is not None:
+                    raise TaskFailedError(ready)
+                yield ready.value
+
+    def _stream(
+        self, algorithm: TaskAlgorithm[..., Any], iterables: tuple[Iterable[Any], ...], window: int
+    ) -> Iterator[tuple[int, Result]]:
+        """Submit lazily, at most ``window`` outstanding; yield (input position, result)."""
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        arrived: deque[tuple[int, Result]] = deque()
+        items = enumerate(zip(*iterables, strict=False))
+        outstanding = 0
+        exhausted = False
+        while True:
+            while not exhausted and outstanding < window:
+                item = next(items, None)
+                if item is None:
+                    exhausted = True
+                    break
+                index, args = item
+                self._submit(algorithm, DEFAULT_POLICY, args, {}, sink=functools.partial(_put, arrived, index))
+                outstanding += 1
+            if not arrived:
+                if exhausted and not outstanding:
+                    return
+                self._run_until(lambda: bool(arrived))
+            outstanding -= 1
+            yield arrived.popleft()
+
+    # ------------------------------------------------------------------ network
+
+    def _listen(self) -> socket.socket:
+        host = self._options.master_host or ""
+        port = self._options.master_port or 0
+        try:
+            sock = socket.create_server((host, port), backlog=1024)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}") from None
+        sock.setblocking(False)
+        return sock
+
+    def _accept(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: keep serving the others
+                self._audit(f"ACCEPT FAILED {exc}")
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            address = f"{addr[0]}:{addr[1]}"
+            if self._finished:
+                sock.close()
+                continue
+            nonce = protocol.new_nonce()
+            peer = _Peer(sock, address, nonce, now)
+            self._peers.add(peer)
+            self._selector.register(sock, selectors.EVENT_READ, peer)
+            self._audit(f"NEW-CLIENT -> {address}")
+            self._queue(peer, protocol.challenge(nonce))
+
+    def _read(self, peer: _Peer) -> None:
+        sock = peer.sock
+        assert sock is not None
+        try:
+            data = sock.recv(_RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lose(peer, f"read error: {exc}")
+            return
+        if not data:
+            self._lose(peer, "EOF")
+            return
+        peer.last_heard = time.monotonic()
+        peer.reader.feed(data)
+        try:
+            while peer.sock is not None and (body := peer.reader.next()) is not None:
+                self._handle(peer, body)
+        except ProtocolError as exc:
+            self._lose(peer, f"protocol error: {exc}")
+
+    def _handle(self, peer: _Peer, body: bytes) -> None:
+        if peer.state is _State.PROVING:
+            self._check_proof(peer, body)
+            return
+        assert peer.channel is not None
+        msg = peer.channel.open(body)
+        if peer.state is _State.READY:
+            if isinstance(msg, protocol.Results):
+                self._take_results(peer, msg)
+            elif not isinstance(msg, protocol.Heartbeat):
+                raise ProtocolError(f"unexpected {type(msg).__name__} from a slave")
+        elif peer.state is _State.GREETING:
+            if not isinstance(msg, protocol.Hello):
+                raise ProtocolError(f"expected Hello, got {type(msg).__name__}")
+            self._greet(peer, msg)
+
+    def _check_proof(self, peer: _Peer, body: bytes) -> None:
+        if len(body) != protocol.RESPONSE_SIZE:
+            raise ProtocolError("malformed handshake")
+        slave_nonce, proof = body[: protocol.NONCE_SIZE], body[protocol.NONCE_SIZE :]
+        expected = protocol.slave_proof(self._secret, peer.nonce, slave_nonce)
+        if not protocol.proofs_match(expected, proof):
+            raise ProtocolError("wrong proof of membership (not a slave of this computation)")
+        self._queue(peer, protocol.frame(protocol.master_proof(self._secret, peer.nonce, slave_nonce)))
+        peer.channel = protocol.session(self._secret, peer.nonce, slave_nonce, is_master=True)
+        peer.reader.max_size = self._options.max_read_buffer_size
+        peer.state = _State.GREETING
+
+    def _greet(self, peer: _Peer, hello: protocol.Hello) -> None:
+        assert peer.channel is not None
+        if hello.member_id != self._options.member_id:
+            reason = f"member id {hello.member_id!r} does not match this master's"
+            self._audit(f"REFUSED {peer.address} [{hello.member_id!r}]: {reason}")
+            self._queue(peer, peer.channel.seal(protocol.Refuse(reason)))
+            self._send(peer)
+            self._close(peer)
+            return
+        sid = f"slave-{next(self._slave_numbers)}"
+        peer.sid = sid
+        peer.max_out = min(self._options.max_write_buffer_size, hello.max_frame)
+        peer.state = _State.READY
+        self._by_sid[sid] = peer
+        kind = self._sched.join(sid)
+        self._queue(
+            peer,
+            peer.channel.seal(
+                protocol.Welcome(
+                    sid, self._options.slave_result_group, self._heartbeat_interval, self._options.max_read_buffer_size
+                )
+            ),
+        )
+        self._audit(
+            f'{sid} {peer.address} -> ["{hello.member_id}"] connecting [{kind.value}] '
+            f"(host {hello.host}, pid {hello.pid}, mwpy {hello.mwpy_version})"
+        )
+        self._tick_soon()
+
+    def _take_results(self, peer: _Peer, msg: protocol.Results) -> None:
+        sid = peer.sid
+        assert sid is not None
+        sched = self._sched
+        peer.results_in += len(msg.items)
+        if self._audit.packets:
+            self._audit(f"{sid} -> {len(msg.items)} results")
+        for task_id, ok, blob, compute_time in msg.items:
+            task = sched.finish(sid, task_id, compute_time)
+            if task is None:
+                self._audit(f"{sid} -> result for task {task_id} it does not hold (ignored)")
+                continue
+            sched.complete(task)
+            self._deliver(task, _decode_result(task, sid, ok, blob, compute_time))
+
+    def _deliver(self, task: Task, result: Result) -> None:
+        if task.sink is None:
+            self._results.append(result)
+        else:
+            task.sink(result)
+
+    def _dispatch(self) -> None:
+        sched = self._sched
+        for sid in sched.ready():
+            tasks = sched.take(sid)
+            if tasks:
+                self._send_tasks(self._by_sid[sid], tasks)
+
+    def _send_tasks(self, peer: _Peer, tasks: list[Task]) -> None:
+        channel = peer.channel
+        sid = peer.sid
+        assert channel is not None
+        assert sid is not None
+        if not all(protocol.fits(len(t.payload), peer.max_out) for t in tasks):
+            tasks = [t for t in tasks if self._fits_or_fail(sid, peer.max_out, t)]
+        sizes = [len(t.payload) for t in tasks]
+        for start, stop in protocol.pack(sizes, self._sched.task_group, peer.max_out):
+            items = [(t.task_id, t.algorithm, t.payload) for t in tasks[start:stop]]
+            self._queue(peer, channel.seal(protocol.Tasks(items)))
+            if self._audit.packets:
+                self._audit(f"{sid} <- {stop - start} tasks ({self._sched.task_group} grouping)")
+        peer.tasks_out += len(tasks)
+
+    def _fits_or_fail(self, sid: str, max_frame: int, task: Task) -> bool:
+        """A task too big for this slave's frames fails with a clear error instead of being sent."""
+        if protocol.fits(len(task.payload), max_frame):
+            return True
+        self._sched.finish(sid, task.task_id, 0.0)
+        self._sched.complete(task)
+        message = f"{len(task.payload)} bytes of arguments; {sid} accepts frames of at most {max_frame} bytes"
+        error = TaskError("TaskTooLarge", message, "")
+        self._deliver(task, Result(task.task_id, task.algorithm, sid, task.policy.tag, 0.0, error=error))
+        return False
+
+    def _queue(self, peer: _Peer, data: bytes) -> None:
+        peer.out += data
+        self._send(peer)
+
+    def _send(self, peer: _Peer) -> None:
+        sock = peer.sock
+        if sock is None:
+            return
+        if peer.out:
+            try:
+                sent = sock.send(peer.out)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._lose(peer, f"write error: {exc}")
+                return
+            del peer.out[:sent]
+        want_write = bool(peer.out)
+        if want_write != peer.writing:
+            peer.writing = want_write
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
+            self._selector.modify(sock, events, peer)
+
+    def _close(self, peer: _Peer) -> None:
+        sock, peer.sock = peer.sock, None
+        if sock is None:
+            return
+        self._peers.discard(peer)
+        self._selector.unregister(sock)
+        sock.close()
+
+    def _lose(self, peer: _Peer, why: str) -> None:
+        """A connection ended: close it and apply task policies to what its slave held."""
+        if peer.sock is None:
+            return
+        self._close(peer)
+        sid = peer.sid
+        if sid is None:
+            self._audit(f"EOF -> {peer.address} ({why})")
+            return
+        del self._by_sid[sid]
+        lost = self._sched.leave(sid)
+        self._audit(
+            f"{sid} -> disconnected ({why}; {peer.tasks_out} tasks sent, {peer.results_in} results back"
+            f"{f', {len(lost)} in flight' if lost else ''})"
+        )
+        self._tick_soon()
+
+    # ------------------------------------------------------------------ timers and the resource file
+
+    def _tick_soon(self) -> None:
+        self._next_tick = 0.0
+
+    def _tick(self, now: float) -> None:
+        self._next_tick = now + _TICK
+        silent_since = now - self._options.client_timeout
+        for peer in [p for p in self._peers if p.last_heard < silent_since]:
+            self._lose(peer, f"silent for {self._options.client_timeout:g} s (client timeout)")
+        self._maybe_write_resource_file(now)
+
+    def _maybe_write_resource_file(self, now: float) -> None:
+        key = (self._sched.slaves_needed, tuple(sorted(self._sched.connected().items())))
+        changed = key != self._resource_key and now - self._resource_written >= _DEBOUNCE
+        if changed or now >= self._resource_next:
+            self._write_resource_file(now)
+
+    def _write_resource_file(self, now: float) -> None:
+        path = self._options.resource_file
+        sched = self._sched
+        connected = sched.connected()
+        self._resource_key = (sched.slaves_needed, tuple(sorted(connected.items())))
+        self._resource_written = now
+        self._resource_next = now + self._options.resource_file_update_interval
+        if path is None:
+            return
+        record = resource_file.ResourceFile(
+            computation_status=resource_file.FINISHED if self._finished else resource_file.IN_PROGRESS,
+            timestamp=time.time(),
+            update_interval=self._options.resource_file_update_interval,
+            member_id=self._options.member_id,
+            master_host=self.host,
+            master_port=self.port,
+            slaves_needed=0 if self._finished else sched.slaves_needed,
+            slave_executable=self._options.slave_executable or sys.executable,
+            slave_files=self._slave_files(),
+            slave_arguments=self._slave_arguments(),
+            master_pid=os.getpid(),
+            tasks_done=sched.done_total,
+            tasks_pending=sched.queued_total,
+            tasks_running=sched.running_total,
+            slaves_connected=connected,
+            secret=None if self._options.secret_file else self._secret.hex(),
+        )
+        try:
+            resource_file.write(path, record)
+        except OSError as exc:
+            self._audit(f"RESOURCE FILE NOT WRITTEN {path}: {exc}")
+
+    def _slave_files(self) -> list[str]:
+        files = [self._program, *(os.path.abspath(f) for f in self._options.slave_files)]
+        if self._options.secret_file:
+            files.append(os.path.abspath(self._options.secret_file))
+        return files
+
+    def _slave_arguments(self) -> list[str]:
+        arguments = [os.path.basename(self._program), "--mw-slave"]
+        if self._options.resource_file:
+            arguments += ["--mw-resource-file", os.path.basename(self._options.resource_file)]
+        if self._options.secret_file:
+            arguments += ["--mw-secret-file", os.path.basename(self._options.secret_file)]
+        return arguments
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(self) -> None:
+        """Tell every slave to shut down, wait briefly for them, mark the computation finished."""
+        if self._finished:
+            return
+        self._finished = True
+        for peer in list(self._peers):
+            if peer.state is _State.READY and peer.channel is not None:
+                self._audit(f"{peer.sid} <- SHUTDOWN")
+                peer.state = _State.CLOSING
+                self._queue(peer, peer.channel.seal(protocol.Shutdown(0)))
+            elif peer.state is not _State.CLOSING:
+                self._lose(peer, "computation finished")
+        deadline = time.monotonic() + _SHUTDOWN_GRACE
+        while self._peers and time.monotonic() < deadline:
+            self._pass(min(_TICK, deadline - time.monotonic()))
+        for peer in list(self._peers):
+            self._lose(peer, "computation finished")
+        self._selector.unregister(self._listener)
+        self._listener.close()
+        self._selector.close()
+        self._write_resource_file(time.monotonic())
+        self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
+        self._audit.flush()
+
+
+def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:
+    queue.append((index, result))
+
+
+def _decode_result(task: Task, sid: str, ok: bool, blob: bytes, compute_time: float) -> Result:
+    """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
+    tag = task.policy.tag
+    try:
+        decoded = pickle.loads(blob)
+    except Exception as exc:
+        error = TaskError("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "")
+        return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=error)
+    if ok:
+        return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=decoded)
+    kind, message, trace = decoded
+    return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(kind, message, trace))
+
+
+def _raise_file_limit() -> None:
+    """Many slaves means many sockets: lift the soft descriptor limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -1,0 +1,292 @@
+"""The ``--mw-*`` command-line options: parsed out of argv before the user sees it.
+
+Names and meanings follow CL-MW; mwpy adds a few (marked "mwpy:" in the help).
+Every option takes ``--mw-name value`` or ``--mw-name=value``. Anything that
+is not an ``--mw-`` option stays in argv, in order, for the master or slave
+algorithm. A wrong or missing value raises :class:`UsageError` naming the
+option; the program turns it into a one-line message and exit status 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import attrs
+
+Role = Literal["master", "slave"]
+
+DEFAULT_MEMBER_ID = "default-member-id"
+MIB = 1024 * 1024
+
+
+class UsageError(Exception):
+    """A ``--mw-*`` option is wrong or missing; the message names it."""
+
+
+@attrs.frozen
+class Options:
+    """Every ``--mw-*`` setting of one process (master or slave)."""
+
+    role: Role | None = None
+    master_host: str | None = None
+    master_port: int | None = None
+    max_write_buffer_size: int = 64 * MIB
+    max_read_buffer_size: int = 64 * MIB
+    client_timeout: float = 60.0
+    audit_file: str | None = None
+    audit_packets: bool = False
+    resource_file: str | None = None
+    resource_file_update_interval: float = 300.0
+    slave_task_group: int = 1
+    slave_result_group: int = 1
+    slave_window: int = 0
+    member_id: str = DEFAULT_MEMBER_ID
+    slave_executable: str | None = None
+    slave_files: tuple[str, ...] = ()
+    secret_file: str | None = None
+    #: Slave only: which of host/port/member-id came *after* --mw-resource-file
+    #: (those win over the file's values; earlier ones lose to it).
+    after_resource_file: frozenset[str] = frozenset()
+    show_help: bool = False
+    show_version: bool = False
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError
+    return value
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise ValueError
+    return text
+
+
+@attrs.frozen
+class _Spec:
+    field: str
+    metavar: str
+    help: str
+    convert: Callable[[str], Any] | None  # None: a flag without a value
+    expected: str = ""
+    repeat: bool = False
+
+
+_SPECS: dict[str, _Spec] = {
+    "--mw-help": _Spec("show_help", "", "Print this usage and exit.", None),
+    "--mw-version-string": _Spec("show_version", "", "Print the mwpy version and exit.", None),
+    "--mw-master": _Spec("role", "", "Run as the master.", None),
+    "--mw-slave": _Spec("role", "", "Run as a slave.", None),
+    "--mw-master-host": _Spec(
+        "master_host",
+        "HOST",
+        "Master: interface to bind and name to advertise (default: all interfaces, "
+        "advertised as this host's name). Slave: where to connect.",
+        _non_empty,
+        "a host name or address",
+    ),
+    "--mw-master-port": _Spec(
+        "master_port",
+        "PORT",
+        "Slave: port to connect to. Master: port to bind (default: any free port).",
+        _port,
+        "a port number from 0 to 65535",
+    ),
+    "--mw-max-write-buffer-size": _Spec(
+        "max_write_buffer_size",
+        "BYTES",
+        "Largest frame this process sends; a bigger task or result fails with a clear error.",
+        _positive_int,
+        "a positive number of bytes",
+    ),
+    "--mw-max-read-buffer-size": _Spec(
+        "max_read_buffer_size",
+        "BYTES",
+        "Largest frame this process accepts; a peer announcing more is cut off.",
+        _positive_int,
+        "a positive number of bytes",
+    ),
+    "--mw-client-timeout": _Spec(
+        "client_timeout",
+        "SECONDS",
+        "Drop a peer silent for this long (slaves send heartbeats, so busy ones stay). Default 60.",
+        _positive_float,
+        "a positive number of seconds",
+    ),
+    "--mw-audit-file": _Spec(
+        "audit_file", "FILE", "Append the [A] audit trail here instead of stdout.", _non_empty, "a file name"
+    ),
+    "--mw-audit-packets": _Spec(
+        "audit_packets",
+        "",
+        "mwpy: also audit every packet and idle/busy change (verbose; slows a fast master).",
+        None,
+    ),
+    "--mw-resource-file": _Spec(
+        "resource_file",
+        "FILE",
+        "Master: write the resource file here. Slave: read where to connect from it "
+        "(its position relative to --mw-master-host/-port/--mw-member-id decides which wins).",
+        _non_empty,
+        "a file name",
+    ),
+    "--mw-resource-file-update-interval": _Spec(
+        "resource_file_update_interval",
+        "SECONDS",
+        "How often the master rewrites the resource file. Default 300.",
+        _positive_float,
+        "a positive number of seconds",
+    ),
+    "--mw-slave-task-group": _Spec(
+        "slave_task_group",
+        "N",
+        "Tasks per packet sent to a slave. Default 1.",
+        _positive_int,
+        "a positive integer",
+    ),
+    "--mw-slave-result-group": _Spec(
+        "slave_result_group",
+        "N",
+        "Results per packet sent back by a slave. Default 1.",
+        _positive_int,
+        "a positive integer",
+    ),
+    "--mw-slave-window": _Spec(
+        "slave_window",
+        "N",
+        "mwpy: tasks queued ahead on each slave; 0 (default) adapts it to task length.",
+        _non_negative_int,
+        "a non-negative integer",
+    ),
+    "--mw-member-id": _Spec(
+        "member_id",
+        "ID",
+        f"Token that must match between master and slaves. Default {DEFAULT_MEMBER_ID!r}.",
+        _non_empty,
+        "a non-empty string",
+    ),
+    "--mw-slave-executable": _Spec(
+        "slave_executable",
+        "PATH",
+        "Interpreter that runs slaves, written to the resource file. Default: this Python.",
+        _non_empty,
+        "a path",
+    ),
+    "--mw-slave-file": _Spec(
+        "slave_files",
+        "PATH",
+        "mwpy: one more file slaves need (repeatable); written to the resource file.",
+        _non_empty,
+        "a path",
+        repeat=True,
+    ),
+    "--mw-secret-file": _Spec(
+        "secret_file",
+        "FILE",
+        "mwpy: file holding the computation's secret (created by the master if missing). "
+        "Default: the secret travels in the resource file.",
+        _non_empty,
+        "a file name",
+    ),
+}
+
+_OVERRIDABLE = {"master_host", "master_port", "member_id"}
+
+
+def parse(argv: Sequence[str]) -> tuple[Options, list[str]]:
+    """Split ``argv`` (without the program name) into options and the user's own arguments."""
+    values: dict[str, Any] = {}
+    repeated: dict[str, list[Any]] = {}
+    after_file: set[str] = set()
+    seen_file = False
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        name, eq, inline = arg.partition("=")
+        spec = _SPECS.get(name)
+        if spec is None:
+            if arg.startswith("--mw-"):
+                raise UsageError(f"{name}: unknown option (see --mw-help)")
+            rest.append(arg)
+            continue
+        if spec.convert is None:
+            if eq:
+                raise UsageError(f"{name}: takes no value")
+            if spec.field == "role":
+                role = name.removeprefix("--mw-")
+                if values.get("role", role) != role:
+                    raise UsageError("--mw-master and --mw-slave: give only one")
+                values["role"] = role
+            else:
+                values[spec.field] = True
+            continue
+        text = inline if eq else next(args, None)
+        if text is None:
+            raise UsageError(f"{name}: missing value ({spec.expected})")
+        try:
+            value = spec.convert(text)
+        except ValueError:
+            raise UsageError(f"{name}: expected {spec.expected}, got {text!r}") from None
+        if spec.repeat:
+            repeated.setdefault(spec.field, []).append(value)
+        else:
+            values[spec.field] = value
+        if spec.field == "resource_file":
+            seen_file = True
+            after_file.clear()
+        elif spec.field in _OVERRIDABLE and seen_file:
+            after_file.add(spec.field)
+    for field, items in repeated.items():
+        values[field] = tuple(items)
+    options = Options(**values, after_resource_file=frozenset(after_file))
+    if not (options.show_help or options.show_version):
+        _check(options)
+    return options, rest
+
+
+def _check(options: Options) -> None:
+    if options.role is None:
+        raise UsageError("--mw-master or --mw-slave: one of them is required")
+    if options.role == "slave" and options.resource_file is None:
+        if options.master_host is None:
+            raise UsageError("--mw-master-host: required for a slave without --mw-resource-file")
+        if options.master_port is None:
+            raise UsageError("--mw-master-port: required for a slave without --mw-resource-file")
+    if options.role == "master" and options.resource_file is None and options.secret_file is None:
+        raise UsageError(
+            "--mw-resource-file: a master needs it (or --mw-secret-file) so that slaves "
+            "can learn the computation's secret"
+        )
+
+
+def usage() -> str:
+    """The ``--mw-help`` text, generated from the option table so it never drifts."""
+    lines = ["mwpy options (removed from argv before the master or slave algorithm sees it):"]
+    for name, spec in _SPECS.items():
+        lines.append(f"  {name} {spec.metavar}".rstrip())
+        lines.append(f"      {spec.help}")
+    return "\n".join(lines) + "\n"

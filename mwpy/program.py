@@ -1,0 +1,237 @@
+"""One program, two roles: ``mwpy.run()`` reads ``--mw-master``/``--mw-slave`` and runs that side.
+
+A program declares its task algorithms with ``@mwpy.task``, its master
+algorithm with ``@mwpy.master`` and, optionally, a slave algorithm with
+``@mwpy.slave``, and ends with ``mwpy.run()``. Every ``--mw-*`` option is
+removed from argv before either algorithm sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from mwpy import resource_file
+from mwpy._version import __version__
+from mwpy.audit import Audit
+from mwpy.master import Master
+from mwpy.options import Options, UsageError, parse, usage
+from mwpy.resource_file import ResourceFileError
+from mwpy.slave import Endpoint, ExitCode, Slave, SlaveExit, connect
+from mwpy.task import set_current_master
+
+MasterAlgorithm = Callable[[Master, list[str]], Any]
+SlaveAlgorithm = Callable[[Slave, list[str]], Any]
+
+#: How long a slave keeps trying to connect when the resource file is fresh.
+CONNECT_PATIENCE = 10.0
+
+_algorithms: dict[str, Callable[..., Any]] = {}
+
+
+def master(fn: MasterAlgorithm) -> MasterAlgorithm:
+    """Declare the master algorithm: ``fn(mw, argv) -> exit status 0..255``."""
+    _algorithms["master"] = fn
+    return fn
+
+
+def slave(fn: SlaveAlgorithm) -> SlaveAlgorithm:
+    """Declare a slave algorithm: ``fn(slave, argv) -> exit status``; default: work until shutdown."""
+    _algorithms["slave"] = fn
+    return fn
+
+
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """Run this program as master or slave and exit with that side's status."""
+    sys.exit(main(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Like :func:`run`, but return the exit status instead of exiting."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        options, rest = parse(args)
+    except UsageError as exc:
+        print(f"{_program_name()}: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if options.show_help:
+        sys.stdout.write(usage())
+        return 0
+    if options.show_version:
+        print(f"mwpy {__version__}")
+        return 0
+    try:
+        audit = Audit(options.audit_file, packets=options.audit_packets)
+    except OSError as exc:
+        print(f"{_program_name()}: error: --mw-audit-file: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        return _run_master(options, rest, audit) if options.role == "master" else _run_slave(options, rest, audit)
+    finally:
+        audit.close()
+
+
+def exit_status(value: object) -> int:
+    """An algorithm's return value as an exit status: an int 0..255 as is, anything else 255."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255:
+        return value
+    return 255
+
+
+def _program_name() -> str:
+    return os.path.basename(sys.argv[0]) or "mwpy"
+
+
+# ---------------------------------------------------------------------- master
+
+
+def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
+    algorithm = _algorithms.get("master")
+    if algorithm is None:
+        audit("NO MASTER ALGORITHM (declare one with @mwpy.master)")
+        print(f"{_program_name()}: error: no master algorithm; declare one with @mwpy.master", file=sys.stderr)
+        return 255
+    try:
+        secret = _master_secret(options)
+        mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
+    except (OSError, ValueError) as exc:
+        print(f"{_program_name()}: error: {exc}", file=sys.stderr)
+        return 1
+    set_current_master(mw)
+    try:
+        returned = algorithm(mw, argv)
+        status = exit_status(returned)
+        if status != returned:
+            audit(f"MASTER ALGORITHM RETURNED {returned!r}: exit status {status}")
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:
+        traceback.print_exc()
+        audit("MASTER ALGORITHM RAISED: exit status 255")
+        status = 255
+    finally:
+        set_current_master(None)
+        mw.finish()
+    return status
+
+
+def _master_secret(options: Options) -> bytes:
+    """The computation's secret: from --mw-secret-file (created if missing), else fresh."""
+    if options.secret_file is None:
+        return secrets.token_bytes(32)
+    path = Path(options.secret_file)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return _read_secret(path)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32) + "\n")
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    try:
+        secret = path.read_bytes().strip()
+    except OSError as exc:
+        raise ValueError(f"--mw-secret-file: cannot read {path}: {exc.strerror}") from None
+    if not secret:
+        raise ValueError(f"--mw-secret-file: {path} is empty")
+    return secret
+
+
+# ---------------------------------------------------------------------- slave
+
+
+def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
+    try:
+        endpoint, stale = _endpoint(options, audit)
+    except SlaveExit as exc:
+        return _slave_exit(exc, audit, options)
+    audit(f'INIT SLAVE "{endpoint.member_id}"')
+    try:
+        worker = connect(
+            endpoint,
+            audit=audit,
+            max_frame=options.max_read_buffer_size,
+            timeout=options.client_timeout,
+            patience=0.0 if stale else CONNECT_PATIENCE,
+        )
+    except SlaveExit as exc:
+        if stale:
+            exc.reason += f" ({stale})"
+        return _slave_exit(exc, audit, options)
+    algorithm = _algorithms.get("slave")
+    try:
+        returned = worker.loop_until_shutdown() if algorithm is None else algorithm(worker, argv)
+        status = exit_status(returned)
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:
+        traceback.print_exc()
+        status = ExitCode.ALGORITHM_ERROR
+    finally:
+        worker.close()
+    audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
+    return status
+
+
+def _slave_exit(exc: SlaveExit, audit: Audit, options: Options) -> int:
+    if exc.code != ExitCode.OK:
+        print(f"{_program_name()}: {exc.reason}", file=sys.stderr)
+    audit(f'FINI {exc.reason} (exit {int(exc.code)}) "{options.member_id}"')
+    return int(exc.code)
+
+
+def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
+    """Where to connect and with which secret, applying CL-MW's option-ordering rule.
+
+    The second value describes the resource file's staleness, if it is stale:
+    then the slave tries the master once and exits quickly if it is gone.
+    """
+    record = None
+    if options.resource_file is not None:
+        try:
+            record = resource_file.read(options.resource_file)
+        except ResourceFileError as exc:
+            missing = not os.path.exists(options.resource_file)
+            if not (missing and options.master_host and options.master_port):
+                raise SlaveExit(ExitCode.BAD_RESOURCE_FILE, str(exc)) from None
+            audit(f"WARNING {exc}; using --mw-master-host and --mw-master-port")
+    if record is not None and record.finished:
+        raise SlaveExit(ExitCode.OK, "the resource file says the computation is finished")
+
+    def pick(field: str, from_file: Any) -> Any:
+        given = getattr(options, field)
+        if record is None or (given is not None and field in options.after_resource_file):
+            return given
+        return from_file
+
+    host = pick("master_host", record.master_host if record else None)
+    port = pick("master_port", record.master_port if record else None)
+    member_id = pick("member_id", record.member_id if record else None)
+    if options.secret_file is not None:
+        secret = _read_secret_for_slave(options.secret_file)
+    elif record is not None and record.secret:
+        secret = bytes.fromhex(record.secret)
+    else:
+        raise SlaveExit(ExitCode.USAGE, "no secret: give --mw-secret-file or a resource file that carries one")
+    stale = None
+    if record is not None and record.stale():
+        stale = (
+            f"the resource file is stale: written {record.age():.0f} s ago, "
+            f"update interval {record.update_interval:g} s"
+        )
+        audit(f"STALE RESOURCE FILE ({stale})")
+    return Endpoint(host, port, member_id, secret), stale
+
+
+def _read_secret_for_slave(path: str) -> bytes:
+    try:
+        return _read_secret(Path(path))
+    except ValueError as exc:
+        raise SlaveExit(ExitCode.USAGE, str(exc)) from None

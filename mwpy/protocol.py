@@ -1,0 +1,284 @@
+"""The wire protocol between master and slaves: framing, proof of membership, messages.
+
+Every frame is a 4-byte big-endian length and a body. The first three frames
+of a connection are a fixed-layout handshake in which master and slave prove
+to each other that they know the computation's secret (HMAC-SHA256 over fresh
+nonces from both sides); nothing is unpickled before it succeeds. Every later
+frame carries a truncated HMAC over a per-direction sequence number and its
+body, under keys derived from that handshake, and is checked before its
+payload is unpickled: a peer without the secret can neither join nor inject.
+
+Message records are attrs classes; their wire form is the pickled tuple of
+their fields (``attrs.astuple`` without recursion), which keeps the hot path
+(task and result batches) as cheap as pickling plain tuples.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import pickle
+import struct
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import attrs
+
+from mwpy.task import PICKLE_PROTOCOL
+
+PROTOCOL_VERSION = 1
+MAGIC = b"MWPY"
+NONCE_SIZE = 32
+MAC_SIZE = 32
+TAG_SIZE = 16
+HEADER = struct.Struct("!I")
+_SEQ = struct.Struct("!Q")
+
+CHALLENGE_SIZE = len(MAGIC) + 1 + NONCE_SIZE
+RESPONSE_SIZE = NONCE_SIZE + MAC_SIZE
+CONFIRM_SIZE = MAC_SIZE
+#: The largest frame a peer may send before it has proved membership.
+MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
+
+
+class ProtocolError(Exception):
+    """The peer broke the protocol; the connection must be dropped."""
+
+
+# --------------------------------------------------------------------------
+# Messages
+
+
+@attrs.frozen
+class Hello:
+    """Slave -> master, first authenticated message: who is asking to work."""
+
+    kind: ClassVar[int] = 1
+    member_id: str
+    host: str
+    pid: int
+    mwpy_version: str
+    max_frame: int
+
+
+@attrs.frozen
+class Welcome:
+    """Master -> slave: accepted, with the slave's id and how to behave."""
+
+    kind: ClassVar[int] = 2
+    slave_id: str
+    result_group: int
+    heartbeat_interval: float
+    max_frame: int
+
+
+@attrs.frozen
+class Refuse:
+    """Master -> slave: not accepted (e.g. member id mismatch); the slave exits non-zero."""
+
+    kind: ClassVar[int] = 3
+    reason: str
+
+
+#: One task on the wire: (task id, algorithm name, pickled (args, kwargs)).
+TaskItem = tuple[int, str, bytes]
+#: One result on the wire: (task id, ok, pickled value or TaskError fields, compute time).
+ResultItem = tuple[int, bool, bytes, float]
+
+
+@attrs.frozen
+class Tasks:
+    """Master -> slave: a group of tasks to queue."""
+
+    kind: ClassVar[int] = 4
+    items: list[TaskItem]
+
+
+@attrs.frozen
+class Results:
+    """Slave -> master: a group of finished tasks."""
+
+    kind: ClassVar[int] = 5
+    items: list[ResultItem]
+
+
+@attrs.frozen
+class Heartbeat:
+    """Either way: I am alive (sent when nothing else was sent for a while)."""
+
+    kind: ClassVar[int] = 6
+
+
+@attrs.frozen
+class Shutdown:
+    """Master -> slave: stop after the current task and exit with ``exit_code``."""
+
+    kind: ClassVar[int] = 7
+    exit_code: int = 0
+
+
+Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown
+_BY_KIND: dict[int, type[Any]] = {
+    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown)
+}
+
+
+def _fields(msg: Message) -> tuple[Any, ...]:
+    return attrs.astuple(msg, recurse=False)
+
+
+def _build(kind: int, fields: Any) -> Message:
+    cls = _BY_KIND.get(kind)
+    if cls is None or not isinstance(fields, tuple):
+        raise ProtocolError(f"unknown message kind {kind}")
+    try:
+        msg: Message = cls(*fields)
+    except TypeError as exc:
+        raise ProtocolError(f"malformed {cls.__name__} message: {exc}") from None
+    return msg
+
+
+# --------------------------------------------------------------------------
+# Handshake
+
+
+def new_nonce() -> bytes:
+    return os.urandom(NONCE_SIZE)
+
+
+def challenge(nonce: bytes) -> bytes:
+    """Master's first frame: magic, protocol version, master nonce."""
+    return frame(MAGIC + bytes([PROTOCOL_VERSION]) + nonce)
+
+
+def parse_challenge(body: bytes) -> bytes:
+    if len(body) != CHALLENGE_SIZE or not body.startswith(MAGIC):
+        raise ProtocolError("the peer is not an mwpy master")
+    version = body[len(MAGIC)]
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"master speaks protocol {version}, this slave speaks {PROTOCOL_VERSION}")
+    return body[len(MAGIC) + 1 :]
+
+
+def _mac(secret: bytes, label: bytes, master_nonce: bytes, slave_nonce: bytes) -> bytes:
+    return hmac.digest(secret, label + master_nonce + slave_nonce, "sha256")
+
+
+def slave_proof(secret: bytes, master_nonce: bytes, slave_nonce: bytes) -> bytes:
+    return _mac(secret, b"mwpy slave proof", master_nonce, slave_nonce)
+
+
+def master_proof(secret: bytes, master_nonce: bytes, slave_nonce: bytes) -> bytes:
+    return _mac(secret, b"mwpy master proof", master_nonce, slave_nonce)
+
+
+def proofs_match(expected: bytes, given: bytes) -> bool:
+    return hmac.compare_digest(expected, given)
+
+
+def session(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is_master: bool) -> Channel:
+    """The authenticated channel both sides derive after a successful handshake."""
+    m2s = _mac(secret, b"mwpy key m2s", master_nonce, slave_nonce)
+    s2m = _mac(secret, b"mwpy key s2m", master_nonce, slave_nonce)
+    return Channel(send_key=m2s, recv_key=s2m) if is_master else Channel(send_key=s2m, recv_key=m2s)
+
+
+# --------------------------------------------------------------------------
+# Frames
+
+
+def frame(body: bytes) -> bytes:
+    return HEADER.pack(len(body)) + body
+
+
+#: Bytes a frame adds around the payloads of the items it carries (header, kind,
+#: tag, pickle framing); a safe upper bound used to split groups to fit.
+FRAME_OVERHEAD = 64
+#: Pickle framing per item in a group, also an upper bound.
+ITEM_OVERHEAD = 64
+
+
+def fits(payload_size: int, max_frame: int) -> bool:
+    """Whether one item of ``payload_size`` bytes fits in a frame of ``max_frame`` bytes."""
+    return payload_size + ITEM_OVERHEAD + FRAME_OVERHEAD <= max_frame
+
+
+def pack(sizes: list[int], group: int, max_frame: int) -> Iterator[tuple[int, int]]:
+    """Split items (by payload size) into runs of at most ``group`` that fit in a frame.
+
+    Yields ``(start, stop)`` index ranges, in order. Every item must ``fits`` alone.
+    """
+    start = 0
+    while start < len(sizes):
+        stop = start
+        total = FRAME_OVERHEAD
+        while stop < len(sizes) and stop - start < group and total + sizes[stop] + ITEM_OVERHEAD <= max_frame:
+            total += sizes[stop] + ITEM_OVERHEAD
+            stop += 1
+        yield start, stop
+        start = stop
+
+
+class Channel:
+    """Seals outgoing messages and opens incoming ones for one authenticated connection."""
+
+    __slots__ = ("_send_key", "_recv_key", "_send_seq", "_recv_seq")
+
+    def __init__(self, send_key: bytes, recv_key: bytes) -> None:
+        self._send_key = send_key
+        self._recv_key = recv_key
+        self._send_seq = 0
+        self._recv_seq = 0
+
+    def seal(self, msg: Message) -> bytes:
+        """The complete frame (header included) carrying ``msg``."""
+        body = bytes([msg.kind]) + pickle.dumps(_fields(msg), PICKLE_PROTOCOL)
+        tag = hmac.digest(self._send_key, _SEQ.pack(self._send_seq) + body, "sha256")[:TAG_SIZE]
+        self._send_seq += 1
+        return HEADER.pack(len(body) + TAG_SIZE) + body + tag
+
+    def open(self, body: bytes | memoryview) -> Message:
+        """Check a received frame body and decode its message."""
+        if len(body) < 1 + TAG_SIZE:
+            raise ProtocolError("frame too short")
+        data = bytes(body[:-TAG_SIZE])
+        tag = hmac.digest(self._recv_key, _SEQ.pack(self._recv_seq) + data, "sha256")[:TAG_SIZE]
+        if not hmac.compare_digest(tag, bytes(body[-TAG_SIZE:])):
+            raise ProtocolError("frame failed authentication")
+        self._recv_seq += 1
+        try:
+            fields = pickle.loads(data[1:])
+        except Exception as exc:
+            raise ProtocolError(f"undecodable frame: {exc}") from None
+        return _build(data[0], fields)
+
+
+class FrameReader:
+    """Splits a byte stream into frame bodies, refusing any frame over ``max_size``."""
+
+    __slots__ = ("_buf", "max_size")
+
+    def __init__(self, max_size: int) -> None:
+        self._buf = bytearray()
+        self.max_size = max_size
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def next(self) -> bytes | None:
+        """The next complete frame body, or ``None`` until more bytes arrive."""
+        buf = self._buf
+        if len(buf) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(buf)
+        if size > self.max_size:
+            raise ProtocolError(f"frame of {size} bytes exceeds the limit of {self.max_size}")
+        end = HEADER.size + size
+        if len(buf) < end:
+            return None
+        body = bytes(buf[HEADER.size : end])
+        del buf[:end]
+        return body

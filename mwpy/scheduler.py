@@ -1,0 +1,313 @@
+"""Which task goes to which slave, and what happens to tasks when a slave vanishes.
+
+Pure bookkeeping with no I/O, so that every rule of CL-MW's task policies and
+slave groups lives in one place and can be read (and tested) on its own:
+
+* a connecting slave fills the ordered group first, then intermingle, then
+  unordered; ordered slaves run only tasks addressed to them, intermingle
+  slaves prefer those and also take unordered ones;
+* when a slave vanishes, its unordered tasks are queued again (``retry``) or
+  become unrunnable; its ordered tasks become unrunnable unless
+  ``do_it_anyway`` moves them to the unordered pool;
+* each slave gets a window of tasks queued ahead of the one it runs, sized so
+  that it holds a few milliseconds of work: deep for tiny tasks (no idle round
+  trips), one task for long ones (no task stuck behind another while a
+  different slave idles).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import Counter, deque
+from collections.abc import Iterator
+
+import attrs
+
+from mwpy.task import Task
+
+#: Work a slave should hold beyond its current task, in seconds of compute.
+PIPELINE_SECONDS = 0.005
+#: Upper bound of the adaptive window, in tasks.
+MAX_WINDOW = 128
+
+
+class SlaveKind(enum.Enum):
+    """The slave groups of CL-MW, in the order a connecting slave fills them."""
+
+    ORDERED = "ordered"
+    INTERMINGLE = "intermingle"
+    UNORDERED = "unordered"
+
+
+@attrs.define(eq=False)
+class _Slot:
+    """The scheduler's view of one connected slave."""
+
+    sid: str
+    kind: SlaveKind
+    ordered: deque[Task] = attrs.Factory(deque)
+    in_flight: dict[int, Task] = attrs.Factory(dict)
+    freeing: bool = False
+    compute_time: float | None = None  # moving average, seconds per task
+
+
+class Scheduler:
+    """Task queues, slave groups and target numbers of one master."""
+
+    def __init__(self, *, task_group: int = 1, fixed_window: int = 0) -> None:
+        self.task_group = task_group
+        self.fixed_window = fixed_window
+        self._next_id = 0
+        self._unordered: deque[Task] = deque()
+        self._slots: dict[str, _Slot] = {}
+        self._hungry: set[str] = set()
+        self._with_ordered_work: set[str] = set()
+        self._acquired: Counter[SlaveKind] = Counter()
+        self._desired: Counter[SlaveKind] = Counter()
+        self._auto_unordered = True
+        self.general_target = 0
+        self._targets: dict[str, int] = {}
+        self._pending: Counter[str] = Counter()
+        self.pending_total = 0
+        self.running_total = 0
+        self.done_total = 0
+        self.unrunnable: list[Task] = []
+        self.connected_ordered: list[str] = []
+        self.disconnected_ordered: list[str] = []
+
+    # ------------------------------------------------------------------ tasks
+
+    def add(self, task: Task) -> None:
+        """Take in a new task (its id already assigned by :meth:`new_id`)."""
+        self._pending[task.algorithm] += 1
+        self.pending_total += 1
+        self._place(task)
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _place(self, task: Task) -> None:
+        sid = task.policy.sid
+        if sid is None:
+            self._unordered.append(task)
+            return
+        slot = self._slots.get(sid)
+        if slot is None or slot.kind is SlaveKind.UNORDERED:
+            self._orphan(task, ran=False)
+            return
+        slot.ordered.append(task)
+        self._with_ordered_work.add(sid)
+
+    def _orphan(self, task: Task, *, ran: bool) -> None:
+        """Apply the task policy to a task whose slave is gone."""
+        policy = task.policy
+        if policy.sid is None:
+            if policy.retry:
+                self._unordered.appendleft(task)
+            else:
+                self._drop(task)
+        elif policy.do_it_anyway and (policy.retry or not ran):
+            self._unordered.appendleft(task)
+        else:
+            self._drop(task)
+
+    def _drop(self, task: Task) -> None:
+        self._forget(task)
+        self.unrunnable.append(task)
+
+    def _forget(self, task: Task) -> None:
+        self._pending[task.algorithm] -= 1
+        if not self._pending[task.algorithm]:
+            del self._pending[task.algorithm]
+        self.pending_total -= 1
+
+    def requeue(self, task: Task) -> None:
+        """Queue a task again at the front (after a failed attempt)."""
+        self._unordered.appendleft(task)
+
+    def finish(self, sid: str, task_id: int, compute_time: float) -> Task | None:
+        """Record a result; returns its task, or ``None`` if this slave does not hold it."""
+        slot = self._slots.get(sid)
+        if slot is None:
+            return None
+        task = slot.in_flight.pop(task_id, None)
+        if task is None:
+            return None
+        self.running_total -= 1
+        previous = slot.compute_time
+        slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
+        if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
+            self._become_unordered(slot)
+        self._hungry.add(sid)
+        return task
+
+    def complete(self, task: Task) -> None:
+        """The task's result has been handed over: it leaves the master's memory."""
+        self._forget(task)
+        self.done_total += 1
+
+    # ------------------------------------------------------------------ dispatch
+
+    def window(self, sid: str) -> int:
+        slot = self._slots[sid]
+        if self.fixed_window:
+            return max(self.fixed_window, self.task_group)
+        if slot.compute_time is None:
+            adaptive = 1
+        else:
+            adaptive = min(MAX_WINDOW, max(1, math.ceil(PIPELINE_SECONDS / max(slot.compute_time, 1e-6))))
+        return max(adaptive, self.task_group)
+
+    def ready(self) -> Iterator[str]:
+        """Slaves with room in their window for which work is waiting."""
+        if self._unordered:
+            candidates = list(self._hungry)
+        else:
+            candidates = [sid for sid in self._with_ordered_work if sid in self._hungry]
+        yield from candidates
+
+    def take(self, sid: str) -> list[Task]:
+        """Tasks to send to ``sid`` now (possibly none); they count as running."""
+        slot = self._slots[sid]
+        room = self.window(sid) - len(slot.in_flight)
+        if room < self.task_group and slot.in_flight:
+            self._hungry.discard(sid)
+            return []
+        batch: list[Task] = []
+        if slot.kind is not SlaveKind.UNORDERED:
+            queue = slot.ordered
+            while queue and len(batch) < room:
+                batch.append(queue.popleft())
+            if not queue:
+                self._with_ordered_work.discard(sid)
+        if slot.kind is not SlaveKind.ORDERED:
+            queue = self._unordered
+            while queue and len(batch) < room:
+                batch.append(queue.popleft())
+        for task in batch:
+            slot.in_flight[task.task_id] = task
+            task.attempts += 1
+        self.running_total += len(batch)
+        if len(slot.in_flight) + self.task_group > self.window(sid):
+            self._hungry.discard(sid)
+        return batch
+
+    # ------------------------------------------------------------------ slaves
+
+    def join(self, sid: str) -> SlaveKind:
+        """A slave connected: put it in the first group that still needs slaves."""
+        kind = SlaveKind.UNORDERED
+        for wanted in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
+            if self._acquired[wanted] < self._desired[wanted]:
+                kind = wanted
+                break
+        self._slots[sid] = _Slot(sid, kind)
+        self._acquired[kind] += 1
+        self._hungry.add(sid)
+        if kind is not SlaveKind.UNORDERED:
+            self.connected_ordered.append(sid)
+        return kind
+
+    def leave(self, sid: str) -> list[Task]:
+        """A slave is gone: apply task policies to everything it held. Returns what it ran."""
+        slot = self._slots.pop(sid, None)
+        if slot is None:
+            return []
+        self._acquired[slot.kind] -= 1
+        self._hungry.discard(sid)
+        self._with_ordered_work.discard(sid)
+        lost = list(slot.in_flight.values())
+        self.running_total -= len(lost)
+        for task in reversed(lost):
+            self._orphan(task, ran=True)
+        for task in slot.ordered:
+            self._orphan(task, ran=False)
+        if slot.kind is not SlaveKind.UNORDERED:
+            self.disconnected_ordered.append(sid)
+        return lost
+
+    def kind_of(self, sid: str) -> SlaveKind | None:
+        slot = self._slots.get(sid)
+        return None if slot is None else slot.kind
+
+    def allocate(self, amount: int, kind: SlaveKind) -> None:
+        """Want ``amount`` more slaves of ``kind``; connected unordered slaves may move over."""
+        if amount < 0:
+            raise ValueError("allocate_slaves: amount must not be negative")
+        self._desired[kind] += amount
+        if kind is SlaveKind.UNORDERED:
+            self._auto_unordered = False
+            return
+        for slot in list(self._slots.values()):
+            if self._acquired[kind] >= self._desired[kind]:
+                break
+            if slot.kind is SlaveKind.UNORDERED and not slot.freeing:
+                self._acquired[SlaveKind.UNORDERED] -= 1
+                self._acquired[kind] += 1
+                slot.kind = kind
+                self.connected_ordered.append(slot.sid)
+
+    def deallocate(self, amount: int, kind: SlaveKind) -> None:
+        """Want ``amount`` fewer slaves of ``kind`` (never below zero); nobody is disconnected."""
+        if amount < 0:
+            raise ValueError("deallocate_slaves: amount must not be negative")
+        self._desired[kind] = max(0, self._desired[kind] - amount)
+        if kind is SlaveKind.UNORDERED:
+            self._auto_unordered = False
+
+    def free(self, sid: str) -> None:
+        """Move an ordered slave to the unordered group once its ordered work in flight is done."""
+        slot = self._slots.get(sid)
+        if slot is None or slot.kind is SlaveKind.UNORDERED:
+            return
+        self._desired[slot.kind] = max(0, self._desired[slot.kind] - 1)
+        if any(t.policy.sid is not None for t in slot.in_flight.values()):
+            slot.freeing = True
+        else:
+            self._become_unordered(slot)
+
+    def _become_unordered(self, slot: _Slot) -> None:
+        self._acquired[slot.kind] -= 1
+        self._acquired[SlaveKind.UNORDERED] += 1
+        slot.kind = SlaveKind.UNORDERED
+        slot.freeing = False
+        self._with_ordered_work.discard(slot.sid)
+        leftover, slot.ordered = slot.ordered, deque()
+        for task in leftover:
+            self._orphan(task, ran=False)
+        self._hungry.add(slot.sid)
+
+    # ------------------------------------------------------------------ numbers
+
+    @property
+    def slaves_needed(self) -> int:
+        """Slaves wanted beyond those connected: what the resource file advertises."""
+        needed = 0
+        for kind in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
+            needed += max(0, self._desired[kind] - self._acquired[kind])
+        if self._auto_unordered:
+            wanted = len(self._unordered) + sum(
+                len(s.in_flight) for s in self._slots.values() if s.kind is SlaveKind.UNORDERED
+            )
+        else:
+            wanted = self._desired[SlaveKind.UNORDERED]
+        return needed + max(0, wanted - self._acquired[SlaveKind.UNORDERED])
+
+    def connected(self) -> dict[str, int]:
+        """Connected slaves per group."""
+        return {kind.value: self._acquired[kind] for kind in SlaveKind}
+
+    @property
+    def queued_total(self) -> int:
+        return self.pending_total - self.running_total
+
+    def pending_for(self, algorithm: str) -> int:
+        return self._pending[algorithm]
+
+    def target_for(self, algorithm: str) -> int:
+        return self._targets.get(algorithm, 0)
+
+    def set_target_for(self, algorithm: str, value: int) -> None:
+        self._targets[algorithm] = max(0, value)

@@ -1,0 +1,346 @@
+"""The slave: connects to its master, proves membership, runs tasks until told to stop.
+
+The slave is a plain blocking client. Tasks the master pipelines to it wait in
+the kernel's socket buffer and a local queue while it computes; results go
+back in groups (``--mw-slave-result-group``) or as soon as the queue runs dry.
+A background thread sends heartbeats while a long task runs, so the master can
+tell a busy slave from a dead one. A task that raises produces a failed result
+and never kills the slave.
+
+Exit statuses are documented in docs/exit-codes.md: 0 only after an orderly
+shutdown (or a resource file saying the computation is finished), non-zero
+otherwise, so that Condor's ``on_exit_remove`` keeps the job queued.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import pickle
+import select
+import socket
+import threading
+import time
+import traceback
+from collections import deque
+
+import attrs
+
+from mwpy import protocol
+from mwpy._version import __version__
+from mwpy.audit import Audit
+from mwpy.protocol import Channel, FrameReader, ProtocolError, ResultItem, TaskItem
+from mwpy.task import PICKLE_PROTOCOL, lookup
+
+_RECV_SIZE = 256 * 1024
+
+
+class ExitCode(enum.IntEnum):
+    """Why a slave process ended (its exit status)."""
+
+    OK = 0  # orderly shutdown, or the computation is finished
+    USAGE = 2  # a wrong --mw-* option
+    UNREACHABLE = 3  # no master at the address (or the resource file is stale)
+    MASTER_LOST = 4  # the connection ended without an orderly shutdown
+    REFUSED = 5  # the master refused us, or failed to prove it is our master
+    BAD_RESOURCE_FILE = 6  # missing, unreadable or invalid resource file
+    TOLD_TO_LEAVE = 7  # the master sent this slave away (too many failed tasks)
+    ALGORITHM_ERROR = 255  # the slave algorithm raised or returned a non-status
+
+
+class SlaveExit(Exception):
+    """The slave must stop with ``code``; ``reason`` says why in one line."""
+
+    def __init__(self, code: ExitCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@attrs.frozen
+class Endpoint:
+    """Where the master is and how to prove membership to it."""
+
+    host: str
+    port: int
+    member_id: str
+    secret: bytes
+
+
+@attrs.frozen
+class SlaveStatus:
+    """What a slave loop variant reports (CL-MW's six slave-loop values)."""
+
+    master_disconnected: bool
+    explicit_shutdown: bool
+    results_done: int
+    tasks_pending: int
+    results_pending: int
+    result_group: int
+    exit_code: int
+
+
+class Slave:
+    """A connected slave: the object a slave algorithm receives."""
+
+    def __init__(
+        self, sock: socket.socket, channel: Channel, reader: FrameReader, welcome: protocol.Welcome, audit: Audit
+    ) -> None:
+        self._sock = sock
+        self._channel = channel
+        self._audit = audit
+        self.slave_id = welcome.slave_id
+        self.result_group = welcome.result_group
+        self._max_out = welcome.max_frame
+        self._reader = reader  # may already hold frames sent right after Welcome
+        self._queue: deque[TaskItem] = deque()
+        self._results: list[ResultItem] = []
+        self._done = 0
+        self._shutdown: int | None = None
+        self._lost: str | None = None
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
+        self._send_lock = threading.Lock()
+        self._last_send = time.monotonic()
+        self._stop = threading.Event()
+        self._heartbeats = threading.Thread(
+            target=self._beat, args=(welcome.heartbeat_interval,), name="mwpy-heartbeat", daemon=True
+        )
+        self._heartbeats.start()
+        self._process_frames()
+
+    # ------------------------------------------------------------------ loop variants
+
+    def loop_until_shutdown(self) -> int:
+        """Work until the master says stop; 0 after an orderly shutdown, else a non-zero status."""
+        while True:
+            status = self.loop(timeout=None)
+            if status.explicit_shutdown or status.master_disconnected:
+                return status.exit_code
+
+    def loop(self, timeout: float | None = 0.05) -> SlaveStatus:
+        """Run the tasks queued now (waiting up to ``timeout`` for some if none are), then return."""
+        self._receive(None if timeout is None else timeout, wait=not self._queue)
+        for _ in range(len(self._queue)):
+            if not self._step():
+                break
+        return self.status()
+
+    def loop_once(self, timeout: float = 0.0001) -> SlaveStatus:
+        """Run at most one task (waiting up to ``timeout`` for one), then return."""
+        self._receive(timeout, wait=not self._queue)
+        if self._queue:
+            self._step()
+        return self.status()
+
+    def status(self) -> SlaveStatus:
+        if self._shutdown is not None:
+            code = self._shutdown
+        elif self._lost is not None:
+            code = ExitCode.MASTER_LOST
+        else:
+            code = ExitCode.OK
+        return SlaveStatus(
+            master_disconnected=self._lost is not None,
+            explicit_shutdown=self._shutdown is not None,
+            results_done=self._done,
+            tasks_pending=len(self._queue),
+            results_pending=len(self._results),
+            result_group=self.result_group,
+            exit_code=int(code),
+        )
+
+    def close(self) -> None:
+        """Stop heartbeats and hang up."""
+        self._stop.set()
+        with self._send_lock:
+            self._sock.close()
+
+    # ------------------------------------------------------------------ work
+
+    def _step(self) -> bool:
+        """Run one queued task and pass on results as needed; False once the slave must stop."""
+        self._results.append(self._run(self._queue.popleft()))
+        self._receive(0.0, wait=False)
+        if len(self._results) >= self.result_group or not self._queue:
+            self._flush()
+        return self._shutdown is None and self._lost is None
+
+    def _run(self, item: TaskItem) -> ResultItem:
+        task_id, name, blob = item
+        started = time.perf_counter()
+        try:
+            algorithm = lookup(name)
+            if algorithm is None:
+                raise LookupError(f"this program has no task algorithm named {name!r}")
+            args, kwargs = pickle.loads(blob)
+            value = algorithm.fn(*args, **kwargs)
+            elapsed = time.perf_counter() - started
+            out = pickle.dumps(value, PICKLE_PROTOCOL)
+        except (Exception, SystemExit) as exc:
+            elapsed = time.perf_counter() - started
+            return (task_id, False, _error(exc), elapsed)
+        if not protocol.fits(len(out), self._max_out):
+            reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
+            return (task_id, False, pickle.dumps(("ResultTooLarge", reason, "")), elapsed)
+        return (task_id, True, out, elapsed)
+
+    def _flush(self) -> None:
+        results, self._results = self._results, []
+        if not results or self._lost is not None:
+            return
+        for start, stop in protocol.pack([len(r[2]) for r in results], self.result_group, self._max_out):
+            self._send(protocol.Results(results[start:stop]))
+        self._done += len(results)
+        if self._audit.packets:
+            self._audit(f"MASTER <- {len(results)} results")
+
+    # ------------------------------------------------------------------ I/O
+
+    def _receive(self, timeout: float | None, *, wait: bool) -> None:
+        """Read whatever the master sent; block up to ``timeout`` first if ``wait``."""
+        if self._lost is not None or self._shutdown is not None:
+            return
+        if wait:
+            self._poller.poll(None if timeout is None else int(timeout * 1000))
+        while True:
+            try:
+                data = self._sock.recv(_RECV_SIZE, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lose(f"read error: {exc}")
+                return
+            if not data:
+                self._lose("the master closed the connection")
+                return
+            self._reader.feed(data)
+            if not self._process_frames():
+                return
+
+    def _process_frames(self) -> bool:
+        """Handle every complete frame received; False once nothing more should be read."""
+        try:
+            while (body := self._reader.next()) is not None:
+                self._handle(self._channel.open(body))
+        except ProtocolError as exc:
+            self._lose(f"protocol error: {exc}")
+            return False
+        return self._shutdown is None
+
+    def _handle(self, msg: protocol.Message) -> None:
+        if isinstance(msg, protocol.Tasks):
+            self._queue.extend(msg.items)
+            if self._audit.packets:
+                self._audit(f"MASTER -> {len(msg.items)} tasks")
+        elif isinstance(msg, protocol.Shutdown):
+            self._audit("MASTER -> SHUTDOWN" if msg.exit_code == 0 else f"MASTER -> LEAVE (exit {msg.exit_code})")
+            self._flush()
+            self._shutdown = msg.exit_code
+            self._queue.clear()
+        elif not isinstance(msg, protocol.Heartbeat):
+            raise ProtocolError(f"unexpected {type(msg).__name__} from the master")
+
+    def _lose(self, reason: str) -> None:
+        self._lost = reason
+        self._audit(f"MASTER LOST ({reason})")
+
+    def _send(self, msg: protocol.Message) -> None:
+        with self._send_lock:
+            try:
+                self._sock.sendall(self._channel.seal(msg))
+            except OSError as exc:
+                if self._lost is None:
+                    self._lose(f"write error: {exc}")
+                return
+            self._last_send = time.monotonic()
+
+    def _beat(self, interval: float) -> None:
+        while not self._stop.wait(interval / 2):
+            if time.monotonic() - self._last_send >= interval and self._lost is None:
+                self._send(protocol.Heartbeat())
+
+
+def _error(exc: BaseException) -> bytes:
+    """A raised exception as (type, message, traceback) text: always picklable, always readable."""
+    kind = type(exc).__qualname__
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<unprintable {kind}>"
+    return pickle.dumps((kind, message, traceback.format_exc()), PICKLE_PROTOCOL)
+
+
+def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float, patience: float) -> Slave:
+    """Connect and authenticate; keep trying for ``patience`` seconds while nobody answers."""
+    address = f"{endpoint.host}:{endpoint.port}"
+    deadline = time.monotonic() + patience
+    delay = 0.1
+    while True:
+        try:
+            sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+            break
+        except OSError as exc:
+            if time.monotonic() + delay > deadline:
+                raise SlaveExit(ExitCode.UNREACHABLE, f"cannot reach the master at {address}: {exc}") from None
+            time.sleep(delay)  # the master may be starting or restarting: back off and retry
+            delay = min(delay * 2, 2.0)
+    try:
+        slave = _handshake(sock, endpoint, audit, max_frame, address)
+    except BaseException:
+        sock.close()
+        raise
+    return slave
+
+
+def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str) -> Slave:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    local = "{}:{}".format(*sock.getsockname()[:2])
+    reader = FrameReader(protocol.MAX_HANDSHAKE_FRAME)
+    try:
+        master_nonce = protocol.parse_challenge(_read_frame(sock, reader))
+    except ProtocolError as exc:
+        raise SlaveExit(ExitCode.REFUSED, f"{address}: {exc}") from None
+    slave_nonce = protocol.new_nonce()
+    sock.sendall(protocol.frame(slave_nonce + protocol.slave_proof(endpoint.secret, master_nonce, slave_nonce)))
+    try:
+        proof = _read_frame(sock, reader)
+    except ProtocolError:
+        raise SlaveExit(
+            ExitCode.REFUSED, f"the master at {address} refused our proof of membership (wrong secret?)"
+        ) from None
+    if not protocol.proofs_match(protocol.master_proof(endpoint.secret, master_nonce, slave_nonce), proof):
+        raise SlaveExit(ExitCode.REFUSED, f"{address} failed to prove it is this computation's master")
+    channel = protocol.session(endpoint.secret, master_nonce, slave_nonce, is_master=False)
+    hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame)
+    sock.sendall(channel.seal(hello))
+    reader.max_size = max_frame
+    try:
+        reply = channel.open(_read_frame(sock, reader))
+    except ProtocolError as exc:
+        raise SlaveExit(ExitCode.REFUSED, f"{address}: {exc}") from None
+    if isinstance(reply, protocol.Refuse):
+        raise SlaveExit(ExitCode.REFUSED, f"the master refused this slave: {reply.reason}")
+    if not isinstance(reply, protocol.Welcome):
+        raise SlaveExit(ExitCode.REFUSED, f"{address}: expected Welcome, got {type(reply).__name__}")
+    sock.settimeout(None)
+    audit(f"MASTER <- CONNECTED TO {address} FROM {local}")
+    audit(f"MASTER -> ID {reply.slave_id}")
+    audit.flush()
+    return Slave(sock, channel, reader, reply, audit)
+
+
+def _read_frame(sock: socket.socket, reader: FrameReader) -> bytes:
+    """Read one whole frame during the handshake (socket in timeout mode); extra bytes stay in ``reader``."""
+    while (body := reader.next()) is None:
+        try:
+            data = sock.recv(_RECV_SIZE)
+        except TimeoutError:
+            raise ProtocolError("the master did not answer in time") from None
+        except OSError as exc:
+            raise ProtocolError(f"connection failed: {exc}") from None
+        if not data:
+            raise ProtocolError("the master closed the connection")
+        reader.feed(data)
+    return body

@@ -1,0 +1,256 @@
+"""Task algorithms, task policies, and the Task / Result records.
+
+A task algorithm is an ordinary function decorated with :func:`task`. The
+master submits tasks for it (``hello.submit("x")``); a slave running the same
+program finds the function by its name and calls it. Arguments are pickled at
+submit time, so an argument that cannot travel fails at the call site, not
+minutes later on a slave.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+import attrs
+
+if TYPE_CHECKING:
+    from mwpy.master import Master
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Pickle protocol for every payload that crosses the wire.
+PICKLE_PROTOCOL = 5
+
+_registry: dict[str, TaskAlgorithm[Any, Any]] = {}
+_current: Master | None = None
+
+
+class MwpyError(Exception):
+    """Base class of the errors mwpy raises to its users."""
+
+
+class NotInMasterError(MwpyError):
+    """A master-only call was made while no master algorithm runs."""
+
+
+@attrs.frozen
+class Policy:
+    """How and where one task runs (CL-MW's task policy).
+
+    ``sid``: run only on this ordered slave (``None``: any slave).
+    ``tag``: any picklable value, handed back unchanged with the result.
+    ``retry``: when the slave running the task vanishes, queue it again
+    (``False``: hand it back as unrunnable).
+    ``do_it_anyway``: an ordered task whose slave vanished moves to the
+    unordered pool instead of becoming unrunnable.
+    ``key``: a stable name for the task; with a journal, a task whose key
+    already has a journaled result is answered from the journal.
+    """
+
+    sid: str | None = None
+    tag: Any = None
+    retry: bool = True
+    do_it_anyway: bool = False
+    key: str | None = None
+
+
+DEFAULT_POLICY = Policy()
+
+
+@attrs.define(eq=False)
+class Task:
+    """A task held by the master: what to run, under which policy.
+
+    Unrunnable tasks are handed back to the master algorithm as these records;
+    ``args``/``kwargs`` decode the stored arguments on demand.
+    """
+
+    task_id: int
+    algorithm: str
+    payload: bytes
+    policy: Policy
+    attempts: int = 0
+    failures: int = 0
+    #: Where the result goes; ``None`` is the master's result list.
+    sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
+
+    @property
+    def sid(self) -> str | None:
+        return self.policy.sid
+
+    @property
+    def tag(self) -> Any:
+        return self.policy.tag
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return decode_arguments(self.payload)[0]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return decode_arguments(self.payload)[1]
+
+
+@attrs.frozen
+class TaskError:
+    """Why a task produced no value: the exception as text, so it always travels."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+@attrs.frozen
+class Result:
+    """One computed task: its value, or the error it raised on the slave."""
+
+    task_id: int
+    algorithm: str
+    slave_id: str
+    tag: Any
+    compute_time: float
+    value: Any = None
+    error: TaskError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class TaskFailedError(MwpyError):
+    """Raised by the convenience API when a task raised on its slave."""
+
+    def __init__(self, result: Result) -> None:
+        assert result.error is not None
+        self.result = result
+        super().__init__(
+            f"task {result.algorithm!r} failed on {result.slave_id}: "
+            f"{result.error.type}: {result.error.message}\n{result.error.traceback}"
+        )
+
+
+def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    try:
+        return pickle.dumps((args, kwargs), PICKLE_PROTOCOL)
+    except Exception as exc:
+        raise TypeError(f"cannot send the arguments of task {algorithm!r}: {exc}") from exc
+
+
+def decode_arguments(payload: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args, kwargs = pickle.loads(payload)
+    return args, kwargs
+
+
+def set_current_master(master: Master | None) -> None:
+    """Make ``master`` the one that ``submit`` and target numbers talk to (the program does this)."""
+    global _current
+    _current = master
+
+
+def _current_master(what: str) -> Master:
+    if _current is None:
+        raise NotInMasterError(f"{what} can only be called while the master algorithm runs")
+    return _current
+
+
+class TaskAlgorithm(Generic[P, R]):
+    """A function that slaves run; made by :func:`task`.
+
+    Calling it runs the function here, as if undecorated. ``submit`` queues a
+    task on the running master; ``with_policy`` gives a submitter bound to one
+    policy; the target-number members let a master stream tasks with bounded
+    memory.
+    """
+
+    def __init__(self, fn: Callable[P, R], name: str) -> None:
+        self.fn = fn
+        self.name = name
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<task algorithm {self.name!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Queue one task with the default policy; returns its task id."""
+        return _current_master(f"{self.name}.submit()")._submit(self, DEFAULT_POLICY, args, kwargs)
+
+    def with_policy(
+        self,
+        *,
+        sid: str | None = None,
+        tag: Any = None,
+        retry: bool = True,
+        do_it_anyway: bool = False,
+        key: str | None = None,
+    ) -> Submitter[P, R]:
+        """A submitter that queues tasks of this algorithm under one fixed policy."""
+        return Submitter(self, Policy(sid, tag, retry, do_it_anyway, key))
+
+    @property
+    def target_number(self) -> int:
+        """How many pending tasks of this algorithm the master wants to keep (advisory)."""
+        return _current_master("target_number").target_number_for(self.name)
+
+    @target_number.setter
+    def target_number(self, value: int) -> None:
+        _current_master("target_number").set_target_number_for(self.name, value)
+
+    def pending_tasks(self) -> int:
+        """Tasks of this algorithm known to the master and not yet answered."""
+        return _current_master("pending_tasks()").pending_tasks_for(self.name)
+
+    def upto_target_number(self) -> int:
+        """How many tasks to create now to reach the target number (never negative)."""
+        return max(0, self.target_number - self.pending_tasks())
+
+
+@attrs.frozen
+class Submitter(Generic[P, R]):
+    """Submits tasks of one algorithm under a fixed policy (CL-MW's with-task-policy)."""
+
+    algorithm: TaskAlgorithm[P, R]
+    policy: Policy
+
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        name = self.algorithm.name
+        return _current_master(f"{name}.submit()")._submit(self.algorithm, self.policy, args, kwargs)
+
+    __call__ = submit
+
+
+@overload
+def task(fn: Callable[P, R], /) -> TaskAlgorithm[P, R]: ...
+@overload
+def task(*, name: str | None = None) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
+
+
+def task(
+    fn: Callable[P, R] | None = None, /, *, name: str | None = None
+) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
+    """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...")``.
+
+    Slaves look algorithms up by name, so each name must be unique in the
+    program; the default name is the function's qualified name.
+    """
+
+    def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:
+        algorithm = TaskAlgorithm(f, name or f.__qualname__)
+        known = _registry.get(algorithm.name)
+        if known is not None and known.fn is not f:
+            raise MwpyError(f"task algorithm {algorithm.name!r} is defined twice; give one a name=")
+        _registry[algorithm.name] = algorithm
+        return algorithm
+
+    return register if fn is None else register(fn)
+
+
+def lookup(name: str) -> TaskAlgorithm[Any, Any] | None:
+    """The registered task algorithm called ``name``, if any."""
+    return _registry.get(name)
