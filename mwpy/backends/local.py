@@ -1,0 +1,120 @@
+"""Slaves as local processes, with the same contract Condor gives them.
+
+Each job gets a sandbox folder holding links to the files the resource file
+names and a fresh copy of the resource file itself, copied anew at every
+start, exactly like ``transfer_input_files``. A slave that exits non-zero (or
+by a signal) stays queued and is started again after a short delay, like
+``on_exit_remove = (ExitBySignal == False) && (ExitCode == 0)``; one that
+exits 0 leaves the queue. So a program that works with ``mwpy local`` has
+already shown that its slaves find everything they need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from mwpy.backends import Job, JobState, Launch
+
+#: Seconds before a slave that exited non-zero is started again.
+RESTART_DELAY = 0.5
+#: Seconds a removed slave gets to exit after SIGTERM before SIGKILL.
+STOP_GRACE = 3.0
+
+
+@attrs.define(eq=False)
+class _LocalJob:
+    job_id: str
+    launch: Launch
+    sandbox: Path
+    process: subprocess.Popen[bytes] | None = None
+    start_at: float = 0.0
+    starts: int = 0
+
+
+class LocalBackend:
+    """Runs slave jobs as child processes of this process, each in its own sandbox folder."""
+
+    name = "local"
+
+    def __init__(self, workdir: str | os.PathLike[str], *, restart_delay: float = RESTART_DELAY) -> None:
+        self._workdir = Path(workdir)
+        self._restart_delay = restart_delay
+        self._jobs: dict[str, _LocalJob] = {}
+        self._numbers = itertools.count()
+        #: Exit statuses of finished runs, newest last (for tests and logs).
+        self.exits: list[tuple[str, int]] = []
+
+    def jobs(self) -> list[Job]:
+        self.poll()
+        return [
+            Job(job.job_id, JobState.RUNNING if job.process is not None else JobState.IDLE)
+            for job in self._jobs.values()
+        ]
+
+    def submit(self, launch: Launch, count: int) -> None:
+        now = time.monotonic()
+        for _ in range(count):
+            job_id = f"local.{next(self._numbers)}"
+            sandbox = self._workdir / job_id
+            sandbox.mkdir(parents=True, exist_ok=True)
+            self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now)
+        self.poll()
+
+    def remove(self, job_ids: Sequence[str]) -> None:
+        doomed = [self._jobs.pop(job_id) for job_id in job_ids if job_id in self._jobs]
+        running = [job.process for job in doomed if job.process is not None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for process in running:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for job in list(self._jobs.values()):
+            if job.process is not None:
+                status = job.process.poll()
+                if status is None:
+                    continue
+                job.process = None
+                self.exits.append((job.job_id, status))
+                if status == 0:
+                    del self._jobs[job.job_id]
+                    continue
+                job.start_at = now + self._restart_delay
+            if now >= job.start_at:
+                self._start(job)
+
+    def close(self) -> None:
+        self.remove(list(self._jobs))
+
+    def _start(self, job: _LocalJob) -> None:
+        """Stage the sandbox as Condor would and start the slave in it."""
+        launch = job.launch
+        for file in launch.files:
+            link = job.sandbox / Path(file).name
+            if not link.exists():
+                link.symlink_to(Path(file).resolve())
+        shutil.copyfile(launch.resource_file, job.sandbox / Path(launch.resource_file).name)
+        job.starts += 1
+        with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
+            job.process = subprocess.Popen(
+                [launch.executable, *launch.arguments],
+                cwd=job.sandbox,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )

@@ -1,0 +1,159 @@
+"""The ``mwpy`` command: ``local``, ``overseer`` and ``status``.
+
+Each subcommand reports a wrong argument in one line and exits 2; nothing here
+prints a traceback for a user's mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from mwpy import resource_file
+from mwpy._version import __version__
+from mwpy.backends import Backend
+from mwpy.backends.local import LocalBackend
+from mwpy.local import run_local
+from mwpy.overseer import Limits, Overseer, Verdict
+from mwpy.resource_file import ResourceFileError
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError
+    return value
+
+
+_positive.__name__ = "positive integer"
+_seconds.__name__ = "positive number of seconds"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mwpy", description="Run and oversee mwpy computations.")
+    parser.add_argument("--version", action="version", version=f"mwpy {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    local = commands.add_parser(
+        "local",
+        help="run a program as master with N local slave processes",
+        description="Run PROGRAM as master with N local slaves. Arguments after -- go to the program "
+        "(--mw-* options among them go to mwpy).",
+    )
+    local.add_argument("program", help="the mwpy program (a .py file)")
+    local.add_argument("--slaves", type=_positive, default=2, help="number of slave processes (default 2)")
+    local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
+    local.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"
+    )
+
+    overseer = commands.add_parser(
+        "overseer",
+        help="keep a batch system's slave jobs matched to a resource file",
+        description="Watch RESOURCE_FILE and grow or shrink the computation's slave jobs until it finishes.",
+    )
+    overseer.add_argument("resource_file")
+    overseer.add_argument("--backend", choices=["condor", "local"], default="condor")
+    overseer.add_argument("--max-jobs", type=_positive, default=Limits.max_jobs, help="cap on all slave jobs")
+    overseer.add_argument("--max-idle", type=_positive, default=Limits.max_idle, help="cap on idle slave jobs")
+    overseer.add_argument("--batch", type=_positive, default=Limits.batch, help="most jobs submitted at once")
+    overseer.add_argument("--interval", type=_seconds, default=10.0, help="seconds between timed reconciliations")
+    overseer.add_argument("--workdir", help="local back end: folder for slave sandboxes")
+    overseer.add_argument("--submit-file", help="condor back end: extra submit commands for slave jobs")
+
+    status = commands.add_parser("status", help="show a computation's state from its resource file")
+    status.add_argument("resource_file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    program_args: list[str] = []
+    if args[:1] == ["local"] and "--" in args:
+        cut = args.index("--")
+        args, program_args = args[:cut], args[cut + 1 :]
+    options = _parser().parse_args(args)
+    if options.command == "local":
+        return run_local(
+            options.program, options.slaves, program_args, workdir=options.workdir, progress=options.progress
+        )
+    if options.command == "overseer":
+        return _overseer(options)
+    return _status(options)
+
+
+def _log(text: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [O] {text}", flush=True)
+
+
+def _backend(options: argparse.Namespace) -> Backend:
+    if options.backend == "local":
+        return LocalBackend(options.workdir or ".")
+    # Imported here: the HTCondor bindings are slow to load and only this back end needs them.
+    from mwpy.backends.htcondor import CondorBackend  # noqa: PLC0415
+
+    return CondorBackend.for_resource_file(options.resource_file, submit_file=options.submit_file)
+
+
+def _overseer(options: argparse.Namespace) -> int:
+    try:
+        backend = _backend(options)
+    except (OSError, RuntimeError, ResourceFileError) as exc:
+        print(f"mwpy overseer: error: {exc}", file=sys.stderr)
+        return 1
+    limits = Limits(max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch)
+    overseer = Overseer(options.resource_file, backend, limits, log=_log)
+    _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
+    try:
+        verdict = overseer.run(threading.Event(), interval=options.interval)
+    except KeyboardInterrupt:
+        verdict = Verdict.RUNNING
+    finally:
+        backend.close()
+    return 0 if verdict is Verdict.FINISHED else 1
+
+
+def _status(options: argparse.Namespace) -> int:
+    try:
+        record = resource_file.read(options.resource_file)
+    except ResourceFileError as exc:
+        print(f"mwpy status: error: {exc}", file=sys.stderr)
+        return 1
+    state = "finished" if record.finished else ("stale" if record.stale() else "in progress")
+    report = {
+        "status": state,
+        "age_seconds": round(record.age(), 1),
+        "master": f"{record.master_host}:{record.master_port}",
+        "member_id": record.member_id,
+        "slaves_needed": record.slaves_needed,
+        "slaves_connected": record.slaves_connected,
+        "tasks_done": record.tasks_done,
+        "tasks_queued": record.tasks_pending,
+        "tasks_running": record.tasks_running,
+    }
+    if options.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    connected = sum(record.slaves_connected.values())
+    groups = ", ".join(f"{k} {v}" for k, v in record.slaves_connected.items() if v)
+    rows = [
+        ("status", f"{state} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
+        ("master", f"{report['master']}  member id {record.member_id!r}"),
+        ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
+        ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
+    ]
+    for name, value in rows:
+        print(f"{name:<8} {value}")
+    return 0
