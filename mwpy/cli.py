@@ -1,4 +1,4 @@
-"""The ``mwpy`` command: ``local``, ``overseer`` and ``status``.
+"""The ``mwpy`` command: ``local``, ``overseer``, ``status`` and ``bundle``.
 
 Each subcommand reports a wrong argument in one line and exits 2; nothing here
 prints a traceback for a user's mistake.
@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from mwpy import resource_file
+from mwpy import bundle, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend
 from mwpy.backends.local import LocalBackend
@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     overseer.add_argument("--workdir", help="local back end: folder for slave sandboxes")
     overseer.add_argument("--submit-file", help="condor back end: extra submit commands for slave jobs")
 
+    bundle_cmd = commands.add_parser(
+        "bundle",
+        help="write mwpy.pyz: mwpy and its dependencies, to ship to execute nodes",
+        description="Write a zipapp that runs an mwpy program with mwpy importable: "
+        "python3 mwpy.pyz PROGRAM.py --mw-slave ...",
+    )
+    bundle_cmd.add_argument("-o", "--output", default="mwpy.pyz", help="where to write it (default mwpy.pyz)")
+
     status = commands.add_parser("status", help="show a computation's state from its resource file")
     status.add_argument("resource_file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -91,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if options.command == "overseer":
         return _overseer(options)
+    if options.command == "bundle":
+        print(bundle.build(options.output))
+        return 0
     return _status(options)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from mwpy import protocol, resource_file
+from mwpy import bundle, protocol, resource_file
 from mwpy.audit import Audit
 from mwpy.options import Options
 from mwpy.protocol import Channel, FrameReader, ProtocolError
@@ -49,6 +49,10 @@ _RECV_SIZE = 256 * 1024
 _TICK = 0.25
 #: Shortest time between two resource-file writes caused by a change.
 _DEBOUNCE = 0.2
+#: File name of the slave bundle built by --mw-slave-bundle.
+BUNDLE_NAME = "mwpy.pyz"
+#: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
+DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 #: How long the master waits for slaves to acknowledge a shutdown.
 _SHUTDOWN_GRACE = 5.0
 
@@ -123,6 +127,7 @@ class Master:
         self._resource_written = 0.0
         self._resource_key: tuple[Any, ...] | None = None
         self._finished = False
+        self._bundle = self._build_bundle()
         _raise_file_limit()
         self._selector = selectors.DefaultSelector()
         self._listener = self._listen()
@@ -599,7 +604,7 @@ class Master:
             master_host=self.host,
             master_port=self.port,
             slaves_needed=0 if self._finished else sched.slaves_needed,
-            slave_executable=self._options.slave_executable or sys.executable,
+            slave_executable=self._slave_executable(),
             slave_files=self._slave_files(),
             slave_arguments=self._slave_arguments(),
             master_pid=os.getpid(),
@@ -614,14 +619,29 @@ class Master:
         except OSError as exc:
             self._audit(f"RESOURCE FILE NOT WRITTEN {path}: {exc}")
 
+    def _build_bundle(self) -> str | None:
+        if not self._options.slave_bundle:
+            return None
+        folder = os.path.dirname(os.path.abspath(self._options.resource_file or self._program))
+        return str(bundle.build(os.path.join(folder, BUNDLE_NAME)))
+
+    def _slave_executable(self) -> str:
+        if self._options.slave_executable:
+            return self._options.slave_executable
+        return DEFAULT_BUNDLE_PYTHON if self._bundle else sys.executable
+
     def _slave_files(self) -> list[str]:
         files = [self._program, *(os.path.abspath(f) for f in self._options.slave_files)]
+        if self._bundle:
+            files.insert(0, self._bundle)
         if self._options.secret_file:
             files.append(os.path.abspath(self._options.secret_file))
         return files
 
     def _slave_arguments(self) -> list[str]:
         arguments = [os.path.basename(self._program), "--mw-slave"]
+        if self._bundle:
+            arguments.insert(0, BUNDLE_NAME)
         if self._options.resource_file:
             arguments += ["--mw-resource-file", os.path.basename(self._options.resource_file)]
         if self._options.secret_file:

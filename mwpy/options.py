@@ -44,6 +44,7 @@ class Options:
     member_id: str = DEFAULT_MEMBER_ID
     slave_executable: str | None = None
     slave_files: tuple[str, ...] = ()
+    slave_bundle: bool = False
     secret_file: str | None = None
     #: Slave only: which of host/port/member-id came *after* --mw-resource-file
     #: (those win over the file's values; earlier ones lose to it).
@@ -203,6 +204,13 @@ _SPECS: dict[str, _Spec] = {
         _non_empty,
         "a path",
         repeat=True,
+    ),
+    "--mw-slave-bundle": _Spec(
+        "slave_bundle",
+        "",
+        "mwpy: build mwpy.pyz (mwpy and its dependencies) next to the resource file and start "
+        "slaves through it, so execute nodes need only a Python (default /usr/bin/python3).",
+        None,
     ),
     "--mw-secret-file": _Spec(
         "secret_file",

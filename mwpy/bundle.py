@@ -1,0 +1,64 @@
+"""The slave bundle: mwpy and its pure-Python dependencies in one zipapp.
+
+Execute nodes rarely have mwpy installed. ``python3 mwpy.pyz program.py
+--mw-slave ...`` runs ``program.py`` exactly as ``python3 program.py`` would,
+with mwpy, attrs and cattrs importable from the archive, so a slave needs
+nothing on the node but a Python of a version mwpy supports. The master builds
+it next to the resource file with ``--mw-slave-bundle``; ``mwpy bundle``
+builds one by hand for a static submit file.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import mwpy
+
+#: Distributions a slave imports, besides mwpy itself (all pure Python).
+DEPENDENCIES = ("attrs", "cattrs", "typing_extensions")
+
+_MAIN = '''"""Run an mwpy program with the mwpy bundled in this archive importable."""
+import os
+import runpy
+import sys
+
+if len(sys.argv) < 2:
+    sys.exit("usage: python3 mwpy.pyz PROGRAM.py [ARGS...]")
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def _files() -> list[tuple[Path, str]]:
+    """(file on disk, name in the archive) for mwpy and its dependencies."""
+    package = Path(mwpy.__file__).parent
+    files = [(path, f"mwpy/{path.relative_to(package).as_posix()}") for path in sorted(package.rglob("*.py"))]
+    for name in DEPENDENCIES:
+        dist = importlib.metadata.distribution(name)
+        for entry in dist.files or ():
+            if entry.suffix == ".py" and ".dist-info" not in str(entry) and "__pycache__" not in entry.parts:
+                files.append((Path(str(dist.locate_file(entry))), entry.as_posix()))
+    return files
+
+
+def build(path: str | os.PathLike[str]) -> Path:
+    """Write the bundle to ``path`` atomically and return its path."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("__main__.py", _MAIN)
+            for source, name in _files():
+                archive.write(source, name)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
