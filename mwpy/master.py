@@ -29,9 +29,11 @@ import attrs
 
 from mwpy import bundle, protocol, resource_file
 from mwpy.audit import Audit
+from mwpy.journal import Journal
 from mwpy.options import Options
 from mwpy.protocol import Channel, FrameReader, ProtocolError
 from mwpy.scheduler import Scheduler, SlaveKind
+from mwpy.slave import ExitCode
 from mwpy.task import (
     DEFAULT_POLICY,
     Policy,
@@ -115,7 +117,12 @@ class Master:
         self._audit = audit
         self._secret = secret
         self._program = os.path.abspath(program)
-        self._sched = Scheduler(task_group=options.slave_task_group, fixed_window=options.slave_window)
+        self._sched = Scheduler(
+            task_group=options.slave_task_group,
+            fixed_window=options.slave_window,
+            task_attempts=options.task_attempts,
+            black_hole_failures=options.slave_max_failures,
+        )
         self._results: list[Result] = []
         self._peers: set[_Peer] = set()
         self._by_sid: dict[str, _Peer] = {}
@@ -128,6 +135,7 @@ class Master:
         self._resource_key: tuple[Any, ...] | None = None
         self._finished = False
         self._bundle = self._build_bundle()
+        self._journal = Journal(options.journal) if options.journal else None
         _raise_file_limit()
         self._selector = selectors.DefaultSelector()
         self._listener = self._listen()
@@ -158,7 +166,12 @@ class Master:
                 f"of --mw-max-write-buffer-size {self._options.max_write_buffer_size} bytes can carry"
             )
         task = Task(self._sched.new_id(), algorithm.name, payload, policy, sink=sink)
-        self._sched.add(task)
+        entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
+        if entry is not None:
+            replay = _decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
+            self._deliver(task, replay)
+        else:
+            self._sched.add(task)
         return task.task_id
 
     # ------------------------------------------------------------------ the event loop
@@ -215,6 +228,8 @@ class Master:
         now = time.monotonic()
         if now >= self._next_tick:
             self._tick(now)
+        if self._journal is not None:
+            self._journal.commit()  # durable before the master algorithm sees the results
         self._audit.flush()
 
     # ------------------------------------------------------------------ what the algorithm drains
@@ -301,25 +316,36 @@ class Master:
     # ------------------------------------------------------------------ convenience
 
     def as_completed(
-        self, algorithm: TaskAlgorithm[..., Any], *iterables: Iterable[Any], window: int = 10_000
+        self,
+        algorithm: TaskAlgorithm[..., Any],
+        *iterables: Iterable[Any],
+        window: int = 10_000,
+        key: Callable[..., str] | None = None,
     ) -> Iterator[Result]:
         """Run ``algorithm`` over the zipped ``iterables``; yield each Result as it arrives.
 
         Input is consumed lazily, keeping at most ``window`` tasks in the
         master, so an endless iterable streams with bounded memory. Results of
         these tasks go only to this iterator, never to :meth:`results`.
+        ``key(*args)`` names each task for the journal (``--mw-journal``).
         """
-        for _, result in self._stream(algorithm, iterables, window):
+        for _, result in self._stream(algorithm, iterables, window, key):
             yield result
 
-    def map(self, algorithm: TaskAlgorithm[..., Any], *iterables: Iterable[Any], window: int = 10_000) -> Iterator[Any]:
+    def map(
+        self,
+        algorithm: TaskAlgorithm[..., Any],
+        *iterables: Iterable[Any],
+        window: int = 10_000,
+        key: Callable[..., str] | None = None,
+    ) -> Iterator[Any]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
         A task that raised makes the iterator raise :class:`TaskFailedError`.
         """
         early: dict[int, Result] = {}
         next_index = 0
-        for index, result in self._stream(algorithm, iterables, window):
+        for index, result in self._stream(algorithm, iterables, window, key):
             early[index] = result
             while next_index in early:
                 ready = early.pop(next_index)
@@ -329,7 +355,11 @@ class Master:
                 yield ready.value
 
     def _stream(
-        self, algorithm: TaskAlgorithm[..., Any], iterables: tuple[Iterable[Any], ...], window: int
+        self,
+        algorithm: TaskAlgorithm[..., Any],
+        iterables: tuple[Iterable[Any], ...],
+        window: int,
+        key: Callable[..., str] | None,
     ) -> Iterator[tuple[int, Result]]:
         """Submit lazily, at most ``window`` outstanding; yield (input position, result)."""
         if window < 1:
@@ -345,7 +375,8 @@ class Master:
                     exhausted = True
                     break
                 index, args = item
-                self._submit(algorithm, DEFAULT_POLICY, args, {}, sink=functools.partial(_put, arrived, index))
+                policy = DEFAULT_POLICY if key is None else Policy(key=key(*args))
+                self._submit(algorithm, policy, args, {}, sink=functools.partial(_put, arrived, index))
                 outstanding += 1
             if not arrived:
                 if exhausted and not outstanding:
@@ -474,13 +505,39 @@ class Master:
         peer.results_in += len(msg.items)
         if self._audit.packets:
             self._audit(f"{sid} -> {len(msg.items)} results")
+        holes: list[str] = []
         for task_id, ok, blob, compute_time in msg.items:
             task = sched.finish(sid, task_id, compute_time)
             if task is None:
                 self._audit(f"{sid} -> result for task {task_id} it does not hold (ignored)")
                 continue
+            result = _decode_result(task, sid, ok, blob, compute_time)
+            if result.error is None:
+                holes += sched.succeeded(sid, task)
+                if task.policy.key is not None and self._journal is not None:
+                    self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
+            elif sched.failed(sid, task):
+                self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
+                continue
             sched.complete(task)
-            self._deliver(task, _decode_result(task, sid, ok, blob, compute_time))
+            self._deliver(task, result)
+        for hole in holes:
+            self._expel(hole)
+
+    def _expel(self, sid: str) -> None:
+        """Send a black-hole slave away with a non-zero status; its tasks go to others."""
+        peer = self._by_sid.pop(sid, None)
+        if peer is None or peer.channel is None:
+            return
+        lost = self._sched.leave(sid)
+        self._audit(
+            f"{sid} -> told to leave: {self._options.slave_max_failures} of its failed tasks succeeded "
+            f"elsewhere (black hole); {len(lost)} tasks in flight go to other slaves"
+        )
+        peer.state = _State.CLOSING
+        peer.sid = None
+        self._queue(peer, peer.channel.seal(protocol.Shutdown(ExitCode.TOLD_TO_LEAVE)))
+        self._tick_soon()
 
     def _deliver(self, task: Task, result: Result) -> None:
         if task.sink is None:
@@ -670,6 +727,8 @@ class Master:
         self._selector.unregister(self._listener)
         self._listener.close()
         self._selector.close()
+        if self._journal is not None:
+            self._journal.close()
         self._write_resource_file(time.monotonic())
         self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
         self._audit.flush()
@@ -679,7 +738,9 @@ def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:
     queue.append((index, result))
 
 
-def _decode_result(task: Task, sid: str, ok: bool, blob: bytes, compute_time: float) -> Result:
+def _decode_result(
+    task: Task, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False
+) -> Result:
     """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
     tag = task.policy.tag
     try:
@@ -688,7 +749,7 @@ def _decode_result(task: Task, sid: str, ok: bool, blob: bytes, compute_time: fl
         error = TaskError("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "")
         return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=error)
     if ok:
-        return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=decoded)
+        return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=decoded, journaled=journaled)
     kind, message, trace = decoded
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(kind, message, trace))
 

@@ -46,6 +46,9 @@ class Options:
     slave_files: tuple[str, ...] = ()
     slave_bundle: bool = False
     secret_file: str | None = None
+    task_attempts: int = 3
+    journal: str | None = None
+    slave_max_failures: int = 5
     #: Slave only: which of host/port/member-id came *after* --mw-resource-file
     #: (those win over the file's values; earlier ones lose to it).
     after_resource_file: frozenset[str] = frozenset()
@@ -211,6 +214,31 @@ _SPECS: dict[str, _Spec] = {
         "mwpy: build mwpy.pyz (mwpy and its dependencies) next to the resource file and start "
         "slaves through it, so execute nodes need only a Python (default /usr/bin/python3).",
         None,
+    ),
+    "--mw-task-attempts": _Spec(
+        "task_attempts",
+        "N",
+        "mwpy: runs a task that raised gets (on other slaves where possible) before its failure "
+        "is handed to the master algorithm. Default 3; 1 hands over the first failure.",
+        _positive_int,
+        "a positive integer",
+    ),
+    "--mw-slave-max-failures": _Spec(
+        "slave_max_failures",
+        "N",
+        "mwpy: a slave whose N failed tasks in a row then succeed on other slaves is a black "
+        "hole and is told to exit non-zero (status 7), so the batch system runs it elsewhere. "
+        "Default 5; 0 never.",
+        _non_negative_int,
+        "a non-negative integer",
+    ),
+    "--mw-journal": _Spec(
+        "journal",
+        "FILE",
+        "mwpy: SQLite result journal; a task submitted with a key already journaled is answered "
+        "from it without running, so a restarted master resumes.",
+        _non_empty,
+        "a file name",
     ),
     "--mw-secret-file": _Spec(
         "secret_file",

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from mwpy import resource_file
 from mwpy._version import __version__
 from mwpy.audit import Audit
+from mwpy.journal import JournalError
 from mwpy.master import Master
 from mwpy.options import Options, UsageError, parse, usage
 from mwpy.resource_file import ResourceFileError
@@ -99,7 +100,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     try:
         secret = _master_secret(options)
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, JournalError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return 1
     set_current_master(mw)
@@ -110,6 +111,11 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
             audit(f"MASTER ALGORITHM RETURNED {returned!r}: exit status {status}")
     except KeyboardInterrupt:
         status = 130
+    except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        status = exit_status(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
+        audit(f"MASTER ALGORITHM EXITED: exit status {status}")
     except BaseException:
         traceback.print_exc()
         audit("MASTER ALGORITHM RAISED: exit status 255")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections import Counter, deque
 from collections.abc import Iterator
 
@@ -30,6 +31,11 @@ from mwpy.task import Task
 PIPELINE_SECONDS = 0.005
 #: Upper bound of the adaptive window, in tasks.
 MAX_WINDOW = 128
+#: How far down the queue a slave looks past tasks that already failed on it.
+_MAX_SKIP = 64
+#: Seconds (times the failures so far) before a failed task may run again on a slave it failed on;
+#: other slaves may take it at once.
+RETRY_DELAY = 1.0
 
 
 class SlaveKind(enum.Enum):
@@ -50,14 +56,20 @@ class _Slot:
     in_flight: dict[int, Task] = attrs.Factory(dict)
     freeing: bool = False
     compute_time: float | None = None  # moving average, seconds per task
+    streak: int = 0  # numbers this slave's runs of failures; a success starts a new one
+    proven: int = 0  # failures of the current streak that later succeeded elsewhere
 
 
 class Scheduler:
     """Task queues, slave groups and target numbers of one master."""
 
-    def __init__(self, *, task_group: int = 1, fixed_window: int = 0) -> None:
+    def __init__(
+        self, *, task_group: int = 1, fixed_window: int = 0, task_attempts: int = 1, black_hole_failures: int = 0
+    ) -> None:
         self.task_group = task_group
         self.fixed_window = fixed_window
+        self.task_attempts = task_attempts
+        self.black_hole_failures = black_hole_failures
         self._next_id = 0
         self._unordered: deque[Task] = deque()
         self._slots: dict[str, _Slot] = {}
@@ -143,6 +155,38 @@ class Scheduler:
         self._hungry.add(sid)
         return task
 
+    def failed(self, sid: str, task: Task) -> bool:
+        """A run of ``task`` on ``sid`` raised. True: queued to run again; False: hand the failure over."""
+        slot = self._slots.get(sid)
+        if slot is not None:
+            task.failed_on.append((sid, slot.streak))
+        if len(task.failed_on) >= self.task_attempts or task.policy.sid is not None:
+            return False
+        task.retry_after = time.monotonic() + RETRY_DELAY * len(task.failed_on)
+        self._unordered.append(task)  # at the back: most likely another slave takes it
+        return True
+
+    def succeeded(self, sid: str, task: Task) -> list[str]:
+        """A run of ``task`` on ``sid`` gave a value. Returns slaves now proven to be black holes.
+
+        A slave is a black hole when ``black_hole_failures`` tasks that failed on
+        it, with no success of its own in between, have since succeeded on other
+        slaves: its failures come from its machine, not from the tasks.
+        """
+        slot = self._slots.get(sid)
+        if slot is not None:
+            slot.streak += 1
+            slot.proven = 0
+        holes = []
+        for failed_sid, streak in task.failed_on:
+            other = self._slots.get(failed_sid)
+            if other is None or failed_sid == sid or other.streak != streak:
+                continue
+            other.proven += 1
+            if self.black_hole_failures and other.proven >= self.black_hole_failures:
+                holes.append(failed_sid)
+        return holes
+
     def complete(self, task: Task) -> None:
         """The task's result has been handed over: it leaves the master's memory."""
         self._forget(task)
@@ -184,8 +228,15 @@ class Scheduler:
                 self._with_ordered_work.discard(sid)
         if slot.kind is not SlaveKind.ORDERED:
             queue = self._unordered
-            while queue and len(batch) < room:
-                batch.append(queue.popleft())
+            skipped: list[Task] = []
+            now = time.monotonic()
+            while queue and len(batch) < room and len(skipped) < _MAX_SKIP:
+                task = queue.popleft()
+                if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
+                    skipped.append(task)  # leave it to a slave it has not failed on, for a while
+                else:
+                    batch.append(task)
+            queue.extendleft(reversed(skipped))
         for task in batch:
             slot.in_flight[task.task_id] = task
             task.attempts += 1
@@ -193,6 +244,10 @@ class Scheduler:
         if len(slot.in_flight) + self.task_group > self.window(sid):
             self._hungry.discard(sid)
         return batch
+
+    @staticmethod
+    def _failed_here(task: Task, sid: str) -> bool:
+        return any(failed_sid == sid for failed_sid, _ in task.failed_on)
 
     # ------------------------------------------------------------------ slaves
 

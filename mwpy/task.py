@@ -72,8 +72,12 @@ class Task:
     algorithm: str
     payload: bytes
     policy: Policy
+    #: Times the task was sent to a slave.
     attempts: int = 0
-    failures: int = 0
+    #: (slave id, that slave's failure streak) for each run that raised; see Scheduler.succeeded.
+    failed_on: list[tuple[str, int]] = attrs.field(factory=list, repr=False)
+    #: A slave it failed on may take it again only after this (monotonic clock).
+    retry_after: float = attrs.field(default=0.0, repr=False)
     #: Where the result goes; ``None`` is the master's result list.
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
 
@@ -114,6 +118,8 @@ class Result:
     compute_time: float
     value: Any = None
     error: TaskError | None = None
+    #: True when the value came from the result journal instead of a run.
+    journaled: bool = False
 
     @property
     def ok(self) -> bool:

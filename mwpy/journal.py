@@ -1,0 +1,85 @@
+"""The result journal: a master that is restarted resumes instead of starting over.
+
+Opt-in with ``--mw-journal FILE``. Every successful result of a task submitted
+with a ``key`` is stored in SQLite (WAL mode) before the master algorithm sees
+it; a task submitted later with a key already in the journal is answered from
+it without running. A master killed half-way and run again therefore only runs
+what had not finished. Keys are the program's to choose: equal keys must mean
+equal work.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import attrs
+
+_SCHEMA = """
+create table if not exists results (
+    key text primary key,
+    algorithm text not null,
+    value blob not null,
+    slave_id text not null,
+    compute_time real not null,
+    recorded real not null
+)
+"""
+
+
+class JournalError(Exception):
+    """The journal file cannot be opened or is not an mwpy journal."""
+
+
+@attrs.frozen
+class Entry:
+    """One journaled result (the value still pickled, as the slave sent it)."""
+
+    algorithm: str
+    value: bytes
+    slave_id: str
+    compute_time: float
+
+
+class Journal:
+    """Results by task key in one SQLite file; writes are committed in batches by the event loop."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None)
+            self._db.execute("pragma journal_mode=wal")
+            self._db.execute("pragma synchronous=normal")
+            self._db.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise JournalError(f"{path}: cannot use as a journal ({exc})") from None
+        self._pending = 0
+        self._db.execute("begin")
+
+    def lookup(self, key: str) -> Entry | None:
+        row = self._db.execute(
+            "select algorithm, value, slave_id, compute_time from results where key = ?", (key,)
+        ).fetchone()
+        return None if row is None else Entry(*row)
+
+    def record(self, key: str, algorithm: str, value: bytes, slave_id: str, compute_time: float) -> None:
+        self._db.execute(
+            "insert or replace into results values (?, ?, ?, ?, ?, ?)",
+            (key, algorithm, value, slave_id, compute_time, time.time()),
+        )
+        self._pending += 1
+
+    def commit(self) -> None:
+        """Make recorded results durable (called before the master algorithm sees them)."""
+        if self._pending:
+            self._db.execute("commit")
+            self._db.execute("begin")
+            self._pending = 0
+
+    def __len__(self) -> int:
+        return int(self._db.execute("select count(*) from results").fetchone()[0])
+
+    def close(self) -> None:
+        self.commit()
+        self._db.execute("commit")
+        self._db.close()
