@@ -19,6 +19,7 @@ import pickle
 import resource
 import selectors
 import socket
+import ssl
 import sys
 import time
 from collections import deque
@@ -84,7 +85,7 @@ class _Peer:
 
     __slots__ = (
         "sock", "address", "state", "reader", "out", "channel", "nonce", "sid",
-        "last_heard", "max_out", "tasks_out", "results_in", "writing",
+        "last_heard", "max_out", "tasks_out", "results_in", "writing", "handshaking",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, address: str, nonce: bytes, now: float) -> None:
@@ -101,6 +102,7 @@ class _Peer:
         self.tasks_out = 0
         self.results_in = 0
         self.writing = False
+        self.handshaking = False  # TLS handshake still under way
 
 
 class Master:
@@ -136,6 +138,10 @@ class Master:
         self._finished = False
         self._bundle = self._build_bundle()
         self._journal = Journal(options.journal) if options.journal else None
+        self._tls: ssl.SSLContext | None = None
+        self._tls_fingerprint: str | None = None
+        if options.tls_cert:
+            self._tls, self._tls_fingerprint = protocol.tls_server_context(options.tls_cert, options.tls_key)
         _raise_file_limit()
         self._selector = selectors.DefaultSelector()
         self._listener = self._listen()
@@ -219,6 +225,9 @@ class Master:
             peer = key.data
             if peer is None:
                 self._accept()
+                continue
+            if peer.handshaking:
+                self._tls_handshake(peer)
                 continue
             if mask & selectors.EVENT_READ:
                 self._read(peer)
@@ -413,19 +422,49 @@ class Master:
             if self._finished:
                 sock.close()
                 continue
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             nonce = protocol.new_nonce()
             peer = _Peer(sock, address, nonce, now)
             self._peers.add(peer)
             self._selector.register(sock, selectors.EVENT_READ, peer)
             self._audit(f"NEW-CLIENT -> {address}")
-            self._queue(peer, protocol.challenge(nonce))
+            if self._tls is None:
+                self._queue(peer, protocol.challenge(nonce))
+            else:
+                peer.handshaking = True
+                self._tls_handshake(peer)
+
+    def _tls_handshake(self, peer: _Peer) -> None:
+        """Advance a non-blocking TLS handshake; once done, the mwpy handshake starts."""
+        sock = peer.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        want_write = False
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLWantWriteError:
+            want_write = True
+        except OSError as exc:
+            self._lose(peer, f"TLS handshake failed: {exc}")
+            return
+        else:
+            peer.handshaking = False
+            peer.last_heard = time.monotonic()
+            self._queue(peer, protocol.challenge(peer.nonce))
+            return
+        self._want_write(peer, sock, want_write)
 
     def _read(self, peer: _Peer) -> None:
         sock = peer.sock
         assert sock is not None
         try:
             data = sock.recv(_RECV_SIZE)
-        except (BlockingIOError, InterruptedError):
+            if isinstance(sock, ssl.SSLSocket):
+                while sock.pending():  # plaintext TLS already decrypted: select will not report it
+                    data += sock.recv(_RECV_SIZE)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError as exc:
             self._lose(peer, f"read error: {exc}")
@@ -586,19 +625,23 @@ class Master:
         sock = peer.sock
         if sock is None:
             return
+        if peer.handshaking:
+            return  # the TLS handshake owns the socket until it is done
         if peer.out:
             try:
                 sent = sock.send(peer.out)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 sent = 0
             except OSError as exc:
                 self._lose(peer, f"write error: {exc}")
                 return
             del peer.out[:sent]
-        want_write = bool(peer.out)
-        if want_write != peer.writing:
-            peer.writing = want_write
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
+        self._want_write(peer, sock, bool(peer.out))
+
+    def _want_write(self, peer: _Peer, sock: socket.socket, want: bool) -> None:
+        if want != peer.writing:
+            peer.writing = want
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
             self._selector.modify(sock, events, peer)
 
     def _close(self, peer: _Peer) -> None:
@@ -670,6 +713,7 @@ class Master:
             tasks_running=sched.running_total,
             slaves_connected=connected,
             secret=None if self._options.secret_file else self._secret.hex(),
+            tls_fingerprint=self._tls_fingerprint,
         )
         try:
             resource_file.write(path, record)

@@ -48,6 +48,9 @@ class Options:
     secret_file: str | None = None
     task_attempts: int = 3
     journal: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_fingerprint: str | None = None
     slave_max_failures: int = 5
     #: Slave only: which of host/port/member-id came *after* --mw-resource-file
     #: (those win over the file's values; earlier ones lose to it).
@@ -80,6 +83,13 @@ def _port(text: str) -> int:
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
+        raise ValueError
+    return value
+
+
+def _fingerprint(text: str) -> str:
+    value = text.replace(":", "").lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
         raise ValueError
     return value
 
@@ -240,6 +250,29 @@ _SPECS: dict[str, _Spec] = {
         _non_empty,
         "a file name",
     ),
+    "--mw-tls-cert": _Spec(
+        "tls_cert",
+        "FILE",
+        "mwpy: master: encrypt connections with TLS using this PEM certificate; its SHA-256 "
+        "fingerprint goes to the resource file and slaves pin it.",
+        _non_empty,
+        "a PEM file",
+    ),
+    "--mw-tls-key": _Spec(
+        "tls_key",
+        "FILE",
+        "mwpy: master: the private key of --mw-tls-cert (if not in the same file).",
+        _non_empty,
+        "a PEM file",
+    ),
+    "--mw-tls-fingerprint": _Spec(
+        "tls_fingerprint",
+        "HEX",
+        "mwpy: slave without a resource file: use TLS and accept only a master certificate with "
+        "this SHA-256 fingerprint.",
+        _fingerprint,
+        "64 hexadecimal digits",
+    ),
     "--mw-secret-file": _Spec(
         "secret_file",
         "FILE",
@@ -312,6 +345,8 @@ def _check(options: Options) -> None:
             raise UsageError("--mw-master-host: required for a slave without --mw-resource-file")
         if options.master_port is None:
             raise UsageError("--mw-master-port: required for a slave without --mw-resource-file")
+    if options.tls_key is not None and options.tls_cert is None:
+        raise UsageError("--mw-tls-key: needs --mw-tls-cert")
     if options.role == "master" and options.resource_file is None and options.secret_file is None:
         raise UsageError(
             "--mw-resource-file: a master needs it (or --mw-secret-file) so that slaves "

@@ -233,7 +233,8 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
             f"update interval {record.update_interval:g} s"
         )
         audit(f"STALE RESOURCE FILE ({stale})")
-    return Endpoint(host, port, member_id, secret), stale
+    fingerprint = options.tls_fingerprint or (record.tls_fingerprint if record else None)
+    return Endpoint(host, port, member_id, secret, fingerprint), stale
 
 
 def _read_secret_for_slave(path: str) -> bytes:

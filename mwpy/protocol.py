@@ -15,9 +15,11 @@ their fields (``attrs.astuple`` without recursion), which keeps the hot path
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import pickle
+import ssl
 import struct
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -181,6 +183,36 @@ def session(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is_master
     m2s = _mac(secret, b"mwpy key m2s", master_nonce, slave_nonce)
     s2m = _mac(secret, b"mwpy key s2m", master_nonce, slave_nonce)
     return Channel(send_key=m2s, recv_key=s2m) if is_master else Channel(send_key=s2m, recv_key=m2s)
+
+
+# --------------------------------------------------------------------------
+# TLS (optional; the proofs above authenticate, TLS adds confidentiality)
+
+
+def tls_server_context(cert: str, key: str | None) -> tuple[ssl.SSLContext, str]:
+    """The master's TLS context and its certificate's SHA-256 fingerprint (hex), for slaves to pin."""
+    try:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        with open(cert, encoding="ascii") as pem:
+            der = ssl.PEM_cert_to_DER_cert(pem.read())
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        raise ValueError(f"--mw-tls-cert: cannot use {cert}: {exc}") from None
+    return context, hashlib.sha256(der).hexdigest()
+
+
+def tls_client_context() -> ssl.SSLContext:
+    """The slave's TLS context: the certificate is checked by fingerprint, not by a CA."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def certificate_matches(sock: ssl.SSLSocket, fingerprint: str) -> bool:
+    der = sock.getpeercert(binary_form=True)
+    return der is not None and hmac.compare_digest(hashlib.sha256(der).hexdigest(), fingerprint)
 
 
 # --------------------------------------------------------------------------

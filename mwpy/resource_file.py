@@ -55,6 +55,7 @@ class ResourceFile:
     tasks_running: int = 0
     slaves_connected: dict[str, int] = attrs.Factory(dict)
     secret: str | None = None
+    tls_fingerprint: str | None = None
     format: str = FORMAT
     version: int = VERSION
 

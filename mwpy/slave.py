@@ -19,6 +19,7 @@ import os
 import pickle
 import select
 import socket
+import ssl
 import threading
 import time
 import traceback
@@ -65,6 +66,8 @@ class Endpoint:
     port: int
     member_id: str
     secret: bytes
+    #: Set when the master speaks TLS: the SHA-256 fingerprint its certificate must have.
+    tls_fingerprint: str | None = None
 
 
 @attrs.frozen
@@ -100,7 +103,9 @@ class Slave:
         self._lost: str | None = None
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
-        self._send_lock = threading.Lock()
+        # One lock for reads and writes: the heartbeat thread writes while the main thread
+        # reads, and an SSL object must not be used by two threads at once.
+        self._io_lock = threading.Lock()
         self._last_send = time.monotonic()
         self._stop = threading.Event()
         self._heartbeats = threading.Thread(
@@ -153,7 +158,7 @@ class Slave:
     def close(self) -> None:
         """Stop heartbeats and hang up."""
         self._stop.set()
-        with self._send_lock:
+        with self._io_lock:
             self._sock.close()
 
     # ------------------------------------------------------------------ work
@@ -201,12 +206,13 @@ class Slave:
         """Read whatever the master sent; block up to ``timeout`` first if ``wait``."""
         if self._lost is not None or self._shutdown is not None:
             return
-        if wait:
+        if wait and not self._readable():
             self._poller.poll(None if timeout is None else int(timeout * 1000))
-        while True:
+        while self._readable():
             try:
-                data = self._sock.recv(_RECV_SIZE, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
+                with self._io_lock:
+                    data = self._sock.recv(_RECV_SIZE)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
                 return
             except OSError as exc:
                 self._lose(f"read error: {exc}")
@@ -217,6 +223,12 @@ class Slave:
             self._reader.feed(data)
             if not self._process_frames():
                 return
+
+    def _readable(self) -> bool:
+        """Data waits to be read (TLS may hold decrypted bytes the kernel does not know of)."""
+        if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+            return True
+        return bool(self._poller.poll(0))
 
     def _process_frames(self) -> bool:
         """Handle every complete frame received; False once nothing more should be read."""
@@ -246,7 +258,7 @@ class Slave:
         self._audit(f"MASTER LOST ({reason})")
 
     def _send(self, msg: protocol.Message) -> None:
-        with self._send_lock:
+        with self._io_lock:
             try:
                 self._sock.sendall(self._channel.seal(msg))
             except OSError as exc:
@@ -286,11 +298,26 @@ def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float,
             time.sleep(delay)  # the master may be starting or restarting: back off and retry
             delay = min(delay * 2, 2.0)
     try:
+        if endpoint.tls_fingerprint is not None:
+            sock = _start_tls(sock, endpoint.tls_fingerprint, address)
         slave = _handshake(sock, endpoint, audit, max_frame, address)
     except BaseException:
         sock.close()
         raise
     return slave
+
+
+def _start_tls(sock: socket.socket, fingerprint: str, address: str) -> ssl.SSLSocket:
+    try:
+        tls = protocol.tls_client_context().wrap_socket(sock)
+    except (OSError, ssl.SSLError) as exc:
+        raise SlaveExit(ExitCode.REFUSED, f"TLS with the master at {address} failed: {exc}") from None
+    if not protocol.certificate_matches(tls, fingerprint):
+        tls.close()
+        raise SlaveExit(
+            ExitCode.REFUSED, f"the master at {address} presented a TLS certificate with the wrong fingerprint"
+        )
+    return tls
 
 
 def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str) -> Slave:
