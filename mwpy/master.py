@@ -488,12 +488,14 @@ class Master:
         msg = peer.channel.open(body)
         if peer.state is _State.READY:
             if isinstance(msg, protocol.Results):
+                protocol.check_results(msg)
                 self._take_results(peer, msg)
             elif not isinstance(msg, protocol.Heartbeat):
                 raise ProtocolError(f"unexpected {type(msg).__name__} from a slave")
         elif peer.state is _State.GREETING:
             if not isinstance(msg, protocol.Hello):
                 raise ProtocolError(f"expected Hello, got {type(msg).__name__}")
+            protocol.check_hello(msg)
             self._greet(peer, msg)
 
     def _check_proof(self, peer: _Peer, body: bytes) -> None:

@@ -140,6 +140,36 @@ def _build(kind: int, fields: Any) -> Message:
     return msg
 
 
+def check_results(msg: Results) -> None:
+    """Reject a Results message whose items are not (int, bool, bytes, float) tuples."""
+    items = msg.items
+    if type(items) is not list:
+        raise ProtocolError("malformed Results message")
+    for item in items:
+        if (
+            type(item) is not tuple
+            or len(item) != 4
+            or type(item[0]) is not int
+            or type(item[1]) is not bool
+            or type(item[2]) is not bytes
+            or type(item[3]) is not float
+        ):
+            raise ProtocolError("malformed result in a Results message")
+
+
+def check_hello(msg: Hello) -> None:
+    """Reject a Hello whose fields have the wrong types."""
+    if not (
+        isinstance(msg.member_id, str)
+        and isinstance(msg.host, str)
+        and isinstance(msg.pid, int)
+        and isinstance(msg.mwpy_version, str)
+        and isinstance(msg.max_frame, int)
+        and msg.max_frame > 0
+    ):
+        raise ProtocolError("malformed Hello message")
+
+
 # --------------------------------------------------------------------------
 # Handshake
 
