@@ -70,7 +70,9 @@ class _Console:
 
 def _pump(source: IO[bytes], console: _Console, stream: TextIO) -> None:
     for data in iter(source.readline, b""):
-        console.line(data, stream)
+        # Our own reader may be gone (``mwpy local ... | head``): keep draining, or the master blocks on a full pipe.
+        with contextlib.suppress(BrokenPipeError):
+            console.line(data, stream)
     source.close()
 
 

@@ -51,7 +51,7 @@ _RECV_SIZE = 256 * 1024
 #: How often timers (client timeouts, resource file) are looked at, in seconds.
 _TICK = 0.25
 #: Shortest time between two resource-file writes caused by a change.
-_DEBOUNCE = 0.2
+_DEBOUNCE = 1.0
 #: File name of the slave bundle built by --mw-slave-bundle.
 BUNDLE_NAME = "mwpy.pyz"
 #: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
