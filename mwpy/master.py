@@ -36,7 +36,6 @@ from mwpy.protocol import Channel, FrameReader, ProtocolError
 from mwpy.scheduler import Scheduler, SlaveKind
 from mwpy.slave import ExitCode
 from mwpy.task import (
-    DEFAULT_POLICY,
     Policy,
     Result,
     Task,
@@ -165,6 +164,7 @@ class Master:
     ) -> int:
         if self._finished:
             raise RuntimeError("the computation has finished; no more tasks can be submitted")
+        algorithm.check_arguments(args, kwargs)
         payload = encode_arguments(algorithm.name, args, kwargs)
         if not protocol.fits(len(payload), self._options.max_write_buffer_size):
             raise ValueError(
@@ -336,6 +336,7 @@ class Master:
         Input is consumed lazily, keeping at most ``window`` tasks in the
         master, so an endless iterable streams with bounded memory. Results of
         these tasks go only to this iterator, never to :meth:`results`.
+        Each result's ``tag`` is the position of its arguments in the input;
         ``key(*args)`` names each task for the journal (``--mw-journal``).
         """
         for _, result in self._stream(algorithm, iterables, window, key):
@@ -384,7 +385,7 @@ class Master:
                     exhausted = True
                     break
                 index, args = item
-                policy = DEFAULT_POLICY if key is None else Policy(key=key(*args))
+                policy = Policy(tag=index, key=None if key is None else key(*args))
                 self._submit(algorithm, policy, args, {}, sink=functools.partial(_put, arrived, index))
                 outstanding += 1
             if not arrived:

@@ -9,6 +9,8 @@ minutes later on a slave.
 
 from __future__ import annotations
 
+import inspect
+import math
 import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -176,6 +178,19 @@ class TaskAlgorithm(Generic[P, R]):
         self.name = name
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self._signature, self._positional = _arity(fn)
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Fail at the call site when the arguments do not fit the function's signature."""
+        if not kwargs and self._positional is not None:
+            low, high = self._positional
+            if low <= len(args) <= high:
+                return  # the common case, without the cost of Signature.bind
+        if self._signature is not None:
+            try:
+                self._signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.name}.submit(): {exc}") from None
 
     def __repr__(self) -> str:
         return f"<task algorithm {self.name!r}>"
@@ -215,6 +230,25 @@ class TaskAlgorithm(Generic[P, R]):
     def upto_target_number(self) -> int:
         """How many tasks to create now to reach the target number (never negative)."""
         return max(0, self.target_number - self.pending_tasks())
+
+
+def _arity(fn: Callable[..., Any]) -> tuple[inspect.Signature | None, tuple[float, float] | None]:
+    """The signature, and (fewest, most) positional arguments when those alone decide a call."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None, None
+    low = 0
+    high: float = 0
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            high = math.inf
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            high += 1
+            low += parameter.default is parameter.empty
+        elif parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+            return signature, None  # a required keyword: positional counts cannot decide
+    return signature, (low, high)
 
 
 @attrs.frozen
