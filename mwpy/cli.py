@@ -18,26 +18,9 @@ from mwpy._version import __version__
 from mwpy.backends import Backend
 from mwpy.backends.local import LocalBackend
 from mwpy.local import run_local
+from mwpy.options import positive_float, positive_int
 from mwpy.overseer import Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFileError
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError
-    return value
-
-
-_positive.__name__ = "positive integer"
-_seconds.__name__ = "positive number of seconds"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
         "(--mw-* options among them go to mwpy).",
     )
     local.add_argument("program", help="the mwpy program (a .py file)")
-    local.add_argument("--slaves", type=_positive, default=2, help="number of slave processes (default 2)")
+    local.add_argument("--slaves", type=positive_int, default=2, help="number of slave processes (default 2)")
     local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
     local.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"
@@ -65,10 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     overseer.add_argument("resource_file")
     overseer.add_argument("--backend", choices=["condor", "local"], default="condor")
-    overseer.add_argument("--max-jobs", type=_positive, default=Limits.max_jobs, help="cap on all slave jobs")
-    overseer.add_argument("--max-idle", type=_positive, default=Limits.max_idle, help="cap on idle slave jobs")
-    overseer.add_argument("--batch", type=_positive, default=Limits.batch, help="most jobs submitted at once")
-    overseer.add_argument("--interval", type=_seconds, default=10.0, help="seconds between timed reconciliations")
+    overseer.add_argument("--max-jobs", type=positive_int, default=Limits.max_jobs, help="cap on all slave jobs")
+    overseer.add_argument("--max-idle", type=positive_int, default=Limits.max_idle, help="cap on idle slave jobs")
+    overseer.add_argument("--batch", type=positive_int, default=Limits.batch, help="most jobs submitted at once")
+    overseer.add_argument("--interval", type=positive_float, default=10.0, help="seconds between timed reconciliations")
     overseer.add_argument("--workdir", help="local back end: folder for slave sandboxes")
     overseer.add_argument("--submit-file", help="condor back end: extra submit commands for slave jobs")
 

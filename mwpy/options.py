@@ -59,7 +59,7 @@ class Options:
     show_version: bool = False
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise ValueError
@@ -80,7 +80,7 @@ def _port(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
         raise ValueError
@@ -134,21 +134,21 @@ _SPECS: dict[str, _Spec] = {
         "max_write_buffer_size",
         "BYTES",
         "Largest frame this process sends; a bigger task or result fails with a clear error.",
-        _positive_int,
+        positive_int,
         "a positive number of bytes",
     ),
     "--mw-max-read-buffer-size": _Spec(
         "max_read_buffer_size",
         "BYTES",
         "Largest frame this process accepts; a peer announcing more is cut off.",
-        _positive_int,
+        positive_int,
         "a positive number of bytes",
     ),
     "--mw-client-timeout": _Spec(
         "client_timeout",
         "SECONDS",
         "Drop a peer silent for this long (slaves send heartbeats, so busy ones stay). Default 60.",
-        _positive_float,
+        positive_float,
         "a positive number of seconds",
     ),
     "--mw-audit-file": _Spec(
@@ -172,21 +172,21 @@ _SPECS: dict[str, _Spec] = {
         "resource_file_update_interval",
         "SECONDS",
         "How often the master rewrites the resource file. Default 300.",
-        _positive_float,
+        positive_float,
         "a positive number of seconds",
     ),
     "--mw-slave-task-group": _Spec(
         "slave_task_group",
         "N",
         "Tasks per packet sent to a slave. Default 1.",
-        _positive_int,
+        positive_int,
         "a positive integer",
     ),
     "--mw-slave-result-group": _Spec(
         "slave_result_group",
         "N",
         "Results per packet sent back by a slave. Default 1.",
-        _positive_int,
+        positive_int,
         "a positive integer",
     ),
     "--mw-slave-window": _Spec(
@@ -230,7 +230,7 @@ _SPECS: dict[str, _Spec] = {
         "N",
         "mwpy: runs a task that raised gets (on other slaves where possible) before its failure "
         "is handed to the master algorithm. Default 3; 1 hands over the first failure.",
-        _positive_int,
+        positive_int,
         "a positive integer",
     ),
     "--mw-slave-max-failures": _Spec(
