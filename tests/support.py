@@ -5,18 +5,27 @@ Waiting is always on a condition with a deadline, never a bare sleep.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import os
+import secrets
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
+from mwpy import options as mwpy_options
 from mwpy import resource_file
+from mwpy.audit import Audit
+from mwpy.master import Master
 from mwpy.resource_file import ResourceFile, ResourceFileError
+from mwpy.task import Result, Task, set_current_master
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -127,3 +136,370 @@ def start_master(program: Path, workdir: Path, *args: str, timeout: float = 30) 
 
     wait_until(ready, timeout, "the master's resource file")
     return computation
+
+
+# ---------------------------------------------------------------------- core runtime tests
+#
+# Processes here write stdout and stderr to files, so that no pipe can fill up
+# and stall a process a test is waiting on, and a test can read what a process
+# said while it still runs.
+
+_spawned = itertools.count()
+_live: list[Proc] = []
+
+
+@attrs.define
+class Proc:
+    """A process started by a test; its stdout and stderr go to files in its folder."""
+
+    popen: subprocess.Popen[bytes]
+    out_path: Path
+    err_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: float = 30) -> int:
+        """The exit status; fails the test if the process is still running after ``timeout`` s."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"process {self.popen.args!r} still running after {timeout} s") from None
+
+    def out(self) -> str:
+        return self.out_path.read_text(encoding="utf-8", errors="replace")
+
+    def err(self) -> str:
+        return self.err_path.read_text(encoding="utf-8", errors="replace")
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        """The JSON objects among the stdout lines (audit lines are skipped)."""
+        return [json.loads(line) for line in self.out().splitlines() if line.startswith("{")]
+
+    def kill(self) -> None:
+        """SIGKILL and reap (no-op if it has already exited)."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+
+
+def spawn(command: list[str], cwd: Path, name: str) -> Proc:
+    """Start ``command`` in ``cwd``; output goes to ``NAME-K.out`` / ``NAME-K.err`` there."""
+    number = next(_spawned)
+    out_path = cwd / f"{name}-{number}.out"
+    err_path = cwd / f"{name}-{number}.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        popen = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    proc = Proc(popen, out_path, err_path)
+    _live.append(proc)
+    return proc
+
+
+def reap_spawned() -> None:
+    """SIGKILL every process :func:`spawn` started that still runs (after a failed test)."""
+    while _live:
+        _live.pop().kill()
+
+
+def run_program(program: Path, cwd: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``program`` with ``args`` to completion (for runs that need no slave)."""
+    return subprocess.run(
+        [PYTHON, str(program), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def spawn_master(program: Path, workdir: Path, *args: str, timeout: float = 30) -> Proc:
+    """``program --mw-master`` on loopback writing ``workdir/resource.json``; returns once that file exists.
+
+    ``args`` go after the standard options (more ``--mw-*`` options and the master's own arguments).
+    """
+    rf = workdir / "resource.json"
+    command = [PYTHON, str(program), "--mw-master", "--mw-master-host", "127.0.0.1", "--mw-resource-file", str(rf)]
+    proc = spawn([*command, *args], workdir, "master")
+
+    def ready() -> bool:
+        exited = not proc.alive()  # looked at first: a quick master may write its file and exit in between
+        try:
+            if resource_file.read(rf).master_pid == proc.pid:  # not a file left by an earlier master
+                return True
+        except ResourceFileError:
+            pass
+        if exited:
+            raise AssertionError(f"master exited early with {proc.returncode}: {proc.out()} {proc.err()}")
+        return False
+
+    wait_until(ready, timeout, "the master's resource file")
+    return proc
+
+
+def spawn_slave(program: Path, workdir: Path, *args: str, resource: Path | None = None) -> Proc:
+    """``program --mw-slave --mw-resource-file RF ARGS`` in ``workdir`` (RF: ``workdir/resource.json``)."""
+    rf = workdir / "resource.json" if resource is None else resource
+    return spawn([PYTHON, str(program), "--mw-slave", "--mw-resource-file", str(rf), *args], workdir, "slave")
+
+
+def audit_lines(text: str) -> list[str]:
+    """The ``[A]`` audit lines in ``text``, without their timestamps."""
+    return [line.split(" [A] ", 1)[1] for line in text.splitlines() if " [A] " in line]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (bound once, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class LocalMaster:
+    """A master running inside the test process, with real slave processes and sockets.
+
+    The test drives the event loop (``drive_until``), so it can act between
+    events: kill a slave mid-task, submit to an ordered slave once it connected.
+    Everything the master reports is drained after each pass and kept here, in
+    arrival order, so a test can assert that something was reported exactly once.
+    """
+
+    def __init__(self, program: Path, workdir: Path, *args: str) -> None:
+        self.program = program
+        self.workdir = workdir
+        self.resource_path = workdir / "resource.json"
+        self.audit_path = workdir / "master.audit"
+        argv = [
+            "--mw-master",
+            "--mw-master-host",
+            "127.0.0.1",
+            "--mw-resource-file",
+            str(self.resource_path),
+            "--mw-audit-file",
+            str(self.audit_path),
+            *args,
+        ]
+        options, rest = mwpy_options.parse(argv)
+        assert not rest, f"LocalMaster takes only --mw-* options, got {rest}"
+        self._audit = Audit(options.audit_file, packets=options.audit_packets)
+        self.mw = Master(options, audit=self._audit, secret=secrets.token_bytes(32), program=str(program))
+        set_current_master(self.mw)
+        self.slaves: list[Proc] = []
+        self.results: list[Result] = []
+        self.unrunnable: list[Task] = []
+        self.connected: list[str] = []
+        self.disconnected: list[str] = []
+        self.finished = False
+
+    def start_slave(self, *args: str) -> Proc:
+        proc = spawn_slave(self.program, self.workdir, *args, resource=self.resource_path)
+        self.slaves.append(proc)
+        return proc
+
+    def pump(self, timeout: float = 0.05) -> None:
+        """One call of the event loop, then drain what it reports."""
+        self.mw.loop(timeout=timeout)
+        self.results += self.mw.results()
+        self.unrunnable += self.mw.unrunnable_tasks()
+        self.connected += self.mw.connected_ordered_slaves()
+        self.disconnected += self.mw.disconnected_ordered_slaves()
+
+    def drive_until(self, predicate: Callable[[], T], what: str, timeout: float = 30) -> T:
+        """Run the event loop until ``predicate()`` is truthy; fail the test after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            self.pump()
+
+    def results_of(self, task_id: int) -> list[Result]:
+        return [r for r in self.results if r.task_id == task_id]
+
+    def result_of(self, task_id: int, timeout: float = 30) -> Result:
+        """Drive until task ``task_id`` has a result; return it."""
+        found = self.drive_until(lambda: self.results_of(task_id), f"the result of task {task_id}", timeout)
+        return found[0]
+
+    def connected_slave(self, timeout: float = 30) -> str:
+        """Drive until the next ordered/intermingle slave connects; its id."""
+        count = len(self.connected)
+        self.drive_until(lambda: len(self.connected) > count, "an ordered slave to connect", timeout)
+        return self.connected[count]
+
+    def resource(self) -> ResourceFile:
+        """The resource file as the master last wrote it."""
+        return resource_file.read(self.resource_path)
+
+    def audit_text(self) -> str:
+        self._audit.flush()
+        return self.audit_path.read_text(encoding="utf-8")
+
+    def finish(self) -> None:
+        """Shut the computation down as ``mwpy.run`` does after the master algorithm returns."""
+        if not self.finished:
+            self.finished = True
+            try:
+                self.mw.finish()
+            finally:
+                set_current_master(None)
+                self._audit.close()
+
+    def close(self) -> None:
+        """Finish, then make sure no slave outlives the test."""
+        try:
+            self.finish()
+        finally:
+            for proc in self.slaves:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(10)
+                proc.kill()
+
+
+@contextlib.contextmanager
+def local_master(program: Path, workdir: Path, *args: str) -> Iterator[LocalMaster]:
+    master = LocalMaster(program, workdir, *args)
+    try:
+        yield master
+    finally:
+        master.close()
+
+
+# ---------------------------------------------------------------------- trust and survival tests
+
+
+@attrs.define
+class MasterAudit:
+    """The audit file of a master process (``--mw-audit-file``), read as it grows."""
+
+    path: Path
+
+    def lines(self) -> list[str]:
+        return audit_lines(self.path.read_text(encoding="utf-8")) if self.path.exists() else []
+
+    def _first(self, prefix: str, suffix_of: Callable[[str], str], what: str, timeout: float) -> str:
+        def find() -> str:
+            return next((suffix_of(line) for line in self.lines() if line.startswith(prefix)), "")
+
+        return wait_until(find, timeout, what)
+
+    def sid_of(self, pid: int, timeout: float = 60) -> str:
+        """The id the master gave slave process ``pid`` (waits until it connected)."""
+
+        def find() -> str:
+            marker = f", pid {pid}, "
+            return next(
+                (line.split(" ", 1)[0] for line in self.lines() if " connecting [" in line and marker in line), ""
+            )
+
+        return wait_until(find, timeout, f"slave process {pid} to connect")
+
+    def slave_dropped(self, sid: str, timeout: float = 60) -> str:
+        """Why the master dropped slave ``sid``: the rest of its "disconnected (" line (waits for it)."""
+        prefix = f"{sid} -> disconnected ("
+        return self._first(prefix, lambda line: line[len(prefix) :], f"the master to drop {sid}", timeout)
+
+    def peer_dropped(self, port: int, timeout: float = 60) -> str:
+        """Why the master dropped the not-yet-a-slave peer at local ``port`` on 127.0.0.1 (waits for it)."""
+        prefix = f"EOF -> 127.0.0.1:{port} ("
+        return self._first(prefix, lambda line: line[len(prefix) : -1], f"the master to drop port {port}", timeout)
+
+
+TRUST_STREAM = PROGRAMS / "trust_stream.py"
+
+
+@attrs.define
+class Live:
+    """A live computation: tests/programs/trust_stream.py as master, streaming ``scrambled(i)`` tasks
+    with an exactly checkable answer to its slaves until :meth:`finish` tells it to stop."""
+
+    workdir: Path
+    master: Proc
+    slaves: list[Proc]
+    record: ResourceFile
+    deadline: float = 60.0
+
+    @property
+    def port(self) -> int:
+        return self.record.master_port
+
+    @property
+    def secret(self) -> bytes:
+        assert self.record.secret is not None
+        return bytes.fromhex(self.record.secret)
+
+    @property
+    def audit(self) -> MasterAudit:
+        return MasterAudit(self.workdir / "master.audit")
+
+    def done(self) -> int:
+        """Results the master algorithm has received so far (its latest progress line)."""
+        done = 0
+        for line in self.master.out().splitlines():
+            if line.startswith('{"done"'):
+                with contextlib.suppress(ValueError):  # the line being written right now
+                    done = json.loads(line)["done"]
+        return done
+
+    def progresses(self, more: int = 20) -> None:
+        """Wait until the master algorithm received ``more`` results beyond those it has now."""
+        start = self.done()
+        wait_until(lambda: self.done() >= start + more, self.deadline, f"{more} more results")
+
+    def peak_rss_kib(self) -> int:
+        """The master's peak resident set size so far (Linux ``VmHWM``), in KiB."""
+        for line in Path(f"/proc/{self.master.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmHWM in /proc/PID/status")
+
+    def finish(self) -> dict[str, Any]:
+        """Stop the stream; the master must end with every result exactly once and right; its summary."""
+        (self.workdir / "stop").touch()
+        status = self.master.wait(self.deadline)
+        summaries = [line["summary"] for line in self.master.json_lines() if "summary" in line]
+        assert summaries, self.master.err()
+        summary: dict[str, Any] = summaries[-1]
+        assert status == 0, (summary, self.master.err())
+        assert summary["received"] == summary["submitted"] > 0
+        for slave in self.slaves:
+            assert slave.wait(self.deadline) == 0, slave.err()
+        return summary
+
+
+def start_live(workdir: Path, *master_args: str, slaves: int = 2, client_timeout: float = 3) -> Live:
+    """Start a :class:`Live` computation (audit in ``workdir/master.audit``) and wait for its first results."""
+    master = spawn_master(
+        TRUST_STREAM,
+        workdir,
+        "--mw-client-timeout",
+        f"{client_timeout:g}",
+        "--mw-audit-file",
+        str(workdir / "master.audit"),
+        *master_args,
+        "stream",
+        str(workdir / "stop"),
+    )
+    live = Live(workdir, master, [], resource_file.read(workdir / "resource.json"))
+    live.slaves += [spawn_slave(TRUST_STREAM, workdir) for _ in range(slaves)]
+    live.progresses()
+    return live

@@ -1,0 +1,1 @@
+"""Small purpose-built mwpy programs that the tests run as real processes."""

@@ -1,0 +1,253 @@
+"""Task algorithms end to end: arguments, failures, submission errors, tags, target numbers, map.
+
+Real slave processes of tests/programs/workload.py; the master runs in the test
+process (``LocalMaster``) so results can be compared as Python objects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import threading
+from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mwpy import NotInMasterError, Submitter, TaskFailedError
+from mwpy.task import Policy
+from tests.programs.workload import (
+    checked,
+    fail,
+    nap,
+    nested_submit,
+    signature,
+    size_of,
+    square,
+    unpicklable_result,
+    whoami,
+)
+from tests.support import PROGRAMS, LocalMaster, local_master, reap_spawned
+
+WORKLOAD = PROGRAMS / "workload.py"
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    yield
+    reap_spawned()
+
+
+@pytest.fixture
+def lm(tmp_path: Path) -> Iterator[LocalMaster]:
+    # one attempt per task: a task that raises is answered at once (mwpy retries it elsewhere by default)
+    with local_master(WORKLOAD, tmp_path, "--mw-task-attempts", "1") as master:
+        yield master
+
+
+CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    (("only a",), {"c": "keyword-only c"}),
+    ((1, 2, 3, 4, 5), {"c": None, "d": b"\x00\xff", "z": [1, {"k": (2, 3)}], "y": {1, 2}, "a1": 1.5}),
+    ((), {"a": "a by name", "b": "b by name", "c": 3}),
+    (("a", "b", "extra"), {"c": 0, "d": "d given", "kwarg": frozenset({"x"})}),
+    ((Fraction(1, 3),), {"c": datetime.date(2015, 1, 2), "nested": {"deep": [Decimal("1.10")]}}),
+]
+
+
+def test_every_kind_of_parameter_arrives_intact_on_the_slave(lm: LocalMaster) -> None:
+    lm.start_slave()
+    ids = [signature.submit(*args, **kwargs) for args, kwargs in CALLS]
+    for task_id, (args, kwargs) in zip(ids, CALLS, strict=True):
+        result = lm.result_of(task_id)
+        assert result.ok, result.error
+        assert result.algorithm == "signature"
+        # the slave saw exactly what a local call sees: defaults filled in, *args and **kwargs kept
+        assert result.value == signature(*args, **kwargs)
+        assert list(result.value["kwargs"]) == [k for k in kwargs if k not in ("a", "b", "c", "d")]
+    second = lm.result_of(ids[1]).value
+    assert (second["a"], second["b"], second["args"], second["c"], second["d"]) == (1, 2, (3, 4, 5), None, b"\x00\xff")
+    assert second["kwargs"] == {"z": [1, {"k": (2, 3)}], "y": {1, 2}, "a1": 1.5}
+
+
+def test_calling_a_task_algorithm_runs_it_here() -> None:
+    assert square(7) == 49
+    assert signature(1, c=2) == {"a": 1, "b": 2, "args": (), "c": 2, "d": 4, "kwargs": {}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "message", "shown"),
+    [
+        ("ValueError", "bad value 42", "bad value 42"),
+        ("KeyError", "missing", "'missing'"),
+        ("SystemExit", "a task called sys.exit", "a task called sys.exit"),
+    ],
+)
+def test_a_task_that_raises_gives_a_failed_result_and_the_slave_keeps_working(
+    lm: LocalMaster, kind: str, message: str, shown: str
+) -> None:
+    slave = lm.start_slave()
+    before = lm.result_of(whoami.submit())
+    failed = lm.result_of(fail.with_policy(tag="t").submit(kind, message))
+    after = lm.result_of(whoami.submit())
+
+    assert not failed.ok
+    assert failed.value is None
+    assert failed.error is not None
+    assert (failed.error.type, failed.error.message) == (kind, shown)
+    assert "Traceback (most recent call last)" in failed.error.traceback
+    assert "in fail" in failed.error.traceback
+    assert failed.tag == "t"
+    assert failed.slave_id == before.slave_id == after.slave_id
+    assert before.value == after.value == slave.pid  # same process: it survived
+    assert slave.alive()
+    lm.finish()
+    assert slave.wait() == 0
+
+
+def test_a_result_that_cannot_be_pickled_fails_cleanly(lm: LocalMaster) -> None:
+    slave = lm.start_slave()
+    failed = lm.result_of(unpicklable_result.submit())
+    assert failed.error is not None
+    assert "pickle" in (failed.error.type + failed.error.message).lower()
+    assert lm.result_of(square.submit(3)).value == 9
+    assert slave.alive()
+
+
+def test_submit_on_a_slave_fails_the_task_with_not_in_master_error(lm: LocalMaster) -> None:
+    lm.start_slave()
+    failed = lm.result_of(nested_submit.submit())
+    assert failed.error is not None
+    assert failed.error.type == "NotInMasterError"
+    assert "square.submit()" in failed.error.message
+
+
+def test_submit_and_target_numbers_outside_a_master_raise_not_in_master_error() -> None:
+    with pytest.raises(NotInMasterError, match=r"square\.submit\(\) can only be called while the master"):
+        square.submit(1)
+    with pytest.raises(NotInMasterError):
+        square.with_policy(tag=1).submit(1)
+    with pytest.raises(NotInMasterError):
+        square.target_number = 3
+    with pytest.raises(NotInMasterError):
+        square.pending_tasks()
+    with pytest.raises(NotInMasterError):
+        square.upto_target_number()
+
+
+@pytest.mark.parametrize("argument", [threading.Lock(), lambda: 1, (x for x in range(3))])
+def test_unpicklable_arguments_raise_at_submit_with_a_clear_message(lm: LocalMaster, argument: object) -> None:
+    with pytest.raises(TypeError, match=r"cannot send the arguments of task 'square'"):
+        square.submit(argument)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"cannot send the arguments of task 'square'"):
+        square.with_policy(tag="x").submit(argument)  # type: ignore[arg-type]
+    assert lm.mw.pending_tasks() == 0  # nothing half-queued
+
+
+def test_arguments_bigger_than_the_write_buffer_raise_at_submit(tmp_path: Path) -> None:
+    with local_master(WORKLOAD, tmp_path, "--mw-max-write-buffer-size", "4096") as lm:
+        with pytest.raises(ValueError, match=r"--mw-max-write-buffer-size 4096"):
+            size_of.submit(b"x" * 10_000)
+        assert lm.mw.pending_tasks() == 0
+        assert size_of.submit(b"x" * 100) > 0
+
+
+# ---------------------------------------------------------------------- task policy
+
+
+def test_tags_come_back_unchanged_and_with_policy_submits_under_a_fixed_policy(lm: LocalMaster) -> None:
+    lm.start_slave()
+    tag = {"run": 3, "path": ("a", "b"), "when": None, "lock": threading.Lock()}  # need not be picklable
+    submitter = square.with_policy(tag=tag)
+    assert isinstance(submitter, Submitter)
+    assert submitter.policy == Policy(tag=tag)
+    ids = [submitter(i) for i in range(5)] + [submitter.submit(10)]
+    plain = square.submit(4)
+    values = {lm.result_of(t).task_id: lm.result_of(t) for t in [*ids, plain]}
+    assert [values[t].value for t in ids] == [0, 1, 4, 9, 16, 100]
+    assert all(values[t].tag == tag for t in ids)
+    assert values[plain].tag is None
+    assert len({*ids, plain}) == 7  # every submit gets its own task id
+
+
+def test_target_numbers_per_algorithm_and_general(lm: LocalMaster) -> None:
+    mw = lm.mw
+    assert (square.target_number, square.pending_tasks(), square.upto_target_number()) == (0, 0, 0)
+    square.target_number = 5
+    whoami.target_number = 2
+    mw.target_number = 10
+    assert (square.target_number, whoami.target_number, mw.target_number) == (5, 2, 10)
+    assert square.upto_target_number() == 5
+    assert mw.upto_target_number() == 10
+
+    first = [square.submit(i) for i in range(3)]
+    whoami.submit()
+    assert (square.pending_tasks(), square.upto_target_number()) == (3, 2)
+    assert (whoami.pending_tasks(), whoami.upto_target_number()) == (1, 1)
+    assert (mw.pending_tasks(), mw.upto_target_number()) == (4, 6)
+    assert mw.num_runnable_tasks == 4
+
+    for i in range(4):
+        square.submit(i)
+    assert square.upto_target_number() == 0  # above target: never negative
+    square.target_number = -3
+    assert square.target_number == 0
+
+    lm.start_slave()
+    lm.drive_until(lambda: len(lm.results) == 8, "all eight results")
+    assert {r.task_id for r in lm.results} >= set(first)
+    assert (square.pending_tasks(), whoami.pending_tasks(), mw.pending_tasks()) == (0, 0, 0)
+    assert mw.upto_target_number() == 10
+    assert whoami.upto_target_number() == 2
+
+
+# ---------------------------------------------------------------------- convenience API
+
+
+def test_map_yields_values_in_input_order(lm: LocalMaster) -> None:
+    lm.start_slave()
+    lm.start_slave()
+    # early inputs take longest, so results arrive out of order on two slaves
+    delays = [0.2, 0.1, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0]
+    values = list(lm.mw.map(nap, delays, range(len(delays)), window=4))
+    assert values == list(range(len(delays)))
+    assert list(lm.mw.map(square, range(100))) == [i * i for i in range(100)]
+    assert lm.mw.results() == []  # map's results go only to map
+
+
+def test_map_raises_task_failed_error_at_the_failed_input(lm: LocalMaster) -> None:
+    lm.start_slave()
+    values = lm.mw.map(checked, [1, 2, -3, 4])
+    assert [next(values), next(values)] == [1, 2]
+    with pytest.raises(TaskFailedError) as caught:
+        next(values)
+    result = caught.value.result
+    assert result.error is not None
+    assert (result.error.type, result.error.message) == ("ValueError", "negative: -3")
+    assert "ValueError: negative: -3" in str(caught.value)
+
+
+@pytest.mark.timeout(60)  # an eager as_completed would read the endless input forever
+def test_as_completed_is_lazy_and_bounded_by_its_window(lm: LocalMaster) -> None:
+    lm.start_slave()
+    mw = lm.mw
+    consumed = 0
+
+    def numbers() -> Iterator[int]:
+        nonlocal consumed
+        for i in itertools.count():
+            consumed += 1
+            yield i
+
+    seen: list[int] = []
+    for result in mw.as_completed(square, numbers(), window=3):
+        seen.append(result.value)
+        assert consumed - len(seen) <= 3  # never more than the window outstanding
+        assert mw.pending_tasks() <= 3
+        if len(seen) == 20:
+            break
+    assert sorted(seen) == [i * i for i in range(20)]
+    assert consumed <= 23  # an endless input was read only as far as needed
+    assert mw.results() == []
