@@ -125,6 +125,14 @@ class Scheduler:
         else:
             self._drop(task)
 
+    def _orphan_all(self, tasks: list[tuple[Task, bool]]) -> None:
+        """``_orphan`` each (task, ran) keeping their order: at the front of the pool, and among the unrunnable."""
+        pool, self._unordered = self._unordered, deque()
+        for task, ran in tasks:
+            self._orphan(task, ran=ran)
+        requeued, self._unordered = self._unordered, pool
+        pool.extendleft(requeued)  # requeued was built by appendleft: reversed, and extendleft reverses back
+
     def _drop(self, task: Task) -> None:
         self._forget(task)
         self.unrunnable.append(task)
@@ -275,10 +283,7 @@ class Scheduler:
         self._with_ordered_work.discard(sid)
         lost = list(slot.in_flight.values())
         self.running_total -= len(lost)
-        for task in reversed(lost):
-            self._orphan(task, ran=True)
-        for task in slot.ordered:
-            self._orphan(task, ran=False)
+        self._orphan_all([(task, True) for task in lost] + [(task, False) for task in slot.ordered])
         if slot.kind is not SlaveKind.UNORDERED:
             self.disconnected_ordered.append(sid)
         return lost
@@ -330,8 +335,7 @@ class Scheduler:
         slot.freeing = False
         self._with_ordered_work.discard(slot.sid)
         leftover, slot.ordered = slot.ordered, deque()
-        for task in leftover:
-            self._orphan(task, ran=False)
+        self._orphan_all([(task, False) for task in leftover])
         self._hungry.add(slot.sid)
 
     # ------------------------------------------------------------------ numbers
