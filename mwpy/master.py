@@ -51,6 +51,8 @@ _RECV_SIZE = 256 * 1024
 _TICK = 0.25
 #: Shortest time between two resource-file writes caused by a change.
 _DEBOUNCE = 1.0
+#: Failures that would recur on any slave: handed over at once, never retried.
+_NOT_RETRIED = frozenset({"ResultTooLarge", "ResultDecodeError"})
 #: File name of the slave bundle built by --mw-slave-bundle.
 BUNDLE_NAME = "mwpy.pyz"
 #: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
@@ -294,6 +296,10 @@ class Master:
         """The group of a connected slave, or ``None`` if it is not connected."""
         return self._sched.kind_of(sid)
 
+    def connected_slaves(self) -> dict[str, SlaveKind]:
+        """Every connected slave (of any group) and its group, now."""
+        return self._sched.slaves()
+
     # ------------------------------------------------------------------ target numbers
 
     @property
@@ -473,7 +479,8 @@ class Master:
         if not data:
             self._lose(peer, "EOF")
             return
-        peer.last_heard = time.monotonic()
+        if peer.state is not _State.PROVING:  # unproven peers get one client timeout in all, however they dribble
+            peer.last_heard = time.monotonic()
         peer.reader.feed(data)
         try:
             while peer.sock is not None and (body := peer.reader.next()) is not None:
@@ -558,7 +565,7 @@ class Master:
                 holes += sched.succeeded(sid, task)
                 if task.policy.key is not None and self._journal is not None:
                     self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
-            elif sched.failed(sid, task):
+            elif result.error.type not in _NOT_RETRIED and sched.failed(sid, task):
                 self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
                 continue
             sched.complete(task)

@@ -288,6 +288,9 @@ class Scheduler:
             self.disconnected_ordered.append(sid)
         return lost
 
+    def slaves(self) -> dict[str, SlaveKind]:
+        return {sid: slot.kind for sid, slot in self._slots.items()}
+
     def kind_of(self, sid: str) -> SlaveKind | None:
         slot = self._slots.get(sid)
         return None if slot is None else slot.kind

@@ -283,12 +283,23 @@ def task(
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:
         algorithm = TaskAlgorithm(f, name or f.__qualname__)
         known = _registry.get(algorithm.name)
-        if known is not None and known.fn is not f:
+        if known is None:
+            _registry[algorithm.name] = algorithm
+        elif known.fn is not f and not _same_source(known.fn, f):
             raise MwpyError(f"task algorithm {algorithm.name!r} is defined twice; give one a name=")
-        _registry[algorithm.name] = algorithm
         return algorithm
 
     return register if fn is None else register(fn)
+
+
+def _same_source(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    """The same definition seen twice: a program imported both as ``__main__`` and by its name."""
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    return (
+        code_a is not None
+        and code_b is not None
+        and (code_a.co_filename, code_a.co_firstlineno) == (code_b.co_filename, code_b.co_firstlineno)
+    )
 
 
 def lookup(name: str) -> TaskAlgorithm[Any, Any] | None:

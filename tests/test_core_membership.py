@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import mwpy
 from mwpy import ExitCode, protocol, resource_file
 from mwpy.protocol import FrameReader
 from tests.programs.workload import blob, size_of, square
@@ -84,16 +85,20 @@ def test_task_bigger_than_the_slave_s_read_buffer_fails_as_task_too_large(tmp_pa
         assert slave.alive()
 
 
-def test_result_bigger_than_the_master_s_read_buffer_fails_as_result_too_large(tmp_path: Path) -> None:
-    # one attempt: mwpy would otherwise retry the (deterministic) failure on the same slave after delays
-    with local_master(WORKLOAD, tmp_path, "--mw-max-read-buffer-size", "4096", "--mw-task-attempts", "1") as lm:
+def test_result_bigger_than_the_master_s_read_buffer_fails_as_result_too_large_without_retries(
+    tmp_path: Path,
+) -> None:
+    # default attempts (3): a failure that would recur on any slave must still be handed over at once
+    with local_master(WORKLOAD, tmp_path, "--mw-max-read-buffer-size", "4096") as lm:
         slave = lm.start_slave()
         failed = lm.result_of(blob.submit(100_000))
         assert failed.error is not None
         assert failed.error.type == "ResultTooLarge"
         assert "4096" in failed.error.message
+        assert "queued to run again" not in lm.audit_text()
         assert lm.result_of(blob.submit(100)).value == b"x" * 100
         assert slave.alive()
+        assert set(lm.mw.connected_slaves().values()) == {mwpy.SlaveKind.UNORDERED}
 
 
 # ---------------------------------------------------------------------- raw sockets

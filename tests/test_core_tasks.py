@@ -7,6 +7,7 @@ process (``LocalMaster``) so results can be compared as Python objects.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import itertools
 import threading
 from collections.abc import Iterator
@@ -17,8 +18,9 @@ from typing import Any
 
 import pytest
 
+import mwpy
 from mwpy import NotInMasterError, Submitter, TaskFailedError
-from mwpy.task import Policy
+from mwpy.task import Policy, lookup
 from tests.programs.workload import (
     checked,
     fail,
@@ -251,3 +253,20 @@ def test_as_completed_is_lazy_and_bounded_by_its_window(lm: LocalMaster) -> None
     assert sorted(seen) == [i * i for i in range(20)]
     assert consumed <= 23  # an endless input was read only as far as needed
     assert mw.results() == []
+
+
+def test_a_program_imported_a_second_time_under_another_name_keeps_its_task_algorithms() -> None:
+    """A program run as ``__main__`` and imported by name defines each task twice, from the same source."""
+    again = importlib.util.spec_from_file_location("workload_again", WORKLOAD)
+    assert again is not None
+    assert again.loader is not None
+    module = importlib.util.module_from_spec(again)
+    again.loader.exec_module(module)  # registers square, blob, ... a second time: no error
+    assert module.square(4) == 16
+    assert lookup("square") is not None
+
+    def square(x: int) -> int:  # the same name, but another definition: a real clash
+        return x * x
+
+    with pytest.raises(mwpy.MwpyError, match="defined twice"):
+        mwpy.task(name="square")(square)
