@@ -48,9 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     overseer.add_argument("resource_file")
     overseer.add_argument("--backend", choices=["condor", "local"], default="condor")
-    overseer.add_argument("--max-jobs", type=positive_int, default=Limits.max_jobs, help="cap on all slave jobs")
-    overseer.add_argument("--max-idle", type=positive_int, default=Limits.max_idle, help="cap on idle slave jobs")
-    overseer.add_argument("--batch", type=positive_int, default=Limits.batch, help="most jobs submitted at once")
+    overseer.add_argument("--max-jobs", type=positive_int, default=Limits().max_jobs, help="cap on all slave jobs")
+    overseer.add_argument("--max-idle", type=positive_int, default=Limits().max_idle, help="cap on idle slave jobs")
+    overseer.add_argument("--batch", type=positive_int, default=Limits().batch, help="most jobs submitted at once")
     overseer.add_argument("--interval", type=positive_float, default=10.0, help="seconds between timed reconciliations")
     overseer.add_argument("--workdir", help="local back end: folder for slave sandboxes")
     overseer.add_argument("--submit-file", help="condor back end: extra submit commands for slave jobs")
@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show a computation's state from its resource file")
     status.add_argument("resource_file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--condor",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the slave jobs in the local Condor schedd (default: when a schedd answers)",
+    )
     return parser
 
 
@@ -137,9 +143,13 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
     }
+    jobs, why = _condor_jobs(record.member_id) if options.condor is not False else (None, None)
+    report["slave_jobs"] = jobs
+    if why and options.condor:
+        report["slave_jobs_error"] = why
     if options.json:
         print(json.dumps(report, indent=2))
-        return 0
+        return 1 if why and options.condor else 0
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{k} {v}" for k, v in record.slaves_connected.items() if v)
     rows = [
@@ -148,6 +158,20 @@ def _status(options: argparse.Namespace) -> int:
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
     ]
+    if jobs is not None:
+        rows.append(("jobs", f"{jobs['idle']} idle, {jobs['running']} running, {jobs['held']} held (Condor slaves)"))
+    elif why and options.condor:
+        rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:
         print(f"{name:<8} {value}")
-    return 0
+    return 1 if why and options.condor else 0
+
+
+def _condor_jobs(member_id: str) -> tuple[dict[str, int] | None, str | None]:
+    """The computation's slave jobs in the local schedd, by state, or None and why not."""
+    try:
+        from mwpy.backends.htcondor import job_counts  # noqa: PLC0415 (slow to import, often not needed)
+
+        return job_counts(member_id), None
+    except (ImportError, RuntimeError) as exc:
+        return None, str(exc)

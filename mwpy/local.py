@@ -132,7 +132,9 @@ def run_local(
     for pump in pumps:
         pump.start()
     backend = LocalBackend(work)
-    overseer = Overseer(rf, backend, Limits(max_jobs=slaves, max_idle=slaves, batch=slaves))
+    # No grace at the end: local slaves have no output to bring back, and one still trying to reach the
+    # finished master would only make `mwpy local` wait.
+    overseer = Overseer(rf, backend, Limits(max_jobs=slaves, max_idle=slaves, batch=slaves), finish_grace=0.0)
     stop = threading.Event()
     watcher = threading.Thread(target=overseer.run, args=(stop,), kwargs={"interval": 0.5}, daemon=True)
     watcher.start()

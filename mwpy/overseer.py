@@ -13,7 +13,9 @@ picks up where the last one stopped.
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
   ``max_idle`` (idle) and ``batch``;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
-* finished: remove every remaining job of the computation;
+* finished: remove every remaining job of the computation (running slaves
+  get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
+  none is left;
 * stale (the master is overdue): submit nothing, keep the queue, say so, and
   carry on when a fresh file appears.
 """
@@ -31,10 +33,17 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from mwpy import resource_file
-from mwpy.backends import Backend, JobState, Launch
+from mwpy.backends import Backend, Job, JobState, Launch
 from mwpy.resource_file import ResourceFileError
 
 Log = Callable[[str], None]
+
+#: Seconds before a failed reconciliation is tried again, and before the
+#: overseer checks that the jobs it removed at the end are gone.
+RETRY_DELAY = 2.0
+#: Seconds running slaves get to leave by themselves once the computation is
+#: finished (the master told them to shut down) before the overseer removes them.
+FINISH_GRACE = 10.0
 
 
 class Verdict(enum.Enum):
@@ -43,7 +52,7 @@ class Verdict(enum.Enum):
     WAITING = "waiting"  # no readable resource file yet
     RUNNING = "running"
     STALE = "stale"
-    FINISHED = "finished"  # finished and no job left
+    FINISHED = "finished"  # the computation is finished; its jobs are being removed
 
 
 @attrs.frozen
@@ -71,10 +80,20 @@ class Decision:
 class Overseer:
     """Reconciles one computation's slave jobs with its resource file."""
 
-    def __init__(self, path: str | Path, backend: Backend, limits: Limits, *, log: Log | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        backend: Backend,
+        limits: Limits,
+        *,
+        log: Log | None = None,
+        finish_grace: float = FINISH_GRACE,
+    ) -> None:
         self.path = Path(path).resolve()
         self.backend = backend
         self.limits = limits
+        self.finish_grace = finish_grace
+        self._finished_at: float | None = None
         self._log = log or (lambda text: None)
         self._last_note = ""
         self._wake = threading.Event()
@@ -92,12 +111,7 @@ class Overseer:
         held = sum(j.state is JobState.HELD for j in jobs)
         counts = {"idle": len(idle), "running": running, "held": held}
         if record.finished:
-            if jobs:
-                self.backend.remove([j.job_id for j in jobs])
-                self._note(f"computation finished: removed {len(jobs)} slave jobs")
-            else:
-                self._note("computation finished: no slave jobs left")
-            return Decision(Verdict.FINISHED, removed=len(jobs), **counts)
+            return self._finish(jobs, counts)
         if record.stale():
             self._note(
                 f"master silent for {record.age():.0f} s (update interval {record.update_interval:g} s): "
@@ -126,21 +140,61 @@ class Overseer:
         )
         return Decision(Verdict.RUNNING, submitted, removed, wanted=wanted, **counts)
 
+    def _finish(self, jobs: list[Job], counts: dict[str, int]) -> Decision:
+        """Remove what is left: idle and held jobs at once, running ones once they had time to leave.
+
+        Slaves the master told to shut down exit 0 by themselves (and Condor
+        then brings their output back); only one still running after
+        ``finish_grace`` seconds is removed.
+        """
+        now = time.monotonic()
+        if self._finished_at is None:
+            self._finished_at = now
+        late = now - self._finished_at >= self.finish_grace
+        doomed = [j.job_id for j in jobs if late or j.state is not JobState.RUNNING]
+        if doomed:
+            self.backend.remove(doomed)
+        waiting = len(jobs) - len(doomed)
+        if not jobs:
+            self._note("computation finished: no slave jobs left")
+        elif waiting:
+            left = self.finish_grace - (now - self._finished_at)
+            self._note(
+                f"computation finished: removed {len(doomed)} slave jobs; "
+                f"{waiting} running ones get {left:.0f} s more to exit by themselves"
+            )
+        else:
+            self._note(f"computation finished: removed {len(doomed)} slave jobs")
+        return Decision(Verdict.FINISHED, removed=len(doomed), **counts)
+
     def run(self, stop: threading.Event, *, interval: float = 10.0, poll: float = 0.25) -> Verdict:
-        """Reconcile on every rewrite of the file and every ``interval`` seconds until finished or ``stop``."""
+        """Reconcile on every rewrite of the file and every ``interval`` seconds until finished or ``stop``.
+
+        Returns ``FINISHED`` once the computation is finished and a reconciliation
+        found none of its jobs left. A failing reconciliation (the schedd is
+        restarting, say) is logged and tried again after ``RETRY_DELAY`` seconds:
+        the overseer outlives its batch system's hiccups.
+        """
         observer = Observer()
         observer.schedule(_Wake(self.path, self._wake), str(self.path.parent), recursive=False)
         observer.start()
         try:
             next_at = 0.0
             while not stop.is_set():
-                self.backend.poll()
                 now = time.monotonic()
-                if self._wake.is_set() or now >= next_at:
-                    self._wake.clear()
-                    next_at = now + interval
-                    if self.reconcile().verdict is Verdict.FINISHED:
-                        return Verdict.FINISHED
+                try:
+                    self.backend.poll()
+                    if self._wake.is_set() or now >= next_at:
+                        self._wake.clear()
+                        next_at = now + interval
+                        decision = self.reconcile()
+                        if decision.verdict is Verdict.FINISHED:
+                            if not decision.idle + decision.running + decision.held:
+                                return Verdict.FINISHED
+                            next_at = now + min(interval, RETRY_DELAY)  # see that they are gone
+                except Exception as exc:
+                    self._note(f"reconciliation failed: {exc} (trying again in {min(interval, RETRY_DELAY):g} s)")
+                    next_at = now + min(interval, RETRY_DELAY)
                 self._wake.wait(poll)
             return Verdict.RUNNING
         finally:

@@ -1,0 +1,280 @@
+"""Helpers for the tests that run against the private HTCondor pool (tests/conftest.py starts it).
+
+Work folders live in the pool's share, owned by the pool's user, because
+jobs run as that user inside the pool's root and see the share at the same
+path. ``condor_submit`` runs inside the root (``tools/condor_pool.py exec``),
+as a user types it; this process queries the schedd with the htcondor2
+bindings. After a pool ``restart`` the first call of a long-lived client
+fails on its stale security sessions (docs/condor-pool.md), so every
+query here is retried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+
+from mwpy import resource_file
+from mwpy.resource_file import ResourceFile, ResourceFileError
+from tests.support import ROOT, wait_until
+
+POOL_TOOL = ROOT / "tools" / "condor_pool.py"
+SUBMIT = ROOT / "submit"
+#: The resource file's name in every work folder (master.sub's default).
+RESOURCE = "resource.json"
+#: Environment for scheduler-universe jobs that use the pool venv's htcondor bindings: they are
+#: newer (PyPI) than the pool's schedd (Debian), whose FS authentication they refuse otherwise.
+FS_BINDING = "_condor_SEC_FS_ENFORCE_CHANNEL_BINDING=false"
+
+#: Seconds a computation of the Condor tests may take from submit to the master leaving the queue.
+DEADLINE = 120
+#: Condor's job states (JobStatus).
+IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
+
+T = TypeVar("T")
+_numbers = itertools.count()
+
+
+@attrs.frozen
+class Pool:
+    """The facts ``tools/condor_pool.py up --json`` prints, and what tests do with the pool."""
+
+    facts: dict[str, Any]
+
+    @property
+    def share(self) -> Path:
+        return Path(self.facts["share"])
+
+    @property
+    def job_python(self) -> str:
+        """A Python inside the pool with this project installed (usable in every universe)."""
+        return str(self.facts["job_python"])
+
+    @property
+    def cpus(self) -> int:
+        return int(self.facts["cpus"])
+
+    def env(self) -> dict[str, str]:
+        """The environment for host processes that talk to the pool."""
+        return {**os.environ, "CONDOR_CONFIG": self.facts["condor_config"], "PYTHONUNBUFFERED": "1"}
+
+    def new_workdir(self, name: str) -> Path:
+        """An empty folder in the share, writable by the pool's user."""
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:60]
+        workdir = self.share / "tests" / f"{os.getpid()}-{next(_numbers)}-{slug}"
+        workdir.mkdir(parents=True)
+        self.give(workdir.parent)
+        self.give(workdir)
+        return workdir
+
+    def give(self, path: Path) -> None:
+        """Hand ``path`` (and everything below it) to the pool's user."""
+        for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+            os.chown(item, self.facts["uid"], self.facts["gid"])
+
+    def inside(self, cwd: Path, *command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` inside the pool's root, as the pool's user, in ``cwd``."""
+        argv = [sys.executable, str(POOL_TOOL), "exec", "--base", self.facts["base"], "--cwd", str(cwd), "--", *command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def condor_submit(self, cwd: Path, submit_file: str, *macros: str) -> int:
+        """``condor_submit SUBMIT_FILE -a MACRO ...`` in ``cwd``; the new cluster's id."""
+        command = ["condor_submit", submit_file]
+        for macro in macros:
+            command += ["-a", macro]
+        done = self.inside(cwd, *command)
+        found = re.search(r"submitted to cluster (\d+)\.", done.stdout)
+        assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
+        assert found is not None, done.stdout
+        return int(found[1])
+
+    def restart(self) -> None:
+        """Stop every daemon and job and start the pool again, queue kept: a submit-host reboot."""
+        done = subprocess.run(
+            [sys.executable, str(POOL_TOOL), "restart", "--base", self.facts["base"]],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, f"pool restart failed: {done.stderr}"
+
+
+def _session_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_sessions(pool: Pool, keep_seconds: float = 86400) -> None:
+    """Remove the jobs left by test sessions that are gone (killed mid-test, say), and their old folders.
+
+    Work folders are ``share/tests/PID-N-NAME``: a folder whose PID no longer
+    runs belongs to a dead session. Its jobs are removed at once; the folder
+    itself (kept for a post-mortem) once it is older than ``keep_seconds``.
+    """
+    tests = pool.share / "tests"
+    if not tests.is_dir():
+        return
+    for folder in tests.iterdir():
+        pid = folder.name.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _session_alive(int(pid)):
+            continue
+        remove_computation_jobs(folder)
+        if time.time() - folder.stat().st_mtime > keep_seconds:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def setup_workdir(pool: Pool, workdir: Path, programs: dict[str, str] | None = None) -> None:
+    """Lay out ``workdir`` like the repository root: ``submit/``, ``examples/``, plus ``programs`` (name: text)."""
+    shutil.copytree(SUBMIT, workdir / "submit")
+    shutil.copytree(ROOT / "examples", workdir / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, text in (programs or {}).items():
+        (workdir / name).write_text(text, encoding="utf-8")
+    pool.give(workdir)
+
+
+def member_id(workdir: Path) -> str:
+    """The member id master.sub, slaves.sub and overseer.sub derive for a computation in ``workdir``."""
+    return f"mwpy:{workdir / RESOURCE}"
+
+
+# ---------------------------------------------------------------------- the schedd
+
+
+def retried(call: Callable[[], T]) -> T:
+    """Call the bindings; after a pool restart, try again while the stale sessions are dropped.
+
+    Each daemon (the collector that locates the schedd, then the schedd) refuses
+    the first call of a long-lived client after a restart, so one call that
+    reaches both may fail twice before it works.
+    """
+    import htcondor2  # noqa: PLC0415 (conftest configures it before the first Condor test)
+
+    for _ in range(2):
+        try:
+            return call()
+        except htcondor2.HTCondorException:
+            pass
+    return call()
+
+
+def query(constraint: str, projection: Sequence[str] = ("ClusterId", "ProcId", "JobStatus")) -> list[Any]:
+    """Job ads in the queue."""
+    import htcondor2  # noqa: PLC0415
+
+    return retried(lambda: list(htcondor2.Schedd().query(constraint, projection=list(projection))))
+
+
+def history(constraint: str, projection: Sequence[str]) -> list[Any]:
+    """Ads of jobs that have left the queue."""
+    import htcondor2  # noqa: PLC0415
+
+    return retried(lambda: list(htcondor2.Schedd().history(constraint, projection=list(projection))))
+
+
+def computation(workdir: Path, role: str | None = None) -> str:
+    """The constraint for the jobs of ``workdir``'s computation (of one role, if given)."""
+    import classad2  # noqa: PLC0415
+
+    constraint = f"MwpyMemberId == {classad2.quote(member_id(workdir))}"
+    return constraint if role is None else f'{constraint} && MwpyRole == "{role}"'
+
+
+def job_states(workdir: Path, role: str = "slave") -> dict[str, int]:
+    """``{"ClusterId.ProcId": JobStatus}`` of the computation's jobs of ``role`` in the queue."""
+    return {f"{ad['ClusterId']}.{ad['ProcId']}": int(ad["JobStatus"]) for ad in query(computation(workdir, role))}
+
+
+def finished_jobs(workdir: Path, role: str = "slave", *, expected: int | None = None) -> dict[str, Any]:
+    """``{"ClusterId.ProcId": ad}`` from the history (waits until ``expected`` jobs are there, if given)."""
+    projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "NumJobStarts"]
+
+    def found() -> dict[str, Any]:
+        ads = {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in history(computation(workdir, role), projection)}
+        return ads if expected is None or len(ads) >= expected else {}
+
+    if expected is None:
+        return found()
+    return wait_until(found, 30, f"{expected} {role} jobs in the history", interval=0.5)
+
+
+def remove_computation_jobs(workdir: Path) -> None:
+    """Remove every job of ``workdir``'s computation that is still queued (test clean-up)."""
+    import htcondor2  # noqa: PLC0415
+
+    constraint = computation(workdir)
+    if query(constraint):
+        retried(lambda: htcondor2.Schedd().act(htcondor2.JobAction.Remove, constraint, reason="mwpy test clean-up"))
+
+
+def wait_gone(workdir: Path, role: str, timeout: float) -> None:
+    """Wait until no job of ``role`` of the computation is left in the queue."""
+    wait_until(lambda: not job_states(workdir, role), timeout, f"the {role} jobs to leave the queue", interval=0.5)
+
+
+# ---------------------------------------------------------------------- the computation
+
+
+def read_resource(workdir: Path) -> ResourceFile | None:
+    try:
+        return resource_file.read(workdir / RESOURCE)
+    except ResourceFileError:
+        return None
+
+
+def wait_resource(workdir: Path, check: Callable[[ResourceFile], bool], what: str, timeout: float = 60) -> ResourceFile:
+    """Wait until the resource file exists and satisfies ``check``; fail with the master's logs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record = read_resource(workdir)
+        if record is not None and check(record):
+            return record
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs(workdir)}")
+        time.sleep(0.2)
+
+
+def master_output(workdir: Path, cluster: int) -> str:
+    return (workdir / f"master.{cluster}.0.out").read_text(encoding="utf-8", errors="replace")
+
+
+def logs(workdir: Path, limit: int = 3000) -> str:
+    """The tails of the masters', overseers' and slaves' output files, for failure messages."""
+    parts = []
+    for path in sorted(workdir.glob("*.out")) + sorted(workdir.glob("*.err")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if text.strip():
+            parts.append(f"--- {path.name}\n{text[-limit:]}")
+    record = read_resource(workdir)
+    parts.append(f"--- {RESOURCE}: {record}")
+    return "\n".join(parts)
+
+
+def submit_master(pool: Pool, workdir: Path, *macros: str) -> int:
+    """``condor_submit submit/master.sub`` with the pool's python; waits for the master's resource file."""
+    cluster = pool.condor_submit(workdir, "submit/master.sub", f"python={pool.job_python}", *macros)
+    wait_resource(workdir, lambda record: not record.finished, "the master's resource file")
+    return cluster
+
+
+def wait_master_done(workdir: Path, cluster: int, timeout: float = DEADLINE) -> str:
+    """Wait for the master job to leave the queue; its output."""
+    wait_until(
+        lambda: not job_states(workdir, "master"), timeout, f"master job {cluster} to leave the queue", interval=0.5
+    )
+    return master_output(workdir, cluster)

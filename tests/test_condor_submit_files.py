@@ -1,0 +1,168 @@
+"""submit/master.sub and submit/slaves.sub on a real HTCondor pool, submitted with condor_submit.
+
+Each test lays its work folder out like the repository root (``submit/``,
+``examples/``) and runs ``condor_submit submit/master.sub`` then
+``condor_submit submit/slaves.sub`` there, as docs/condor.md tells a user to,
+changing only submit macros with ``-a``. ``-a python=...`` names the pool's
+Python with mwpy installed, as a user without mwpy in /usr/bin/python3 does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.condor_programs import FLAKY, JOURNALED
+from tests.condor_support import (
+    COMPLETED,
+    DEADLINE,
+    HELD,
+    RESOURCE,
+    Pool,
+    finished_jobs,
+    job_states,
+    logs,
+    member_id,
+    read_resource,
+    setup_workdir,
+    submit_master,
+    wait_gone,
+    wait_master_done,
+    wait_resource,
+)
+from tests.support import wait_until
+
+pytestmark = pytest.mark.condor
+
+
+def check_slaves_left_cleanly(workdir: Path, count: int) -> dict[str, Any]:
+    """Every slave job left the queue by itself: completed, exit status 0. Returns their history ads."""
+    wait_gone(workdir, "slave", 60)
+    ads = finished_jobs(workdir, expected=count)
+    assert len(ads) == count, ads
+    for job, ad in ads.items():
+        assert (ad["JobStatus"], ad["ExitCode"]) == (COMPLETED, 0), f"slave job {job}: {ad}\n{logs(workdir)}"
+    return ads
+
+
+def test_master_sub_and_slaves_sub_run_monte_carlo_pi_and_every_slave_job_leaves(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    setup_workdir(condor_pool, condor_workdir)
+    master = submit_master(
+        condor_pool, condor_workdir, "program_args=--seed 2024 --max-trial-sets 40 --trials-per-set 50000 --target 6"
+    )
+    slaves = condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "slaves=3")
+    assert len(job_states(condor_workdir)) <= 3
+
+    out = wait_master_done(condor_workdir, master)
+    answer = re.search(r"pi ≈ (\d+\.\d+) ± \d+\.\d+ from (\d+) points", out)
+    assert answer is not None, logs(condor_workdir)
+    estimate, points = float(answer[1]), int(answer[2])
+    assert points == 40 * 50000
+    p = math.pi / 4
+    assert abs(estimate - math.pi) < 4 * 4 * math.sqrt(p * (1 - p) / points)  # four standard errors
+
+    ads = check_slaves_left_cleanly(condor_workdir, 3)
+    assert {job.split(".")[0] for job in ads} == {str(slaves)}
+    record = read_resource(condor_workdir)
+    assert record is not None
+    assert (record.finished, record.tasks_done) == (True, 40)
+    assert record.member_id == member_id(condor_workdir)  # what slaves.sub put into +MwpyMemberId
+
+    # `mwpy status` finds the computation's (now absent) slave jobs in the schedd.
+    status = subprocess.run(
+        [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--json", "--condor"],
+        capture_output=True,
+        text=True,
+        env=condor_pool.env(),
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["status"] == "finished"
+    assert report["slave_jobs"] == {"idle": 0, "running": 0, "held": 0, "total": 0}
+
+
+def test_a_slave_that_exits_non_zero_is_requeued_and_the_computation_completes(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    marker = condor_workdir / "first-start-failed"
+    setup_workdir(condor_pool, condor_workdir, {"flaky.py": FLAKY.format(marker=str(marker))})
+    master = submit_master(condor_pool, condor_workdir, "program=flaky.py")
+    # One slave: the computation can only complete if Condor runs the failed job again.
+    condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=flaky.py", "slaves=1")
+
+    out = wait_master_done(condor_workdir, master)
+    assert f"sum {sum(i * i for i in range(30))}" in out, logs(condor_workdir)
+    ads = check_slaves_left_cleanly(condor_workdir, 1)
+    failed = marker.read_text(encoding="utf-8")
+    assert ads[failed]["NumJobStarts"] >= 2, ads  # exited 1, was kept and started again
+
+
+def test_slaves_submitted_before_the_master_wait_on_hold_and_then_complete(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """The resource file and mwpy.pyz do not exist yet: the slaves' input transfer fails and they are held
+    (code 13); slaves.sub's periodic_release lets them try again once the master has written both."""
+    setup_workdir(condor_pool, condor_workdir)
+    condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "slaves=2")
+    wait_until(
+        lambda: list(job_states(condor_workdir).values()) == [HELD, HELD], 60, "both slave jobs held", interval=0.5
+    )
+    master = submit_master(
+        condor_pool, condor_workdir, "program_args=--seed 7 --max-trial-sets 10 --trials-per-set 2000"
+    )
+    out = wait_master_done(condor_workdir, master)
+    assert "from 20000 points" in out, logs(condor_workdir)
+    check_slaves_left_cleanly(condor_workdir, 2)
+
+
+def test_a_master_restarted_by_condor_writes_a_fresh_file_and_resumes_with_requeued_slaves(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    release = condor_workdir / "release"
+    setup_workdir(condor_pool, condor_workdir, {"journaled.py": JOURNALED})
+    count = 12
+    master = submit_master(
+        condor_pool,
+        condor_workdir,
+        "program=journaled.py",
+        f"program_args={release} {count}",
+        "master_options=--mw-journal master.journal --mw-slave-window 1",
+    )
+    condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=journaled.py", "slaves=2")
+    # Mid-run: the first half done (and journaled), both slaves holding a task of the second half.
+    before = wait_resource(
+        condor_workdir,
+        lambda r: r.tasks_done == count // 2 and r.tasks_running == 2,
+        "half of the tasks done and two running",
+    )
+
+    condor_pool.restart()  # every daemon and job killed; the queue survives, as after a reboot
+
+    after = wait_resource(
+        condor_workdir,
+        lambda r: r.master_pid != before.master_pid and not r.finished,
+        "a fresh resource file from the restarted master",
+    )
+    assert after.timestamp > before.timestamp
+    assert after.secret != before.secret  # a new master run, not the old file
+    assert set(job_states(condor_workdir, "master")) == {f"{master}.0"}  # the same job, started again
+    release.touch()
+
+    out = wait_master_done(condor_workdir, master, timeout=DEADLINE + 60)
+    assert f"sum {sum(i * i for i in range(count))}, journaled " in out, logs(condor_workdir)
+    journaled = re.search(r"journaled (\d+) of", out)
+    assert journaled is not None
+    assert int(journaled[1]) >= count // 2  # the restarted master did not run the first half again
+    ads = check_slaves_left_cleanly(condor_workdir, 2)
+    assert all(ad["NumJobStarts"] >= 2 for ad in ads.values()), ads  # both slaves were requeued and ran again

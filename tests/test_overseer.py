@@ -1,0 +1,334 @@
+"""The overseer's decisions, fast and without a pool.
+
+Most tests drive ``Overseer.reconcile`` against an in-memory back end whose
+queue the test sets directly (held jobs, jobs removed behind the overseer's
+back); the last ones run the real local back end, whose slave processes
+follow Condor's on_exit_remove contract.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from mwpy import resource_file
+from mwpy.backends import Job, JobState, Launch
+from mwpy.backends.local import LocalBackend
+from mwpy.overseer import Limits, Overseer, Verdict
+from mwpy.resource_file import ResourceFile
+from tests.support import wait_until
+
+
+@attrs.define
+class FakeBackend:
+    """A queue the test can see and change; submissions and removals are recorded."""
+
+    name: str = "fake"
+    queue: dict[str, JobState] = attrs.Factory(dict)
+    submitted: list[int] = attrs.Factory(list)
+    removed: list[str] = attrs.Factory(list)
+    launches: list[Launch] = attrs.Factory(list)
+    failures: int = 0
+    _numbers: itertools.count[int] = attrs.Factory(itertools.count)
+
+    def jobs(self) -> list[Job]:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("schedd restarting")
+        return [Job(job_id, state) for job_id, state in self.queue.items()]
+
+    def submit(self, launch: Launch, count: int) -> None:
+        self.submitted.append(count)
+        self.launches.append(launch)
+        for _ in range(count):
+            self.queue[f"1.{next(self._numbers)}"] = JobState.IDLE
+
+    def remove(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            self.removed.append(job_id)
+            del self.queue[job_id]
+
+    def poll(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def set(self, state: JobState, count: int) -> None:
+        """Put the first ``count`` jobs not yet in ``state`` into it (the batch system started or held them)."""
+        for job_id in [j for j, s in self.queue.items() if s is not state][:count]:
+            self.queue[job_id] = state
+
+    def count(self, state: JobState) -> int:
+        return sum(s is state for s in self.queue.values())
+
+
+def write_resource(path: Path, *, needed: int = 0, connected: int = 0, **changes: Any) -> ResourceFile:
+    record = ResourceFile(
+        computation_status="in-progress",
+        timestamp=time.time(),
+        update_interval=60.0,
+        member_id="mwpy:test",
+        master_host="127.0.0.1",
+        master_port=1,
+        slaves_needed=needed,
+        slave_executable="/usr/bin/python3",
+        slave_files=[str(path.parent / "program.py")],
+        slave_arguments=["program.py", "--mw-slave", "--mw-resource-file", path.name],
+        master_pid=1,
+        slaves_connected={"ordered": 0, "intermingle": 0, "unordered": connected},
+    )
+    record = attrs.evolve(record, **changes)
+    resource_file.write(path, record)
+    return record
+
+
+@pytest.fixture
+def rf(tmp_path: Path) -> Path:
+    return tmp_path / "resource.json"
+
+
+def overseer(rf: Path, backend: FakeBackend, **limits: int) -> Overseer:
+    return Overseer(rf, backend, Limits(**limits), finish_grace=0.0)
+
+
+def test_no_resource_file_yet_means_waiting(rf: Path) -> None:
+    backend = FakeBackend()
+    assert overseer(rf, backend).reconcile().verdict is Verdict.WAITING
+    assert backend.submitted == []
+
+
+def test_grows_to_what_the_master_wants_in_one_batch_with_the_files_it_names(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=5)
+    decision = overseer(rf, backend).reconcile()
+    assert (decision.verdict, decision.submitted, decision.wanted) == (Verdict.RUNNING, 5, 5)
+    assert backend.submitted == [5]
+    launch = backend.launches[0]
+    assert (launch.member_id, launch.resource_file, launch.executable) == ("mwpy:test", str(rf), "/usr/bin/python3")
+
+
+def test_repeated_reconciliations_never_submit_twice(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=4)
+    first = overseer(rf, backend)
+    first.reconcile()
+    backend.set(JobState.RUNNING, 2)
+    for _ in range(3):
+        assert first.reconcile().submitted == 0
+    assert overseer(rf, backend).reconcile().submitted == 0  # a restarted overseer counts the queue first
+    assert backend.submitted == [4]
+
+
+def test_slaves_that_connected_still_count_as_wanted(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=3)
+    watcher = overseer(rf, backend)
+    watcher.reconcile()
+    backend.set(JobState.RUNNING, 3)
+    write_resource(rf, needed=0, connected=3)  # all three connected: still wanted, nothing to do
+    decision = watcher.reconcile()
+    assert (decision.wanted, decision.submitted, decision.removed) == (3, 0, 0)
+
+
+def test_caps_on_total_idle_and_batch(rf: Path) -> None:
+    write_resource(rf, needed=50)
+    backend = FakeBackend()
+    assert overseer(rf, backend, max_jobs=1000, max_idle=1000, batch=7).reconcile().submitted == 7
+    backend = FakeBackend()
+    capped = overseer(rf, backend, max_jobs=1000, max_idle=10, batch=100)
+    assert capped.reconcile().submitted == 10
+    assert capped.reconcile().submitted == 0  # 10 idle already: the idle cap holds
+    backend.set(JobState.RUNNING, 4)
+    assert capped.reconcile().submitted == 4  # room for 4 more idle ones
+    backend = FakeBackend()
+    total = overseer(rf, backend, max_jobs=12, max_idle=100, batch=100)
+    assert total.reconcile().submitted == 12
+    assert total.reconcile().wanted == 12
+    assert len(backend.queue) == 12
+
+
+def test_shrink_removes_idle_jobs_only_never_a_running_slave(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=6)
+    watcher = overseer(rf, backend)
+    watcher.reconcile()
+    backend.set(JobState.RUNNING, 4)
+    running = {j for j, s in backend.queue.items() if s is JobState.RUNNING}
+    write_resource(rf, needed=0, connected=1)  # wants one slave now: 5 too many, but only 2 are idle
+    decision = watcher.reconcile()
+    assert decision.removed == 2
+    assert set(backend.removed).isdisjoint(running)
+    assert {j for j in backend.queue} == running
+    assert watcher.reconcile().removed == 0  # nothing idle left to remove; running slaves stay
+
+
+def test_held_jobs_are_replaced_within_the_caps(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=4)
+    watcher = overseer(rf, backend, max_jobs=6, max_idle=100, batch=100)
+    watcher.reconcile()
+    backend.set(JobState.HELD, 3)  # held behind the overseer's back: they serve nobody
+    decision = watcher.reconcile()
+    assert (decision.held, decision.submitted) == (3, 2)  # 4 wanted, but 6 jobs at most
+    assert backend.count(JobState.HELD) == 3
+    assert len(backend.queue) == 6
+
+
+def test_jobs_removed_behind_its_back_are_resubmitted(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=3)
+    watcher = overseer(rf, backend)
+    watcher.reconcile()
+    del backend.queue[next(iter(backend.queue))]  # condor_rm by someone
+    assert watcher.reconcile().submitted == 1
+    assert len(backend.queue) == 3
+
+
+def test_a_stale_master_gets_no_new_jobs_and_keeps_its_queue(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=2)
+    watcher = overseer(rf, backend)
+    watcher.reconcile()
+    write_resource(rf, needed=5, timestamp=time.time() - 1000)  # master silent far past its interval
+    decision = watcher.reconcile()
+    assert (decision.verdict, decision.submitted, decision.removed) == (Verdict.STALE, 0, 0)
+    assert len(backend.queue) == 2
+    write_resource(rf, needed=5)  # a fresh file: the master is back
+    assert watcher.reconcile().submitted == 3
+
+
+def test_finished_removes_every_job_idle_running_and_held(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=6)
+    watcher = overseer(rf, backend)
+    watcher.reconcile()
+    backend.set(JobState.RUNNING, 2)
+    backend.set(JobState.HELD, 1)
+    write_resource(rf, computation_status="finished")
+    decision = watcher.reconcile()
+    assert (decision.verdict, decision.removed) == (Verdict.FINISHED, 6)
+    assert backend.queue == {}
+
+
+def test_finished_gives_running_slaves_time_to_leave_by_themselves(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=3)
+    watcher = Overseer(rf, backend, Limits(), finish_grace=60.0)
+    watcher.reconcile()
+    backend.set(JobState.RUNNING, 2)
+    write_resource(rf, computation_status="finished")
+    assert watcher.reconcile().removed == 1  # the idle one at once
+    assert backend.count(JobState.RUNNING) == 2  # told to shut down by the master: they exit 0 themselves
+    watcher.finish_grace = 0.0
+    assert watcher.reconcile().removed == 2  # still there after the grace: removed
+
+
+def test_run_outlives_back_end_errors_and_returns_once_no_job_is_left(rf: Path) -> None:
+    backend = FakeBackend(failures=2)
+    write_resource(rf, needed=2)
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(), log=lines.append, finish_grace=0.0)
+    stop = threading.Event()
+    verdicts: list[Verdict] = []
+    thread = threading.Thread(target=lambda: verdicts.append(watcher.run(stop, interval=0.1, poll=0.02)))
+    thread.start()
+    try:
+        wait_until(lambda: len(backend.queue) == 2, 10, "the overseer to submit after two failures")
+        assert any("reconciliation failed: schedd restarting" in line for line in lines), lines
+        write_resource(rf, computation_status="finished")  # the watchdog wakes it at once
+        thread.join(10)
+        assert verdicts == [Verdict.FINISHED]
+        assert backend.queue == {}
+    finally:
+        stop.set()
+        thread.join()
+
+
+# ---------------------------------------------------------------------- the local back end
+
+
+def test_local_back_end_keeps_a_failed_slave_queued_and_starts_it_again(tmp_path: Path) -> None:
+    """Condor's on_exit_remove contract: exit 1 means run again (with a fresh resource file), exit 0 means done."""
+    rf = tmp_path / "resource.json"
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import os, sys\n"
+        "runs = int(open('runs').read()) + 1 if os.path.exists('runs') else 1\n"
+        "open('runs', 'w').write(str(runs))\n"
+        "sys.exit(0 if runs >= 3 else 1)\n",
+        encoding="utf-8",
+    )
+    record = write_resource(rf, slave_executable=sys.executable, slave_files=[str(program)])
+    backend = LocalBackend(tmp_path / "jobs", restart_delay=0.05)
+    try:
+        backend.submit(Launch.of(record, str(rf)), 1)
+        wait_until(lambda: not backend.jobs(), 30, "the slave job to leave the queue")
+        assert [status for _, status in backend.exits] == [1, 1, 0]
+        assert (tmp_path / "jobs" / "local.0" / "resource.json").read_text() == rf.read_text()
+    finally:
+        backend.close()
+
+
+def test_the_same_overseer_grows_local_slaves_and_removes_them_when_finished(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    program = tmp_path / "program.py"
+    program.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")  # a slave that never leaves by itself
+    write_resource(rf, needed=3, slave_executable=sys.executable, slave_files=[str(program)])
+    backend = LocalBackend(tmp_path / "jobs")
+    watcher = Overseer(rf, backend, Limits(max_jobs=2), finish_grace=0.0)
+    try:
+        assert watcher.reconcile().submitted == 2  # capped at 2 of the 3 wanted
+        wait_until(lambda: [j.state for j in backend.jobs()] == [JobState.RUNNING] * 2, 10, "2 running slaves")
+        assert watcher.reconcile().submitted == 0
+        write_resource(rf, computation_status="finished", slave_executable=sys.executable)
+        assert watcher.reconcile().removed == 2
+        assert backend.jobs() == []
+    finally:
+        backend.close()
+
+
+# ---------------------------------------------------------------------- the commands
+
+
+def mwpy_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mwpy", *args], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+
+
+def test_mwpy_overseer_with_default_caps_removes_what_is_left_and_exits_0(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    write_resource(rf, computation_status="finished")
+    done = mwpy_cli("overseer", str(rf), "--backend", "local", "--workdir", str(tmp_path / "jobs"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Limits(max_jobs=1000, max_idle=100, batch=100)" in done.stdout
+    assert "computation finished: no slave jobs left" in done.stdout
+
+
+def test_mwpy_status_without_a_schedd_says_so_without_a_traceback(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    write_resource(rf, needed=2)
+    no_pool = {**os.environ, "CONDOR_CONFIG": "ONLY_ENV"}  # a configuration that names no schedd
+    shown = mwpy_cli("status", str(rf), "--condor", env=no_pool)
+    assert shown.returncode == 1
+    assert "jobs     unknown: cannot find the schedd" in shown.stdout
+    assert "Traceback" not in shown.stderr
+    report = json.loads(mwpy_cli("status", str(rf), "--json", "--condor", env=no_pool).stdout)
+    assert report["slave_jobs"] is None
+    assert "cannot find the schedd" in report["slave_jobs_error"]
+    quiet = mwpy_cli("status", str(rf), env=no_pool)  # without --condor: no jobs line, no error
+    assert quiet.returncode == 0
+    assert "jobs" not in quiet.stdout
+    assert "in progress" in quiet.stdout
