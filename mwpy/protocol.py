@@ -153,6 +153,7 @@ def check_results(msg: Results) -> None:
             or type(item[1]) is not bool
             or type(item[2]) is not bytes
             or type(item[3]) is not float
+            or not item[3] >= 0.0  # NaN would poison the window arithmetic and crash the master
         ):
             raise ProtocolError("malformed result in a Results message")
 
