@@ -51,8 +51,13 @@ class Journal:
             self._db.execute("pragma journal_mode=wal")
             self._db.execute("pragma synchronous=normal")
             self._db.execute(_SCHEMA)
+            # another program's table, or damaged pages, would otherwise fail mid-run with a traceback
+            self._db.execute("select key, algorithm, value, slave_id, compute_time, recorded from results limit 0")
+            problems = self._db.execute("pragma quick_check").fetchall()
         except sqlite3.Error as exc:
             raise JournalError(f"{path}: cannot use as a journal ({exc})") from None
+        if problems != [("ok",)]:
+            raise JournalError(f"{path}: cannot use as a journal (damaged: sqlite's quick_check failed)")
         self._pending = 0
         self._db.execute("begin")
 
