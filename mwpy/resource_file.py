@@ -12,8 +12,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import attrs
 import cattrs
@@ -35,27 +36,47 @@ class ResourceFileError(Exception):
     """The resource file is missing, unreadable or not a valid mwpy resource file."""
 
 
+def _hex(size: int | None) -> Callable[[Any, Any, str | None], None]:
+    """A validator: ``None``, or hex digits (exactly ``size`` bytes' worth when given)."""
+
+    def check(_: Any, attribute: Any, value: str | None) -> None:
+        if value is None:
+            return
+        try:
+            decoded = bytes.fromhex(value) if value.isascii() else b""
+        except ValueError:
+            decoded = b""
+        if not decoded or (size is not None and len(decoded) != size):
+            raise ValueError(f"{attribute.name} must be {f'{2 * size} ' if size else ''}hex digits")
+
+    return check
+
+
+_non_empty: Callable[[Any, Any, Any], Any] = attrs.validators.min_len(1)
+_not_negative: Callable[[Any, Any, Any], Any] = attrs.validators.ge(0)
+
+
 @attrs.frozen
 class ResourceFile:
     """Everything in one resource file; see docs/resource-file.md for each key."""
 
-    computation_status: Status
+    computation_status: Status = attrs.field(validator=attrs.validators.in_((IN_PROGRESS, FINISHED)))
     timestamp: float
-    update_interval: float
-    member_id: str
-    master_host: str
-    master_port: int
-    slaves_needed: int
+    update_interval: float = attrs.field(validator=attrs.validators.gt(0))
+    member_id: str = attrs.field(validator=_non_empty)
+    master_host: str = attrs.field(validator=_non_empty)
+    master_port: int = attrs.field(validator=[attrs.validators.ge(1), attrs.validators.le(65535)])
+    slaves_needed: int = attrs.field(validator=_not_negative)
     slave_executable: str
     slave_files: list[str]
     slave_arguments: list[str]
     master_pid: int
-    tasks_done: int = 0
-    tasks_pending: int = 0
-    tasks_running: int = 0
+    tasks_done: int = attrs.field(default=0, validator=_not_negative)
+    tasks_pending: int = attrs.field(default=0, validator=_not_negative)
+    tasks_running: int = attrs.field(default=0, validator=_not_negative)
     slaves_connected: dict[str, int] = attrs.Factory(dict)
-    secret: str | None = None
-    tls_fingerprint: str | None = None
+    secret: str | None = attrs.field(default=None, validator=_hex(None))
+    tls_fingerprint: str | None = attrs.field(default=None, validator=_hex(32))
     format: str = FORMAT
     version: int = VERSION
 
@@ -72,7 +93,28 @@ class ResourceFile:
         return not self.finished and self.age(now) > self.update_interval + grace
 
 
+def _strict(*types: type) -> Callable[[Any, Any], Any]:
+    """A structure hook that accepts only these JSON types (cattrs would coerce "123" to 123)."""
+
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) not in types:
+            raise TypeError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
 _converter = cattrs.Converter(forbid_extra_keys=False)
+_converter.register_structure_hook(str, _strict(str))
+_converter.register_structure_hook(int, _strict(int))
+_converter.register_structure_hook(float, _strict(float, int))
+
+
+def _describe(exc: BaseException, _: Any) -> str:
+    """Problem text for cattrs: the validator's own message, not cattrs' generic one."""
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    return str(exc) or type(exc).__name__
 
 
 def dumps(record: ResourceFile) -> str:
@@ -96,10 +138,12 @@ def loads(text: str, source: str = "resource file") -> ResourceFile:
     try:
         record = _converter.structure(data, ResourceFile)
     except Exception as exc:
-        problems = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else exc
+        problems = (
+            "; ".join(cattrs.transform_error(exc, format_exception=_describe))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else exc
+        )
         raise ResourceFileError(f"{source}: {problems}") from None
-    if record.computation_status not in (IN_PROGRESS, FINISHED):
-        raise ResourceFileError(f"{source}: unknown computation_status {record.computation_status!r}")
     return record
 
 
