@@ -1,0 +1,214 @@
+"""Churn: slaves are SIGKILLed, restarted, SIGSTOPped past the client timeout and continued, at random.
+
+tests/programs/trust_churn.py runs as a real master streaming short, long,
+fragile (``retry=False``), marathon (longer than the client timeout) and
+ordered tasks, and prints every task it submits and everything the master
+algorithm receives. Meanwhile a seeded random schedule kills and restarts
+real slave processes. Afterwards the printout must show reliability.md's
+guarantees: every result exactly once and right, lost ``retry=False`` tasks
+unrunnable exactly once, ordered tasks following their policy, and no late
+result from a slave that was dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mwpy import ExitCode
+from tests.programs.trust_churn import expected
+from tests.support import PROGRAMS, MasterAudit, Proc, reap_spawned, spawn_master, spawn_slave, wait_until
+
+CHURN = PROGRAMS / "trust_churn.py"
+SEED = 4_2024
+CLIENT_TIMEOUT = 2
+SLAVES = 4
+#: Seconds of chaos at least (longer until every planned kind of accident has happened).
+CHAOS_SECONDS = 20.0
+DEADLINE = 90.0
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    yield
+    reap_spawned()
+
+
+class Chaos:
+    """Keeps SLAVES slaves running and does random harm to them."""
+
+    def __init__(self, workdir: Path, audit: MasterAudit, rng: random.Random) -> None:
+        self.workdir = workdir
+        self.audit = audit
+        self.rng = rng
+        self.running: list[Proc] = []
+        self.killed: list[Proc] = []
+        self.fragile_kills = 0
+        self.stopped: Proc | None = None
+        self.stopped_sid = ""
+        self.continued: list[tuple[Proc, str]] = []  # (slave, its sid) SIGCONTinued after being dropped
+
+    def top_up(self) -> None:
+        self.running = [p for p in self.running if p.alive()]
+        while len(self.running) < SLAVES:
+            self.running.append(spawn_slave(CHURN, self.workdir))
+
+    def kill(self, victim: Proc) -> None:
+        victim.kill()
+        self.running.remove(victim)
+        self.killed.append(victim)
+
+    def kill_a_fragile_runner(self) -> bool:
+        """SIGKILL a slave that is inside a ``fragile`` (retry=False) task, if one is."""
+        by_pid = {p.pid: p for p in self.running}
+        for marker in (self.workdir / "running").glob("fragile-running-*"):
+            victim = by_pid.get(int(marker.name.rsplit("-", 1)[1]))
+            if victim is not None and victim.alive():
+                self.kill(victim)
+                self.fragile_kills += 1
+                return True
+        return False
+
+    def stop_one(self) -> None:
+        """SIGSTOP a connected slave; it stays stopped until the master has dropped it."""
+        connected = [p for p in self.running if f", pid {p.pid}, " in "\n".join(self.audit.lines())]
+        if not connected:
+            return
+        victim = self.rng.choice(connected)
+        sid = self.audit.sid_of(victim.pid)
+        os.kill(victim.pid, signal.SIGSTOP)
+        self.running.remove(victim)
+        self.stopped, self.stopped_sid = victim, sid
+
+    def maybe_continue(self) -> bool:
+        """SIGCONT the stopped slave once the master dropped it for silence; True once none is stopped."""
+        if self.stopped is None:
+            return True
+        prefix = f"{self.stopped_sid} -> disconnected ("
+        if any(line.startswith(prefix) for line in self.audit.lines()):
+            os.kill(self.stopped.pid, signal.SIGCONT)
+            self.continued.append((self.stopped, self.stopped_sid))
+            self.stopped = None
+        return self.stopped is None
+
+    def step(self) -> None:
+        self.maybe_continue()
+        self.top_up()
+        roll = self.rng.random()
+        if roll < 0.3:
+            self.kill_a_fragile_runner()
+        elif roll < 0.7:
+            self.kill(self.rng.choice(self.running))
+        elif roll < 0.8 and self.stopped is None and len(self.continued) < 2:
+            self.stop_one()
+        self.top_up()
+
+    def planned_harm_done(self) -> bool:
+        return self.fragile_kills >= 2 and len(self.continued) >= 1 and len(self.killed) >= 10
+
+
+def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
+    """Guards: requeue on loss (retry=True), unrunnable on loss (retry=False), ordered-task policies,
+    heartbeats during long tasks, dropping silent slaves after the client timeout, and accepting a
+    result only on the connection holding its task.
+
+    Remove any of these and a task goes missing, comes back twice or in the
+    wrong place, a marathon task never finishes, or the stopped slave is
+    never dropped.
+    """
+    (tmp_path / "running").mkdir()
+    audit = MasterAudit(tmp_path / "master.audit")
+    master = spawn_master(
+        CHURN,
+        tmp_path,
+        "--mw-client-timeout",
+        str(CLIENT_TIMEOUT),
+        "--mw-audit-file",
+        str(audit.path),
+        "soak",
+        str(tmp_path / "stop"),
+        str(tmp_path / "running"),
+    )
+    chaos = Chaos(tmp_path, audit, random.Random(SEED))
+    chaos.top_up()
+    started = time.monotonic()
+    while time.monotonic() - started < CHAOS_SECONDS or not chaos.planned_harm_done():
+        assert master.alive(), master.err()
+        assert time.monotonic() - started < DEADLINE, "the planned accidents did not all happen"
+        chaos.step()
+        time.sleep(chaos.rng.uniform(0.1, 0.4))  # pace of the accidents, not a synchronisation
+    wait_until(chaos.maybe_continue, DEADLINE, "the stopped slave to be dropped")
+    (tmp_path / "stop").touch()
+    assert master.wait(DEADLINE) == 0, master.err()
+
+    lines = master.json_lines()
+    assert lines[-1]["end"] is True
+    submitted = {line["submitted"]: line for line in lines if "submitted" in line}
+    results = [line for line in lines if "result" in line]
+    unrunnable = [line for line in lines if "unrunnable" in line]
+    result_ids = [line["result"] for line in results]
+    unrunnable_ids = [line["unrunnable"] for line in unrunnable]
+
+    # exactly once, and nothing lost
+    assert len(result_ids) == len(set(result_ids)), "a result reached the master algorithm twice"
+    assert len(unrunnable_ids) == len(set(unrunnable_ids)), "a task came back unrunnable twice"
+    assert not set(result_ids) & set(unrunnable_ids)
+    assert set(result_ids) | set(unrunnable_ids) == set(submitted)
+    for line in results:
+        task = submitted[line["result"]]
+        assert line["error"] is None, line
+        if task["algorithm"] != "churn_step":
+            assert line["value"] == expected(task["algorithm"], tuple(task["args"])), (task, line)
+
+    # retry=True tasks always come back with a result; lost retry=False ones come back unrunnable
+    for task_id in unrunnable_ids:
+        task = submitted[task_id]
+        assert task["algorithm"] in ("churn_fragile", "churn_step"), task
+        if task["algorithm"] == "churn_step":
+            assert not task["tag"][2], f"an ordered do_it_anyway task became unrunnable: {task}"
+    fragile_lost = [t for t in unrunnable_ids if submitted[t]["algorithm"] == "churn_fragile"]
+    assert fragile_lost, "no fragile task was lost, though slaves were killed inside them"
+
+    # ordered tasks: on their slave, in submission order; do_it_anyway ones may move
+    ran_on_own_slave: dict[str, list[list[int]]] = defaultdict(list)
+    for line in results:
+        task = submitted[line["result"]]
+        if task["algorithm"] != "churn_step":
+            continue
+        sid, _, anyway = task["tag"]
+        if line["slave_id"] == sid:
+            ran_on_own_slave[sid].append(line["value"])
+        else:
+            assert anyway, f"ordered task {task} ran on {line['slave_id']}"
+    assert ran_on_own_slave, "no ordered task ran"
+    for sid, values in ran_on_own_slave.items():
+        values.sort(key=lambda value: value[2])  # by submission index k
+        assert len({pid for pid, _, _ in values}) == 1, sid
+        executed = [count for _, count, _ in values]
+        assert executed == sorted(executed), f"{sid} ran its ordered tasks out of order: {values}"
+
+    # the slave stopped past the client timeout was dropped, and nothing it sent later was taken
+    for slave, sid in chaos.continued:
+        reason = audit.slave_dropped(sid)
+        assert reason.startswith(f"silent for {CLIENT_TIMEOUT} s (client timeout)"), reason
+        assert slave.wait(DEADLINE) == ExitCode.MASTER_LOST, slave.err()
+        received = int(reason.split(" results back")[0].rsplit(" ", 1)[1])
+        delivered = sum(1 for line in results if line["slave_id"] == sid)
+        assert delivered == received, f"{sid}: {delivered} results delivered, {received} received before the drop"
+
+    for slave in chaos.running:
+        assert slave.wait(DEADLINE) == 0, slave.err()
+    summary: dict[str, Any] = {
+        "churn_short": sum(1 for line in results if line["algorithm"] == "churn_short"),
+        "killed": len(chaos.killed),
+        "fragile_lost": len(fragile_lost),
+    }
+    print(summary)

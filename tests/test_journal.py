@@ -1,0 +1,175 @@
+"""The result journal (reliability.md): a master killed with SIGKILL resumes instead of starting over.
+
+tests/programs/trust_journal.py runs ``journaled_square(i)`` with keys through
+``mw.as_completed`` as a real master with real slaves and prints each result
+as the master algorithm sees it. Every run of a task leaves a file, so the
+tests count executions per key instead of trusting the master's word.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mwpy import ExitCode
+from tests.programs.trust_journal import executions
+from tests.support import PROGRAMS, Proc, reap_spawned, run_program, spawn_master, spawn_slave, wait_until
+
+JOURNALED = PROGRAMS / "trust_journal.py"
+COUNT = 60
+DEADLINE = 60.0
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    yield
+    reap_spawned()
+
+
+def printed(master: Proc) -> list[dict[str, Any]]:
+    """The result lines the master algorithm printed (a line being written is left out)."""
+    lines = []
+    for line in master.out().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "i" in record:
+            lines.append(record)
+    return lines
+
+
+def run_master(workdir: Path, journal: Path, runs: Path) -> Proc:
+    return spawn_master(
+        JOURNALED,
+        workdir,
+        "--mw-journal",
+        str(journal),
+        "--mw-audit-file",
+        str(workdir / "master.audit"),
+        "squares",
+        str(COUNT),
+        str(runs),
+    )
+
+
+def test_master_killed_half_way_resumes_from_its_journal(tmp_path: Path) -> None:
+    """Guards: each keyed result is committed to the journal before the master algorithm sees it, and a
+    restarted master answers journaled keys from the journal (Result.journaled) without running them.
+
+    If the commit came later, results the first master printed would be
+    missing from the journal; if replay did not work, they would run again.
+    """
+    journal = tmp_path / "journal.sqlite"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    first = run_master(tmp_path, journal, runs)
+    slaves = [spawn_slave(JOURNALED, tmp_path) for _ in range(2)]
+    wait_until(lambda: len(printed(first)) >= COUNT // 3, DEADLINE, "a third of the results")
+    first.kill()  # SIGKILL: no goodbye, no journal close
+    for slave in slaves:
+        assert slave.wait(DEADLINE) == ExitCode.MASTER_LOST
+    seen_first = {line["i"] for line in printed(first)}
+    assert COUNT // 3 <= len(seen_first) < COUNT, "the first master was not killed half-way"
+    assert not any(line["journaled"] for line in printed(first))
+    before = executions(runs)
+
+    second = run_master(tmp_path, journal, runs)
+    slaves = [spawn_slave(JOURNALED, tmp_path) for _ in range(2)]
+    assert second.wait(DEADLINE) == 0, second.err()
+    for slave in slaves:
+        assert slave.wait(DEADLINE) == 0
+    lines = printed(second)
+    after = executions(runs)
+    assert sorted(line["i"] for line in lines) == list(range(COUNT))
+    assert all(line["value"] == line["i"] ** 2 + 1 for line in lines)
+    assert json.loads(second.out().splitlines()[-1]) == {"sum": sum(i * i + 1 for i in range(COUNT))}
+    journaled = {line["i"] for line in lines if line["journaled"]}
+    assert seen_first <= journaled, f"printed before the kill but not journaled: {seen_first - journaled}"
+    for i in range(COUNT):
+        if i in journaled:
+            assert after.get(i, 0) == before.get(i, 0), f"journaled task {i} ran again"
+        else:
+            assert after.get(i, 0) > before.get(i, 0), f"task {i} was neither journaled nor run"
+
+    third = run_master(tmp_path, journal, runs)  # everything is journaled now: no slave needed
+    assert third.wait(DEADLINE) == 0, third.err()
+    assert all(line["journaled"] for line in printed(third))
+    assert len(printed(third)) == COUNT
+    assert executions(runs) == after
+
+
+def _foreign(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("create table results (name text, score real)")
+        db.execute("insert into results values ('x', 1.0)")
+    db.close()
+
+
+def _journal_with_results(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "create table results (key text primary key, algorithm text not null, value blob not null,"
+            " slave_id text not null, compute_time real not null, recorded real not null)"
+        )
+        rows = [(f"square-{i}", "journaled_square", b"\x80\x05K\x01." * 20, "slave-0", 0.1, 0.0) for i in range(2000)]
+        db.executemany("insert into results values (?, ?, ?, ?, ?, ?)", rows)
+    db.close()
+
+
+def _damaged_page(path: Path) -> None:
+    _journal_with_results(path)
+    with path.open("r+b") as data:
+        data.seek(path.stat().st_size // 2)
+        data.write(b"\xde\xad" * 2048)
+
+
+def _truncated(path: Path) -> None:
+    _journal_with_results(path)
+    with path.open("r+b") as data:
+        data.truncate(path.stat().st_size // 3)
+
+
+DAMAGE: dict[str, Callable[[Path], object]] = {
+    "garbage": lambda path: path.write_bytes(b"not a database at all\n" * 100),
+    "another program's table": _foreign,
+    "a damaged page": _damaged_page,
+    "a truncated file": _truncated,
+    "a folder": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_journal_is_one_clear_line_and_status_1(tmp_path: Path, damage: str) -> None:
+    """Guards: the journal is validated when the master starts (schema and pages), not mid-run.
+
+    A journal that fails later makes the master algorithm die with a
+    traceback at its first keyed submit, after slaves were already sought.
+    """
+    journal = tmp_path / "journal.sqlite"
+    DAMAGE[damage](journal)
+    done = run_program(
+        JOURNALED,
+        tmp_path,
+        "--mw-master",
+        "--mw-master-host",
+        "127.0.0.1",
+        "--mw-resource-file",
+        str(tmp_path / "resource.json"),
+        "--mw-journal",
+        str(journal),
+        "squares",
+        "3",
+        str(tmp_path),
+        timeout=DEADLINE,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"{journal}: cannot use as a journal" in lines[0]
