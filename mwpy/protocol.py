@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import operator
 import os
 import pickle
 import ssl
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import attrs
@@ -125,8 +126,22 @@ _BY_KIND: dict[int, type[Any]] = {
 }
 
 
+def _getter(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """``attrs.astuple(msg, recurse=False)`` for one message class, without its per-call overhead."""
+    names = [field.name for field in attrs.fields(cls)]
+    if not names:
+        return lambda msg: ()
+    if len(names) == 1:
+        get_one = operator.attrgetter(names[0])
+        return lambda msg: (get_one(msg),)
+    return operator.attrgetter(*names)
+
+
+_GETTERS: dict[int, Callable[[Any], tuple[Any, ...]]] = {kind: _getter(cls) for kind, cls in _BY_KIND.items()}
+
+
 def _fields(msg: Message) -> tuple[Any, ...]:
-    return attrs.astuple(msg, recurse=False)
+    return _GETTERS[msg.kind](msg)
 
 
 def _build(kind: int, fields: Any) -> Message:
@@ -285,28 +300,36 @@ def pack(sizes: list[int], group: int, max_frame: int) -> Iterator[tuple[int, in
 class Channel:
     """Seals outgoing messages and opens incoming ones for one authenticated connection."""
 
-    __slots__ = ("_send_key", "_recv_key", "_send_seq", "_recv_seq")
+    __slots__ = ("_send_mac", "_recv_mac", "_send_seq", "_recv_seq")
 
     def __init__(self, send_key: bytes, recv_key: bytes) -> None:
-        self._send_key = send_key
-        self._recv_key = recv_key
+        # Keyed once and copied per frame: cheaper than keying an HMAC for every frame; same tags.
+        self._send_mac = hmac.new(send_key, digestmod=hashlib.sha256)
+        self._recv_mac = hmac.new(recv_key, digestmod=hashlib.sha256)
         self._send_seq = 0
         self._recv_seq = 0
 
     def seal(self, msg: Message) -> bytes:
         """The complete frame (header included) carrying ``msg``."""
-        body = bytes([msg.kind]) + pickle.dumps(_fields(msg), PICKLE_PROTOCOL)
-        tag = hmac.digest(self._send_key, _SEQ.pack(self._send_seq) + body, "sha256")[:TAG_SIZE]
+        return self.seal_body(bytes([msg.kind]) + pickle.dumps(_fields(msg), PICKLE_PROTOCOL))
+
+    def seal_body(self, body: bytes) -> bytes:
+        """The complete frame around an already encoded body (a kind byte and its payload)."""
+        mac = self._send_mac.copy()
+        mac.update(_SEQ.pack(self._send_seq))
+        mac.update(body)
         self._send_seq += 1
-        return HEADER.pack(len(body) + TAG_SIZE) + body + tag
+        return HEADER.pack(len(body) + TAG_SIZE) + body + mac.digest()[:TAG_SIZE]
 
     def open(self, body: bytes | memoryview) -> Message:
         """Check a received frame body and decode its message."""
         if len(body) < 1 + TAG_SIZE:
             raise ProtocolError("frame too short")
         data = bytes(body[:-TAG_SIZE])
-        tag = hmac.digest(self._recv_key, _SEQ.pack(self._recv_seq) + data, "sha256")[:TAG_SIZE]
-        if not hmac.compare_digest(tag, bytes(body[-TAG_SIZE:])):
+        mac = self._recv_mac.copy()
+        mac.update(_SEQ.pack(self._recv_seq))
+        mac.update(data)
+        if not hmac.compare_digest(mac.digest()[:TAG_SIZE], bytes(body[-TAG_SIZE:])):
             raise ProtocolError("frame failed authentication")
         self._recv_seq += 1
         try:
@@ -325,7 +348,7 @@ class FrameReader:
         self._buf = bytearray()
         self.max_size = max_size
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         self._buf += data
 
     def __len__(self) -> int:
