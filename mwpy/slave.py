@@ -96,6 +96,9 @@ class Slave:
         self.result_group = welcome.result_group
         self._max_out = welcome.max_frame
         self._reader = reader  # may already hold frames sent right after Welcome
+        # Reads land in one buffer: recv(256 KiB) would mmap and munmap 256 KiB per call (see master.py).
+        self._buffer = bytearray(_RECV_SIZE)
+        self._view = memoryview(self._buffer)
         self._queue: deque[TaskItem] = deque()
         self._results: list[ResultItem] = []
         self._done = 0
@@ -118,18 +121,20 @@ class Slave:
 
     def loop_until_shutdown(self) -> int:
         """Work until the master says stop; 0 after an orderly shutdown, else a non-zero status."""
-        while True:
-            status = self.loop(timeout=None)
-            if status.explicit_shutdown or status.master_disconnected:
-                return status.exit_code
+        while self._shutdown is None and self._lost is None:
+            self._work(None)  # no SlaveStatus per round: nobody would read it
+        return self.status().exit_code
 
     def loop(self, timeout: float | None = 0.05) -> SlaveStatus:
         """Run the tasks queued now (waiting up to ``timeout`` for some if none are), then return."""
-        self._receive(None if timeout is None else timeout, wait=not self._queue)
+        self._work(timeout)
+        return self.status()
+
+    def _work(self, timeout: float | None) -> None:
+        self._receive(timeout, wait=not self._queue)
         for _ in range(len(self._queue)):
             if not self._step():
                 break
-        return self.status()
 
     def loop_once(self, timeout: float = 0.0001) -> SlaveStatus:
         """Run at most one task (waiting up to ``timeout`` for one), then return."""
@@ -166,9 +171,12 @@ class Slave:
     def _step(self) -> bool:
         """Run one queued task and pass on results as needed; False once the slave must stop."""
         self._results.append(self._run(self._queue.popleft()))
-        self._receive(0.0, wait=False)
-        if len(self._results) >= self.result_group or not self._queue:
-            self._flush()
+        if len(self._results) >= self.result_group:
+            self._flush()  # a full group goes out before anything else: the master may be waiting for it
+        if self._queue:
+            self._receive(0.0, wait=False)  # between queued tasks: more tasks, or a Shutdown, may be waiting
+        if self._results and not self._queue:
+            self._flush()  # the queue ran dry (the next wait reads whatever comes)
         return self._shutdown is None and self._lost is None
 
     def _run(self, item: TaskItem) -> ResultItem:
@@ -194,8 +202,11 @@ class Slave:
         results, self._results = self._results, []
         if not results or self._lost is not None:
             return
-        for start, stop in protocol.pack([len(r[2]) for r in results], self.result_group, self._max_out):
-            self._send(protocol.Results(results[start:stop]))
+        if len(results) == 1:  # _run made sure every single result fits in a frame
+            self._send(protocol.Results(results))
+        else:
+            for start, stop in protocol.pack([len(r[2]) for r in results], self.result_group, self._max_out):
+                self._send(protocol.Results(results[start:stop]))
         self._done += len(results)
         if self._audit.packets:
             self._audit(f"MASTER <- {len(results)} results")
@@ -206,29 +217,35 @@ class Slave:
         """Read whatever the master sent; block up to ``timeout`` first if ``wait``."""
         if self._lost is not None or self._shutdown is not None:
             return
-        if wait and not self._readable():
-            self._poller.poll(None if timeout is None else int(timeout * 1000))
-        while self._readable():
+        if wait:  # poll returns at once if something is waiting: no need to ask twice
+            ready = self._tls_pending() or bool(self._poller.poll(None if timeout is None else int(timeout * 1000)))
+        else:
+            ready = self._readable()
+        while ready:
             try:
                 with self._io_lock:
-                    data = self._sock.recv(_RECV_SIZE)
+                    size = self._sock.recv_into(self._buffer)
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
                 return
             except OSError as exc:
                 self._lose(f"read error: {exc}")
                 return
-            if not data:
+            if not size:
                 self._lose("the master closed the connection")
                 return
-            self._reader.feed(data)
+            self._reader.feed(self._view[:size])
             if not self._process_frames():
                 return
+            # A short read of a plain socket took all the kernel had: asking poll again would only say no.
+            ready = (size == _RECV_SIZE or isinstance(self._sock, ssl.SSLSocket)) and self._readable()
+
+    def _tls_pending(self) -> bool:
+        """TLS holds decrypted bytes the kernel does not know of (poll will not report them)."""
+        return isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0
 
     def _readable(self) -> bool:
         """Data waits to be read (TLS may hold decrypted bytes the kernel does not know of)."""
-        if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
-            return True
-        return bool(self._poller.poll(0))
+        return self._tls_pending() or bool(self._poller.poll(0))
 
     def _process_frames(self) -> bool:
         """Handle every complete frame received; False once nothing more should be read."""
