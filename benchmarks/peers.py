@@ -1,0 +1,248 @@
+"""The peers: what a user would pick instead of mwpy, measured the same way in a child process each.
+
+Every peer gets the same number of worker processes (one thread each), is
+warmed up with a batch of tasks before timing starts (so pool or cluster
+start-up is not counted), and runs the same no-op task from
+``benchmarks._echo``. Throughput uses each peer's batch API (``Executor.map``,
+``Client.map`` + ``gather``, a list of Parsl app futures); latency submits one
+task and waits for its result before the next. The "floor" is a bare
+pickle echo over a loopback TCP socket to another process: no framework at all;
+the "event-loop floor" is the same echo waiting in epoll/poll as mwpy must.
+
+Usage (the harness does this): ``python -m benchmarks.peers PARAMS_JSON OUT_JSON``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import multiprocessing
+import pickle
+import select
+import selectors
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from benchmarks._echo import echo
+from benchmarks.common import latency_summary, peak_rss_mb
+
+#: A peer as the measurements see it: run a batch of arguments, or one task.
+Batch = Callable[[range], list[Any]]
+One = Callable[[int], Any]
+
+#: Peers by name, and the module each needs (to skip what is not installed).
+REQUIRES: dict[str, str | None] = {
+    "processpool-1": None,
+    "processpool-100": None,
+    "dask": "distributed",
+    "parsl": "parsl",
+    "floor": None,
+    "floor-event-loop": None,
+}
+
+
+def available(peer: str) -> str | None:
+    """``None`` if the peer can run here, else why not."""
+    module = REQUIRES[peer]
+    if module is None:
+        return None
+    if importlib.util.find_spec(module) is None:  # find, not import: the harness stays small
+        return f"{module} not installed (pip install -e '.[bench]')"
+    return None
+
+
+# ---------------------------------------------------------------------- peers
+
+
+@contextmanager
+def processpool(workers: int, chunksize: int) -> Iterator[tuple[Batch, One]]:
+    with ProcessPoolExecutor(workers) as pool:
+        yield (lambda args: list(pool.map(echo, args, chunksize=chunksize))), (lambda x: pool.submit(echo, x).result())
+
+
+@contextmanager
+def dask(workers: int) -> Iterator[tuple[Batch, One]]:
+    distributed = importlib.import_module("distributed")
+    cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = distributed.Client(cluster)
+    try:
+        wait = client.wait_for_workers
+        wait(workers, timeout=120)
+        yield (
+            (lambda args: list(client.gather(client.map(echo, args, pure=False)))),
+            (lambda x: client.submit(echo, x, pure=False).result()),
+        )
+    finally:
+        client.close()
+        cluster.close()
+
+
+@contextmanager
+def parsl(workers: int) -> Iterator[tuple[Batch, One]]:
+    parsl_module = importlib.import_module("parsl")
+    config_module = importlib.import_module("parsl.config")
+    executors = importlib.import_module("parsl.executors")
+    providers = importlib.import_module("parsl.providers")
+    with tempfile.TemporaryDirectory(prefix="mwpy-bench-parsl-") as run_dir:
+        config = config_module.Config(
+            executors=[
+                executors.HighThroughputExecutor(
+                    label="htex",
+                    max_workers_per_node=workers,
+                    cores_per_worker=1,
+                    provider=providers.LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1),
+                )
+            ],
+            run_dir=run_dir,
+        )
+        parsl_module.load(config)
+        app = parsl_module.python_app(echo, executors=["htex"])
+        try:
+            yield (lambda args: [f.result() for f in [app(x) for x in args]]), (lambda x: app(x).result())
+        finally:
+            parsl_module.dfk().cleanup()
+            parsl_module.clear()
+
+
+_HEADER = struct.Struct("!I")
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        data = sock.recv(size - len(chunks))
+        if not data:
+            raise ConnectionError("peer closed")
+        chunks += data
+    return bytes(chunks)
+
+
+def _echo_server(listener: socket.socket, event_loop: bool) -> None:
+    """The floor's far side: unpickle each framed request and send its pickle back.
+
+    With ``event_loop`` it waits the way an mwpy slave does (``poll`` before a
+    non-blocking read, with an idle second thread like the slave's heartbeat)
+    instead of blocking in ``recv``.
+    """
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    poller = select.poll()
+    poller.register(conn, select.POLLIN)
+    if event_loop:
+        idle = threading.Event()
+        threading.Thread(target=idle.wait, daemon=True).start()
+    with conn:
+        while True:
+            if event_loop:
+                poller.poll(None)
+            try:
+                (size,) = _HEADER.unpack(_recv_exactly(conn, _HEADER.size))
+            except ConnectionError:
+                return
+            value = pickle.loads(_recv_exactly(conn, size))
+            body = pickle.dumps(value, 5)
+            conn.sendall(_HEADER.pack(len(body)) + body)
+
+
+@contextmanager
+def floor(workers: int, *, event_loop: bool = False) -> Iterator[tuple[Batch, One]]:
+    """A pickle echo to another process over loopback TCP: the least any framework can cost.
+
+    With ``event_loop`` the client waits in ``epoll`` (as the mwpy master does)
+    and the server in ``poll``: the floor for any design that serves many
+    connections from one thread, shown beside the bare one.
+    """
+    del workers  # one echo process is the floor whatever the worker count
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = multiprocessing.get_context("fork").Process(target=_echo_server, args=(listener, event_loop), daemon=True)
+    server.start()
+    sock = socket.create_connection(listener.getsockname())
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+
+    def one(x: int) -> Any:
+        body = pickle.dumps(x, 5)
+        sock.sendall(_HEADER.pack(len(body)) + body)
+        if event_loop:
+            selector.select()
+        (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
+        return pickle.loads(_recv_exactly(sock, size))
+
+    try:
+        yield (lambda args: [one(x) for x in args]), one
+    finally:
+        selector.close()
+        sock.close()
+        server.join(10)
+        listener.close()
+
+
+def _open(peer: str, workers: int) -> Any:
+    if peer.startswith("processpool-"):
+        return processpool(workers, int(peer.removeprefix("processpool-")))
+    if peer == "floor-event-loop":
+        return floor(workers, event_loop=True)
+    return {"dask": dask, "parsl": parsl, "floor": floor}[peer](workers)
+
+
+# ---------------------------------------------------------------------- measurements
+
+
+def measure(params: dict[str, Any]) -> dict[str, Any]:
+    """Run one peer in one mode; the figures as JSON-able values."""
+    report: dict[str, Any] = {}
+    started = time.perf_counter()
+    with _open(params["peer"], int(params["workers"])) as (batch, one):
+        report["startup_seconds"] = time.perf_counter() - started
+        warmup = int(params["warmup"])
+        if params["mode"] == "throughput":
+            _check(batch(range(warmup)), range(warmup))
+            args = range(1_000_000_000, 1_000_000_000 + int(params["tasks"]))
+            started = time.perf_counter()
+            values = batch(args)
+            elapsed = time.perf_counter() - started
+            _check(values, args)
+            report.update(tasks=len(args), seconds=elapsed, tasks_per_s=len(args) / elapsed)
+        else:
+            for i in range(warmup):
+                one(i)
+            samples: list[float] = []
+            cap = time.monotonic() + float(params.get("max_seconds", 30.0))
+            for i in range(int(params["round_trips"])):
+                t0 = time.perf_counter()
+                value = one(i)
+                samples.append(time.perf_counter() - t0)
+                if value != i:
+                    raise RuntimeError(f"wrong result {value!r} for {i}")
+                if time.monotonic() > cap and len(samples) >= 20:
+                    break
+            report.update(round_trips=len(samples), **latency_summary(samples))
+    report["peak_rss_mb"] = peak_rss_mb()
+    return report
+
+
+def _check(values: list[Any], args: range) -> None:
+    if values != list(args):
+        raise RuntimeError("a peer returned wrong results")
+
+
+def main(argv: list[str]) -> int:
+    params = json.loads(argv[0])
+    report = measure(params)
+    with open(argv[1], "w", encoding="utf-8") as out:
+        json.dump(report, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
