@@ -22,6 +22,7 @@ class Audit:
         self.packets = packets
         self._second = -1
         self._stamp = ""
+        self._unflushed = False
 
     def __call__(self, text: str) -> None:
         now = int(time.time())
@@ -29,8 +30,13 @@ class Audit:
             self._second = now
             self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
         self._out.write(f"{self._stamp} [A] {text}\n")
+        self._unflushed = True
 
     def flush(self) -> None:
+        """Flush what was written; free when nothing was (the event loop calls this every pass)."""
+        if not self._unflushed:
+            return
+        self._unflushed = False
         # stdout closed under us: auditing must never kill the computation
         with contextlib.suppress(OSError, ValueError):
             self._out.flush()

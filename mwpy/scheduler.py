@@ -223,7 +223,8 @@ class Scheduler:
     def take(self, sid: str) -> list[Task]:
         """Tasks to send to ``sid`` now (possibly none); they count as running."""
         slot = self._slots[sid]
-        room = self.window(sid) - len(slot.in_flight)
+        window = self.window(sid)
+        room = window - len(slot.in_flight)
         if room < self.task_group and slot.in_flight:
             self._hungry.discard(sid)
             return []
@@ -249,7 +250,7 @@ class Scheduler:
             slot.in_flight[task.task_id] = task
             task.attempts += 1
         self.running_total += len(batch)
-        if len(slot.in_flight) + self.task_group > self.window(sid):
+        if len(slot.in_flight) + self.task_group > window:
             self._hungry.discard(sid)
         return batch
 
