@@ -23,6 +23,7 @@ picks up where the last one stopped.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from pathlib import Path
 import attrs
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch
@@ -198,14 +200,29 @@ class Overseer:
                 self._wake.wait(poll)
             return Verdict.RUNNING
         finally:
-            observer.stop()
-            observer.join()
+            _stop_quietly(observer)
 
     def _note(self, text: str) -> None:
         """Log a line, but not the same line over and over."""
         if text != self._last_note:
             self._last_note = text
             self._log(text)
+
+
+def _stop_quietly(observer: BaseObserver) -> None:
+    """Stop the watcher without watchdog's harmless "called when the thread is inactive" error.
+
+    Stopping races the inotify reader thread, which then logs an ERROR (watchdog
+    PR 963) that a user of ``mwpy local`` would take for a failure.
+    """
+    log = logging.getLogger("watchdog.observers.inotify")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        observer.stop()
+        observer.join()
+    finally:
+        log.setLevel(level)
 
 
 class _Wake(FileSystemEventHandler):
