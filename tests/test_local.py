@@ -1,0 +1,77 @@
+"""``mwpy local``: progress on a terminal, silence in a pipe, the master's exit status, clear usage errors."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local
+
+PING = EXAMPLES / "ping.py"
+
+
+def run_on_terminal(command: list[str], timeout: float = 120) -> tuple[int, str]:
+    """Run ``command`` with a pseudo-terminal as stdout and stderr; returns (status, everything shown)."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([controller], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(controller, 65536)
+            except OSError:  # EIO: every writer of the terminal has exited
+                break
+            if not data:
+                break
+            shown += data
+        elif process.poll() is not None:
+            break
+    os.close(controller)
+    status = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    return status, shown.decode("utf-8", "replace")
+
+
+def test_on_a_terminal_a_live_progress_line_sits_below_the_program_s_output() -> None:
+    status, shown = run_on_terminal(
+        mwpy_command("local", str(PING), "--slaves", "2", "--", "--max-tasks", "150000", "--target", "2000")
+    )
+    assert status == 0, shown
+    assert "ping: 150000 pongs, 0 bad" in shown
+    progress = [part for part in shown.replace("\r\n", "\n").split("\r") if "[mwpy]" in part]
+    assert progress, shown
+    assert any("tasks done" in line and "/s)" in line and "slaves 2/2" in line for line in progress), progress
+    final = progress[-1]
+    assert "150000 tasks done" in final, final
+
+
+def test_in_a_pipe_mwpy_local_adds_nothing_to_the_output() -> None:
+    done = run_local(PING, "--max-tasks", "20000", slaves=2)
+    assert done.returncode == 0, done.stderr
+    assert "[mwpy]" not in done.stdout + done.stderr
+    assert "\r" not in done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "ping: 20000 pongs, 0 bad"
+
+
+def test_the_master_s_exit_status_is_mwpy_local_s(tmp_path: Path) -> None:
+    command = mwpy_command(
+        "local", str(PROGRAMS / "workload.py"), "--slaves", "1", "--no-progress", "--workdir", str(tmp_path)
+    )
+    done = subprocess.run([*command, "--", "exit", "3"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3, done.stderr
+    assert f"logs in {tmp_path}" in done.stderr
+    assert (tmp_path / "master.audit").read_text(encoding="utf-8").count("FINI SHUTDOWN") == 1
+
+
+def test_a_missing_program_is_one_line_and_status_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        mwpy_command("local", str(tmp_path / "nowhere.py")), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"mwpy local: error: {tmp_path / 'nowhere.py'}: no such program file"
