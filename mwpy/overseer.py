@@ -30,7 +30,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    EVENT_TYPE_CLOSED,
+    EVENT_TYPE_CREATED,
+    EVENT_TYPE_DELETED,
+    EVENT_TYPE_MODIFIED,
+    EVENT_TYPE_MOVED,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
@@ -233,5 +241,10 @@ class _Wake(FileSystemEventHandler):
         self._wake = wake
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if self._path in (event.src_path, getattr(event, "dest_path", "")):
+        # Only changes wake the overseer: watchdog also reports opens and reads, and the overseer's
+        # own reading of the file would otherwise wake it again, forever (a core spent spinning).
+        if event.event_type in _CHANGES and self._path in (event.src_path, getattr(event, "dest_path", "")):
             self._wake.set()
+
+
+_CHANGES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED, EVENT_TYPE_DELETED})

@@ -256,6 +256,38 @@ def test_run_outlives_back_end_errors_and_returns_once_no_job_is_left(rf: Path) 
         thread.join()
 
 
+@attrs.define
+class CountingBackend(FakeBackend):
+    """Records when the overseer looks at the queue (once per reconciliation)."""
+
+    looks: list[float] = attrs.Factory(list)
+
+    def jobs(self) -> list[Job]:
+        self.looks.append(time.monotonic())
+        return super().jobs()
+
+
+def test_the_watcher_wakes_on_rewrites_of_the_file_and_not_on_the_overseer_s_own_reads(rf: Path) -> None:
+    """Reading the file must not wake the overseer: it would wake itself forever and spin a core."""
+    backend = CountingBackend()
+    looks = backend.looks
+    write_resource(rf, needed=0)
+    watcher = overseer(rf, backend)
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,), kwargs={"interval": 3600.0, "poll": 0.02})
+    thread.start()
+    try:
+        wait_until(lambda: looks, 10, "the first reconciliation")
+        quiet_until = time.monotonic() + 1.0
+        stop.wait(1.0)  # a window in which nothing changes the file: no reconciliation may happen in it
+        assert [t for t in looks[1:] if t < quiet_until] == []
+        write_resource(rf, needed=2)
+        wait_until(lambda: backend.submitted == [2], 10, "a reconciliation woken by the rewrite")
+    finally:
+        stop.set()
+        thread.join()
+
+
 # ---------------------------------------------------------------------- the local back end
 
 
