@@ -9,6 +9,7 @@ fan-in load generator keep working as mwpy changes. Peers that need the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,8 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         text=True,
         timeout=DEADLINE,
         check=False,
+        # Scenario 5 would take minutes on a running pool: point it at none, so it reports "skipped".
+        env={**os.environ, "MWPY_CONDOR_BASE": str(out.parent / "no-pool")},
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "target" in completed.stdout
@@ -94,6 +97,27 @@ def test_condor_is_skipped_with_a_reason_without_a_pool(tmp_path: Path, monkeypa
     assert rows
     assert all(row.skipped and "no HTCondor pool" in row.skipped for row in rows)
     assert all(check.ok is None for check in checks)
+
+
+def test_the_quick_run_skips_condor_with_its_reason(quick_report: dict[str, Any]) -> None:
+    rows = _rows(quick_report, "5")
+    assert len(rows) == 4
+    assert all("no HTCondor pool" in row["skipped"] for row in rows)
+
+
+def test_condor_checks_compare_the_arms_and_the_ideals() -> None:
+    mwpy_row = Row(condor.NAME, "mwpy", tasks=1000, seconds=12.5)
+    mwpy_row.extra.update(tasks_after_connect=1000, tasks_after_connect_seconds=6.5)
+    plain_row = Row(condor.NAME, "plain", tasks=1000, seconds=150.0)
+    sleep = condor._checks("sleep", mwpy_row, plain_row, tasks=1000, slots=8, cores=2)
+    # plain ÷ mwpy; mwpy ÷ 6.25 s (1000 x 50 ms ÷ 8 slots); after connect ÷ 6.25 s, for information
+    assert [c.measured for c in sleep] == pytest.approx([12.0, 2.0, 1.04])
+    assert [c.ok for c in sleep] == [True, True, None]
+    mwpy_row.seconds = 30.0
+    spin = condor._checks("spin", mwpy_row, plain_row, tasks=1000, slots=8, cores=2)
+    # plain ÷ mwpy; mwpy ÷ 25 s (2 cores); mwpy ÷ 6.25 s (8 slots, for information); after connect ÷ 25 s
+    assert [c.measured for c in spin] == pytest.approx([5.0, 1.2, 4.8, 0.26])
+    assert [c.ok for c in spin] == [False, True, None, None]
 
 
 def test_percentile_is_nearest_rank() -> None:
