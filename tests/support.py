@@ -35,8 +35,18 @@ PYTHON = sys.executable
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, *, interval: float = 0.02) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` s."""
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.02,
+    step: Callable[[], object] | None = None,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` s.
+
+    Between polls it sleeps ``interval`` s, or calls ``step`` (e.g. one pass of an event loop).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -44,7 +54,10 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, *, interva
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+        if step is None:
+            time.sleep(interval)
+        else:
+            step()
 
 
 def mwpy_command(*args: str) -> list[str]:
@@ -323,14 +336,7 @@ class LocalMaster:
 
     def drive_until(self, predicate: Callable[[], T], what: str, timeout: float = 30) -> T:
         """Run the event loop until ``predicate()`` is truthy; fail the test after ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-            self.pump()
+        return wait_until(predicate, timeout, what, step=self.pump)
 
     def results_of(self, task_id: int) -> list[Result]:
         return [r for r in self.results if r.task_id == task_id]
