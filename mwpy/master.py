@@ -139,9 +139,10 @@ class Master:
         self._next_tick = 0.0
         self._resource_next = 0.0
         self._resource_written = 0.0
-        self._resource_key: tuple[Any, ...] | None = None
+        self._resource_key: tuple[int, dict[str, int]] | None = None
         self._finished = False
         self._bundle = self._build_bundle()
+        self._slave_executable, self._slave_files, self._slave_arguments = self._how_to_start_a_slave()
         self._journal = Journal(options.journal) if options.journal else None
         self._tls: ssl.SSLContext | None = None
         self._tls_fingerprint: str | None = None
@@ -154,7 +155,7 @@ class Master:
         self.host = options.master_host or socket.gethostname()
         self.port: int = self._listener.getsockname()[1]
         audit(f'INIT MASTER "{options.member_id}"')
-        self._write_resource_file(time.monotonic())
+        self._write_resource_file(time.monotonic(), self._sched.slaves_needed, self._sched.connected())
         audit(f"MASTER READY {self.host}:{self.port}")
         audit.flush()
 
@@ -702,16 +703,15 @@ class Master:
         self._maybe_write_resource_file(now)
 
     def _maybe_write_resource_file(self, now: float) -> None:
-        key = (self._sched.slaves_needed, tuple(sorted(self._sched.connected().items())))
-        changed = key != self._resource_key and now - self._resource_written >= _DEBOUNCE
+        needed, connected = self._sched.slaves_needed, self._sched.connected()
+        changed = (needed, connected) != self._resource_key and now - self._resource_written >= _DEBOUNCE
         if changed or now >= self._resource_next:
-            self._write_resource_file(now)
+            self._write_resource_file(now, needed, connected)
 
-    def _write_resource_file(self, now: float) -> None:
+    def _write_resource_file(self, now: float, needed: int, connected: dict[str, int]) -> None:
         path = self._options.resource_file
         sched = self._sched
-        connected = sched.connected()
-        self._resource_key = (sched.slaves_needed, tuple(sorted(connected.items())))
+        self._resource_key = (needed, connected)
         self._resource_written = now
         self._resource_next = now + self._options.resource_file_update_interval
         if path is None:
@@ -723,10 +723,10 @@ class Master:
             member_id=self._options.member_id,
             master_host=self.host,
             master_port=self.port,
-            slaves_needed=0 if self._finished else sched.slaves_needed,
-            slave_executable=self._slave_executable(),
-            slave_files=self._slave_files(),
-            slave_arguments=self._slave_arguments(),
+            slaves_needed=needed,
+            slave_executable=self._slave_executable,
+            slave_files=self._slave_files,
+            slave_arguments=self._slave_arguments,
             master_pid=os.getpid(),
             tasks_done=sched.done_total,
             tasks_pending=sched.queued_total,
@@ -746,28 +746,21 @@ class Master:
         folder = os.path.dirname(os.path.abspath(self._options.resource_file or self._program))
         return str(bundle.build(os.path.join(folder, BUNDLE_NAME)))
 
-    def _slave_executable(self) -> str:
-        if self._options.slave_executable:
-            return self._options.slave_executable
-        return DEFAULT_BUNDLE_PYTHON if self._bundle else sys.executable
-
-    def _slave_files(self) -> list[str]:
-        files = [self._program, *(os.path.abspath(f) for f in self._options.slave_files)]
-        if self._bundle:
-            files.insert(0, self._bundle)
-        if self._options.secret_file:
-            files.append(os.path.abspath(self._options.secret_file))
-        return files
-
-    def _slave_arguments(self) -> list[str]:
+    def _how_to_start_a_slave(self) -> tuple[str, list[str], list[str]]:
+        """Executable, files and arguments of a slave, as the resource file advertises them."""
+        options = self._options
+        executable = options.slave_executable or (DEFAULT_BUNDLE_PYTHON if self._bundle else sys.executable)
+        files = [self._program, *(os.path.abspath(f) for f in options.slave_files)]
         arguments = [os.path.basename(self._program), "--mw-slave"]
         if self._bundle:
+            files.insert(0, self._bundle)
             arguments.insert(0, BUNDLE_NAME)
-        if self._options.resource_file:
-            arguments += ["--mw-resource-file", os.path.basename(self._options.resource_file)]
-        if self._options.secret_file:
-            arguments += ["--mw-secret-file", os.path.basename(self._options.secret_file)]
-        return arguments
+        if options.resource_file:
+            arguments += ["--mw-resource-file", os.path.basename(options.resource_file)]
+        if options.secret_file:
+            files.append(os.path.abspath(options.secret_file))
+            arguments += ["--mw-secret-file", os.path.basename(options.secret_file)]
+        return executable, files, arguments
 
     # ------------------------------------------------------------------ the end
 
@@ -793,7 +786,7 @@ class Master:
         self._selector.close()
         if self._journal is not None:
             self._journal.close()
-        self._write_resource_file(time.monotonic())
+        self._write_resource_file(time.monotonic(), 0, self._sched.connected())
         self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
         self._audit.flush()
 
