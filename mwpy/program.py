@@ -84,6 +84,16 @@ def exit_status(value: object) -> int:
     return 255
 
 
+def _status_of(exc: SystemExit) -> int:
+    """The exit status ``sys.exit(code)`` asks for, as Python itself would exit with it."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exit_status(exc.code)
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
 def _program_name() -> str:
     return os.path.basename(sys.argv[0]) or "mwpy"
 
@@ -112,9 +122,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     except KeyboardInterrupt:
         status = 130
     except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-        status = exit_status(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
+        status = _status_of(exc)
         audit(f"MASTER ALGORITHM EXITED: exit status {status}")
     except BaseException:
         traceback.print_exc()
@@ -177,6 +185,8 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         status = exit_status(returned)
     except KeyboardInterrupt:
         status = 130
+    except SystemExit as exc:  # sys.exit() in the slave algorithm: its status, no traceback
+        status = _status_of(exc)
     except BaseException:
         traceback.print_exc()
         status = ExitCode.ALGORITHM_ERROR

@@ -110,6 +110,12 @@ def test_slave_algorithm_returning_a_non_status_exits_255(tmp_path: Path) -> Non
     assert slave.returncode == 255
 
 
+def test_slave_algorithm_calling_sys_exit_exits_with_that_status_and_no_traceback(tmp_path: Path) -> None:
+    _, slave, _ = run_variant(tmp_path, "sys_exit")
+    assert slave.returncode == 3
+    assert "Traceback" not in slave.err()
+
+
 def test_loop_reports_a_vanished_master_and_the_slave_exits_master_lost(tmp_path: Path) -> None:
     log = tmp_path / "loop.log"
     audit = tmp_path / "master.audit"

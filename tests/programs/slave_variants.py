@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,9 @@ def work(slave: mwpy.Slave, argv: list[str]) -> Any:
         _database.unlink()
         record({"event": "teardown", "file": str(_database)})
         return status.exit_code
+    if variant == "sys_exit":
+        slave.loop_until_shutdown()
+        sys.exit(3)
     if variant == "return_none":
         slave.loop_until_shutdown()
         return None
