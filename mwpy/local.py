@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,11 +139,15 @@ def run_local(
     stop = threading.Event()
     watcher = threading.Thread(target=overseer.run, args=(stop,), kwargs={"interval": 0.5}, daemon=True)
     watcher.start()
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        _watch(master, rf, slaves, console, show)
-    except KeyboardInterrupt:
+        _watch(master, rf, slaves=slaves, console=console, show=show, backend=backend)
+    except (KeyboardInterrupt, _Terminated):
+        if master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
+            master.terminate()
         master.wait()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         stop.set()
         watcher.join()
         _let_slaves_leave(backend)
@@ -157,14 +162,42 @@ def run_local(
     return master.returncode
 
 
-def _watch(master: subprocess.Popen[bytes], rf: Path, slaves: int, console: _Console, show: bool) -> None:
-    """Wait for the master, drawing the progress line from the resource file's counters."""
+class _Terminated(Exception):
+    """``mwpy local`` got SIGTERM: stop the master and the slaves, then exit."""
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _watch(
+    master: subprocess.Popen[bytes], rf: Path, *, slaves: int, console: _Console, show: bool, backend: LocalBackend
+) -> None:
+    """Wait for the master, drawing the progress line and saying when a slave fails."""
     started = time.monotonic()
+    seen = 0
+    failed: set[str] = set()
     while master.poll() is None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             master.wait(0.5)
         if show:
             console.status(_progress_text(rf, slaves, time.monotonic() - started))
+        exits, seen = backend.exits[seen:], seen + len(backend.exits[seen:])
+        for job_id, status in exits:
+            if status != 0 and job_id not in failed and master.poll() is None:
+                failed.add(job_id)  # once per slave: a slave that keeps failing would flood the terminal
+                console.line(_failure_text(backend, job_id, status).encode(), sys.stderr)
+
+
+def _failure_text(backend: LocalBackend, job_id: str, status: int) -> str:
+    """One line: which slave failed, how, the last line it wrote to stderr, where its logs are."""
+    errors = backend.sandbox(job_id) / "slave.err"
+    try:
+        last = errors.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:]
+    except OSError:
+        last = []
+    said = f": {last[0]}" if last else ""
+    return f"mwpy local: slave {job_id} exited with status {status}{said} (started again; see {errors})\n"
 
 
 def _progress_text(rf: Path, slaves: int, elapsed: float) -> str:

@@ -9,7 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local
+import psutil
+
+from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
 
 PING = EXAMPLES / "ping.py"
 
@@ -75,3 +77,56 @@ def test_a_missing_program_is_one_line_and_status_2(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip() == f"mwpy local: error: {tmp_path / 'nowhere.py'}: no such program file"
+
+
+BROKEN_SLAVES = """\
+import os
+import sys
+
+import mwpy
+
+
+@mwpy.task
+def echo(x: int) -> int:
+    return x
+
+
+@mwpy.master
+def main(mw: mwpy.Master, argv: list[str]) -> int:
+    print(list(mw.map(echo, range(3))))
+    return 0
+
+
+if "--mw-slave" in sys.argv:
+    raise ImportError("no module named numpy on this node")
+if __name__ == "__main__":
+    mwpy.run()
+"""
+
+
+def test_a_slave_that_fails_is_reported_once_with_its_last_error_line(tmp_path: Path) -> None:
+    program = tmp_path / "broken.py"
+    program.write_text(BROKEN_SLAVES, encoding="utf-8")
+    errors = tmp_path / "stderr"
+    work = tmp_path / "work"
+    with errors.open("wb") as err:
+        process = subprocess.Popen(
+            mwpy_command("local", str(program), "--slaves", "1", "--no-progress", "--workdir", str(work)),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        line = wait_until(
+            lambda: [x for x in errors.read_text(encoding="utf-8").splitlines() if "exited with status 1" in x],
+            60,
+            "mwpy local to report the failing slave",
+        )[0]
+        assert line.startswith("mwpy local: slave local.0 exited with status 1: ImportError: no module named numpy")
+        assert str(work / "local.0" / "slave.err") in line
+        wait_until(lambda: (work / "local.0" / "slave.err").read_text().count("ImportError") >= 3, 60, "restarts")
+        assert errors.read_text(encoding="utf-8").count("exited with status") == 1  # once, not once per restart
+    finally:
+        process.terminate()  # mwpy local stops its master and slaves on SIGTERM
+        process.wait(timeout=60)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(program) in " ".join(p.info["cmdline"] or [])]

@@ -53,6 +53,10 @@ class LocalBackend:
         #: Exit statuses of finished runs, newest last (for tests and logs).
         self.exits: list[tuple[str, int]] = []
 
+    def sandbox(self, job_id: str) -> Path:
+        """The folder a job runs in (its slave.out and slave.err are there)."""
+        return self._workdir / job_id
+
     def jobs(self) -> list[Job]:
         self.poll()
         return [
@@ -64,7 +68,7 @@ class LocalBackend:
         now = time.monotonic()
         for _ in range(count):
             job_id = f"local.{next(self._numbers)}"
-            sandbox = self._workdir / job_id
+            sandbox = self.sandbox(job_id)
             sandbox.mkdir(parents=True, exist_ok=True)
             self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now)
         self.poll()
