@@ -760,7 +760,7 @@ class Master:
         if options.secret_file:
             files.append(os.path.abspath(options.secret_file))
             arguments += ["--mw-secret-file", os.path.basename(options.secret_file)]
-        return executable, files, arguments
+        return executable, files, [*arguments, *options.slave_arguments]
 
     # ------------------------------------------------------------------ the end
 

@@ -44,6 +44,7 @@ class Options:
     member_id: str = DEFAULT_MEMBER_ID
     slave_executable: str | None = None
     slave_files: tuple[str, ...] = ()
+    slave_arguments: tuple[str, ...] = ()
     slave_bundle: bool = False
     secret_file: str | None = None
     task_attempts: int = 3
@@ -216,6 +217,15 @@ _SPECS: dict[str, _Spec] = {
         "mwpy: one more file slaves need (repeatable); written to the resource file.",
         _non_empty,
         "a path",
+        repeat=True,
+    ),
+    "--mw-slave-argument": _Spec(
+        "slave_arguments",
+        "ARG",
+        "mwpy: one more argument for the slave algorithm's argv (repeatable); written to the resource "
+        "file, so slaves started from it (mwpy local, the overseer) get it.",
+        str,
+        "an argument",
         repeat=True,
     ),
     "--mw-slave-bundle": _Spec(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -80,6 +81,7 @@ def test_a_missing_program_is_one_line_and_status_2(tmp_path: Path) -> None:
 
 
 BROKEN_SLAVES = """\
+import json
 import os
 import sys
 
@@ -130,3 +132,19 @@ def test_a_slave_that_fails_is_reported_once_with_its_last_error_line(tmp_path: 
         process.terminate()  # mwpy local stops its master and slaves on SIGTERM
         process.wait(timeout=60)
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(program) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_slaves_started_from_the_resource_file_get_the_master_s_slave_arguments(tmp_path: Path) -> None:
+    log = tmp_path / "slave.log"
+    done = run_local(
+        PROGRAMS / "slave_variants.py",
+        "4",
+        "--mw-slave-argument",
+        "until_shutdown",
+        "--mw-slave-argument",
+        str(log),
+        slaves=1,
+    )
+    assert done.returncode == 0, done.stderr
+    first = json.loads(log.read_text(encoding="utf-8").splitlines()[0])
+    assert first["argv"] == ["until_shutdown", str(log)]
