@@ -148,3 +148,15 @@ def test_slaves_started_from_the_resource_file_get_the_master_s_slave_arguments(
     assert done.returncode == 0, done.stderr
     first = json.loads(log.read_text(encoding="utf-8").splitlines()[0])
     assert first["argv"] == ["until_shutdown", str(log)]
+
+
+def test_the_resource_file_copies_in_slave_sandboxes_are_private(tmp_path: Path) -> None:
+    """They carry the secret: other users of the machine must not read them."""
+    work = tmp_path / "work"
+    command = mwpy_command("local", str(EXAMPLES / "hello_world.py"), "--slaves", "2", "--workdir", str(work))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    copies = list(work.glob("local.*/resource.json"))
+    assert copies
+    assert {oct(copy.stat().st_mode & 0o777) for copy in copies} == {oct(0o600)}
+    assert oct((work / "resource.json").stat().st_mode & 0o777) == oct(0o600)

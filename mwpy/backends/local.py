@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -112,7 +111,7 @@ class LocalBackend:
             link = job.sandbox / Path(file).name
             if not link.exists():
                 link.symlink_to(Path(file).resolve())
-        shutil.copyfile(launch.resource_file, job.sandbox / Path(launch.resource_file).name)
+        _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
         job.starts += 1
         with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
             job.process = subprocess.Popen(
@@ -122,3 +121,11 @@ class LocalBackend:
                 stdout=out,
                 stderr=err,
             )
+
+
+def _copy_private(source: Path, target: Path) -> None:
+    """Copy a file readable by its owner only: the resource file carries the computation's secret."""
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing copy keeps its mode under O_CREAT
+    with os.fdopen(fd, "wb") as out:
+        out.write(source.read_bytes())
