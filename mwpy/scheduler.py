@@ -21,7 +21,6 @@ import enum
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
 
 import attrs
 
@@ -212,13 +211,13 @@ class Scheduler:
             adaptive = min(MAX_WINDOW, max(1, math.ceil(PIPELINE_SECONDS / max(slot.compute_time, 1e-6))))
         return max(adaptive, self.task_group)
 
-    def ready(self) -> Iterator[str]:
-        """Slaves with room in their window for which work is waiting."""
+    def ready(self) -> list[str]:
+        """Slaves with room in their window for which work is waiting (a snapshot: take() changes it)."""
         if self._unordered:
-            candidates = list(self._hungry)
-        else:
-            candidates = [sid for sid in self._with_ordered_work if sid in self._hungry]
-        yield from candidates
+            return list(self._hungry)
+        if self._with_ordered_work:
+            return [sid for sid in self._with_ordered_work if sid in self._hungry]
+        return []
 
     def take(self, sid: str) -> list[Task]:
         """Tasks to send to ``sid`` now (possibly none); they count as running."""
