@@ -159,7 +159,8 @@ def run_local(
             shutil.rmtree(work, ignore_errors=True)
         elif master.returncode != 0:
             print(f"mwpy local: master exited with status {master.returncode}; logs in {work}", file=sys.stderr)
-    return master.returncode
+    # A master killed by a signal reports -N; a shell reports 128 + N, and so does mwpy local.
+    return master.returncode if master.returncode >= 0 else 128 - master.returncode
 
 
 class _Terminated(Exception):

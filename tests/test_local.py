@@ -130,7 +130,8 @@ def test_a_slave_that_fails_is_reported_once_with_its_last_error_line(tmp_path: 
         assert errors.read_text(encoding="utf-8").count("exited with status") == 1  # once, not once per restart
     finally:
         process.terminate()  # mwpy local stops its master and slaves on SIGTERM
-        process.wait(timeout=60)
+        status = process.wait(timeout=60)
+    assert status == 128 + 15  # the master was stopped by SIGTERM, reported as a shell would
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(program) in " ".join(p.info["cmdline"] or [])]
 
 
