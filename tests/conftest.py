@@ -23,7 +23,15 @@ from pathlib import Path
 import pytest
 
 from tests.condor_support import POOL_TOOL, Pool, clean_stale_sessions, remove_computation_jobs
-from tests.support import ROOT
+from tests.support import ROOT, reap_spawned
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """Kill whatever a test spawned (tests.support.spawn) and left running, even when it failed."""
+    yield
+    reap_spawned()
+
 
 #: Seconds `up` may take: building the root from nothing is about a minute, a pip install more.
 UP_TIMEOUT = 900

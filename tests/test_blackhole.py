@@ -9,23 +9,16 @@ Every run of a task leaves a file, so attempts are counted, not guessed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mwpy import ExitCode
 from tests.programs.trust_blackhole import BROKEN, attempts, careful, doomed
-from tests.support import PROGRAMS, LocalMaster, Proc, local_master, reap_spawned
+from tests.support import PROGRAMS, LocalMaster, Proc, local_master
 
 BLACK_HOLE = PROGRAMS / "trust_blackhole.py"
 DEADLINE = 60.0
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 def connected(lm: LocalMaster, slave: Proc) -> str:

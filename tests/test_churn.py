@@ -17,15 +17,12 @@ import random
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mwpy import ExitCode
 from tests.programs.trust_churn import expected
-from tests.support import PROGRAMS, MasterAudit, Proc, reap_spawned, spawn_master, spawn_slave, wait_until
+from tests.support import PROGRAMS, MasterAudit, Proc, spawn_master, spawn_slave, wait_until
 
 CHURN = PROGRAMS / "trust_churn.py"
 SEED = 4_2024
@@ -34,12 +31,6 @@ SLAVES = 4
 #: Seconds of chaos at least (longer until every planned kind of accident has happened).
 CHAOS_SECONDS = 20.0
 DEADLINE = 90.0
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 class Chaos:

@@ -8,21 +8,14 @@ resource file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mwpy import resource_file
-from tests.support import PROGRAMS, audit_lines, reap_spawned, run_program, spawn_master, spawn_slave, wait_until
+from tests.support import PROGRAMS, audit_lines, run_program, spawn_master, spawn_slave, wait_until
 
 WORKLOAD = PROGRAMS / "workload.py"
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[A\] \S")

@@ -8,24 +8,15 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 import mwpy
 from mwpy import ExitCode, protocol, resource_file
 from mwpy.protocol import FrameReader
 from tests.programs.workload import blob, size_of, square
-from tests.support import PROGRAMS, Proc, audit_lines, local_master, reap_spawned, spawn_master, spawn_slave
+from tests.support import PROGRAMS, Proc, audit_lines, local_master, spawn_master, spawn_slave
 
 WORKLOAD = PROGRAMS / "workload.py"
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 def squares_printed(master: Proc, count: int) -> None:

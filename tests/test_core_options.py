@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,10 @@ import pytest
 import mwpy
 from mwpy import ExitCode
 from mwpy.options import usage
-from tests.support import PROGRAMS, PYTHON, audit_lines, reap_spawned, run_program, spawn, spawn_master, spawn_slave
+from tests.support import PROGRAMS, PYTHON, audit_lines, run_program, spawn, spawn_master, spawn_slave
 
 WORKLOAD = PROGRAMS / "workload.py"
 VARIANTS = PROGRAMS / "slave_variants.py"
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 CL_MW_OPTIONS = [

@@ -19,15 +19,9 @@ import pytest
 
 from mwpy import ExitCode, LoopEvents, SlaveKind
 from tests.programs.workload import block, nap, whoami
-from tests.support import PROGRAMS, LocalMaster, local_master, reap_spawned, wait_until
+from tests.support import PROGRAMS, LocalMaster, local_master, wait_until
 
 WORKLOAD = PROGRAMS / "workload.py"
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 @pytest.fixture

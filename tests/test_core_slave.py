@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from tests.support import (
     Proc,
     audit_lines,
     free_port,
-    reap_spawned,
     spawn,
     spawn_master,
     spawn_slave,
@@ -32,12 +30,6 @@ from tests.support import (
 
 VARIANTS = PROGRAMS / "slave_variants.py"
 WORKLOAD = PROGRAMS / "workload.py"
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 def events(log: Path) -> list[dict[str, Any]]:

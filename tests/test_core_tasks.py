@@ -32,15 +32,9 @@ from tests.programs.workload import (
     unpicklable_result,
     whoami,
 )
-from tests.support import PROGRAMS, LocalMaster, local_master, reap_spawned
+from tests.support import PROGRAMS, LocalMaster, local_master
 
 WORKLOAD = PROGRAMS / "workload.py"
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import os
 import pickle
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from tests.support import (
     PYTHON,
     TRUST_STREAM,
     Live,
-    reap_spawned,
     spawn,
     spawn_slave,
     start_live,
@@ -51,12 +49,6 @@ CLIENT_TIMEOUT = 3
 DEADLINE = 60.0
 #: The master's peak RSS may grow by this much during an attack (KiB); the attacks send far more.
 MEMORY_SLACK_KIB = 32 * 1024
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 @pytest.fixture

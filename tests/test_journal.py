@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +18,11 @@ import pytest
 
 from mwpy import ExitCode
 from tests.programs.trust_journal import executions
-from tests.support import PROGRAMS, Proc, reap_spawned, run_program, spawn_master, spawn_slave, wait_until
+from tests.support import PROGRAMS, Proc, run_program, spawn_master, spawn_slave, wait_until
 
 JOURNALED = PROGRAMS / "trust_journal.py"
 COUNT = 60
 DEADLINE = 60.0
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 def printed(master: Proc) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ between a slave and its master shows what crosses the network.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -17,7 +16,7 @@ import pytest
 from mwpy import ExitCode, protocol, resource_file
 from tests.programs import trust_net
 from tests.programs.trust_net import Proxy, local_port
-from tests.support import ROOT, TRUST_STREAM, Live, reap_spawned, spawn_master, spawn_slave, start_live
+from tests.support import ROOT, TRUST_STREAM, Live, spawn_master, spawn_slave, start_live
 
 CERT = ROOT / "tests" / "data" / "tls-cert.pem"
 KEY = ROOT / "tests" / "data" / "tls-key.pem"
@@ -25,12 +24,6 @@ TLS = ("--mw-tls-cert", str(CERT), "--mw-tls-key", str(KEY))
 MARKER = "MWPY-SECRET-PAYLOAD-7f3a9c"
 CLIENT_TIMEOUT = 4
 DEADLINE = 60.0
-
-
-@pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    yield
-    reap_spawned()
 
 
 @pytest.fixture
