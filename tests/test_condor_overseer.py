@@ -62,18 +62,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def submit_gated_master(pool: Pool, workdir: Path) -> tuple[int, Path]:
+    """The gated program as master, wanting 3 slaves whose tasks wait for the returned release file."""
+    release = workdir / "release"
+    setup_workdir(pool, workdir, {"gated.py": GATED})
+    master = submit_master(
+        pool, workdir, "program=gated.py", f"program_args={release} 3", "master_options=--mw-slave-window 1"
+    )
+    return master, release
+
+
 def test_the_overseer_takes_a_computation_from_zero_slave_jobs_to_the_needed_number_and_back_to_zero(
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
-    release = condor_workdir / "release"
-    setup_workdir(condor_pool, condor_workdir, {"gated.py": GATED})
-    master = submit_master(
-        condor_pool,
-        condor_workdir,
-        "program=gated.py",
-        f"program_args={release} 3",
-        "master_options=--mw-slave-window 1",
-    )
+    master, release = submit_gated_master(condor_pool, condor_workdir)
     wait_resource(condor_workdir, lambda r: r.slaves_needed == 3, "the master to ask for 3 slaves")
     assert job_states(condor_workdir) == {}
 
@@ -101,15 +103,7 @@ def test_the_overseer_takes_a_computation_from_zero_slave_jobs_to_the_needed_num
 
 
 def test_a_restarted_overseer_does_not_submit_again(condor_pool: Pool, condor_workdir: Path) -> None:
-    release = condor_workdir / "release"
-    setup_workdir(condor_pool, condor_workdir, {"gated.py": GATED})
-    master = submit_master(
-        condor_pool,
-        condor_workdir,
-        "program=gated.py",
-        f"program_args={release} 3",
-        "master_options=--mw-slave-window 1",
-    )
+    master, release = submit_gated_master(condor_pool, condor_workdir)
     first, _ = start_overseer(condor_pool, condor_workdir, "overseer-1.out", "--interval", "1")
     try:
         wait_until(lambda: len(job_states(condor_workdir)) == 3, 60, "3 slave jobs", interval=0.5)
