@@ -26,6 +26,7 @@ import time
 
 from mwpy import protocol, resource_file
 from mwpy._version import __version__
+from mwpy.errors import ProtocolError
 from mwpy.protocol import Channel, FrameReader, ResultItem
 from mwpy.task import PICKLE_PROTOCOL
 
@@ -147,7 +148,7 @@ class LoadGenerator:
         elif conn.state is _State.PROOF:
             master_nonce, slave_nonce = conn.nonce[: protocol.NONCE_SIZE], conn.nonce[protocol.NONCE_SIZE :]
             if not protocol.proofs_match(protocol.master_proof(self.secret, master_nonce, slave_nonce), body):
-                raise protocol.ProtocolError("the master failed to prove itself")
+                raise ProtocolError("the master failed to prove itself")
             conn.channel = protocol.session(self.secret, master_nonce, slave_nonce, is_master=False)
             hello = protocol.Hello(self.member_id, socket.gethostname(), os.getpid(), __version__, MAX_FRAME)
             conn.out += conn.channel.seal(hello)
@@ -157,7 +158,7 @@ class LoadGenerator:
             assert conn.channel is not None
             welcome = conn.channel.open(body)
             if not isinstance(welcome, protocol.Welcome):
-                raise protocol.ProtocolError(f"expected Welcome, got {type(welcome).__name__}")
+                raise ProtocolError(f"expected Welcome, got {type(welcome).__name__}")
             conn.result_group = welcome.result_group
             conn.heartbeat_interval = welcome.heartbeat_interval
             # Real slaves connect at scattered times; spread the first beats so every window sees its share.

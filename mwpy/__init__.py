@@ -6,14 +6,23 @@ with ``mwpy.run()``; ``--mw-master`` or ``--mw-slave`` picks the role.
 """
 
 from mwpy._version import __version__
+from mwpy.errors import (
+    BackendError,
+    ComputationFinishedError,
+    ConfigurationError,
+    JournalError,
+    MembershipError,
+    MwpyError,
+    NotInMasterError,
+    ProtocolError,
+    ResourceFileError,
+    UsageError,
+)
 from mwpy.master import LoopEvents, Master
-from mwpy.options import UsageError
 from mwpy.program import exit_status, main, master, run, slave
 from mwpy.scheduler import SlaveKind
 from mwpy.slave import ExitCode, Slave, SlaveStatus
 from mwpy.task import (
-    MwpyError,
-    NotInMasterError,
     Policy,
     Result,
     Submitter,
@@ -25,12 +34,19 @@ from mwpy.task import (
 )
 
 __all__ = [
+    "BackendError",
+    "ComputationFinishedError",
+    "ConfigurationError",
     "ExitCode",
+    "JournalError",
     "LoopEvents",
     "Master",
+    "MembershipError",
     "MwpyError",
     "NotInMasterError",
     "Policy",
+    "ProtocolError",
+    "ResourceFileError",
     "Result",
     "Slave",
     "SlaveKind",

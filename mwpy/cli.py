@@ -17,10 +17,10 @@ from mwpy import bundle, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend
 from mwpy.backends.local import LocalBackend
+from mwpy.errors import ResourceFileError
 from mwpy.local import run_local
 from mwpy.options import positive_float, positive_int
 from mwpy.overseer import Limits, Overseer, Verdict
-from mwpy.resource_file import ResourceFileError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import attrs
 
+from mwpy.errors import JournalError
+
 _SCHEMA = """
 create table if not exists results (
     key text primary key,
@@ -26,10 +28,6 @@ create table if not exists results (
     recorded real not null
 )
 """
-
-
-class JournalError(Exception):
-    """The journal file cannot be opened or is not an mwpy journal."""
 
 
 @attrs.frozen

@@ -24,8 +24,8 @@ from typing import IO, TextIO
 
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
+from mwpy.errors import ResourceFileError
 from mwpy.overseer import Limits, Overseer
-from mwpy.resource_file import ResourceFileError
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
 LOCAL_UPDATE_INTERVAL = 1.0

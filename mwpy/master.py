@@ -30,9 +30,10 @@ import attrs
 
 from mwpy import bundle, protocol, resource_file
 from mwpy.audit import Audit
+from mwpy.errors import ProtocolError
 from mwpy.journal import Journal
 from mwpy.options import Options
-from mwpy.protocol import Channel, FrameReader, ProtocolError
+from mwpy.protocol import Channel, FrameReader
 from mwpy.scheduler import Scheduler, SlaveKind
 from mwpy.slave import ExitCode
 from mwpy.task import (

@@ -14,14 +14,12 @@ from typing import Any, Literal
 
 import attrs
 
+from mwpy.errors import UsageError
+
 Role = Literal["master", "slave"]
 
 DEFAULT_MEMBER_ID = "default-member-id"
 MIB = 1024 * 1024
-
-
-class UsageError(Exception):
-    """A ``--mw-*`` option is wrong or missing; the message names it."""
 
 
 @attrs.frozen

@@ -44,7 +44,7 @@ from watchdog.observers.api import BaseObserver
 
 from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch
-from mwpy.resource_file import ResourceFileError
+from mwpy.errors import ResourceFileError
 
 Log = Callable[[str], None]
 

@@ -19,10 +19,9 @@ from typing import Any, NoReturn
 from mwpy import resource_file
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.journal import JournalError
+from mwpy.errors import JournalError, ResourceFileError, UsageError
 from mwpy.master import Master
-from mwpy.options import Options, UsageError, parse, usage
-from mwpy.resource_file import ResourceFileError
+from mwpy.options import Options, parse, usage
 from mwpy.slave import Endpoint, ExitCode, Slave, SlaveExit, connect
 from mwpy.task import set_current_master
 

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from mwpy.errors import ProtocolError
 from mwpy.task import PICKLE_PROTOCOL
 
 PROTOCOL_VERSION = 1
@@ -42,10 +43,6 @@ RESPONSE_SIZE = NONCE_SIZE + MAC_SIZE
 CONFIRM_SIZE = MAC_SIZE
 #: The largest frame a peer may send before it has proved membership.
 MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
-
-
-class ProtocolError(Exception):
-    """The peer broke the protocol; the connection must be dropped."""
 
 
 # --------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from typing import Any, Final, Literal
 import attrs
 import cattrs
 
+from mwpy.errors import ResourceFileError
+
 FORMAT = "mwpy-resource-file"
 VERSION = 1
 IN_PROGRESS: Final = "in-progress"
@@ -30,10 +32,6 @@ STALE_GRACE_FACTOR = 0.5
 MIN_STALE_GRACE = 10.0
 
 Status = Literal["in-progress", "finished"]
-
-
-class ResourceFileError(Exception):
-    """The resource file is missing, unreadable or not a valid mwpy resource file."""
 
 
 def _hex(size: int | None) -> Callable[[Any, Any, str | None], None]:

@@ -30,7 +30,8 @@ import attrs
 from mwpy import protocol
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.protocol import Channel, FrameReader, ProtocolError, ResultItem, TaskItem
+from mwpy.errors import ProtocolError
+from mwpy.protocol import Channel, FrameReader, ResultItem, TaskItem
 from mwpy.task import PICKLE_PROTOCOL, lookup
 
 _RECV_SIZE = 256 * 1024

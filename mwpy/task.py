@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
+from mwpy.errors import MwpyError, NotInMasterError
+
 if TYPE_CHECKING:
     from mwpy.master import Master
 
@@ -28,14 +30,6 @@ PICKLE_PROTOCOL = 5
 
 _registry: dict[str, TaskAlgorithm[Any, Any]] = {}
 _current: Master | None = None
-
-
-class MwpyError(Exception):
-    """Base class of the errors mwpy raises to its users."""
-
-
-class NotInMasterError(MwpyError):
-    """A master-only call was made while no master algorithm runs."""
 
 
 @attrs.frozen

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 import attrs
 
 from mwpy import resource_file
-from mwpy.resource_file import ResourceFile, ResourceFileError
+from mwpy.errors import ResourceFileError
+from mwpy.resource_file import ResourceFile
 from tests.support import ROOT, wait_until
 
 POOL_TOOL = ROOT / "tools" / "condor_pool.py"

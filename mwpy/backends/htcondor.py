@@ -22,6 +22,7 @@ import htcondor2
 
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch
+from mwpy.errors import BackendError
 
 #: The job attribute that ties a job to its computation.
 MEMBER_ATTRIBUTE = "MwpyMemberId"
@@ -46,7 +47,7 @@ _FS_BINDING_MISMATCH = "doesn't match server's network address"
 T = TypeVar("T")
 
 
-class CondorError(RuntimeError):
+class CondorError(BackendError):
     """The schedd could not be found or refused a request (the message is one line for users)."""
 
 

@@ -1,0 +1,68 @@
+"""Every exception mwpy raises to its users, under one root: :class:`MwpyError`.
+
+One home so that a user can write ``except mwpy.MwpyError`` and a module can
+catch exactly the failure it expects from another, never a ``ValueError`` or
+``RuntimeError`` that some library below might also raise. The classes that
+also derive from a built-in (``ValueError``, ``RuntimeError``) do so because
+code written against earlier mwpy, or against ``concurrent.futures`` habits,
+catches those; the built-in is a courtesy, the mwpy class is the contract.
+
+::
+
+    MwpyError
+    ├── ConfigurationError (ValueError)   a wrong option, setting, file or argument
+    │   └── UsageError                    a wrong --mw-* command-line option (exit 2)
+    ├── ResourceFileError                 a resource file missing, malformed or foreign
+    ├── JournalError                      a journal that is damaged or another program's
+    ├── ProtocolError                     a peer broke the wire protocol
+    │   └── MembershipError               a peer that is not of this computation
+    ├── BackendError (RuntimeError)       a batch system refused or cannot be reached
+    ├── NotInMasterError (RuntimeError)   the master API used outside a running master
+    ├── ComputationFinishedError (RuntimeError)  a task submitted after finish()
+    └── TaskFailedError                   a task raised (or could not run)
+
+Exit statuses stay as docs/exit-codes.md says; where an error ends a process,
+the module that owns the process maps it to its status.
+"""
+
+from __future__ import annotations
+
+
+class MwpyError(Exception):
+    """Root of every error mwpy raises."""
+
+
+class ConfigurationError(MwpyError, ValueError):
+    """A setting mwpy was given cannot be used: an option, a secret or TLS file, an argument."""
+
+
+class UsageError(ConfigurationError):
+    """A ``--mw-*`` command-line option is wrong; the program exits 2 with one line."""
+
+
+class ResourceFileError(MwpyError):
+    """A resource file cannot be used: missing, unreadable, malformed, stale or of another version."""
+
+
+class JournalError(MwpyError):
+    """A journal file cannot be used: damaged, or written by another program."""
+
+
+class ProtocolError(MwpyError):
+    """The peer broke the wire protocol; the connection must be dropped."""
+
+
+class MembershipError(ProtocolError):
+    """The peer is not a member of this computation (wrong secret, member id or certificate)."""
+
+
+class BackendError(MwpyError, RuntimeError):
+    """A batch system could not be reached, or refused what the overseer asked of it."""
+
+
+class NotInMasterError(MwpyError, RuntimeError):
+    """The master API was used where no master is running (e.g. ``task.submit()`` on a slave)."""
+
+
+class ComputationFinishedError(MwpyError, RuntimeError):
+    """A task was submitted after the computation finished."""
