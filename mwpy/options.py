@@ -296,10 +296,7 @@ _OVERRIDABLE = {"master_host", "master_port", "member_id"}
 
 def parse(argv: Sequence[str]) -> tuple[Options, list[str]]:
     """Split ``argv`` (without the program name) into options and the user's own arguments."""
-    values: dict[str, Any] = {}
-    repeated: dict[str, list[Any]] = {}
-    after_file: set[str] = set()
-    seen_file = False
+    parser = _Parser()
     rest: list[str] = []
     args = iter(argv)
     for arg in args:
@@ -309,19 +306,38 @@ def parse(argv: Sequence[str]) -> tuple[Options, list[str]]:
             if arg.startswith("--mw-"):
                 raise UsageError(f"{name}: unknown option (see --mw-help)")
             rest.append(arg)
-            continue
-        if spec.convert is None:
+        elif spec.convert is None:
             if eq:
                 raise UsageError(f"{name}: takes no value")
-            if spec.field == "role":
-                role = name.removeprefix("--mw-")
-                if values.get("role", role) != role:
-                    raise UsageError("--mw-master and --mw-slave: give only one")
-                values["role"] = role
-            else:
-                values[spec.field] = True
-            continue
-        text = inline if eq else next(args, None)
+            parser.flag(name, spec)
+        else:
+            parser.value(name, spec, inline if eq else next(args, None))
+    options = parser.options()
+    if not (options.show_help or options.show_version):
+        _check(options)
+    return options, rest
+
+
+class _Parser:
+    """The values gathered so far, and which overridable ones came after --mw-resource-file."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.repeated: dict[str, list[Any]] = {}
+        self.after_file: set[str] = set()
+        self.seen_file = False
+
+    def flag(self, name: str, spec: _Spec) -> None:
+        if spec.field != "role":
+            self.values[spec.field] = True
+            return
+        role = name.removeprefix("--mw-")
+        if self.values.get("role", role) != role:
+            raise UsageError("--mw-master and --mw-slave: give only one")
+        self.values["role"] = role
+
+    def value(self, name: str, spec: _Spec, text: str | None) -> None:
+        assert spec.convert is not None
         if text is None:
             raise UsageError(f"{name}: missing value ({spec.expected})")
         try:
@@ -329,20 +345,19 @@ def parse(argv: Sequence[str]) -> tuple[Options, list[str]]:
         except ValueError:
             raise UsageError(f"{name}: expected {spec.expected}, got {text!r}") from None
         if spec.repeat:
-            repeated.setdefault(spec.field, []).append(value)
+            self.repeated.setdefault(spec.field, []).append(value)
         else:
-            values[spec.field] = value
+            self.values[spec.field] = value
         if spec.field == "resource_file":
-            seen_file = True
-            after_file.clear()
-        elif spec.field in _OVERRIDABLE and seen_file:
-            after_file.add(spec.field)
-    for field, items in repeated.items():
-        values[field] = tuple(items)
-    options = Options(**values, after_resource_file=frozenset(after_file))
-    if not (options.show_help or options.show_version):
-        _check(options)
-    return options, rest
+            self.seen_file = True
+            self.after_file.clear()
+        elif spec.field in _OVERRIDABLE and self.seen_file:
+            self.after_file.add(spec.field)
+
+    def options(self) -> Options:
+        values: dict[str, Any] = {field: tuple(items) for field, items in self.repeated.items()}
+        values.update(self.values)
+        return Options(**values, after_resource_file=frozenset(self.after_file))
 
 
 def _check(options: Options) -> None:
