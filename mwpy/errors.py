@@ -13,7 +13,9 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── ConfigurationError (ValueError)   a wrong option, setting, file or argument
     │   └── UsageError                    a wrong --mw-* command-line option (exit 2)
     ├── ResourceFileError                 a resource file missing, malformed or foreign
+    │   └── InvalidResourceFileError      ... and waiting will not help (permanent)
     ├── JournalError                      a journal that is damaged or another program's
+    ├── UnsafeFileError                   a file to read is not a safe regular file (safe_files.py)
     ├── ProtocolError                     a peer broke the wire protocol
     │   └── MembershipError               a peer that is not of this computation
     ├── BackendError (RuntimeError)       a batch system refused or cannot be reached
@@ -66,3 +68,31 @@ class NotInMasterError(MwpyError, RuntimeError):
 
 class ComputationFinishedError(MwpyError, RuntimeError):
     """A task was submitted after the computation finished."""
+
+
+class InvalidResourceFileError(ResourceFileError):
+    """The resource file is there but unusable as it is: waiting for the master will not fix it.
+
+    Malformed, another format or version, not a regular file, too big, a
+    symlink loop, no permission. A plain :class:`ResourceFileError` (file
+    missing, a transient I/O error) may clear once the master writes the file,
+    so an overseer keeps waiting on that one and stops on this one.
+    """
+
+
+class UnsafeFileError(MwpyError):
+    """A file mwpy was asked to read is missing, unreadable or unsafe to trust (see mwpy/safe_files.py).
+
+    The message is ``"PATH: PROBLEM"``, one line. ``permanent`` is False only
+    when the problem may clear by itself (the file does not exist yet, a
+    transient I/O error); ``errno`` is the OS error number when the problem
+    came from the OS, else None. Readers turn it into their own error
+    (:class:`ResourceFileError`, :class:`JournalError`, ...).
+    """
+
+    def __init__(self, path: str, problem: str, *, permanent: bool = True, errno: int | None = None) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+        self.permanent = permanent
+        self.errno = errno

@@ -6,17 +6,27 @@ it; a task submitted later with a key already in the journal is answered from
 it without running. A master killed half-way and run again therefore only runs
 what had not finished. Keys are the program's to choose: equal keys must mean
 equal work.
+
+The journal holds results the master trusts without rerunning them, so it is
+private: created 0600 (SQLite gives its -wal and -shm files the journal's
+mode), and an existing journal, -wal or -shm file that another user owns or
+that group or others can write is refused, as is anything not a regular file.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
 
 import attrs
 
-from mwpy.errors import JournalError
+from mwpy import safe_files
+from mwpy.errors import JournalError, UnsafeFileError
+
+#: Files SQLite keeps next to the journal in WAL mode.
+SIDE_FILES = ("-wal", "-shm")
 
 _SCHEMA = """
 create table if not exists results (
@@ -44,6 +54,7 @@ class Journal:
     """Results by task key in one SQLite file; writes are committed in batches by the event loop."""
 
     def __init__(self, path: str | Path) -> None:
+        _prepare(Path(path))
         try:
             self._db = sqlite3.connect(path, isolation_level=None)
             self._db.execute("pragma journal_mode=wal")
@@ -86,3 +97,17 @@ class Journal:
         self.commit()
         self._db.execute("commit")
         self._db.close()
+
+
+def _prepare(path: Path) -> None:
+    """Create the journal 0600 if it is missing; refuse an existing one (or its side files) that is not private.
+
+    Done before SQLite opens it, which would otherwise create it with the
+    umask's mode (usually 0644) and open whatever the path names.
+    """
+    try:
+        os.close(safe_files.open_checked(path, private=True, flags=os.O_RDWR | os.O_CREAT, create_mode=0o600))
+        for suffix in SIDE_FILES:
+            safe_files.check_existing(f"{path}{suffix}", private=True)
+    except UnsafeFileError as exc:
+        raise JournalError(f"{exc.path}: cannot use as a journal: {exc.problem}") from None

@@ -4,12 +4,22 @@ It is a public contract (documented key by key in docs/resource-file.md): one
 JSON object, written atomically (temporary file in the same folder, fsync,
 rename), mode 0600 because it carries the computation's secret. A reader
 never sees a torn file, and a name with dots in it works.
+
+Reading trusts nothing at the path (slaves, ``mwpy status`` and the overseer
+all read through :func:`read`): only a regular file of at most
+``MAX_SIZE`` bytes (mwpy/safe_files.py), strict JSON (no ``NaN``/``Infinity``,
+no duplicate keys, at most ``MAX_DEPTH`` levels of nesting) and strict types.
+Every problem is one :class:`ResourceFileError` line;
+:class:`InvalidResourceFileError` when waiting will not fix it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,7 +29,8 @@ from typing import Any, Final, Literal
 import attrs
 import cattrs
 
-from mwpy.errors import ResourceFileError
+from mwpy import safe_files
+from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 
 FORMAT = "mwpy-resource-file"
 VERSION = 1
@@ -30,6 +41,14 @@ FINISHED: Final = "finished"
 #: should have rewritten it by then.
 STALE_GRACE_FACTOR = 0.5
 MIN_STALE_GRACE = 10.0
+#: A resource file is a few hundred bytes (a few KiB with many slave files);
+#: anything bigger than this is refused unread.
+MAX_SIZE = 1 << 20
+#: The file is two levels deep; deeper nesting is refused before parsing
+#: (the parser would otherwise recurse until RecursionError).
+MAX_DEPTH = 32
+#: Longer problem texts (a validator quoting a huge value) are cut to this.
+MAX_MESSAGE = 400
 
 Status = Literal["in-progress", "finished"]
 
@@ -102,10 +121,41 @@ def _strict(*types: type) -> Callable[[Any, Any], Any]:
     return structure
 
 
+def _finite(value: Any, _: Any) -> float:
+    """A JSON number that is a real time or interval: not a bool, not NaN or infinite."""
+    if type(value) not in (float, int):
+        raise TypeError(f"expected float or int, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _str_list(value: Any, _: Any) -> list[str]:
+    """A JSON array of strings; cattrs would turn a string into a list of its characters."""
+    if type(value) is not list:
+        raise TypeError(f"expected a list of strings, got {type(value).__name__}")
+    bad = [type(item).__name__ for item in value if type(item) is not str]
+    if bad:
+        raise TypeError(f"expected a list of strings, it holds a value of type {bad[0]}")
+    return list(value)
+
+
+def _int_dict(value: Any, _: Any) -> dict[str, int]:
+    """A JSON object of integers; cattrs would accept other mappings and coerce the values."""
+    if type(value) is not dict:
+        raise TypeError(f"expected an object of integers, got {type(value).__name__}")
+    bad = [type(item).__name__ for item in value.values() if type(item) is not int]
+    if bad:
+        raise TypeError(f"expected an object of integers, it holds a value of type {bad[0]}")
+    return dict(value)
+
+
 _converter = cattrs.Converter(forbid_extra_keys=False)
 _converter.register_structure_hook(str, _strict(str))
 _converter.register_structure_hook(int, _strict(int))
-_converter.register_structure_hook(float, _strict(float, int))
+_converter.register_structure_hook(float, _finite)
+_converter.register_structure_hook_func(lambda t: t == list[str], _str_list)
+_converter.register_structure_hook_func(lambda t: t == dict[str, int], _int_dict)
 
 
 def _describe(exc: BaseException, _: Any) -> str:
@@ -119,20 +169,78 @@ def dumps(record: ResourceFile) -> str:
     return json.dumps(_converter.unstructure(record), indent=2, sort_keys=True) + "\n"
 
 
-def loads(text: str, source: str = "resource file") -> ResourceFile:
-    """Parse and validate; every problem becomes one :class:`ResourceFileError` naming ``source``."""
+def _one_line(text: object) -> str:
+    """``text`` with line breaks escaped: a file name or a value quoted from the file could hold some."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _invalid(source: str, problem: object) -> InvalidResourceFileError:
+    """The one-line error for a file that is there but unusable (long problem texts cut short)."""
+    text = _one_line(problem)
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE] + "..."
+    return InvalidResourceFileError(f"{_one_line(source)}: {text}")
+
+
+#: A JSON string; an unterminated one runs to the end, so every quote matches and the scan stays linear.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(text: str) -> bool:
+    """True if brackets outside strings nest deeper than ``MAX_DEPTH`` (stops at the first such one)."""
+    depth = 0
+    for match in _BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            return True
+    return False
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: with duplicates, readers could disagree on the value."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _parse(text: str, source: str) -> Any:
+    """Strict JSON: no NaN/Infinity, no duplicate keys, no deep nesting."""
+    if _too_deep(text):
+        raise _invalid(source, f"not JSON (nested deeper than {MAX_DEPTH} levels)")
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ResourceFileError(f"{source}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ResourceFileError(f"{source}: not a JSON object")
-    if data.get("format") != FORMAT:
-        raise ResourceFileError(f"{source}: not an mwpy resource file (format is {data.get('format')!r})")
-    if data.get("version") != VERSION:
-        raise ResourceFileError(
-            f"{source}: resource file version {data.get('version')!r}, this mwpy reads version {VERSION}"
+        return json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
         )
+    except RecursionError:  # not expected after _too_deep, but never a traceback
+        raise _invalid(source, "not JSON (nested too deep)") from None
+    except ValueError as exc:
+        raise _invalid(source, f"not JSON ({exc})") from None
+
+
+def loads(text: str, source: str = "resource file") -> ResourceFile:
+    """Parse and validate; every problem becomes one :class:`InvalidResourceFileError` naming ``source``."""
+    data = _parse(text, source)
+    if not isinstance(data, dict):
+        raise _invalid(source, "not a JSON object")
+    if data.get("format") != FORMAT:
+        raise _invalid(source, f"not an mwpy resource file (format is {data.get('format')!r})")
+    if data.get("version") != VERSION or type(data.get("version")) is not int:
+        raise _invalid(source, f"resource file version {data.get('version')!r}, this mwpy reads version {VERSION}")
     try:
         record = _converter.structure(data, ResourceFile)
     except Exception as exc:
@@ -141,17 +249,31 @@ def loads(text: str, source: str = "resource file") -> ResourceFile:
             if isinstance(exc, cattrs.BaseValidationError)
             else exc
         )
-        raise ResourceFileError(f"{source}: {problems}") from None
+        raise _invalid(source, problems) from None
     return record
 
 
 def read(path: str | os.PathLike[str]) -> ResourceFile:
+    """Read and validate the resource file at ``path``, whatever the path names.
+
+    :class:`ResourceFileError` when the file is missing (or a transient I/O
+    error): the master may yet write it. :class:`InvalidResourceFileError`
+    for everything else: not a regular file, bigger than ``MAX_SIZE``, a
+    symlink loop, no permission, not UTF-8, not a valid resource file.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResourceFileError(f"{path}: no such resource file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResourceFileError(f"{path}: cannot read the resource file ({exc})") from None
+        data = safe_files.read_bytes(path, max_size=MAX_SIZE)
+    except UnsafeFileError as exc:
+        if exc.errno == errno.ENOENT:
+            raise ResourceFileError(f"{_one_line(path)}: no such resource file") from None
+        error = InvalidResourceFileError if exc.permanent else ResourceFileError
+        raise error(f"{_one_line(path)}: cannot read the resource file: {exc.problem}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(
+            str(path), f"cannot read the resource file: not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
     return loads(text, str(path))
 
 

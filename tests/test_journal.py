@@ -9,7 +9,9 @@ tests count executions per key instead of trusting the master's word.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from mwpy import ExitCode
+from mwpy.journal import Journal
 from tests.programs.trust_journal import executions
 from tests.support import PROGRAMS, Proc, run_program, spawn_master, spawn_slave, wait_until
 
@@ -167,3 +170,73 @@ def test_damaged_journal_is_one_clear_line_and_status_1(tmp_path: Path, damage: 
     assert len(lines) == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"{journal}: cannot use as a journal" in lines[0]
+
+
+# ---------------------------------------------------------------------- file modes (issue 11, item 5)
+
+
+def test_journal_and_its_wal_and_shm_are_created_0600(tmp_path: Path) -> None:
+    """Guards: the journal, -wal and -shm are private like the resource file, even under umask 022.
+
+    SQLite creates files with the umask's mode (0644): results anyone could
+    read, while the resource file next to them is 0600.
+    """
+    journal = tmp_path / "journal.sqlite"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    old = os.umask(0o022)
+    try:
+        master = run_master(tmp_path, journal, runs)
+    finally:
+        os.umask(old)
+    files = [journal, Path(f"{journal}-wal"), Path(f"{journal}-shm")]
+    wait_until(lambda: all(f.exists() for f in files), DEADLINE, "the journal and its -wal and -shm files")
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
+    slave = spawn_slave(JOURNALED, tmp_path)
+    assert master.wait(DEADLINE) == 0, master.err()
+    assert slave.wait(DEADLINE) == ExitCode.OK
+    left = [f for f in files if f.exists()]  # SQLite removes -wal and -shm when the last connection closes
+    assert journal in left
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in left} == {f.name: 0o600 for f in left}
+
+
+def _journal_file(path: Path) -> None:
+    Journal(path).close()
+
+
+@pytest.mark.parametrize(
+    ("writable", "mode", "who"),
+    [("", 0o660, "its group"), ("", 0o606, "others"), ("-wal", 0o666, "its group and others")],
+)
+def test_journal_others_can_write_is_one_line_and_status_1(tmp_path: Path, writable: str, mode: int, who: str) -> None:
+    """Guards: a journal (or its -wal) that others can write is refused before it is trusted.
+
+    Its results are handed to the master algorithm without running the tasks
+    again, so whoever can write it can choose them.
+    """
+    journal = tmp_path / "journal.sqlite"
+    _journal_file(journal)
+    target = Path(f"{journal}{writable}")
+    target.touch()
+    target.chmod(mode)
+    done = run_program(
+        JOURNALED,
+        tmp_path,
+        "--mw-master",
+        "--mw-master-host",
+        "127.0.0.1",
+        "--mw-resource-file",
+        str(tmp_path / "resource.json"),
+        "--mw-journal",
+        str(journal),
+        "squares",
+        "3",
+        str(tmp_path),
+        timeout=DEADLINE,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"{target}: cannot use as a journal: writable by {who} (mode 0{mode:o})" in lines[0]
+    assert not (tmp_path / "resource.json").exists()  # refused before the master looked for slaves

@@ -1,0 +1,141 @@
+"""Open a file mwpy reads without trusting what is at the path.
+
+A path given to mwpy (resource file, secret file, journal) may name anything:
+a FIFO that blocks ``open`` and ``read`` for ever, ``/dev/zero`` that never
+ends, a directory, a symlink loop, a file another user can rewrite. Every
+reader goes through here so that each of these becomes one
+:class:`~mwpy.errors.UnsafeFileError` with a one-line message instead of a
+hang, a memory blow-up or a traceback.
+
+The rules: open with ``O_NONBLOCK`` (a FIFO or device cannot block the open),
+then ``fstat`` *the opened descriptor* (not the path, which could be swapped in
+between) and accept only a regular file, no bigger than a cap; optionally only
+one owned by this user and not writable by group or others. Symlinks are
+followed on purpose: users link their files, and the checks apply to the
+target.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from mwpy.errors import UnsafeFileError
+
+#: Errors that may clear by themselves (the file may appear, the system may
+#: free a descriptor); anything else stays until someone fixes the file.
+TRANSIENT_ERRNOS = frozenset(
+    {errno.ENOENT, errno.EINTR, errno.EAGAIN, errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ESTALE}
+)
+#: Mode bits that let someone else change a file mwpy trusts.
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "something else")
+
+
+def _os_error(path: str | os.PathLike[str], exc: OSError) -> UnsafeFileError:
+    """One line for an ``OSError`` (its text without the path repeated), transient or not by errno."""
+    if exc.errno == errno.ELOOP:
+        problem = "a symlink loop (too many levels of symbolic links)"
+    else:
+        problem = exc.strerror or str(exc)
+    return UnsafeFileError(os.fspath(path), problem, permanent=exc.errno not in TRANSIENT_ERRNOS, errno=exc.errno)
+
+
+def check(path: str | os.PathLike[str], info: os.stat_result, *, max_size: int | None, private: bool) -> None:
+    """Refuse what ``info`` (an ``fstat`` of the opened file) shows to be unsafe to use as ``path``."""
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeFileError(os.fspath(path), f"{_kind(info.st_mode)}, not a regular file")
+    if max_size is not None and info.st_size > max_size:
+        raise UnsafeFileError(os.fspath(path), f"too big: {info.st_size} bytes, the limit is {max_size}")
+    if private:
+        if info.st_uid != os.geteuid():
+            raise UnsafeFileError(os.fspath(path), f"owned by user id {info.st_uid}, not by this user ({os.geteuid()})")
+        if info.st_mode & OTHERS_WRITE:
+            who = " and ".join(
+                name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others")) if info.st_mode & bit
+            )
+            raise UnsafeFileError(
+                os.fspath(path), f"writable by {who} (mode {stat.S_IMODE(info.st_mode):04o}); chmod go-w it"
+            )
+
+
+def open_checked(
+    path: str | os.PathLike[str],
+    *,
+    max_size: int | None = None,
+    private: bool = False,
+    flags: int = os.O_RDONLY,
+    create_mode: int = 0o600,
+) -> int:
+    """A descriptor of ``path`` once :func:`check` accepts it; the caller closes it.
+
+    ``private`` also demands that this user owns the file and nobody else can
+    write it (for secrets and journals). With ``os.O_CREAT`` in ``flags`` a
+    missing file is created with ``create_mode`` (0600 unless told otherwise).
+    """
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, create_mode)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        check(path, os.fstat(fd), max_size=max_size, private=private)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str | os.PathLike[str], *, max_size: int, private: bool = False) -> bytes:
+    """The content of a regular file of at most ``max_size`` bytes, whatever the path names.
+
+    Reads at most ``max_size + 1`` bytes, so a file that grows after the
+    ``fstat`` (or a file system that reports size 0) still cannot make the
+    reader eat memory.
+    """
+    fd = open_checked(path, max_size=max_size, private=private)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= max_size:
+            chunk = os.read(fd, max_size + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    finally:
+        os.close(fd)
+    if size > max_size:
+        raise UnsafeFileError(os.fspath(path), f"too big: more than {max_size} bytes, the limit is {max_size}")
+    return b"".join(chunks)
+
+
+def check_existing(path: str | os.PathLike[str], *, private: bool = True) -> bool:
+    """Apply the rules to ``path`` if it exists (False if it does not), without reading it.
+
+    For files another library opens by name (SQLite's journal): that library
+    opens the path again, so this narrows the window rather than closing it;
+    it is meant against mistakes and shared folders, not against someone who
+    can already replace files in the folder.
+    """
+    try:
+        fd = open_checked(path, private=private)
+    except UnsafeFileError as exc:
+        if exc.errno == errno.ENOENT:
+            return False
+        raise
+    os.close(fd)
+    return True
