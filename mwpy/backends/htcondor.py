@@ -119,16 +119,22 @@ def slave_description(launch: Launch, extra: Mapping[str, str] | None = None) ->
         "transfer_input_files": ",".join([*launch.files, launch.resource_file]),
         f"+{MEMBER_ATTRIBUTE}": classad2.quote(launch.member_id),
     }
-    for command, value in check_user_commands(extra or {}).items():
+    return merge_commands(description, check_user_commands(extra or {}))
+
+
+def merge_commands(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with ``extra`` merged in: a command of either spelling replaces, ``requirements`` add up (``&&``)."""
+    merged = dict(base)
+    for command, value in extra.items():
         key = command_key(command)
-        mine = next((name for name in description if command_key(name) == key), None)
+        mine = next((name for name in merged if command_key(name) == key), None)
         if mine is not None and key in CONJOINED:
-            description[mine] = f"({description[mine]}) && ({value})"
+            merged[mine] = f"({merged[mine]}) && ({value})"
             continue
         if mine is not None:
-            del description[mine]
-        description[command] = value
-    return description
+            del merged[mine]
+        merged[command] = value
+    return merged
 
 
 def check_user_commands(commands: Mapping[str, str], source: str = "submit commands") -> dict[str, str]:
