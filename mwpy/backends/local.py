@@ -45,11 +45,13 @@ class _LocalJob:
     def view(self) -> Job:
         """The job as the overseer and ``mwpy local`` see it."""
         state = JobState.RUNNING if self.process is not None else JobState.IDLE
-        reason = None
-        if self.last_status is not None and self.last_status != 0:
-            last = last_line(self.sandbox / "slave.err")
-            reason = f"exited with status {self.last_status}{f': {last}' if last else ''}"
-        return Job(self.job_id, state, exit_code=self.last_status, reason=reason)
+        status = self.last_status
+        if not status:  # not exited yet, or exited 0 (and about to leave the queue)
+            return Job(self.job_id, state, exit_code=status)
+        how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        last = last_line(self.sandbox / "slave.err")
+        reason = f"{how}: {last}" if last else how
+        return Job(self.job_id, state, exit_code=status if status > 0 else None, reason=reason)
 
 
 class LocalBackend:
