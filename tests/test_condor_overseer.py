@@ -20,7 +20,6 @@ import pytest
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.htcondor import CondorBackend
 from mwpy.overseer import Limits, Overseer, Verdict
-from tests.condor_programs import GATED, SHRINK
 from tests.condor_support import (
     COMPLETED,
     FS_BINDING,
@@ -65,7 +64,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def submit_gated_master(pool: Pool, workdir: Path) -> tuple[int, Path]:
     """The gated program as master, wanting 3 slaves whose tasks wait for the returned release file."""
     release = workdir / "release"
-    setup_workdir(pool, workdir, {"gated.py": GATED})
+    setup_workdir(pool, workdir, ["gated.py"])
     master = submit_master(
         pool, workdir, "program=gated.py", f"program_args={release} 3", "master_options=--mw-slave-window 1"
     )
@@ -162,7 +161,7 @@ class Recording:
 def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, condor_workdir: Path) -> None:
     release, shrink = condor_workdir / "release", condor_workdir / "shrink"
     wanted = condor_pool.cpus + 2  # more slave jobs than the pool has slots: some stay idle
-    setup_workdir(condor_pool, condor_workdir, {"shrink.py": SHRINK})
+    setup_workdir(condor_pool, condor_workdir, ["shrink.py"])
     master = submit_master(
         condor_pool,
         condor_workdir,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,7 +30,7 @@ from mwpy.errors import ConfigurationError
 from mwpy.overseer import Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend
-from tests.support import ROOT, wait_until
+from tests.support import PROGRAMS, ROOT, wait_until
 
 
 @attrs.define
@@ -297,19 +298,15 @@ def test_local_back_end_keeps_a_failed_slave_queued_and_starts_it_again(tmp_path
     """Condor's on_exit_remove contract: exit 1 means run again (with a fresh resource file), exit 0 means done."""
     rf = tmp_path / "resource.json"
     program = tmp_path / "program.py"
-    program.write_text(
-        "import os, sys\n"
-        "runs = int(open('runs').read()) + 1 if os.path.exists('runs') else 1\n"
-        "open('runs', 'w').write(str(runs))\n"
-        "sys.exit(0 if runs >= 3 else 1)\n",
-        encoding="utf-8",
-    )
+    shutil.copy(PROGRAMS / "fails_twice.py", program)
     record = write_resource(rf, slave_executable=sys.executable, slave_files=[str(program)])
     backend = LocalBackend(tmp_path / "jobs", restart_delay=0.05)
     try:
         backend.submit(Launch.of(record, str(rf)), 1)
+        failed = wait_until(lambda: backend.jobs()[0].exit_code, 30, "the slave's first run to fail")
+        assert (failed, backend.jobs()[0].reason) == (1, "exited with status 1")  # it said nothing on stderr
         wait_until(lambda: not backend.jobs(), 30, "the slave job to leave the queue")
-        assert [status for _, status in backend.exits] == [1, 1, 0]
+        assert (tmp_path / "jobs" / "local.0" / "runs").read_text() == "3"  # exit 1, exit 1, exit 0: gone
         assert (tmp_path / "jobs" / "local.0" / "resource.json").read_text() == rf.read_text()
     finally:
         backend.close()
@@ -318,7 +315,7 @@ def test_local_back_end_keeps_a_failed_slave_queued_and_starts_it_again(tmp_path
 def test_the_same_overseer_grows_local_slaves_and_removes_them_when_finished(tmp_path: Path) -> None:
     rf = tmp_path / "resource.json"
     program = tmp_path / "program.py"
-    program.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")  # a slave that never leaves by itself
+    shutil.copy(PROGRAMS / "never_leaves.py", program)
     write_resource(rf, needed=3, slave_executable=sys.executable, slave_files=[str(program)])
     backend = LocalBackend(tmp_path / "jobs")
     watcher = Overseer(rf, backend, Limits(max_jobs=2), finish_grace=0.0)

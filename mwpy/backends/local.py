@@ -38,7 +38,6 @@ class _LocalJob:
     sandbox: Path
     process: subprocess.Popen[bytes] | None = None
     start_at: float = 0.0
-    starts: int = 0
     #: The exit status of the last run, None before the first one ended.
     last_status: int | None = None
 
@@ -67,8 +66,6 @@ class LocalBackend:
         # The overseer's thread and ``mwpy local``'s main thread both look at the jobs; one of them
         # must not start a slave the other is starting.
         self._lock = threading.RLock()
-        #: Exit statuses of finished runs, newest last (for tests and logs).
-        self.exits: list[tuple[str, int]] = []
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -134,7 +131,6 @@ class LocalBackend:
             return False
         job.process = None
         job.last_status = status
-        self.exits.append((job.job_id, status))
         if status == 0:
             del self._jobs[job.job_id]
         else:
@@ -149,7 +145,6 @@ class LocalBackend:
             if not link.exists():
                 link.symlink_to(Path(file).resolve())
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
-        job.starts += 1
         with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],
