@@ -98,9 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["overseer"]:
         try:
             backend = backends.lookup(_backend_name(args[1:]))
-        except ConfigurationError as exc:
+        except (ConfigurationError, BackendError) as exc:
             print(f"mwpy overseer: error: {exc}", file=sys.stderr)
-            return 2
+            return 2 if isinstance(exc, ConfigurationError) else 1
     options = _parser(backend).parse_args(args)
     if options.command == "local":
         return run_local(
@@ -196,5 +196,5 @@ def _condor_jobs(member_id: str) -> tuple[dict[str, int] | None, str | None]:
         from mwpy.backends.htcondor import job_counts  # noqa: PLC0415 (slow to import, often not needed)
 
         return job_counts(member_id), None
-    except (ImportError, RuntimeError) as exc:
+    except (ImportError, BackendError) as exc:
         return None, str(exc)

@@ -454,6 +454,13 @@ def test_a_wrong_back_end_name_is_one_line_naming_the_known_ones_and_exit_2(tmp_
     assert broken.stderr.count("\n") == 1
     not_one = mwpy_cli("overseer", rf, "--backend", "tests.programs.spool_backend:Path")
     assert "has no add_arguments() and create()" in not_one.stderr
+    # A back end whose bindings are missing is the machine's problem, not a wrong argument: exit 1.
+    unloadable = mwpy_cli("overseer", rf, "--backend", "tests.programs.unloadable_backend:Backend")
+    assert unloadable.returncode == 1
+    assert unloadable.stderr == (
+        "mwpy overseer: error: back end 'tests.programs.unloadable_backend:Backend' cannot be loaded: "
+        "No module named 'mwpy_test_bindings_that_are_not_installed'\n"
+    )
 
 
 def test_register_names_a_back_end_in_process() -> None:

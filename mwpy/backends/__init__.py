@@ -26,7 +26,7 @@ from typing import Any, Protocol, cast
 
 import attrs
 
-from mwpy.errors import ConfigurationError
+from mwpy.errors import BackendError, ConfigurationError
 from mwpy.resource_file import ResourceFile
 
 
@@ -158,8 +158,9 @@ def lookup(name: str) -> BackendFactory:
     """The factory for a back-end name, an installed entry point, or an import path ``package.module:attr``.
 
     Raises :class:`~mwpy.errors.ConfigurationError`, whose message is one
-    line naming the known back ends, when there is none by that name or it
-    cannot be imported.
+    line naming the known back ends, when there is none by that name or its
+    path names nothing importable, and :class:`~mwpy.errors.BackendError`
+    when its module needs a package that is not installed.
     """
     target = _registry.get(name)
     if target is None:
@@ -183,6 +184,11 @@ def _import(name: str, path: str) -> BackendFactory:
         found: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             found = getattr(found, part)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name + ".").startswith(exc.name + "."):  # the path names no module: a typo
+            raise ConfigurationError(f"back end {name!r}: cannot import {path}: {exc}") from None
+        # The module is there but needs what is not installed (htcondor2, say): the machine's problem.
+        raise BackendError(f"back end {name!r} cannot be loaded: {exc}") from None
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"back end {name!r}: cannot import {path}: {exc}") from None
     if not (callable(getattr(found, "add_arguments", None)) and callable(getattr(found, "create", None))):
