@@ -26,7 +26,7 @@ import pytest
 from mwpy import backends, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
-from mwpy.errors import ConfigurationError
+from mwpy.errors import BackendError, ConfigurationError
 from mwpy.overseer import Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend
@@ -43,13 +43,18 @@ class FakeBackend:
     removed: list[str] = attrs.Factory(list)
     launches: list[Launch] = attrs.Factory(list)
     failures: int = 0
+    #: Why held jobs are held, as the batch system says.
+    hold_reason: str | None = None
     _numbers: itertools.count[int] = attrs.Factory(itertools.count)
 
     def jobs(self) -> list[Job]:
         if self.failures:
             self.failures -= 1
-            raise RuntimeError("schedd restarting")
-        return [Job(job_id, state) for job_id, state in self.queue.items()]
+            raise BackendError("schedd restarting")
+        return [
+            Job(job_id, state, reason=self.hold_reason if state is JobState.HELD else None)
+            for job_id, state in self.queue.items()
+        ]
 
     def submit(self, launch: Launch, count: int) -> None:
         self.submitted.append(count)
@@ -177,16 +182,18 @@ def test_shrink_removes_idle_jobs_only_never_a_running_slave(rf: Path) -> None:
     assert watcher.reconcile().removed == 0  # nothing idle left to remove; running slaves stay
 
 
-def test_held_jobs_are_replaced_within_the_caps(rf: Path) -> None:
-    backend = FakeBackend()
+def test_held_jobs_are_replaced_within_the_caps_and_the_log_says_why_they_are_held(rf: Path) -> None:
+    backend = FakeBackend(hold_reason="Error from slot1: No such file /usr/bin/python3")
     write_resource(rf, needed=4)
-    watcher = overseer(rf, backend, max_jobs=6, max_idle=100, batch=100)
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(max_jobs=6, max_idle=100, batch=100), log=lines.append)
     watcher.reconcile()
     backend.set(JobState.HELD, 3)  # held behind the overseer's back: they serve nobody
     decision = watcher.reconcile()
     assert (decision.held, decision.submitted) == (3, 2)  # 4 wanted, but 6 jobs at most
     assert backend.count(JobState.HELD) == 3
     assert len(backend.queue) == 6
+    assert "held 3 (Error from slot1: No such file /usr/bin/python3); submitted 2, removed 0" in lines[-1]
 
 
 def test_jobs_removed_behind_its_back_are_resubmitted(rf: Path) -> None:
