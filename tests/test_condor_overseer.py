@@ -18,17 +18,20 @@ import attrs
 import pytest
 
 from mwpy.backends import Job, JobState, Launch
-from mwpy.backends.htcondor import CondorBackend
+from mwpy.backends.htcondor import CondorBackend, read_submit_commands
 from mwpy.overseer import Limits, Overseer, Verdict
 from tests.condor_support import (
     COMPLETED,
     FS_BINDING,
+    IDLE,
     RESOURCE,
     Pool,
+    computation,
     finished_jobs,
     job_states,
     logs,
     member_id,
+    query,
     read_resource,
     setup_workdir,
     submit_master,
@@ -232,3 +235,44 @@ def test_overseer_sub_runs_the_overseer_under_condor(condor_pool: Pool, condor_w
     assert ad["ExitCode"] == 0, ad
     assert job_states(condor_workdir) == {}
     assert 1 <= len(finished_jobs(condor_workdir)) <= 3
+
+
+def test_a_submit_file_s_commands_reach_the_slave_jobs_and_held_jobs_say_why(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """What a --submit-file adds is in the real job ads; a held job's Job carries the schedd's hold reason."""
+    extra = condor_workdir / "extra.sub"
+    extra.write_text(
+        "# no slot has it: the job stays idle and never runs\n"
+        "requirements = (TARGET.HasMwpyTestFeature =?= true)\n"
+        "Request_Memory = 2048\n"
+        '+MwpyTestNote = "from extra.sub"\n',
+        encoding="utf-8",
+    )
+    backend = CondorBackend(member_id(condor_workdir), extra=read_submit_commands(str(extra)))
+    launch = Launch(
+        member_id=member_id(condor_workdir),
+        resource_file=str(condor_workdir / RESOURCE),
+        executable="/usr/bin/python3",
+        arguments=["program.py", "--mw-slave", "--mw-resource-file", RESOURCE],
+        files=[],
+    )
+    backend.submit(launch, 1)
+    (job,) = backend.jobs()
+    assert (job.state, job.exit_code, job.reason) == (JobState.IDLE, None, None)
+    projection = ["Requirements", "RequestMemory", "PeriodicRelease", "MwpyTestNote", "JobStatus"]
+    (ad,) = query(computation(condor_workdir, "slave"), projection)
+    assert ad["MwpyTestNote"] == "from extra.sub"
+    assert "HasMwpyTestFeature" in str(ad["Requirements"])
+    assert (ad["RequestMemory"], ad["JobStatus"]) == (2048, IDLE)
+    assert "HoldReasonCode == 13" in str(ad["PeriodicRelease"])  # slaves.sub's policy, on the overseer's jobs too
+
+    backend.remove([job.job_id])
+    wait_until(lambda: not backend.jobs(), 30, "the job to leave the queue", interval=0.2)
+
+    # Neither the program nor the resource file exists: the input transfer fails and Condor holds the job.
+    plain = CondorBackend(member_id(condor_workdir))
+    plain.submit(attrs.evolve(launch, files=[str(condor_workdir / "program.py")]), 1)
+    held = wait_until(lambda: [j for j in plain.jobs() if j.state is JobState.HELD], 60, "the job held", interval=0.5)
+    assert held[0].reason is not None
+    assert "program.py" in held[0].reason or RESOURCE in held[0].reason, held[0].reason
