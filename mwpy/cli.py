@@ -1,7 +1,9 @@
 """The ``mwpy`` command: ``local``, ``overseer``, ``status`` and ``bundle``.
 
 Each subcommand reports a wrong argument in one line and exits 2; nothing here
-prints a traceback for a user's mistake.
+prints a traceback for a user's mistake. ``mwpy overseer`` knows no back end
+by itself: it looks ``--backend`` up in :mod:`mwpy.backends` and lets the back
+end add its own options, so a new back end needs no edit here.
 """
 
 from __future__ import annotations
@@ -13,17 +15,20 @@ import threading
 import time
 from collections.abc import Sequence
 
-from mwpy import bundle, resource_file
+from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
-from mwpy.backends import Backend
-from mwpy.backends.local import LocalBackend
-from mwpy.errors import ResourceFileError
+from mwpy.backends import Backend, BackendFactory
+from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
 from mwpy.local import run_local
 from mwpy.options import positive_float, positive_int
 from mwpy.overseer import Limits, Overseer, Verdict
 
+#: The back end ``mwpy overseer`` uses without ``--backend``.
+DEFAULT_BACKEND = "condor"
 
-def _parser() -> argparse.ArgumentParser:
+
+def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``backend`` (the one ``--backend`` names) adds its options to ``overseer``."""
     parser = argparse.ArgumentParser(prog="mwpy", description="Run and oversee mwpy computations.")
     parser.add_argument("--version", action="version", version=f"mwpy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -44,16 +49,24 @@ def _parser() -> argparse.ArgumentParser:
     overseer = commands.add_parser(
         "overseer",
         help="keep a batch system's slave jobs matched to a resource file",
-        description="Watch RESOURCE_FILE and grow or shrink the computation's slave jobs until it finishes.",
+        description="Watch RESOURCE_FILE and grow or shrink the computation's slave jobs until it finishes. "
+        "The options below --interval are those of the back end --backend names.",
+        # --backend is read before the rest (it decides which options exist): no abbreviations, which
+        # that first reading could not follow.
+        allow_abbrev=False,
     )
     overseer.add_argument("resource_file")
-    overseer.add_argument("--backend", choices=["condor", "local"], default="condor")
+    overseer.add_argument(
+        "--backend",
+        default=DEFAULT_BACKEND,
+        help=f"batch system: {', '.join(backends.names())}, or package.module:attr (default {DEFAULT_BACKEND})",
+    )
     overseer.add_argument("--max-jobs", type=positive_int, default=Limits().max_jobs, help="cap on all slave jobs")
     overseer.add_argument("--max-idle", type=positive_int, default=Limits().max_idle, help="cap on idle slave jobs")
     overseer.add_argument("--batch", type=positive_int, default=Limits().batch, help="most jobs submitted at once")
     overseer.add_argument("--interval", type=positive_float, default=10.0, help="seconds between timed reconciliations")
-    overseer.add_argument("--workdir", help="local back end: folder for slave sandboxes")
-    overseer.add_argument("--submit-file", help="condor back end: extra submit commands for slave jobs")
+    if backend is not None:
+        backend.add_arguments(overseer)
 
     bundle_cmd = commands.add_parser(
         "bundle",
@@ -81,13 +94,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["local"] and "--" in args:
         cut = args.index("--")
         args, program_args = args[:cut], args[cut + 1 :]
-    options = _parser().parse_args(args)
+    backend: BackendFactory | None = None
+    if args[:1] == ["overseer"]:
+        try:
+            backend = backends.lookup(_backend_name(args[1:]))
+        except (ConfigurationError, BackendError) as exc:
+            print(f"mwpy overseer: error: {exc}", file=sys.stderr)
+            return 2 if isinstance(exc, ConfigurationError) else 1
+    options = _parser(backend).parse_args(args)
     if options.command == "local":
         return run_local(
             options.program, options.slaves, program_args, workdir=options.workdir, progress=options.progress
         )
     if options.command == "overseer":
-        return _overseer(options)
+        assert backend is not None
+        return _overseer(options, backend)
     if options.command == "bundle":
         print(bundle.build(options.output))
         return 0
@@ -98,19 +119,21 @@ def _log(text: str) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [O] {text}", flush=True)
 
 
-def _backend(options: argparse.Namespace) -> Backend:
-    if options.backend == "local":
-        return LocalBackend(options.workdir or ".")
-    # Imported here: the HTCondor bindings are slow to load and only this back end needs them.
-    from mwpy.backends.htcondor import CondorBackend  # noqa: PLC0415
+def _backend_name(args: Sequence[str]) -> str:
+    """The ``--backend`` of an ``mwpy overseer`` command line, read before the rest is parsed."""
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first.add_argument("--backend", default=DEFAULT_BACKEND)
+    name: str = first.parse_known_args(args)[0].backend
+    return name
 
-    return CondorBackend.for_resource_file(options.resource_file, submit_file=options.submit_file)
 
-
-def _overseer(options: argparse.Namespace) -> int:
+def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     try:
-        backend = _backend(options)
-    except (OSError, RuntimeError, ResourceFileError) as exc:
+        backend: Backend = factory.create(options.resource_file, options)
+    except ConfigurationError as exc:
+        print(f"mwpy overseer: error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, BackendError, ResourceFileError) as exc:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
     limits = Limits(max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch)
@@ -173,5 +196,5 @@ def _condor_jobs(member_id: str) -> tuple[dict[str, int] | None, str | None]:
         from mwpy.backends.htcondor import job_counts  # noqa: PLC0415 (slow to import, often not needed)
 
         return job_counts(member_id), None
-    except (ImportError, RuntimeError) as exc:
+    except (ImportError, BackendError) as exc:
         return None, str(exc)

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import IO, TextIO
 
+import attrs
+
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
@@ -41,6 +43,11 @@ class _Console:
         self._progress = progress
         self._status = ""
         self._lock = threading.Lock()
+
+    @property
+    def progress(self) -> bool:
+        """Whether a progress line is shown (a terminal, or --progress)."""
+        return self._progress
 
     def line(self, data: bytes, stream: TextIO) -> None:
         with self._lock:
@@ -87,80 +94,154 @@ def run_local(
     python: str | None = None,
 ) -> int:
     """Run ``program`` as master with ``slaves`` local slaves; return the master's exit status."""
-    if not Path(program).is_file():
-        print(f"mwpy local: error: {program}: no such program file", file=sys.stderr)
+    problem = _usage_problem(program, slaves)
+    if problem is not None:
+        print(f"mwpy local: error: {problem}", file=sys.stderr)
         return 2
-    if slaves < 1:
-        print("mwpy local: error: --slaves: expected a positive integer", file=sys.stderr)
-        return 2
-    own_workdir = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="mwpy-local-") if workdir is None else workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    rf = work / "resource.json"
-    rf.unlink(missing_ok=True)
-    interpreter = python or sys.executable
     show = sys.stderr.isatty() if progress is None else progress
     console = _Console(sys.stderr, show)
-    master = subprocess.Popen(
-        [
-            interpreter,
-            os.path.abspath(program),
-            "--mw-master",
-            "--mw-master-host",
-            "127.0.0.1",
-            "--mw-resource-file",
-            str(rf),
-            "--mw-resource-file-update-interval",
-            str(LOCAL_UPDATE_INTERVAL),
-            "--mw-member-id",
-            f"local-{os.getpid()}",
-            "--mw-audit-file",
-            str(work / "master.audit"),
-            "--mw-slave-executable",
-            interpreter,
-            *args,
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    run = _LocalRun(
+        program, slaves, args, work=_Workdir.make(workdir), console=console, interpreter=python or sys.executable
     )
-    assert master.stdout is not None
-    assert master.stderr is not None
-    pumps = [
-        threading.Thread(target=_pump, args=(master.stdout, console, sys.stdout), daemon=True),
-        threading.Thread(target=_pump, args=(master.stderr, console, sys.stderr), daemon=True),
+    return run.wait()
+
+
+def _usage_problem(program: str, slaves: int) -> str | None:
+    """What is wrong with the command line, in one line, or None."""
+    if not Path(program).is_file():
+        return f"{program}: no such program file"
+    if slaves < 1:
+        return "--slaves: expected a positive integer"
+    return None
+
+
+@attrs.frozen
+class _Workdir:
+    """The folder of the resource file, the master's audit and the slave sandboxes."""
+
+    path: Path
+    #: Made by mwpy local (no --workdir): removed after a successful run, kept for a post-mortem otherwise.
+    own: bool
+
+    @classmethod
+    def make(cls, workdir: str | None) -> _Workdir:
+        path = Path(tempfile.mkdtemp(prefix="mwpy-local-") if workdir is None else workdir).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "resource.json").unlink(missing_ok=True)  # a previous run's file would look like a live master
+        return cls(path, own=workdir is None)
+
+    @property
+    def resource_file(self) -> Path:
+        return self.path / "resource.json"
+
+    def clean_up(self, status: int) -> None:
+        """Remove our own folder after success; after a failure, say where the logs are."""
+        if self.own and status == 0:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif status != 0:
+            print(f"mwpy local: master exited with status {status}; logs in {self.path}", file=sys.stderr)
+
+
+def _master_command(interpreter: str, program: str, work: _Workdir, args: list[str]) -> list[str]:
+    """The master's command line: loopback only, a resource file rewritten every second, slaves like us."""
+    return [
+        interpreter,
+        os.path.abspath(program),
+        "--mw-master",
+        "--mw-master-host",
+        "127.0.0.1",
+        "--mw-resource-file",
+        str(work.resource_file),
+        "--mw-resource-file-update-interval",
+        str(LOCAL_UPDATE_INTERVAL),
+        "--mw-member-id",
+        f"local-{os.getpid()}",
+        "--mw-audit-file",
+        str(work.path / "master.audit"),
+        "--mw-slave-executable",
+        interpreter,
+        *args,
     ]
-    for pump in pumps:
-        pump.start()
-    backend = LocalBackend(work)
-    # No grace at the end: local slaves have no output to bring back, and one still trying to reach the
-    # finished master would only make `mwpy local` wait.
-    overseer = Overseer(rf, backend, Limits(max_jobs=slaves, max_idle=slaves, batch=slaves), finish_grace=0.0)
-    stop = threading.Event()
-    watcher = threading.Thread(target=overseer.run, args=(stop,), kwargs={"interval": 0.5}, daemon=True)
-    watcher.start()
-    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    try:
-        _watch(master, rf, slaves=slaves, console=console, show=show, backend=backend)
-    except (KeyboardInterrupt, _Terminated):
-        if master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
-            master.terminate()
-        master.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        stop.set()
-        watcher.join()
-        _let_slaves_leave(backend)
-        backend.close()
-        for pump in pumps:
+
+
+class _LocalRun:
+    """One ``mwpy local`` run: the master process, its output pumps, and the overseer with local slaves."""
+
+    def __init__(
+        self, program: str, slaves: int, args: list[str], *, work: _Workdir, console: _Console, interpreter: str
+    ) -> None:
+        self.slaves = slaves
+        self.work = work
+        self.console = console
+        self.master = subprocess.Popen(
+            _master_command(interpreter, program, work, args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert self.master.stdout is not None
+        assert self.master.stderr is not None
+        self.pumps = [
+            threading.Thread(target=_pump, args=(self.master.stdout, console, sys.stdout), daemon=True),
+            threading.Thread(target=_pump, args=(self.master.stderr, console, sys.stderr), daemon=True),
+        ]
+        for pump in self.pumps:
+            pump.start()
+        self.backend = LocalBackend(work.path)
+        # No grace at the end: local slaves have no output to bring back, and one still trying to reach the
+        # finished master would only make `mwpy local` wait.
+        limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves)
+        overseer = Overseer(work.resource_file, self.backend, limits, finish_grace=0.0)
+        self.stop = threading.Event()
+        self.watcher = threading.Thread(target=overseer.run, args=(self.stop,), kwargs={"interval": 0.5}, daemon=True)
+        self.watcher.start()
+
+    def wait(self) -> int:
+        """Wait for the master (or Ctrl-C, or SIGTERM), clean up, and return its status as a shell reports it."""
+        previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        try:
+            self._watch()
+        except (KeyboardInterrupt, _Terminated):
+            if self.master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
+                self.master.terminate()
+            self.master.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self._clean_up()
+        # A master killed by a signal reports -N; a shell reports 128 + N, and so does mwpy local.
+        status = self.master.returncode
+        return status if status >= 0 else 128 - status
+
+    def _watch(self) -> None:
+        """Wait for the master, drawing the progress line and saying when a slave fails."""
+        started = time.monotonic()
+        reported: set[str] = set()
+        while self.master.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.master.wait(0.5)
+            if self.console.progress:
+                self.console.status(_progress_text(self.work.resource_file, self.slaves, time.monotonic() - started))
+            self._report_failures(reported)
+
+    def _report_failures(self, reported: set[str]) -> None:
+        """One line per slave whose run failed, once per slave: one that keeps failing would flood the terminal."""
+        for job in self.backend.jobs():
+            if job.reason is not None and job.job_id not in reported and self.master.poll() is None:
+                reported.add(job.job_id)
+                errors = self.backend.sandbox(job.job_id) / "slave.err"
+                text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
+                self.console.line(text.encode(), sys.stderr)
+
+    def _clean_up(self) -> None:
+        """Stop the overseer and the slaves, drain the master's output, remove or point at the folder."""
+        self.stop.set()
+        self.watcher.join()
+        _let_slaves_leave(self.backend)
+        self.backend.close()
+        for pump in self.pumps:
             pump.join()
-        console.done()
-        if own_workdir and master.returncode == 0:
-            shutil.rmtree(work, ignore_errors=True)
-        elif master.returncode != 0:
-            print(f"mwpy local: master exited with status {master.returncode}; logs in {work}", file=sys.stderr)
-    # A master killed by a signal reports -N; a shell reports 128 + N, and so does mwpy local.
-    return master.returncode if master.returncode >= 0 else 128 - master.returncode
+        self.console.done()
+        self.work.clean_up(self.master.returncode)
 
 
 class _Terminated(Exception):
@@ -169,36 +250,6 @@ class _Terminated(Exception):
 
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
-
-
-def _watch(
-    master: subprocess.Popen[bytes], rf: Path, *, slaves: int, console: _Console, show: bool, backend: LocalBackend
-) -> None:
-    """Wait for the master, drawing the progress line and saying when a slave fails."""
-    started = time.monotonic()
-    seen = 0
-    failed: set[str] = set()
-    while master.poll() is None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            master.wait(0.5)
-        if show:
-            console.status(_progress_text(rf, slaves, time.monotonic() - started))
-        exits, seen = backend.exits[seen:], seen + len(backend.exits[seen:])
-        for job_id, status in exits:
-            if status != 0 and job_id not in failed and master.poll() is None:
-                failed.add(job_id)  # once per slave: a slave that keeps failing would flood the terminal
-                console.line(_failure_text(backend, job_id, status).encode(), sys.stderr)
-
-
-def _failure_text(backend: LocalBackend, job_id: str, status: int) -> str:
-    """One line: which slave failed, how, the last line it wrote to stderr, where its logs are."""
-    errors = backend.sandbox(job_id) / "slave.err"
-    try:
-        last = errors.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:]
-    except OSError:
-        last = []
-    said = f": {last[0]}" if last else ""
-    return f"mwpy local: slave {job_id} exited with status {status}{said} (started again; see {errors})\n"
 
 
 def _progress_text(rf: Path, slaves: int, elapsed: float) -> str:

@@ -146,7 +146,8 @@ class Overseer:
         submitted = max(0, submit)
         self._note(
             f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}); "
-            f"jobs idle {len(idle)} running {running} held {held}; submitted {submitted}, removed {removed}"
+            f"jobs idle {len(idle)} running {running} held {held}{_held_because(jobs)}; "
+            f"submitted {submitted}, removed {removed}"
         )
         return Decision(Verdict.RUNNING, submitted, removed, wanted=wanted, **counts)
 
@@ -215,6 +216,12 @@ class Overseer:
         if text != self._last_note:
             self._last_note = text
             self._log(text)
+
+
+def _held_because(jobs: list[Job]) -> str:
+    """`` (REASON)`` of the first held job that has one, else "": held jobs serve nobody until someone acts."""
+    reason = next((job.reason for job in jobs if job.state is JobState.HELD and job.reason), None)
+    return f" ({reason})" if reason else ""
 
 
 def _stop_quietly(observer: BaseObserver) -> None:

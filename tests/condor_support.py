@@ -27,7 +27,7 @@ import attrs
 from mwpy import resource_file
 from mwpy.errors import ResourceFileError
 from mwpy.resource_file import ResourceFile
-from tests.support import ROOT, wait_until
+from tests.support import PROGRAMS, ROOT, wait_until
 
 POOL_TOOL = ROOT / "tools" / "condor_pool.py"
 SUBMIT = ROOT / "submit"
@@ -140,12 +140,15 @@ def clean_stale_sessions(pool: Pool, keep_seconds: float = 86400) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def setup_workdir(pool: Pool, workdir: Path, programs: dict[str, str] | None = None) -> None:
-    """Lay out ``workdir`` like the repository root: ``submit/``, ``examples/``, plus ``programs`` (name: text)."""
+def setup_workdir(pool: Pool, workdir: Path, programs: Sequence[str] = ()) -> None:
+    """Lay out ``workdir`` like the repository root: ``submit/``, ``examples/``, plus copies of ``programs``.
+
+    ``programs`` are file names in tests/programs/, copied to the top of ``workdir``.
+    """
     shutil.copytree(SUBMIT, workdir / "submit")
     shutil.copytree(ROOT / "examples", workdir / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-    for name, text in (programs or {}).items():
-        (workdir / name).write_text(text, encoding="utf-8")
+    for name in programs:
+        shutil.copy(PROGRAMS / name, workdir / name)
     pool.give(workdir)
 
 

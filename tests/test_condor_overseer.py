@@ -18,18 +18,20 @@ import attrs
 import pytest
 
 from mwpy.backends import Job, JobState, Launch
-from mwpy.backends.htcondor import CondorBackend
+from mwpy.backends.htcondor import CondorBackend, read_submit_commands
 from mwpy.overseer import Limits, Overseer, Verdict
-from tests.condor_programs import GATED, SHRINK
 from tests.condor_support import (
     COMPLETED,
     FS_BINDING,
+    IDLE,
     RESOURCE,
     Pool,
+    computation,
     finished_jobs,
     job_states,
     logs,
     member_id,
+    query,
     read_resource,
     setup_workdir,
     submit_master,
@@ -65,7 +67,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def submit_gated_master(pool: Pool, workdir: Path) -> tuple[int, Path]:
     """The gated program as master, wanting 3 slaves whose tasks wait for the returned release file."""
     release = workdir / "release"
-    setup_workdir(pool, workdir, {"gated.py": GATED})
+    setup_workdir(pool, workdir, ["gated.py"])
     master = submit_master(
         pool, workdir, "program=gated.py", f"program_args={release} 3", "master_options=--mw-slave-window 1"
     )
@@ -162,7 +164,7 @@ class Recording:
 def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, condor_workdir: Path) -> None:
     release, shrink = condor_workdir / "release", condor_workdir / "shrink"
     wanted = condor_pool.cpus + 2  # more slave jobs than the pool has slots: some stay idle
-    setup_workdir(condor_pool, condor_workdir, {"shrink.py": SHRINK})
+    setup_workdir(condor_pool, condor_workdir, ["shrink.py"])
     master = submit_master(
         condor_pool,
         condor_workdir,
@@ -233,3 +235,44 @@ def test_overseer_sub_runs_the_overseer_under_condor(condor_pool: Pool, condor_w
     assert ad["ExitCode"] == 0, ad
     assert job_states(condor_workdir) == {}
     assert 1 <= len(finished_jobs(condor_workdir)) <= 3
+
+
+def test_a_submit_file_s_commands_reach_the_slave_jobs_and_held_jobs_say_why(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """What a --submit-file adds is in the real job ads; a held job's Job carries the schedd's hold reason."""
+    extra = condor_workdir / "extra.sub"
+    extra.write_text(
+        "# no slot has it: the job stays idle and never runs\n"
+        "requirements = (TARGET.HasMwpyTestFeature =?= true)\n"
+        "Request_Memory = 2048\n"
+        '+MwpyTestNote = "from extra.sub"\n',
+        encoding="utf-8",
+    )
+    backend = CondorBackend(member_id(condor_workdir), extra=read_submit_commands(str(extra)))
+    launch = Launch(
+        member_id=member_id(condor_workdir),
+        resource_file=str(condor_workdir / RESOURCE),
+        executable="/usr/bin/python3",
+        arguments=["program.py", "--mw-slave", "--mw-resource-file", RESOURCE],
+        files=[],
+    )
+    backend.submit(launch, 1)
+    (job,) = backend.jobs()
+    assert (job.state, job.exit_code, job.reason) == (JobState.IDLE, None, None)
+    projection = ["Requirements", "RequestMemory", "PeriodicRelease", "MwpyTestNote", "JobStatus"]
+    (ad,) = query(computation(condor_workdir, "slave"), projection)
+    assert ad["MwpyTestNote"] == "from extra.sub"
+    assert "HasMwpyTestFeature" in str(ad["Requirements"])
+    assert (ad["RequestMemory"], ad["JobStatus"]) == (2048, IDLE)
+    assert "HoldReasonCode == 13" in str(ad["PeriodicRelease"])  # slaves.sub's policy, on the overseer's jobs too
+
+    backend.remove([job.job_id])
+    wait_until(lambda: not backend.jobs(), 30, "the job to leave the queue", interval=0.2)
+
+    # Neither the program nor the resource file exists: the input transfer fails and Condor holds the job.
+    plain = CondorBackend(member_id(condor_workdir))
+    plain.submit(attrs.evolve(launch, files=[str(condor_workdir / "program.py")]), 1)
+    held = wait_until(lambda: [j for j in plain.jobs() if j.state is JobState.HELD], 60, "the job held", interval=0.5)
+    assert held[0].reason is not None
+    assert "program.py" in held[0].reason or RESOURCE in held[0].reason, held[0].reason

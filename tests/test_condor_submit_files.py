@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from tests.condor_programs import FLAKY, JOURNALED
 from tests.condor_support import (
     COMPLETED,
     DEADLINE,
@@ -95,8 +94,8 @@ def test_master_sub_and_slaves_sub_run_monte_carlo_pi_and_every_slave_job_leaves
 def test_a_slave_that_exits_non_zero_is_requeued_and_the_computation_completes(
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
-    marker = condor_workdir / "first-start-failed"
-    setup_workdir(condor_pool, condor_workdir, {"flaky.py": FLAKY.format(marker=str(marker))})
+    marker = condor_workdir / "first-start-failed"  # written by the slave that fails (tests/programs/flaky.py)
+    setup_workdir(condor_pool, condor_workdir, ["flaky.py"])
     master = submit_master(condor_pool, condor_workdir, "program=flaky.py")
     # One slave: the computation can only complete if Condor runs the failed job again.
     condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=flaky.py", "slaves=1")
@@ -130,7 +129,7 @@ def test_a_master_restarted_by_condor_writes_a_fresh_file_and_resumes_with_reque
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
     release = condor_workdir / "release"
-    setup_workdir(condor_pool, condor_workdir, {"journaled.py": JOURNALED})
+    setup_workdir(condor_pool, condor_workdir, ["journaled.py"])
     count = 12
     master = submit_master(
         condor_pool,

@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -80,35 +81,9 @@ def test_a_missing_program_is_one_line_and_status_2(tmp_path: Path) -> None:
     assert done.stderr.strip() == f"mwpy local: error: {tmp_path / 'nowhere.py'}: no such program file"
 
 
-BROKEN_SLAVES = """\
-import json
-import os
-import sys
-
-import mwpy
-
-
-@mwpy.task
-def echo(x: int) -> int:
-    return x
-
-
-@mwpy.master
-def main(mw: mwpy.Master, argv: list[str]) -> int:
-    print(list(mw.map(echo, range(3))))
-    return 0
-
-
-if "--mw-slave" in sys.argv:
-    raise ImportError("no module named numpy on this node")
-if __name__ == "__main__":
-    mwpy.run()
-"""
-
-
 def test_a_slave_that_fails_is_reported_once_with_its_last_error_line(tmp_path: Path) -> None:
-    program = tmp_path / "broken.py"
-    program.write_text(BROKEN_SLAVES, encoding="utf-8")
+    program = tmp_path / "broken.py"  # a copy: no other test's process has this path on its command line
+    shutil.copy(PROGRAMS / "broken_slaves.py", program)
     errors = tmp_path / "stderr"
     work = tmp_path / "work"
     with errors.open("wb") as err:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,12 +23,14 @@ from typing import Any
 import attrs
 import pytest
 
-from mwpy import resource_file
+from mwpy import backends, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
+from mwpy.errors import BackendError, ConfigurationError
 from mwpy.overseer import Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
-from tests.support import wait_until
+from tests.programs.spool_backend import SpoolBackend
+from tests.support import PROGRAMS, ROOT, wait_until
 
 
 @attrs.define
@@ -40,13 +43,18 @@ class FakeBackend:
     removed: list[str] = attrs.Factory(list)
     launches: list[Launch] = attrs.Factory(list)
     failures: int = 0
+    #: Why held jobs are held, as the batch system says.
+    hold_reason: str | None = None
     _numbers: itertools.count[int] = attrs.Factory(itertools.count)
 
     def jobs(self) -> list[Job]:
         if self.failures:
             self.failures -= 1
-            raise RuntimeError("schedd restarting")
-        return [Job(job_id, state) for job_id, state in self.queue.items()]
+            raise BackendError("schedd restarting")
+        return [
+            Job(job_id, state, reason=self.hold_reason if state is JobState.HELD else None)
+            for job_id, state in self.queue.items()
+        ]
 
     def submit(self, launch: Launch, count: int) -> None:
         self.submitted.append(count)
@@ -174,16 +182,18 @@ def test_shrink_removes_idle_jobs_only_never_a_running_slave(rf: Path) -> None:
     assert watcher.reconcile().removed == 0  # nothing idle left to remove; running slaves stay
 
 
-def test_held_jobs_are_replaced_within_the_caps(rf: Path) -> None:
-    backend = FakeBackend()
+def test_held_jobs_are_replaced_within_the_caps_and_the_log_says_why_they_are_held(rf: Path) -> None:
+    backend = FakeBackend(hold_reason="Error from slot1: No such file /usr/bin/python3")
     write_resource(rf, needed=4)
-    watcher = overseer(rf, backend, max_jobs=6, max_idle=100, batch=100)
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(max_jobs=6, max_idle=100, batch=100), log=lines.append)
     watcher.reconcile()
     backend.set(JobState.HELD, 3)  # held behind the overseer's back: they serve nobody
     decision = watcher.reconcile()
     assert (decision.held, decision.submitted) == (3, 2)  # 4 wanted, but 6 jobs at most
     assert backend.count(JobState.HELD) == 3
     assert len(backend.queue) == 6
+    assert "held 3 (Error from slot1: No such file /usr/bin/python3); submitted 2, removed 0" in lines[-1]
 
 
 def test_jobs_removed_behind_its_back_are_resubmitted(rf: Path) -> None:
@@ -295,19 +305,15 @@ def test_local_back_end_keeps_a_failed_slave_queued_and_starts_it_again(tmp_path
     """Condor's on_exit_remove contract: exit 1 means run again (with a fresh resource file), exit 0 means done."""
     rf = tmp_path / "resource.json"
     program = tmp_path / "program.py"
-    program.write_text(
-        "import os, sys\n"
-        "runs = int(open('runs').read()) + 1 if os.path.exists('runs') else 1\n"
-        "open('runs', 'w').write(str(runs))\n"
-        "sys.exit(0 if runs >= 3 else 1)\n",
-        encoding="utf-8",
-    )
+    shutil.copy(PROGRAMS / "fails_twice.py", program)
     record = write_resource(rf, slave_executable=sys.executable, slave_files=[str(program)])
     backend = LocalBackend(tmp_path / "jobs", restart_delay=0.05)
     try:
         backend.submit(Launch.of(record, str(rf)), 1)
+        failed = wait_until(lambda: backend.jobs()[0].exit_code, 30, "the slave's first run to fail")
+        assert (failed, backend.jobs()[0].reason) == (1, "exited with status 1")  # it said nothing on stderr
         wait_until(lambda: not backend.jobs(), 30, "the slave job to leave the queue")
-        assert [status for _, status in backend.exits] == [1, 1, 0]
+        assert (tmp_path / "jobs" / "local.0" / "runs").read_text() == "3"  # exit 1, exit 1, exit 0: gone
         assert (tmp_path / "jobs" / "local.0" / "resource.json").read_text() == rf.read_text()
     finally:
         backend.close()
@@ -316,7 +322,7 @@ def test_local_back_end_keeps_a_failed_slave_queued_and_starts_it_again(tmp_path
 def test_the_same_overseer_grows_local_slaves_and_removes_them_when_finished(tmp_path: Path) -> None:
     rf = tmp_path / "resource.json"
     program = tmp_path / "program.py"
-    program.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")  # a slave that never leaves by itself
+    shutil.copy(PROGRAMS / "never_leaves.py", program)
     write_resource(rf, needed=3, slave_executable=sys.executable, slave_files=[str(program)])
     backend = LocalBackend(tmp_path / "jobs")
     watcher = Overseer(rf, backend, Limits(max_jobs=2), finish_grace=0.0)
@@ -364,3 +370,110 @@ def test_mwpy_status_without_a_schedd_says_so_without_a_traceback(tmp_path: Path
     assert quiet.returncode == 0
     assert "jobs" not in quiet.stdout
     assert "in progress" in quiet.stdout
+
+
+# ---------------------------------------------------------------------- back ends from outside mwpy
+
+SPOOL_PATH = "tests.programs.spool_backend:SpoolBackend"
+
+
+def spool_jobs(spool: Path) -> dict[str, dict[str, Any]]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(spool.glob("job.*.json"))}
+
+
+def oversee_with_the_spool(rf: Path, spool: Path, backend: str, env: dict[str, str] | None = None) -> str:
+    """Run ``mwpy overseer --backend BACKEND --spool SPOOL`` through a computation: grow, a held job, finish."""
+    write_resource(rf, needed=3)
+    script = Path(sys.executable).parent / "mwpy"  # the console script: no `python -m`, which imports from cwd
+    assert script.is_file(), f"{script}: install the project (pip install -e .) to get the mwpy command"
+    process = subprocess.Popen(
+        [str(script), "overseer", str(rf), "--backend", backend, "--spool", str(spool), "--interval", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(lambda: len(spool_jobs(spool)) == 3, 30, "3 job files from the overseer")
+        first = spool / "job.0.json"
+        first.write_text(json.dumps({**json.loads(first.read_text()), "state": "held"}))  # the batch system holds one
+        wait_until(lambda: len(spool_jobs(spool)) == 4, 30, "a job submitted in place of the held one")
+        assert {job["member_id"] for job in spool_jobs(spool).values()} == {"mwpy:test"}
+        write_resource(rf, computation_status="finished")
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, out
+    assert spool_jobs(spool) == {}  # every job removed at the end
+    return out
+
+
+def test_a_back_end_defined_outside_mwpy_runs_under_mwpy_overseer_by_its_import_path(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    out = oversee_with_the_spool(tmp_path / "resource.json", spool, SPOOL_PATH)
+    assert "with the spool back end" in out
+    assert "jobs idle 2 running 0 held 1; submitted 1" in out
+    assert "computation finished: no slave jobs left" in out
+
+
+def test_an_installed_back_end_is_found_by_its_entry_point_name(tmp_path: Path) -> None:
+    """A distribution that declares ``[mwpy.backends] spool = ...`` makes ``--backend spool`` work."""
+    site = tmp_path / "site"
+    dist = site / "mwpy_spool-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mwpy-spool\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[mwpy.backends]\nspool = {SPOOL_PATH}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    assert "with the spool back end" in oversee_with_the_spool(tmp_path / "resource.json", spool, "spool", env)
+    unknown = mwpy_cli("overseer", str(tmp_path / "resource.json"), "--backend", "nope", env=env)
+    assert "(known: condor, local, spool;" in unknown.stderr
+
+
+def test_a_back_end_s_own_options_are_in_the_help_and_its_configuration_errors_exit_2(tmp_path: Path) -> None:
+    shown = mwpy_cli("overseer", "--backend", SPOOL_PATH, "--help")
+    assert shown.returncode == 0
+    assert "--spool SPOOL" in shown.stdout
+    assert "--workdir" not in shown.stdout  # the local back end's option: not this back end's
+    wrong = mwpy_cli("overseer", str(tmp_path / "resource.json"), "--backend", SPOOL_PATH, "--spool", "/nowhere")
+    assert (wrong.returncode, wrong.stderr) == (2, "mwpy overseer: error: --spool: /nowhere is not a folder\n")
+    missing = mwpy_cli("overseer", str(tmp_path / "resource.json"), "--backend", SPOOL_PATH)
+    assert missing.returncode == 2
+    assert "the following arguments are required: --spool" in missing.stderr
+
+
+def test_a_wrong_back_end_name_is_one_line_naming_the_known_ones_and_exit_2(tmp_path: Path) -> None:
+    rf = str(tmp_path / "resource.json")
+    unknown = mwpy_cli("overseer", rf, "--backend", "slurm")
+    assert unknown.returncode == 2
+    assert unknown.stderr == (
+        "mwpy overseer: error: unknown back end 'slurm' (known: condor, local; or package.module:attr)\n"
+    )
+    broken = mwpy_cli("overseer", rf, "--backend", "tests.programs.no_such_module:Backend")
+    assert broken.returncode == 2
+    assert broken.stderr.startswith("mwpy overseer: error: back end 'tests.programs.no_such_module:Backend': ")
+    assert broken.stderr.count("\n") == 1
+    not_one = mwpy_cli("overseer", rf, "--backend", "tests.programs.spool_backend:Path")
+    assert "has no add_arguments() and create()" in not_one.stderr
+    # A back end whose bindings are missing is the machine's problem, not a wrong argument: exit 1.
+    unloadable = mwpy_cli("overseer", rf, "--backend", "tests.programs.unloadable_backend:Backend")
+    assert unloadable.returncode == 1
+    assert unloadable.stderr == (
+        "mwpy overseer: error: back end 'tests.programs.unloadable_backend:Backend' cannot be loaded: "
+        "No module named 'mwpy_test_bindings_that_are_not_installed'\n"
+    )
+
+
+def test_register_names_a_back_end_in_process() -> None:
+    """A program embedding the overseer registers its back end once; the name then works like a built-in."""
+    with pytest.raises(ConfigurationError, match="unknown back end 'spool-test'"):
+        backends.lookup("spool-test")
+    backends.register("spool-test", SpoolBackend)
+    assert backends.lookup("spool-test") is SpoolBackend
+    assert "spool-test" in backends.names()

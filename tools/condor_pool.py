@@ -1260,6 +1260,29 @@ def require_root() -> None:
         raise PoolError("needs Linux")
 
 
+def write_configs(layout: Layout, port: int, cpus: int) -> bool:
+    """Write the pool's configuration and both client configurations; whether the pool's changed."""
+    changed = write_if_changed(layout.inside(CONDOR_CONFIG_FILE), pool_config(port, cpus))
+    write_if_changed(layout.inside(ROOT_CLIENT_CONFIG), client_config(port, ROOT_TOKEN_DIR, "/tmp"))
+    layout.host_dir.mkdir(parents=True, exist_ok=True)
+    (layout.host_dir / "log").mkdir(exist_ok=True)
+    write_if_changed(layout.host_config, client_config(port, str(layout.token_dir), str(layout.host_dir / "log")))
+    return changed
+
+
+def ensure_master(layout: Layout, port: int, *, restart: bool) -> None:
+    """Start condor_master unless it runs; ``restart`` it (the queue stays) when its configuration changed."""
+    if master_pids(layout.root) and restart:
+        progress("configuration changed: restarting the daemons (the job queue stays)")
+        stop_processes(layout.root)
+    elif not master_pids(layout.root) and root_pids(layout.root):
+        progress("condor_master is gone but processes remain in the root: stopping them")
+        stop_processes(layout.root)
+    if not master_pids(layout.root):
+        progress("starting condor_master")
+        start_master(layout, port)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Build what is missing, mount, configure, start and wait: the one call a test session needs."""
     layout = Layout(args.base)
@@ -1300,26 +1323,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             settings["project_hash"] = project_hash(project)
         elif not layout.inside(PROJECT_STAMP).exists():
             settings["project"] = settings["project_hash"] = None  # a rebuilt root has none
-        config_changed = write_if_changed(layout.inside(CONDOR_CONFIG_FILE), pool_config(args.port, args.cpus))
-        write_if_changed(
-            layout.inside(ROOT_CLIENT_CONFIG),
-            client_config(args.port, ROOT_TOKEN_DIR, "/tmp"),
-        )
-        layout.host_dir.mkdir(parents=True, exist_ok=True)
-        (layout.host_dir / "log").mkdir(exist_ok=True)
-        write_if_changed(
-            layout.host_config,
-            client_config(args.port, str(layout.token_dir), str(layout.host_dir / "log")),
-        )
-        if master_pids(layout.root) and config_changed:
-            progress("configuration changed: restarting the daemons (the job queue stays)")
-            stop_processes(layout.root)
-        elif not master_pids(layout.root) and root_pids(layout.root):
-            progress("condor_master is gone but processes remain in the root: stopping them")
-            stop_processes(layout.root)
-        if not master_pids(layout.root):
-            progress("starting condor_master")
-            start_master(layout, args.port)
+        config_changed = write_configs(layout, args.port, args.cpus)
+        ensure_master(layout, args.port, restart=config_changed)
         waited = wait_ready(layout, args.timeout)
         check_sysctls(before)
         data = facts(layout, identity, "up", settings)

@@ -4,16 +4,29 @@ A back end knows nothing of mwpy's protocol: it runs the command the resource
 file describes, ships the files it names, and keeps a failed slave queued
 (Condor's ``on_exit_remove = (ExitBySignal == False) && (ExitCode == 0)``).
 The overseer decides how many; the back end only does as it is told.
+
+Back ends plug in: :func:`register` names a factory (built-ins: ``local`` and
+``condor``), installed distributions offer theirs through the
+``mwpy.backends`` entry-point group, and ``mwpy overseer --backend
+package.module:attr`` imports one by path. A factory adds its own options to
+``mwpy overseer`` (:class:`BackendFactory`), so a new back end is one module
+and one registration, with no edit to the command line or the overseer.
 """
 
 from __future__ import annotations
 
+import argparse
 import enum
+import importlib
+import importlib.metadata
+import os
+import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 
+from mwpy.errors import BackendError, ConfigurationError
 from mwpy.resource_file import ResourceFile
 
 
@@ -27,10 +40,14 @@ class JobState(enum.Enum):
 
 @attrs.frozen
 class Job:
-    """One slave job of the computation."""
+    """One slave job of the computation, as its batch system reports it."""
 
     job_id: str
     state: JobState
+    #: The exit status of the job's last run, or None when it has not exited yet (or was killed by a signal).
+    exit_code: int | None = None
+    #: Why the job does not run as it should: the batch system's hold reason, or how its last run failed.
+    reason: str | None = None
 
 
 @attrs.frozen
@@ -55,7 +72,12 @@ class Launch:
 
 
 class Backend(Protocol):
-    """The small interface every batch system implements for the overseer."""
+    """The small interface every batch system implements for the overseer.
+
+    A batch system that refuses a request or cannot be reached raises
+    :class:`~mwpy.errors.BackendError` (one line, for users); the overseer
+    logs it and tries again later.
+    """
 
     #: Shown in logs and ``mwpy status``.
     name: str
@@ -79,3 +101,96 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release resources; jobs are left as they are."""
         ...
+
+
+# ---------------------------------------------------------------------- the registry
+
+
+class BackendFactory(Protocol):
+    """What ``mwpy overseer --backend NAME`` needs of a back end: its options, then an instance.
+
+    A back-end class satisfies it with two classmethods, so one module and one
+    registration add a back end: ``mwpy/cli.py`` asks the chosen factory for
+    its command-line options instead of knowing every back end's options.
+    """
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add this back end's own options to the ``mwpy overseer`` parser."""
+        ...
+
+    def create(self, resource_file: str, options: argparse.Namespace) -> Backend:
+        """The back end for the computation of ``resource_file`` (which may not exist yet).
+
+        Raise :class:`~mwpy.errors.ConfigurationError` for a wrong option (exit
+        status 2) and :class:`~mwpy.errors.BackendError` when the batch system
+        cannot be used (exit status 1).
+        """
+        ...
+
+
+#: Entry-point group through which installed distributions offer back ends (name = "module:attribute").
+ENTRY_POINT_GROUP = "mwpy.backends"
+#: The built-in back ends, as import paths: importing htcondor2 takes long, so only a chosen one is imported.
+_BUILTIN = {
+    "condor": "mwpy.backends.htcondor:CondorBackend",
+    "local": "mwpy.backends.local:LocalBackend",
+}
+_registry: dict[str, BackendFactory | str] = dict(_BUILTIN)
+
+
+def register(name: str, factory: BackendFactory | str) -> None:
+    """Make ``factory`` (or the ``"module:attribute"`` that names it) the back end called ``name``.
+
+    A later registration of the same name replaces the earlier one, so a
+    program can swap a built-in back end for its own.
+    """
+    _registry[name] = factory
+
+
+def names() -> list[str]:
+    """Every back-end name that :func:`lookup` knows, sorted: registered ones and installed entry points."""
+    found = set(_registry)
+    found.update(entry.name for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return sorted(found)
+
+
+def lookup(name: str) -> BackendFactory:
+    """The factory for a back-end name, an installed entry point, or an import path ``package.module:attr``.
+
+    Raises :class:`~mwpy.errors.ConfigurationError`, whose message is one
+    line naming the known back ends, when there is none by that name or its
+    path names nothing importable, and :class:`~mwpy.errors.BackendError`
+    when its module needs a package that is not installed.
+    """
+    target = _registry.get(name)
+    if target is None:
+        entries = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+        target = next(iter(entries)).value if entries else None
+    if target is None and ":" in name:
+        target = name
+    if target is None:
+        raise ConfigurationError(f"unknown back end {name!r} (known: {', '.join(names())}; or package.module:attr)")
+    if isinstance(target, str):
+        target = _import(name, target)
+    return target
+
+
+def _import(name: str, path: str) -> BackendFactory:
+    """Import ``module:attribute``, with the current folder importable (as uvicorn and gunicorn do)."""
+    module_name, _, attribute = path.partition(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name + ".").startswith(exc.name + "."):  # the path names no module: a typo
+            raise ConfigurationError(f"back end {name!r}: cannot import {path}: {exc}") from None
+        # The module is there but needs what is not installed (htcondor2, say): the machine's problem.
+        raise BackendError(f"back end {name!r} cannot be loaded: {exc}") from None
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"back end {name!r}: cannot import {path}: {exc}") from None
+    if not (callable(getattr(found, "add_arguments", None)) and callable(getattr(found, "create", None))):
+        raise ConfigurationError(f"back end {name!r}: {path} has no add_arguments() and create()")
+    return cast(BackendFactory, found)

@@ -6,14 +6,18 @@ removes jobs with both, so an overseer never touches another computation's
 jobs. The resource file travels with ``transfer_input_files`` and is sent anew
 at every (re)start; ``on_exit_remove`` keeps a slave queued until it exits 0.
 
-``submit/slaves.sub`` describes the same job for ``condor_submit``; keep the
-two in step (docs/condor.md).
+``submit/slaves.sub`` describes the same job for ``condor_submit``;
+:data:`SLAVE_POLICY` is its job policy, and tests/test_condor_description.py
+fails when the two disagree on any command. A user's ``--submit-file`` adds
+commands, but may not change those mwpy's bookkeeping relies on
+(:data:`RESERVED`).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,7 +26,7 @@ import htcondor2
 
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch
-from mwpy.errors import BackendError
+from mwpy.errors import BackendError, ConfigurationError
 
 #: The job attribute that ties a job to its computation.
 MEMBER_ATTRIBUTE = "MwpyMemberId"
@@ -32,6 +36,43 @@ ON_EXIT_REMOVE = "(ExitBySignal == False) && (ExitCode == 0)"
 #: Memory (MB) a slave job asks for, as in submit/slaves.sub. An explicit request keeps a
 #: slave that once grew big from never matching again (CL-MW's memory note).
 REQUEST_MEMORY = "512"
+#: A slave held because its input transfer failed (hold code 13: the resource file was being
+#: replaced, the master not yet there) tries again every 20 s, up to 30 times.
+PERIODIC_RELEASE = "(HoldReasonCode == 13) && (NumHolds <= 30) && ((time() - EnteredCurrentStatus) > 20)"
+
+#: What every slave job gets besides what the resource file names: the job policy of
+#: submit/slaves.sub, command by command (tests/test_condor_description.py holds the two together).
+SLAVE_POLICY: dict[str, str] = {
+    "universe": "vanilla",
+    "transfer_executable": "false",
+    "should_transfer_files": "YES",
+    "when_to_transfer_output": "ON_EXIT",
+    "on_exit_remove": ON_EXIT_REMOVE,
+    "periodic_release": PERIODIC_RELEASE,
+    "request_memory": REQUEST_MEMORY,
+    "output": "slave.$(Cluster).$(Process).out",
+    "error": "slave.$(Cluster).$(Process).err",
+    "log": "slaves.log",
+    "notification": "never",
+    f"+{ROLE_ATTRIBUTE}": '"slave"',
+}
+
+#: Submit commands the overseer's bookkeeping depends on (compared as :func:`command_key` makes them):
+#: a ``--submit-file`` that sets one is refused, rather than making jobs the overseer cannot count or start.
+RESERVED = frozenset(
+    {
+        "executable",
+        "arguments",
+        "initialdir",
+        "initial_dir",
+        "transfer_input_files",
+        "on_exit_remove",
+        f"my.{MEMBER_ATTRIBUTE.lower()}",
+        f"my.{ROLE_ATTRIBUTE.lower()}",
+    }
+)
+#: Commands whose user value is added to mwpy's with ``&&`` instead of replacing it.
+CONJOINED = frozenset({"requirements"})
 
 _STATES = {
     int(htcondor2.JobStatus.IDLE): JobState.IDLE,
@@ -57,43 +98,75 @@ def quote_arguments(arguments: Sequence[str]) -> str:
     return '"' + " ".join(quoted) + '"'
 
 
-def slave_description(launch: Launch, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The submit description of one slave job (``extra`` commands override the defaults)."""
-    folder = str(Path(launch.resource_file).parent)
+def command_key(command: str) -> str:
+    """A submit command as Condor compares it: case-insensitive, ``+Name`` the same as ``MY.Name``."""
+    key = command.strip().lower()
+    return f"my.{key[1:]}" if key.startswith("+") else key
+
+
+def slave_description(launch: Launch, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The submit description of one slave job, with a user's ``extra`` commands merged in.
+
+    ``extra`` commands replace mwpy's of the same name, except ``requirements``,
+    which must hold as well as mwpy's; reserved commands are refused
+    (:func:`check_user_commands`).
+    """
     description = {
-        "universe": "vanilla",
+        **SLAVE_POLICY,
         "executable": launch.executable,
-        "transfer_executable": "false",
         "arguments": quote_arguments(launch.arguments),
-        "initialdir": folder,
-        "should_transfer_files": "YES",
-        "when_to_transfer_output": "ON_EXIT",
+        "initialdir": str(Path(launch.resource_file).parent),
         "transfer_input_files": ",".join([*launch.files, launch.resource_file]),
-        "on_exit_remove": ON_EXIT_REMOVE,
-        "request_memory": REQUEST_MEMORY,
-        "output": "slave.$(Cluster).$(Process).out",
-        "error": "slave.$(Cluster).$(Process).err",
-        "log": "slaves.log",
-        "notification": "never",
         f"+{MEMBER_ATTRIBUTE}": classad2.quote(launch.member_id),
-        f"+{ROLE_ATTRIBUTE}": '"slave"',
     }
-    description.update(extra or {})
-    return description
+    return merge_commands(description, check_user_commands(extra or {}))
+
+
+def merge_commands(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with ``extra`` merged in: a command of either spelling replaces, ``requirements`` add up (``&&``)."""
+    merged = dict(base)
+    for command, value in extra.items():
+        key = command_key(command)
+        mine = next((name for name in merged if command_key(name) == key), None)
+        if mine is not None and key in CONJOINED:
+            merged[mine] = f"({merged[mine]}) && ({value})"
+            continue
+        if mine is not None:
+            del merged[mine]
+        merged[command] = value
+    return merged
+
+
+def check_user_commands(commands: Mapping[str, str], source: str = "submit commands") -> dict[str, str]:
+    """``commands`` unchanged, or :class:`~mwpy.errors.ConfigurationError` naming a reserved one."""
+    for command in commands:
+        if command_key(command) in RESERVED:
+            raise ConfigurationError(
+                f"{source}: {command.strip()} is set by mwpy for every slave job and cannot be overridden"
+            )
+    return dict(commands)
 
 
 def read_submit_commands(path: str) -> dict[str, str]:
-    """``key = value`` lines of a submit file (comments and ``queue`` ignored), for ``--submit-file``."""
+    """``key = value`` lines of a submit file (comments and ``queue`` ignored), for ``--submit-file``.
+
+    A line that is not a command, or a reserved command, is a
+    :class:`~mwpy.errors.ConfigurationError` (``mwpy overseer`` exits 2).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"--submit-file: cannot read {path}: {exc.strerror or exc}") from None
     commands: dict[str, str] = {}
-    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#") or line.lower().startswith("queue"):
             continue
         key, eq, value = line.partition("=")
         if not eq:
-            raise ValueError(f"{path}:{number}: expected 'command = value'")
+            raise ConfigurationError(f"{path}:{number}: expected 'command = value'")
         commands[key.strip()] = value.strip()
-    return commands
+    return check_user_commands(commands, f"--submit-file {path}")
 
 
 def slave_constraint(member_id: str) -> str:
@@ -127,20 +200,27 @@ class CondorBackend:
     name = "condor"
 
     def __init__(
-        self, member_id: str | None = None, *, resource_file: str | None = None, extra: dict[str, str] | None = None
+        self, member_id: str | None = None, *, resource_file: str | None = None, extra: Mapping[str, str] | None = None
     ) -> None:
         if member_id is None and resource_file is None:
-            raise ValueError("CondorBackend needs a member id or a resource file")
+            raise ConfigurationError("CondorBackend needs a member id or a resource file")
         self._member_id = member_id
         self._resource_file = resource_file
-        self._extra = extra or {}
+        self._extra = check_user_commands(extra or {})
         self._schedd = self._locate()
 
     @classmethod
-    def for_resource_file(cls, path: str, *, submit_file: str | None = None) -> CondorBackend:
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """``mwpy overseer --backend condor`` options."""
+        parser.add_argument(
+            "--submit-file", help="condor back end: extra submit commands for slave jobs (one 'command = value' a line)"
+        )
+
+    @classmethod
+    def create(cls, resource_file: str, options: argparse.Namespace) -> CondorBackend:
         """The back end for the computation a resource file describes (the file may not exist yet)."""
-        extra = read_submit_commands(submit_file) if submit_file else None
-        return cls(resource_file=str(Path(path).resolve()), extra=extra)
+        extra = read_submit_commands(options.submit_file) if options.submit_file else None
+        return cls(resource_file=str(Path(resource_file).resolve()), extra=extra)
 
     @property
     def member_id(self) -> str:
@@ -152,16 +232,8 @@ class CondorBackend:
 
     def jobs(self) -> list[Job]:
         constraint = slave_constraint(self.member_id)
-        ads = self._call(
-            "query the schedd",
-            lambda schedd: schedd.query(constraint, projection=["ClusterId", "ProcId", "JobStatus"]),
-        )
-        jobs = []
-        for ad in ads:
-            state = _STATES.get(int(ad["JobStatus"]))
-            if state is not None:
-                jobs.append(Job(f"{ad['ClusterId']}.{ad['ProcId']}", state))
-        return jobs
+        ads = self._call("query the schedd", lambda schedd: schedd.query(constraint, projection=_PROJECTION))
+        return [job for job in map(_job, ads) if job is not None]
 
     def submit(self, launch: Launch, count: int) -> None:
         description = htcondor2.Submit(slave_description(launch, self._extra))
@@ -203,6 +275,27 @@ class CondorBackend:
             return htcondor2.Schedd()
         except htcondor2.HTCondorException as exc:
             raise CondorError(f"cannot find the schedd: {explain(exc)}") from None
+
+
+#: The job attributes :func:`_job` reads.
+_PROJECTION = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "ExitSignal", "HoldReason"]
+
+
+def _job(ad: Mapping[str, Any]) -> Job | None:
+    """A job ad as a :class:`Job`; None for a job on its way out (removed, completed)."""
+    state = _STATES.get(int(ad["JobStatus"]))
+    if state is None:
+        return None
+    by_signal = bool(ad.get("ExitBySignal", False))
+    exit_code = None if by_signal or ad.get("ExitCode") is None else int(ad["ExitCode"])
+    reason: str | None = None
+    if state is JobState.HELD:
+        reason = str(ad.get("HoldReason") or "held")
+    elif by_signal:
+        reason = f"killed by signal {ad.get('ExitSignal', '?')}"
+    elif exit_code:
+        reason = f"exited with status {exit_code}"
+    return Job(f"{ad['ClusterId']}.{ad['ProcId']}", state, exit_code=exit_code, reason=reason)
 
 
 def job_counts(member_id: str) -> dict[str, int]:

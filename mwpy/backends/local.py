@@ -11,10 +11,12 @@ already shown that its slaves find everything they need.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +38,19 @@ class _LocalJob:
     sandbox: Path
     process: subprocess.Popen[bytes] | None = None
     start_at: float = 0.0
-    starts: int = 0
+    #: The exit status of the last run, None before the first one ended.
+    last_status: int | None = None
+
+    def view(self) -> Job:
+        """The job as the overseer and ``mwpy local`` see it."""
+        state = JobState.RUNNING if self.process is not None else JobState.IDLE
+        status = self.last_status
+        if not status:  # not exited yet, or exited 0 (and about to leave the queue)
+            return Job(self.job_id, state, exit_code=status)
+        how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        last = last_line(self.sandbox / "slave.err")
+        reason = f"{how}: {last}" if last else how
+        return Job(self.job_id, state, exit_code=status if status > 0 else None, reason=reason)
 
 
 class LocalBackend:
@@ -49,31 +63,42 @@ class LocalBackend:
         self._restart_delay = restart_delay
         self._jobs: dict[str, _LocalJob] = {}
         self._numbers = itertools.count()
-        #: Exit statuses of finished runs, newest last (for tests and logs).
-        self.exits: list[tuple[str, int]] = []
+        # The overseer's thread and ``mwpy local``'s main thread both look at the jobs; one of them
+        # must not start a slave the other is starting.
+        self._lock = threading.RLock()
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """``mwpy overseer --backend local`` options."""
+        parser.add_argument("--workdir", default=".", help="local back end: folder for slave sandboxes (default .)")
+
+    @classmethod
+    def create(cls, resource_file: str, options: argparse.Namespace) -> LocalBackend:
+        """The back end ``mwpy overseer --backend local`` uses."""
+        return cls(options.workdir)
 
     def sandbox(self, job_id: str) -> Path:
         """The folder a job runs in (its slave.out and slave.err are there)."""
         return self._workdir / job_id
 
     def jobs(self) -> list[Job]:
-        self.poll()
-        return [
-            Job(job.job_id, JobState.RUNNING if job.process is not None else JobState.IDLE)
-            for job in self._jobs.values()
-        ]
+        with self._lock:
+            self.poll()
+            return [job.view() for job in self._jobs.values()]
 
     def submit(self, launch: Launch, count: int) -> None:
-        now = time.monotonic()
-        for _ in range(count):
-            job_id = f"local.{next(self._numbers)}"
-            sandbox = self.sandbox(job_id)
-            sandbox.mkdir(parents=True, exist_ok=True)
-            self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now)
-        self.poll()
+        with self._lock:
+            now = time.monotonic()
+            for _ in range(count):
+                job_id = f"local.{next(self._numbers)}"
+                sandbox = self.sandbox(job_id)
+                sandbox.mkdir(parents=True, exist_ok=True)
+                self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now)
+            self.poll()
 
     def remove(self, job_ids: Sequence[str]) -> None:
-        doomed = [self._jobs.pop(job_id) for job_id in job_ids if job_id in self._jobs]
+        with self._lock:
+            doomed = [self._jobs.pop(job_id) for job_id in job_ids if job_id in self._jobs]
         running = [job.process for job in doomed if job.process is not None]
         for process in running:
             process.send_signal(signal.SIGTERM)
@@ -86,23 +111,31 @@ class LocalBackend:
                 process.wait()
 
     def poll(self) -> None:
-        now = time.monotonic()
-        for job in list(self._jobs.values()):
-            if job.process is not None:
-                status = job.process.poll()
-                if status is None:
+        """Collect exited slaves (exit 0 leaves the queue) and start those whose turn has come."""
+        with self._lock:
+            now = time.monotonic()
+            for job in list(self._jobs.values()):
+                if job.process is not None and not self._reap(job, now):
                     continue
-                job.process = None
-                self.exits.append((job.job_id, status))
-                if status == 0:
-                    del self._jobs[job.job_id]
-                    continue
-                job.start_at = now + self._restart_delay
-            if now >= job.start_at:
-                self._start(job)
+                if job.job_id in self._jobs and now >= job.start_at:
+                    self._start(job)
 
     def close(self) -> None:
         self.remove(list(self._jobs))
+
+    def _reap(self, job: _LocalJob, now: float) -> bool:
+        """Whether the job's slave has exited; one that exited 0 leaves the queue, others start again later."""
+        assert job.process is not None
+        status = job.process.poll()
+        if status is None:
+            return False
+        job.process = None
+        job.last_status = status
+        if status == 0:
+            del self._jobs[job.job_id]
+        else:
+            job.start_at = now + self._restart_delay
+        return True
 
     def _start(self, job: _LocalJob) -> None:
         """Stage the sandbox as Condor would and start the slave in it."""
@@ -112,7 +145,6 @@ class LocalBackend:
             if not link.exists():
                 link.symlink_to(Path(file).resolve())
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
-        job.starts += 1
         with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],
@@ -121,6 +153,15 @@ class LocalBackend:
                 stdout=out,
                 stderr=err,
             )
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a text file ("" when there is none): a failed slave's last words."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
 
 
 def _copy_private(source: Path, target: Path) -> None:
