@@ -145,6 +145,8 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         verdict = Verdict.RUNNING
     finally:
         backend.close()
+    if verdict is Verdict.INVALID:
+        print(f"mwpy overseer: error: {overseer.problem}", file=sys.stderr)
     return 0 if verdict is Verdict.FINISHED else 1
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from watchdog.observers.api import BaseObserver
 
 from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch
-from mwpy.errors import ResourceFileError
+from mwpy.errors import InvalidResourceFileError, ResourceFileError
 
 Log = Callable[[str], None]
 
@@ -63,6 +64,7 @@ class Verdict(enum.Enum):
     RUNNING = "running"
     STALE = "stale"
     FINISHED = "finished"  # the computation is finished; its jobs are being removed
+    INVALID = "invalid"  # the file is there but can never be used (wrong version, not a regular file, ...)
 
 
 @attrs.frozen
@@ -99,7 +101,8 @@ class Overseer:
         log: Log | None = None,
         finish_grace: float = FINISH_GRACE,
     ) -> None:
-        self.path = Path(path).resolve()
+        self.path = _real_path(Path(path))
+        self.problem: str | None = None  # why the overseer gave up, when it did
         self.backend = backend
         self.limits = limits
         self.finish_grace = finish_grace
@@ -112,6 +115,11 @@ class Overseer:
         """Look at the file and the queue once, and act on the difference."""
         try:
             record = resource_file.read(self.path)
+        except InvalidResourceFileError as exc:
+            # mwpy's master writes the file atomically: a bad file will not fix itself.
+            self.problem = str(exc)
+            self._note(f"giving up: {exc}")
+            return Decision(Verdict.INVALID)
         except ResourceFileError as exc:
             self._note(f"waiting: {exc}")
             return Decision(Verdict.WAITING)
@@ -199,6 +207,8 @@ class Overseer:
                         self._wake.clear()
                         next_at = now + interval
                         decision = self.reconcile()
+                        if decision.verdict is Verdict.INVALID:
+                            return Verdict.INVALID
                         if decision.verdict is Verdict.FINISHED:
                             if not decision.idle + decision.running + decision.held:
                                 return Verdict.FINISHED
@@ -216,6 +226,18 @@ class Overseer:
         if text != self._last_note:
             self._last_note = text
             self._log(text)
+
+
+def _real_path(path: Path) -> Path:
+    """The file the master renames into place, whose folder the watcher must watch.
+
+    A symlink loop has no real path; the loop itself is reported by the first
+    read, as for every other reader of resource files.
+    """
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python < 3.13
+        return Path(os.path.abspath(path))
 
 
 def _held_because(jobs: list[Job]) -> str:

@@ -272,3 +272,20 @@ def test_open_checked_creates_missing_files_0600_whatever_the_umask(tmp_path: Pa
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_overseer_on_a_hostile_file_exits_1_with_one_line(hostile: tuple[Path, str], tmp_path: Path) -> None:
+    """Guards: the overseer gives up on a file that can never be used (docs/exit-codes.md), one line, no hang."""
+    path, problem = hostile
+    done = subprocess.run(
+        mwpy_command("overseer", str(path), "--backend", "local", "--workdir", str(tmp_path / "sandboxes")),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1, done.stderr
+    line = one_line(done.stderr)
+    assert line.startswith("mwpy overseer: error: ")
+    assert problem in line
