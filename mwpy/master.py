@@ -201,7 +201,7 @@ class Master:
         sched = self._sched
         while True:
             # Plain truth tests first: a LoopEvents record is built only when it is returned.
-            if self._results or sched.unrunnable or sched.connected_ordered or sched.disconnected_ordered:
+            if self._results or sched.has_news():
                 return self._events()
             wait = _TICK
             if deadline is not None:
@@ -216,10 +216,7 @@ class Master:
         return self._events()
 
     def _events(self) -> LoopEvents:
-        sched = self._sched
-        return LoopEvents(
-            len(self._results), len(sched.unrunnable), len(sched.connected_ordered), len(sched.disconnected_ordered)
-        )
+        return LoopEvents(len(self._results), *self._sched.news_counts())
 
     def _run_until(self, done: Callable[[], bool]) -> None:
         """Run passes until ``done()`` (used by the convenience API's private result sinks)."""
@@ -259,18 +256,15 @@ class Master:
 
     def unrunnable_tasks(self) -> list[Task]:
         """Tasks whose policy made them unrunnable since the last call."""
-        tasks, self._sched.unrunnable = self._sched.unrunnable, []
-        return tasks
+        return self._sched.drain_unrunnable()
 
     def connected_ordered_slaves(self) -> list[str]:
         """Ids of ordered/intermingle slaves that connected since the last call."""
-        sids, self._sched.connected_ordered = self._sched.connected_ordered, []
-        return sids
+        return self._sched.drain_connected_ordered()
 
     def disconnected_ordered_slaves(self) -> list[str]:
         """Ids of ordered/intermingle slaves that disconnected since the last call."""
-        sids, self._sched.disconnected_ordered = self._sched.disconnected_ordered, []
-        return sids
+        return self._sched.drain_disconnected_ordered()
 
     @property
     def num_runnable_tasks(self) -> int:
@@ -280,7 +274,7 @@ class Master:
     @property
     def num_unrunnable_tasks(self) -> int:
         """Unrunnable tasks not yet drained with :meth:`unrunnable_tasks`."""
-        return len(self._sched.unrunnable)
+        return self._sched.num_unrunnable
 
     # ------------------------------------------------------------------ slave groups
 
