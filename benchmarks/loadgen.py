@@ -27,8 +27,7 @@ import time
 from mwpy import protocol, resource_file
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError
-from mwpy.protocol import Channel, FrameReader, ResultItem
-from mwpy.task import PICKLE_PROTOCOL
+from mwpy.protocol import PICKLE_PROTOCOL, Channel, FrameReader, ResultItem
 
 _RECV_SIZE = 256 * 1024
 #: Every read lands here: ``recv(256 KiB)`` would mmap and munmap a fresh 256 KiB buffer per call.
@@ -149,7 +148,7 @@ class LoadGenerator:
             master_nonce, slave_nonce = conn.nonce[: protocol.NONCE_SIZE], conn.nonce[protocol.NONCE_SIZE :]
             if not protocol.proofs_match(protocol.master_proof(self.secret, master_nonce, slave_nonce), body):
                 raise ProtocolError("the master failed to prove itself")
-            conn.channel = protocol.session(self.secret, master_nonce, slave_nonce, is_master=False)
+            conn.channel = protocol.derive_channel(self.secret, master_nonce, slave_nonce, is_master=False)
             hello = protocol.Hello(self.member_id, socket.gethostname(), os.getpid(), __version__, MAX_FRAME)
             conn.out += conn.channel.seal(hello)
             conn.reader.max_size = MAX_FRAME

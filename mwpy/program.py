@@ -22,7 +22,8 @@ from mwpy.audit import Audit
 from mwpy.errors import JournalError, ResourceFileError, UsageError
 from mwpy.master import Master
 from mwpy.options import Options, parse, usage
-from mwpy.slave import Endpoint, ExitCode, Slave, SlaveExit, connect
+from mwpy.protocol import ExitCode
+from mwpy.slave import Endpoint, Slave, SlaveExit, connect
 from mwpy.task import set_current_master
 
 MasterAlgorithm = Callable[[Master, list[str]], Any]

@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import attrs
 
 from mwpy.errors import MwpyError, NotInMasterError
+from mwpy.protocol import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
     from mwpy.master import Master
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: Pickle protocol for every payload that crosses the wire.
-PICKLE_PROTOCOL = 5
 
 _registry: dict[str, TaskAlgorithm[Any, Any]] = {}
 _current: Master | None = None
