@@ -9,14 +9,20 @@ composes three parts that each own one job:
 * :class:`mwpy.publish.Publisher`: the resource file, how to start a slave,
   the slave bundle.
 
+A master is *current* while its algorithm runs, so that ``hello.submit(...)``
+finds it: ``with Master(...) as mw:`` makes it current and, on exit, finishes
+the computation and restores whichever master was current before (a
+:class:`contextvars.ContextVar` in :mod:`mwpy.task`, not a process global).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
 from typing import Any
 
 import attrs
@@ -36,6 +42,8 @@ from mwpy.task import (
     TaskAlgorithm,
     TaskFailedError,
     encode_arguments,
+    reset_master,
+    use_master,
 )
 
 __all__ = ["BUNDLE_NAME", "DEFAULT_BUNDLE_PYTHON", "LoopEvents", "Master"]
@@ -60,7 +68,9 @@ class Master:
     Task algorithms submit through it (``hello.submit(...)`` finds it), the
     algorithm drives it with :meth:`loop` and drains what it reports with
     :meth:`results`, :meth:`unrunnable_tasks`, :meth:`connected_ordered_slaves`
-    and :meth:`disconnected_ordered_slaves`.
+    and :meth:`disconnected_ordered_slaves`. Use it as a context manager (or
+    let ``mwpy.run()`` do so): inside the ``with`` block it is the current
+    master; leaving the block finishes the computation.
     """
 
     def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str) -> None:
@@ -74,6 +84,7 @@ class Master:
         )
         self._results: list[Result] = []
         self._finished = False
+        self._tokens: list[contextvars.Token[Master | None]] = []
         self._journal = Journal(options.journal) if options.journal else None
         self._engine = Engine(
             options,
@@ -100,6 +111,22 @@ class Master:
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
         audit(f"MASTER READY {self.host}:{self.port}")
         audit.flush()
+
+    # ------------------------------------------------------------------ being the current master
+
+    def __enter__(self) -> Master:
+        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends."""
+        self._tokens.append(use_master(self))
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        """Finish the computation and make the previous master current again."""
+        try:
+            self.finish()
+        finally:
+            reset_master(self._tokens.pop())
 
     # ------------------------------------------------------------------ task submission
 

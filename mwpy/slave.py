@@ -35,7 +35,7 @@ from mwpy.audit import Audit
 from mwpy.errors import ProtocolError
 from mwpy.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.session import HandshakeReply, SlaveSession, SlaveState
-from mwpy.task import lookup
+from mwpy.task import registry
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
@@ -173,7 +173,7 @@ class Slave:
         task_id, name, blob = item
         started = time.perf_counter()
         try:
-            algorithm = lookup(name)
+            algorithm = registry.get(name)
             if algorithm is None:
                 raise LookupError(f"this program has no task algorithm named {name!r}")
             args, kwargs = pickle.loads(blob)

@@ -13,6 +13,7 @@ not authenticated.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 from collections.abc import Iterator
@@ -25,8 +26,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import mwpy
+from mwpy import options as mwpy_options
 from mwpy import protocol
-from mwpy.errors import ConfigurationError, MembershipError, ProtocolError
+from mwpy.audit import Audit
+from mwpy.errors import ComputationFinishedError, ConfigurationError, MembershipError, NotInMasterError, ProtocolError
+from mwpy.master import Master
 from mwpy.protocol import Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
 from mwpy.session import (
     MASTER_RECEIVES,
@@ -41,6 +45,7 @@ from mwpy.session import (
     SlaveState,
 )
 from mwpy.slave import ExitCode as FromSlave
+from mwpy.task import DEFAULT_POLICY, current_master, registry, task
 
 LIMIT = 4096
 MEMBER = "member-1"
@@ -529,3 +534,50 @@ class Conversation(RuleBasedStateMachine):
 
 Conversation.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None, database=None)
 test_every_order_of_a_conversation = Conversation.TestCase
+
+
+# ---------------------------------------------------------------------- current master and registry
+
+
+def test_with_master_makes_it_current_and_restores_the_previous_one(tmp_path: Path) -> None:
+    @task(name="test_protocol_sessions.double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    resource = str(tmp_path / "resource.json")
+    options, _ = mwpy_options.parse(["--mw-master", "--mw-master-host", "127.0.0.1", "--mw-resource-file", resource])
+    program = tmp_path / "program.py"
+    program.write_text("")
+    with contextlib.closing(Audit(str(tmp_path / "audit"))) as audit:
+        assert current_master() is None
+        with Master(options, audit=audit, secret=b"s" * 32, program=str(program)) as outer:
+            assert current_master() is outer
+            with Master(options, audit=audit, secret=b"s" * 32, program=str(program)) as inner:
+                assert current_master() is inner
+                assert double.submit(1) == 1
+            assert current_master() is outer
+            with pytest.raises(ComputationFinishedError):
+                inner._submit(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
+            assert double.pending_tasks() == 0
+        assert current_master() is None
+        with pytest.raises(NotInMasterError):
+            double.submit(2)
+
+
+def test_the_task_registry_can_be_snapshotted_cleared_and_restored() -> None:
+    saved = registry.snapshot()
+    try:
+
+        @task(name="test_protocol_sessions.temporary")
+        def temporary() -> None:
+            """Registered only for this test."""
+
+        assert "test_protocol_sessions.temporary" in registry
+        assert registry.get("test_protocol_sessions.temporary") is temporary
+        registry.clear()
+        assert len(registry) == 0
+        assert registry.get("test_protocol_sessions.temporary") is None
+    finally:
+        registry.restore(saved)
+    assert "test_protocol_sessions.temporary" not in registry
+    assert list(registry) == list(saved)
