@@ -34,6 +34,7 @@ The legal transitions are data (``MASTER_RECEIVES`` and friends below): a
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
 import attrs
 
@@ -111,6 +112,21 @@ SLAVE_SENDS: dict[tuple[SlaveState, int], SlaveState] = {
 }
 
 
+_State = TypeVar("_State", MasterState, SlaveState)
+
+
+def _by_state(table: dict[tuple[_State, int], _State], states: type[_State]) -> dict[_State, dict[int, _State]]:
+    """A transition table split per state: the hot path then looks up a message kind (an int) only."""
+    split: dict[_State, dict[int, _State]] = {state: {} for state in states}
+    for (state, kind), after in table.items():
+        split[state][kind] = after
+    return split
+
+
+_MASTER_RECEIVES = _by_state(MASTER_RECEIVES, MasterState)
+_SLAVE_RECEIVES = _by_state(SLAVE_RECEIVES, SlaveState)
+
+
 @attrs.frozen
 class HandshakeReply:
     """Send ``data`` now: the next handshake frame. ``proven``: the peer has proved membership."""
@@ -141,13 +157,14 @@ class MasterSession:
     """
 
     __slots__ = (
-        "state", "max_send", "_secret", "_member_id", "_nonce", "_reader", "_channel", "_max_receive",
+        "state", "max_send", "_receives", "_secret", "_member_id", "_nonce", "_reader", "_channel", "_max_receive",
     )  # fmt: skip
 
     def __init__(
         self, secret: bytes, member_id: str, *, max_receive: int, max_send: int, nonce: bytes | None = None
     ) -> None:
         self.state = MasterState.PROVING
+        self._receives = _MASTER_RECEIVES[self.state]  # kind -> next state, for the current state
         #: The largest frame the slave accepts and the master may write: known once Hello arrived.
         self.max_send = max_send
         self._secret = secret
@@ -168,29 +185,34 @@ class MasterSession:
     def next_event(self) -> Event | None:
         """The next event, or ``None`` until more bytes arrive. Raises ProtocolError on any violation."""
         while (body := self._reader.next()) is not None:
-            state = self.state
-            if state is MasterState.PROVING:
-                return self._check_proof(body)
             channel = self._channel
-            if channel is None or state is MasterState.CLOSED:
+            if channel is None:  # not proven yet: a fixed-layout frame, never unpickled
+                return self._check_proof(body)
+            if self.state is MasterState.CLOSED:
                 raise ProtocolError("the connection is closed")
             msg = channel.open(body)
-            after = MASTER_RECEIVES.get((state, msg.kind))
+            after = self._receives.get(msg.kind)
             if after is None:
-                if state is MasterState.GREETING:
+                if self.state is MasterState.GREETING:
                     raise ProtocolError(f"expected Hello, got {type(msg).__name__}")
-                raise ProtocolError(f"unexpected {type(msg).__name__} from a slave ({state.value})")
-            self.state = after
-            if after is MasterState.CLOSING:
-                if isinstance(msg, Results):
-                    protocol.check_results(msg)
-                continue  # told to leave: authenticated, checked, dropped
-            if isinstance(msg, Results):
+                raise ProtocolError(f"unexpected {type(msg).__name__} from a slave ({self.state.value})")
+            if type(msg) is Results:  # the hot path: no state change, no further test
                 protocol.check_results(msg)
-            elif isinstance(msg, Hello):
+                if after is MasterState.CLOSING:
+                    continue  # told to leave: authenticated, checked, dropped
+                return msg
+            if after is not self.state:
+                self._to(after)
+            if after is MasterState.CLOSING:
+                continue
+            if isinstance(msg, Hello):
                 return self._greeted(msg)
             return msg
         return None
+
+    def _to(self, state: MasterState) -> None:
+        self.state = state
+        self._receives = _MASTER_RECEIVES[state]
 
     def _check_proof(self, body: bytes) -> HandshakeReply:
         if len(body) != protocol.RESPONSE_SIZE:
@@ -201,7 +223,7 @@ class MasterSession:
             raise MembershipError("wrong proof of membership (not a slave of this computation)")
         self._channel = protocol.derive_channel(self._secret, self._nonce, slave_nonce, is_master=True)
         self._reader.max_size = self._max_receive
-        self.state = MasterState.GREETING
+        self._to(MasterState.GREETING)
         return HandshakeReply(protocol.frame(protocol.master_proof(self._secret, self._nonce, slave_nonce)), True)
 
     def _greeted(self, hello: Hello) -> Hello | Refused:
@@ -218,7 +240,7 @@ class MasterSession:
         if after is None or self._channel is None:
             raise ProtocolError(f"the master cannot send {type(msg).__name__} while {self.state.value}")
         data = self._channel.seal(msg)
-        self.state = after
+        self._to(after)
         return data
 
     def send_tasks(self, items: list[protocol.TaskItem]) -> bytes:
@@ -235,11 +257,14 @@ class SlaveSession:
     ``hello.max_frame`` is the largest frame body it accepts after the proof.
     """
 
-    __slots__ = ("state", "max_send", "_secret", "_hello", "_nonce", "_master_nonce", "_reader", "_channel")
+    __slots__ = (
+        "state", "max_send", "_receives", "_secret", "_hello", "_nonce", "_master_nonce", "_reader", "_channel",
+    )  # fmt: skip
 
     def __init__(self, secret: bytes, hello: Hello, *, nonce: bytes | None = None) -> None:
         protocol.check_hello(hello)
         self.state = SlaveState.CONNECTED
+        self._receives = _SLAVE_RECEIVES[self.state]  # kind -> next state, for the current state
         #: The largest frame the master accepts: known once Welcome arrived.
         self.max_send = 0
         self._secret = secret
@@ -266,26 +291,27 @@ class SlaveSession:
             raise
         if body is None:
             return None
-        state = self.state
-        if state is SlaveState.CONNECTED:
-            self._master_nonce = protocol.parse_challenge(body)
-            proof = protocol.slave_proof(self._secret, self._master_nonce, self._nonce)
-            self.state = SlaveState.PROVING
-            return HandshakeReply(protocol.frame(self._nonce + proof), False)
-        if state is SlaveState.PROVING:
-            return self._check_proof(body)
         channel = self._channel
-        if channel is None or state is SlaveState.CLOSED:
+        if channel is None:  # not proven yet: fixed-layout frames, never unpickled
+            if self.state is SlaveState.CONNECTED:
+                self._master_nonce = protocol.parse_challenge(body)
+                proof = protocol.slave_proof(self._secret, self._master_nonce, self._nonce)
+                self._to(SlaveState.PROVING)
+                return HandshakeReply(protocol.frame(self._nonce + proof), False)
+            return self._check_proof(body)
+        if self.state is SlaveState.CLOSED:
             raise ProtocolError("the connection is closed")
         msg = channel.open(body)
-        after = SLAVE_RECEIVES.get((state, msg.kind))
+        after = self._receives.get(msg.kind)
         if after is None:
-            raise ProtocolError(f"unexpected {type(msg).__name__} from the master ({state.value})")
-        self.state = after
-        if isinstance(msg, Tasks):
+            raise ProtocolError(f"unexpected {type(msg).__name__} from the master ({self.state.value})")
+        if type(msg) is Tasks:  # the hot path: no state change
             if type(msg.items) is not list:
                 raise ProtocolError("malformed Tasks message")
-        elif isinstance(msg, Welcome):
+            return msg
+        if after is not self.state:
+            self._to(after)
+        if isinstance(msg, Welcome):
             _check_welcome(msg)
             self.max_send = msg.max_frame
         elif isinstance(msg, Refuse):
@@ -294,13 +320,17 @@ class SlaveSession:
             raise ProtocolError("malformed Shutdown message")
         return msg
 
+    def _to(self, state: SlaveState) -> None:
+        self.state = state
+        self._receives = _SLAVE_RECEIVES[state]
+
     def _check_proof(self, body: bytes) -> HandshakeReply:
         expected = protocol.master_proof(self._secret, self._master_nonce, self._nonce)
         if len(body) != protocol.CONFIRM_SIZE or not protocol.proofs_match(expected, body):
             raise MembershipError("the peer failed to prove it is this computation's master")
         self._channel = protocol.derive_channel(self._secret, self._master_nonce, self._nonce, is_master=False)
         self._reader.max_size = self._hello.max_frame
-        self.state = SlaveState.GREETING
+        self._to(SlaveState.GREETING)
         return HandshakeReply(self._channel.seal(self._hello), True)
 
     def send(self, msg: Message) -> bytes:
@@ -309,7 +339,7 @@ class SlaveSession:
         if after is None or self._channel is None:
             raise ProtocolError(f"the slave cannot send {type(msg).__name__} while {self.state.value}")
         data = self._channel.seal(msg)
-        self.state = after
+        self._to(after)
         return data
 
     def send_results(self, items: list[protocol.ResultItem]) -> bytes:
