@@ -434,9 +434,13 @@ class Engine:
             self.step(min(TICK, deadline - time.monotonic()))
         for peer in list(self._peers):
             self._lose(peer, "computation finished")
-        self._selector.unregister(self._listener)
-        self._listener.close()
+        self.close()
+
+    def close(self) -> None:
+        """Stop listening and release the selector (connections must be closed already)."""
+        self._closed = True
         self._selector.close()
+        self._listener.close()
 
 
 def _raise_file_limit() -> None:

@@ -86,27 +86,38 @@ class Master:
         self._finished = False
         self._tokens: list[contextvars.Token[Master | None]] = []
         self._journal = Journal(options.journal) if options.journal else None
-        self._engine = Engine(
-            options,
-            audit=audit,
-            secret=secret,
-            sched=self._sched,
-            journal=self._journal,
-            deliver=self._deliver,
-            on_tick=self._on_tick,
-        )
+        try:
+            self._engine = Engine(
+                options,
+                audit=audit,
+                secret=secret,
+                sched=self._sched,
+                journal=self._journal,
+                deliver=self._deliver,
+                on_tick=self._on_tick,
+            )
+        except BaseException:  # e.g. the port is taken: release the journal
+            if self._journal is not None:
+                self._journal.close()
+            raise
         self.host = self._engine.host
         self.port = self._engine.port
-        self._publisher = Publisher(
-            options,
-            audit=audit,
-            sched=self._sched,
-            program=program,
-            secret=secret,
-            host=self.host,
-            port=self.port,
-            tls_fingerprint=self._engine.tls_fingerprint,
-        )
+        try:
+            self._publisher = Publisher(
+                options,
+                audit=audit,
+                sched=self._sched,
+                program=program,
+                secret=secret,
+                host=self.host,
+                port=self.port,
+                tls_fingerprint=self._engine.tls_fingerprint,
+            )
+        except BaseException:  # e.g. the slave bundle cannot be built: do not leave the port open
+            self._engine.close()
+            if self._journal is not None:
+                self._journal.close()
+            raise
         audit(f'INIT MASTER "{options.member_id}"')
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
         audit(f"MASTER READY {self.host}:{self.port}")
