@@ -7,14 +7,15 @@ an HMAC proof, checks the master's proof, says Hello, waits for Welcome,
 answers every Tasks frame with Results frames (grouped by the Welcome's
 result group, values really unpickled and pickled), sends heartbeats at the
 Welcome's interval and hangs up on Shutdown. The master cannot tell these
-from real slaves, so the master's real server path is what is measured.
+from real slaves, so the master's real server path is what is measured. The
+conversation itself is ``mwpy.session.SlaveSession``'s, as in a real slave;
+this module only multiplexes the sockets.
 
 Usage: ``python -m benchmarks.loadgen RESOURCE_FILE CONNECTIONS``.
 """
 
 from __future__ import annotations
 
-import enum
 import os
 import pickle
 import random
@@ -26,9 +27,8 @@ import time
 
 from mwpy import protocol, resource_file
 from mwpy._version import __version__
-from mwpy.errors import ProtocolError
-from mwpy.protocol import Channel, FrameReader, ResultItem
-from mwpy.task import PICKLE_PROTOCOL
+from mwpy.protocol import PICKLE_PROTOCOL, ResultItem
+from mwpy.session import HandshakeReply, SlaveSession, SlaveState
 
 _RECV_SIZE = 256 * 1024
 #: Every read lands here: ``recv(256 KiB)`` would mmap and munmap a fresh 256 KiB buffer per call.
@@ -37,28 +37,18 @@ _RECV_VIEW = memoryview(_RECV_BUFFER)
 MAX_FRAME = 64 * 1024 * 1024
 
 
-class _State(enum.Enum):
-    CHALLENGE = 1  # waiting for the master's challenge
-    PROOF = 2  # our proof sent, waiting for the master's
-    WELCOME = 3  # Hello sent, waiting for Welcome
-    READY = 4  # taking tasks
-
-
 class Connection:
     """One simulated slave."""
 
     __slots__ = (
-        "sock", "state", "reader", "out", "channel", "nonce", "result_group",
+        "sock", "session", "out", "result_group",
         "heartbeat_interval", "last_send", "next_beat", "writing", "tasks_done", "shutdown",
     )  # fmt: skip
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, session: SlaveSession) -> None:
         self.sock = sock
-        self.state = _State.CHALLENGE
-        self.reader = FrameReader(protocol.MAX_HANDSHAKE_FRAME)
+        self.session = session
         self.out = bytearray()
-        self.channel: Channel | None = None
-        self.nonce = b""
         self.result_group = 1
         self.heartbeat_interval = 0.0
         self.last_send = time.monotonic()
@@ -77,11 +67,12 @@ class LoadGenerator:
         self.selector = selectors.DefaultSelector()
         self.open = 0
         self.lost = 0
+        hello = protocol.Hello(member_id, socket.gethostname(), os.getpid(), __version__, MAX_FRAME)
         for _ in range(count):
             sock = socket.create_connection(endpoint, timeout=30)
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.selector.register(sock, selectors.EVENT_READ, Connection(sock))
+            self.selector.register(sock, selectors.EVENT_READ, Connection(sock, SlaveSession(secret, hello)))
             self.open += 1
 
     def run(self) -> int:
@@ -113,15 +104,14 @@ class LoadGenerator:
         if not size:
             self._close(conn, lost=not conn.shutdown)
             return 0
-        conn.reader.feed(bytes(_RECV_VIEW[:size]))
+        session = conn.session
+        session.receive_data(_RECV_VIEW[:size])
         results: list[ResultItem] = []
-        while not conn.shutdown and (body := conn.reader.next()) is not None:
-            self._handle(conn, body, results)
+        while not conn.shutdown and (event := session.next_event()) is not None:
+            self._handle(conn, event, results)
         group = conn.result_group
-        assert conn.channel is not None or not results
         for start in range(0, len(results), group):
-            assert conn.channel is not None
-            conn.out += conn.channel.seal(protocol.Results(results[start : start + group]))
+            conn.out += session.send_results(results[start : start + group])
         conn.tasks_done += len(results)
         if conn.out:
             conn.last_send = time.monotonic()
@@ -130,50 +120,30 @@ class LoadGenerator:
             self._close(conn, lost=False)
         return len(results)
 
-    def _handle(self, conn: Connection, body: bytes, results: list[ResultItem]) -> None:
-        if conn.state is _State.READY:
-            assert conn.channel is not None
-            msg = conn.channel.open(body)
-            if isinstance(msg, protocol.Tasks):
-                results.extend(_answer(item) for item in msg.items)
-            elif isinstance(msg, protocol.Shutdown):
-                conn.shutdown = True
+    def _handle(self, conn: Connection, event: object, results: list[ResultItem]) -> None:
+        if isinstance(event, protocol.Tasks):
+            results.extend(_answer(item) for item in event.items)
             return
-        if conn.state is _State.CHALLENGE:
-            master_nonce = protocol.parse_challenge(body)
-            conn.nonce = master_nonce + protocol.new_nonce()
-            slave_nonce = conn.nonce[protocol.NONCE_SIZE :]
-            conn.out += protocol.frame(slave_nonce + protocol.slave_proof(self.secret, master_nonce, slave_nonce))
-            conn.state = _State.PROOF
-        elif conn.state is _State.PROOF:
-            master_nonce, slave_nonce = conn.nonce[: protocol.NONCE_SIZE], conn.nonce[protocol.NONCE_SIZE :]
-            if not protocol.proofs_match(protocol.master_proof(self.secret, master_nonce, slave_nonce), body):
-                raise ProtocolError("the master failed to prove itself")
-            conn.channel = protocol.session(self.secret, master_nonce, slave_nonce, is_master=False)
-            hello = protocol.Hello(self.member_id, socket.gethostname(), os.getpid(), __version__, MAX_FRAME)
-            conn.out += conn.channel.seal(hello)
-            conn.reader.max_size = MAX_FRAME
-            conn.state = _State.WELCOME
-        else:
-            assert conn.channel is not None
-            welcome = conn.channel.open(body)
-            if not isinstance(welcome, protocol.Welcome):
-                raise ProtocolError(f"expected Welcome, got {type(welcome).__name__}")
-            conn.result_group = welcome.result_group
-            conn.heartbeat_interval = welcome.heartbeat_interval
+        if isinstance(event, protocol.Shutdown):
+            conn.shutdown = True
+            return
+        if isinstance(event, HandshakeReply):
+            conn.out += event.data
+        elif isinstance(event, protocol.Welcome):
+            conn.result_group = event.result_group
+            conn.heartbeat_interval = event.heartbeat_interval
             # Real slaves connect at scattered times; spread the first beats so every window sees its share.
-            conn.next_beat = time.monotonic() + random.uniform(0, welcome.heartbeat_interval)
-            conn.state = _State.READY
+            conn.next_beat = time.monotonic() + random.uniform(0, event.heartbeat_interval)
         conn.last_send = time.monotonic()
 
     def _heartbeats(self, now: float) -> None:
         for key in list(self.selector.get_map().values()):
             conn: Connection = key.data
-            if conn.channel is None or conn.state is not _State.READY or now < conn.next_beat:
+            if conn.session.state is not SlaveState.READY or now < conn.next_beat:
                 continue
             conn.next_beat = now + conn.heartbeat_interval
             if now - conn.last_send >= conn.heartbeat_interval / 2:
-                conn.out += conn.channel.seal(protocol.Heartbeat())
+                conn.out += conn.session.send(protocol.Heartbeat())
                 conn.last_send = now
                 self._flush(conn)
 

@@ -20,8 +20,9 @@ from mwpy.errors import (
 )
 from mwpy.master import LoopEvents, Master
 from mwpy.program import exit_status, main, master, run, slave
+from mwpy.protocol import ExitCode
 from mwpy.scheduler import SlaveKind
-from mwpy.slave import ExitCode, Slave, SlaveStatus
+from mwpy.slave import Slave, SlaveStatus
 from mwpy.task import (
     Policy,
     Result,

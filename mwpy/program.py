@@ -19,11 +19,11 @@ from typing import Any, NoReturn
 from mwpy import resource_file
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.errors import JournalError, ResourceFileError, UsageError
+from mwpy.errors import ConfigurationError, JournalError, ResourceFileError, UsageError
 from mwpy.master import Master
 from mwpy.options import Options, parse, usage
-from mwpy.slave import Endpoint, ExitCode, Slave, SlaveExit, connect
-from mwpy.task import set_current_master
+from mwpy.protocol import ExitCode
+from mwpy.slave import Endpoint, Slave, SlaveExit, connect
 
 MasterAlgorithm = Callable[[Master, list[str]], Any]
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
@@ -31,6 +31,8 @@ SlaveAlgorithm = Callable[[Slave, list[str]], Any]
 #: How long a slave keeps trying to connect when the resource file is fresh.
 CONNECT_PATIENCE = 10.0
 
+#: The master and slave algorithms of this program ("master", "slave"): set by the decorators at
+#: import time, read by :func:`main`. One program has one of each; a later declaration replaces an earlier.
 _algorithms: dict[str, Callable[..., Any]] = {}
 
 
@@ -109,27 +111,24 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     try:
         secret = _master_secret(options)
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
-    except (OSError, ValueError, JournalError) as exc:
+    except (OSError, ConfigurationError, JournalError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return 1
-    set_current_master(mw)
-    try:
-        returned = algorithm(mw, argv)
-        status = exit_status(returned)
-        if status != returned:
-            audit(f"MASTER ALGORITHM RETURNED {returned!r}: exit status {status}")
-    except KeyboardInterrupt:
-        status = 130
-    except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
-        status = _status_of(exc)
-        audit(f"MASTER ALGORITHM EXITED: exit status {status}")
-    except BaseException:
-        traceback.print_exc()
-        audit("MASTER ALGORITHM RAISED: exit status 255")
-        status = 255
-    finally:
-        set_current_master(None)
-        mw.finish()
+    with mw:  # current while the algorithm runs; finished on the way out, whatever happens
+        try:
+            returned = algorithm(mw, argv)
+            status = exit_status(returned)
+            if status != returned:
+                audit(f"MASTER ALGORITHM RETURNED {returned!r}: exit status {status}")
+        except KeyboardInterrupt:
+            status = 130
+        except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
+            status = _status_of(exc)
+            audit(f"MASTER ALGORITHM EXITED: exit status {status}")
+        except BaseException:
+            traceback.print_exc()
+            audit("MASTER ALGORITHM RAISED: exit status 255")
+            status = 255
     return status
 
 
@@ -151,9 +150,9 @@ def _read_secret(path: Path) -> bytes:
     try:
         secret = path.read_bytes().strip()
     except OSError as exc:
-        raise ValueError(f"--mw-secret-file: cannot read {path}: {exc.strerror}") from None
+        raise ConfigurationError(f"--mw-secret-file: cannot read {path}: {exc.strerror}") from None
     if not secret:
-        raise ValueError(f"--mw-secret-file: {path} is empty")
+        raise ConfigurationError(f"--mw-secret-file: {path} is empty")
     return secret
 
 
@@ -249,5 +248,5 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
 def _read_secret_for_slave(path: str) -> bytes:
     try:
         return _read_secret(Path(path))
-    except ValueError as exc:
+    except ConfigurationError as exc:
         raise SlaveExit(ExitCode.USAGE, str(exc)) from None

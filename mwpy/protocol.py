@@ -1,4 +1,9 @@
-"""The wire protocol between master and slaves: framing, proof of membership, messages.
+"""The wire vocabulary between master and slaves: constants, messages, framing, proofs, result encoding.
+
+This module holds the pieces; :mod:`mwpy.session` puts them in order (which
+frame is legal when) as sans-IO session objects. Neither does any I/O, and
+neither imports the master, the slave or the task layer: ``ExitCode`` and
+``PICKLE_PROTOCOL`` live here because both ends of the wire need them.
 
 Every frame is a 4-byte big-endian length and a body. The first three frames
 of a connection are a fixed-layout handshake in which master and slave prove
@@ -15,6 +20,7 @@ their fields (``attrs.astuple`` without recursion), which keeps the hot path
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import operator
@@ -22,15 +28,17 @@ import os
 import pickle
 import ssl
 import struct
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import attrs
 
-from mwpy.errors import ProtocolError
-from mwpy.task import PICKLE_PROTOCOL
+from mwpy.errors import ConfigurationError, ProtocolError
 
 PROTOCOL_VERSION = 1
+#: Pickle protocol for every payload that crosses the wire.
+PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
 NONCE_SIZE = 32
 MAC_SIZE = 32
@@ -43,6 +51,23 @@ RESPONSE_SIZE = NONCE_SIZE + MAC_SIZE
 CONFIRM_SIZE = MAC_SIZE
 #: The largest frame a peer may send before it has proved membership.
 MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
+
+
+class ExitCode(enum.IntEnum):
+    """Why a slave process ended (its exit status); docs/exit-codes.md.
+
+    Part of the protocol layer because the master sends one of these in
+    ``Shutdown`` (``TOLD_TO_LEAVE``) and the slave exits with it.
+    """
+
+    OK = 0  # orderly shutdown, or the computation is finished
+    USAGE = 2  # a wrong --mw-* option
+    UNREACHABLE = 3  # no master at the address (or the resource file is stale)
+    MASTER_LOST = 4  # the connection ended without an orderly shutdown
+    REFUSED = 5  # the master refused us, or failed to prove it is our master
+    BAD_RESOURCE_FILE = 6  # missing, unreadable or invalid resource file
+    TOLD_TO_LEAVE = 7  # the master sent this slave away (too many failed tasks)
+    ALGORITHM_ERROR = 255  # the slave algorithm raised or returned a non-status
 
 
 # --------------------------------------------------------------------------
@@ -221,11 +246,51 @@ def proofs_match(expected: bytes, given: bytes) -> bool:
     return hmac.compare_digest(expected, given)
 
 
-def session(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is_master: bool) -> Channel:
+def derive_channel(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is_master: bool) -> Channel:
     """The authenticated channel both sides derive after a successful handshake."""
     m2s = _mac(secret, b"mwpy key m2s", master_nonce, slave_nonce)
     s2m = _mac(secret, b"mwpy key s2m", master_nonce, slave_nonce)
     return Channel(send_key=m2s, recv_key=s2m) if is_master else Channel(send_key=s2m, recv_key=m2s)
+
+
+# --------------------------------------------------------------------------
+# Results: how a task's value or exception travels (the slave encodes, the master decodes)
+
+#: What a decoded failure is: (exception type name, message, traceback text).
+Failure = tuple[str, str, str]
+
+
+def encode_value(value: Any) -> bytes:
+    """A task's return value on the wire (may raise whatever pickle raises)."""
+    return pickle.dumps(value, PICKLE_PROTOCOL)
+
+
+def encode_failure(kind: str, message: str, trace: str = "") -> bytes:
+    """A failure on the wire: three strings, so it always unpickles on the master."""
+    return pickle.dumps((kind, message, trace), PICKLE_PROTOCOL)
+
+
+def encode_error(exc: BaseException) -> bytes:
+    """The exception being handled as a failure (call from inside ``except``)."""
+    kind = type(exc).__qualname__
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<unprintable {kind}>"
+    return encode_failure(kind, message, traceback.format_exc())
+
+
+def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
+    """``(value, None)`` or ``(None, failure)``; a blob the master cannot unpickle is a failure itself."""
+    try:
+        decoded = pickle.loads(blob)
+    except Exception as exc:
+        return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "")
+    if ok:
+        return decoded, None
+    if type(decoded) is tuple and len(decoded) == 3 and all(type(part) is str for part in decoded):
+        return None, decoded
+    return None, ("ResultDecodeError", "the slave sent a failure that is not (type, message, traceback)", "")
 
 
 # --------------------------------------------------------------------------
@@ -240,7 +305,7 @@ def tls_server_context(cert: str, key: str | None) -> tuple[ssl.SSLContext, str]
         with open(cert, encoding="ascii") as pem:
             der = ssl.PEM_cert_to_DER_cert(pem.read())
     except (OSError, ValueError, ssl.SSLError) as exc:
-        raise ValueError(f"--mw-tls-cert: cannot use {cert}: {exc}") from None
+        raise ConfigurationError(f"--mw-tls-cert: cannot use {cert}: {exc}") from None
     return context, hashlib.sha256(der).hexdigest()
 
 
@@ -294,6 +359,20 @@ def pack(sizes: list[int], group: int, max_frame: int) -> Iterator[tuple[int, in
         start = stop
 
 
+_TASKS_KIND = bytes([Tasks.kind])
+_RESULTS_KIND = bytes([Results.kind])
+
+
+def tasks_body(items: list[TaskItem]) -> bytes:
+    """The body of a Tasks message, encoded directly (no record object on the hot path)."""
+    return _TASKS_KIND + pickle.dumps((items,), PICKLE_PROTOCOL)
+
+
+def results_body(items: list[ResultItem]) -> bytes:
+    """The body of a Results message, encoded directly."""
+    return _RESULTS_KIND + pickle.dumps((items,), PICKLE_PROTOCOL)
+
+
 class Channel:
     """Seals outgoing messages and opens incoming ones for one authenticated connection."""
 
@@ -319,14 +398,15 @@ class Channel:
         return HEADER.pack(len(body) + TAG_SIZE) + body + mac.digest()[:TAG_SIZE]
 
     def open(self, body: bytes | memoryview) -> Message:
-        """Check a received frame body and decode its message."""
+        """Check a received frame body and decode its message (tag checked before anything is unpickled)."""
         if len(body) < 1 + TAG_SIZE:
             raise ProtocolError("frame too short")
-        data = bytes(body[:-TAG_SIZE])
+        view = memoryview(body)
+        data = view[:-TAG_SIZE]  # views, not copies: the tag and pickle read the frame in place
         mac = self._recv_mac.copy()
         mac.update(_SEQ.pack(self._recv_seq))
         mac.update(data)
-        if not hmac.compare_digest(mac.digest()[:TAG_SIZE], bytes(body[-TAG_SIZE:])):
+        if not hmac.compare_digest(mac.digest()[:TAG_SIZE], view[-TAG_SIZE:]):
             raise ProtocolError("frame failed authentication")
         self._recv_seq += 1
         try:
@@ -347,9 +427,6 @@ class FrameReader:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         self._buf += data
-
-    def __len__(self) -> int:
-        return len(self._buf)
 
     def next(self) -> bytes | None:
         """The next complete frame body, or ``None`` until more bytes arrive."""

@@ -24,6 +24,7 @@ from collections import Counter, deque
 
 import attrs
 
+from mwpy.errors import ConfigurationError
 from mwpy.task import Task
 
 #: Work a slave should hold beyond its current task, in seconds of compute.
@@ -83,9 +84,10 @@ class Scheduler:
         self.pending_total = 0
         self.running_total = 0
         self.done_total = 0
-        self.unrunnable: list[Task] = []
-        self.connected_ordered: list[str] = []
-        self.disconnected_ordered: list[str] = []
+        # What the master algorithm has yet to be told; the master drains these, never touches them.
+        self._unrunnable: list[Task] = []
+        self._connected_ordered: list[str] = []
+        self._disconnected_ordered: list[str] = []
 
     # ------------------------------------------------------------------ tasks
 
@@ -134,17 +136,13 @@ class Scheduler:
 
     def _drop(self, task: Task) -> None:
         self._forget(task)
-        self.unrunnable.append(task)
+        self._unrunnable.append(task)
 
     def _forget(self, task: Task) -> None:
         self._pending[task.algorithm] -= 1
         if not self._pending[task.algorithm]:
             del self._pending[task.algorithm]
         self.pending_total -= 1
-
-    def requeue(self, task: Task) -> None:
-        """Queue a task again at the front (after a failed attempt)."""
-        self._unordered.appendleft(task)
 
     def finish(self, sid: str, task_id: int, compute_time: float) -> Task | None:
         """Record a result; returns its task, or ``None`` if this slave does not hold it."""
@@ -270,7 +268,7 @@ class Scheduler:
         self._acquired[kind] += 1
         self._hungry.add(sid)
         if kind is not SlaveKind.UNORDERED:
-            self.connected_ordered.append(sid)
+            self._connected_ordered.append(sid)
         return kind
 
     def leave(self, sid: str) -> list[Task]:
@@ -285,7 +283,7 @@ class Scheduler:
         self.running_total -= len(lost)
         self._orphan_all([(task, True) for task in lost] + [(task, False) for task in slot.ordered])
         if slot.kind is not SlaveKind.UNORDERED:
-            self.disconnected_ordered.append(sid)
+            self._disconnected_ordered.append(sid)
         return lost
 
     def slaves(self) -> dict[str, SlaveKind]:
@@ -298,7 +296,7 @@ class Scheduler:
     def allocate(self, amount: int, kind: SlaveKind) -> None:
         """Want ``amount`` more slaves of ``kind``; connected unordered slaves may move over."""
         if amount < 0:
-            raise ValueError("allocate_slaves: amount must not be negative")
+            raise ConfigurationError("allocate_slaves: amount must not be negative")
         self._desired[kind] += amount
         if kind is SlaveKind.UNORDERED:
             self._auto_unordered = False
@@ -310,12 +308,12 @@ class Scheduler:
                 self._acquired[SlaveKind.UNORDERED] -= 1
                 self._acquired[kind] += 1
                 slot.kind = kind
-                self.connected_ordered.append(slot.sid)
+                self._connected_ordered.append(slot.sid)
 
     def deallocate(self, amount: int, kind: SlaveKind) -> None:
         """Want ``amount`` fewer slaves of ``kind`` (never below zero); nobody is disconnected."""
         if amount < 0:
-            raise ValueError("deallocate_slaves: amount must not be negative")
+            raise ConfigurationError("deallocate_slaves: amount must not be negative")
         self._desired[kind] = max(0, self._desired[kind] - amount)
         if kind is SlaveKind.UNORDERED:
             self._auto_unordered = False
@@ -340,6 +338,36 @@ class Scheduler:
         leftover, slot.ordered = slot.ordered, deque()
         self._orphan_all([(task, False) for task in leftover])
         self._hungry.add(slot.sid)
+
+    # ------------------------------------------------------------------ news for the master algorithm
+
+    def has_news(self) -> bool:
+        """Whether an unrunnable task or an ordered slave's arrival or departure waits to be drained."""
+        return bool(self._unrunnable or self._connected_ordered or self._disconnected_ordered)
+
+    def news_counts(self) -> tuple[int, int, int]:
+        """(unrunnable tasks, ordered slaves connected, ordered slaves disconnected) not yet drained."""
+        return len(self._unrunnable), len(self._connected_ordered), len(self._disconnected_ordered)
+
+    @property
+    def num_unrunnable(self) -> int:
+        """Unrunnable tasks not yet drained."""
+        return len(self._unrunnable)
+
+    def drain_unrunnable(self) -> list[Task]:
+        """Tasks that became unrunnable since the last call, in order."""
+        tasks, self._unrunnable = self._unrunnable, []
+        return tasks
+
+    def drain_connected_ordered(self) -> list[str]:
+        """Ordered/intermingle slaves that joined (or were moved to those groups) since the last call."""
+        sids, self._connected_ordered = self._connected_ordered, []
+        return sids
+
+    def drain_disconnected_ordered(self) -> list[str]:
+        """Ordered/intermingle slaves that left since the last call."""
+        sids, self._disconnected_ordered = self._disconnected_ordered, []
+        return sids
 
     # ------------------------------------------------------------------ numbers
 

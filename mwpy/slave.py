@@ -10,11 +10,14 @@ and never kills the slave.
 Exit statuses are documented in docs/exit-codes.md: 0 only after an orderly
 shutdown (or a resource file saying the computation is finished), non-zero
 otherwise, so that Condor's ``on_exit_remove`` keeps the job queued.
+
+This module does socket I/O and runs tasks; which frame is legal when, and how
+a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
+:mod:`mwpy.protocol`'s business.
 """
 
 from __future__ import annotations
 
-import enum
 import os
 import pickle
 import select
@@ -22,7 +25,6 @@ import socket
 import ssl
 import threading
 import time
-import traceback
 from collections import deque
 
 import attrs
@@ -31,23 +33,13 @@ from mwpy import protocol
 from mwpy._version import __version__
 from mwpy.audit import Audit
 from mwpy.errors import ProtocolError
-from mwpy.protocol import Channel, FrameReader, ResultItem, TaskItem
-from mwpy.task import PICKLE_PROTOCOL, lookup
+from mwpy.protocol import ExitCode, ResultItem, TaskItem
+from mwpy.session import HandshakeReply, SlaveSession, SlaveState
+from mwpy.task import registry
+
+__all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
 _RECV_SIZE = 256 * 1024
-
-
-class ExitCode(enum.IntEnum):
-    """Why a slave process ended (its exit status)."""
-
-    OK = 0  # orderly shutdown, or the computation is finished
-    USAGE = 2  # a wrong --mw-* option
-    UNREACHABLE = 3  # no master at the address (or the resource file is stale)
-    MASTER_LOST = 4  # the connection ended without an orderly shutdown
-    REFUSED = 5  # the master refused us, or failed to prove it is our master
-    BAD_RESOURCE_FILE = 6  # missing, unreadable or invalid resource file
-    TOLD_TO_LEAVE = 7  # the master sent this slave away (too many failed tasks)
-    ALGORITHM_ERROR = 255  # the slave algorithm raised or returned a non-status
 
 
 class SlaveExit(Exception):
@@ -87,16 +79,13 @@ class SlaveStatus:
 class Slave:
     """A connected slave: the object a slave algorithm receives."""
 
-    def __init__(
-        self, sock: socket.socket, channel: Channel, reader: FrameReader, welcome: protocol.Welcome, audit: Audit
-    ) -> None:
+    def __init__(self, sock: socket.socket, session: SlaveSession, welcome: protocol.Welcome, audit: Audit) -> None:
         self._sock = sock
-        self._channel = channel
+        self._session = session  # may already hold frames sent right after Welcome
         self._audit = audit
         self.slave_id = welcome.slave_id
         self.result_group = welcome.result_group
         self._max_out = welcome.max_frame
-        self._reader = reader  # may already hold frames sent right after Welcome
         # Reads land in one buffer: recv(256 KiB) would mmap and munmap 256 KiB per call (see master.py).
         self._buffer = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buffer)
@@ -184,19 +173,19 @@ class Slave:
         task_id, name, blob = item
         started = time.perf_counter()
         try:
-            algorithm = lookup(name)
+            algorithm = registry.get(name)
             if algorithm is None:
                 raise LookupError(f"this program has no task algorithm named {name!r}")
             args, kwargs = pickle.loads(blob)
             value = algorithm.fn(*args, **kwargs)
             elapsed = time.perf_counter() - started
-            out = pickle.dumps(value, PICKLE_PROTOCOL)
+            out = protocol.encode_value(value)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
-            return (task_id, False, _error(exc), elapsed)
+            return (task_id, False, protocol.encode_error(exc), elapsed)
         if not protocol.fits(len(out), self._max_out):
             reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
-            return (task_id, False, pickle.dumps(("ResultTooLarge", reason, "")), elapsed)
+            return (task_id, False, protocol.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
 
     def _flush(self) -> None:
@@ -204,10 +193,10 @@ class Slave:
         if not results or self._lost is not None:
             return
         if len(results) == 1:  # _run made sure every single result fits in a frame
-            self._send(protocol.Results(results))
+            self._send_results(results)
         else:
             for start, stop in protocol.pack([len(r[2]) for r in results], self.result_group, self._max_out):
-                self._send(protocol.Results(results[start:stop]))
+                self._send_results(results[start:stop])
         self._done += len(results)
         if self._audit.packets:
             self._audit(f"MASTER <- {len(results)} results")
@@ -234,7 +223,7 @@ class Slave:
             if not size:
                 self._lose("the master closed the connection")
                 return
-            self._reader.feed(self._view[:size])
+            self._session.receive_data(self._view[:size])
             if not self._process_frames():
                 return
             # A short read of a plain socket took all the kernel had: asking poll again would only say no.
@@ -250,15 +239,18 @@ class Slave:
 
     def _process_frames(self) -> bool:
         """Handle every complete frame received; False once nothing more should be read."""
+        session = self._session
         try:
-            while (body := self._reader.next()) is not None:
-                self._handle(self._channel.open(body))
+            # Nothing after a Shutdown is read: the session would refuse it, and the slave is leaving anyway.
+            while self._shutdown is None and (msg := session.next_event()) is not None:
+                self._handle(msg)
         except ProtocolError as exc:
             self._lose(f"protocol error: {exc}")
             return False
         return self._shutdown is None
 
-    def _handle(self, msg: protocol.Message) -> None:
+    def _handle(self, msg: object) -> None:
+        """A message the session let through in the READY state: Tasks, Shutdown or Heartbeat."""
         if isinstance(msg, protocol.Tasks):
             self._queue.extend(msg.items)
             if self._audit.packets:
@@ -268,37 +260,30 @@ class Slave:
             self._flush()
             self._shutdown = msg.exit_code
             self._queue.clear()
-        elif not isinstance(msg, protocol.Heartbeat):
-            raise ProtocolError(f"unexpected {type(msg).__name__} from the master")
 
     def _lose(self, reason: str) -> None:
         self._lost = reason
         self._audit(f"MASTER LOST ({reason})")
 
-    def _send(self, msg: protocol.Message) -> None:
-        with self._io_lock:
-            try:
-                self._sock.sendall(self._channel.seal(msg))
-            except OSError as exc:
-                if self._lost is None:
-                    self._lose(f"write error: {exc}")
-                return
-            self._last_send = time.monotonic()
+    def _send_results(self, items: list[ResultItem]) -> None:
+        with self._io_lock:  # the session's sequence number and the socket are shared with the heartbeat thread
+            self._write(self._session.send_results(items))
+
+    def _write(self, data: bytes) -> None:
+        """Send a sealed frame (the caller holds the I/O lock)."""
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            if self._lost is None:
+                self._lose(f"write error: {exc}")
+            return
+        self._last_send = time.monotonic()
 
     def _beat(self, interval: float) -> None:
         while not self._stop.wait(interval / 2):
             if time.monotonic() - self._last_send >= interval and self._lost is None:
-                self._send(protocol.Heartbeat())
-
-
-def _error(exc: BaseException) -> bytes:
-    """A raised exception as (type, message, traceback) text: always picklable, always readable."""
-    kind = type(exc).__qualname__
-    try:
-        message = str(exc)
-    except Exception:
-        message = f"<unprintable {kind}>"
-    return pickle.dumps((kind, message, traceback.format_exc()), PICKLE_PROTOCOL)
+                with self._io_lock:
+                    self._write(self._session.send(protocol.Heartbeat()))
 
 
 def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float, patience: float) -> Slave:
@@ -339,53 +324,45 @@ def _start_tls(sock: socket.socket, fingerprint: str, address: str) -> ssl.SSLSo
 
 
 def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str) -> Slave:
+    """Run the slave's side of the handshake over a blocking socket (in timeout mode)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
-    reader = FrameReader(protocol.MAX_HANDSHAKE_FRAME)
-    try:
-        master_nonce = protocol.parse_challenge(_read_frame(sock, reader))
-    except ProtocolError as exc:
-        raise SlaveExit(ExitCode.REFUSED, f"{address}: {exc}") from None
-    slave_nonce = protocol.new_nonce()
-    sock.sendall(protocol.frame(slave_nonce + protocol.slave_proof(endpoint.secret, master_nonce, slave_nonce)))
-    try:
-        proof = _read_frame(sock, reader)
-    except ProtocolError:
-        raise SlaveExit(
-            ExitCode.REFUSED, f"the master at {address} refused our proof of membership (wrong secret?)"
-        ) from None
-    if not protocol.proofs_match(protocol.master_proof(endpoint.secret, master_nonce, slave_nonce), proof):
-        raise SlaveExit(ExitCode.REFUSED, f"{address} failed to prove it is this computation's master")
-    channel = protocol.session(endpoint.secret, master_nonce, slave_nonce, is_master=False)
     hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame)
-    sock.sendall(channel.seal(hello))
-    reader.max_size = max_frame
+    session = SlaveSession(endpoint.secret, hello)
+    welcome: protocol.Welcome | None = None
     try:
-        reply = channel.open(_read_frame(sock, reader))
+        while welcome is None:
+            event = session.next_event()
+            if event is None:
+                session.receive_data(_read_some(sock, session, address))
+            elif isinstance(event, HandshakeReply):
+                sock.sendall(event.data)
+            elif isinstance(event, protocol.Welcome):
+                welcome = event
     except ProtocolError as exc:
         raise SlaveExit(ExitCode.REFUSED, f"{address}: {exc}") from None
-    if isinstance(reply, protocol.Refuse):
-        raise SlaveExit(ExitCode.REFUSED, f"the master refused this slave: {reply.reason}")
-    if not isinstance(reply, protocol.Welcome):
-        raise SlaveExit(ExitCode.REFUSED, f"{address}: expected Welcome, got {type(reply).__name__}")
     sock.settimeout(None)
     audit(f"MASTER <- CONNECTED TO {address} FROM {local}")
-    audit(f"MASTER -> ID {reply.slave_id}")
+    audit(f"MASTER -> ID {welcome.slave_id}")
     audit.flush()
-    return Slave(sock, channel, reader, reply, audit)
+    return Slave(sock, session, welcome, audit)
 
 
-def _read_frame(sock: socket.socket, reader: FrameReader) -> bytes:
-    """Read one whole frame during the handshake (socket in timeout mode); extra bytes stay in ``reader``."""
-    while (body := reader.next()) is None:
-        try:
-            data = sock.recv(_RECV_SIZE)
-        except TimeoutError:
-            raise ProtocolError("the master did not answer in time") from None
-        except OSError as exc:
-            raise ProtocolError(f"connection failed: {exc}") from None
-        if not data:
-            raise ProtocolError("the master closed the connection")
-        reader.feed(data)
-    return body
+def _read_some(sock: socket.socket, session: SlaveSession, address: str) -> bytes:
+    """Bytes for the handshake; a master that hangs up on our proof most likely has another secret."""
+    try:
+        data = sock.recv(_RECV_SIZE)
+    except TimeoutError:
+        data = None
+        why = "the master did not answer in time"
+    except OSError as exc:
+        data = None
+        why = f"connection failed: {exc}"
+    else:
+        why = "the master closed the connection"
+    if data:
+        return data
+    if session.state is SlaveState.PROVING:
+        raise SlaveExit(ExitCode.REFUSED, f"the master at {address} refused our proof of membership (wrong secret?)")
+    raise SlaveExit(ExitCode.REFUSED, f"{address}: {why}")

@@ -5,19 +5,31 @@ master submits tasks for it (``hello.submit("x")``); a slave running the same
 program finds the function by its name and calls it. Arguments are pickled at
 submit time, so an argument that cannot travel fails at the call site, not
 minutes later on a slave.
+
+Two pieces of process state live here, both explicit objects:
+
+* :data:`registry`, the task algorithms by name: a slave finds the function a
+  task names there. It fills as ``@mwpy.task`` decorators run at import time,
+  so master and slave (the same program) agree on it; tests use
+  :meth:`Registry.snapshot`/:meth:`Registry.restore` (or :meth:`Registry.clear`).
+* the *current master*, a :class:`contextvars.ContextVar`: what ``submit()``
+  and the target numbers talk to. ``with Master(...) as mw:`` sets it and
+  restores the previous one on exit; nothing else needs to.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
 from mwpy.errors import MwpyError, NotInMasterError
+from mwpy.protocol import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
     from mwpy.master import Master
@@ -25,11 +37,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Pickle protocol for every payload that crosses the wire.
-PICKLE_PROTOCOL = 5
-
-_registry: dict[str, TaskAlgorithm[Any, Any]] = {}
-_current: Master | None = None
+_current: contextvars.ContextVar[Master | None] = contextvars.ContextVar("mwpy_current_master", default=None)
 
 
 @attrs.frozen
@@ -146,16 +154,29 @@ def decode_arguments(payload: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return args, kwargs
 
 
-def set_current_master(master: Master | None) -> None:
-    """Make ``master`` the one that ``submit`` and target numbers talk to (the program does this)."""
-    global _current
-    _current = master
+def use_master(master: Master | None) -> contextvars.Token[Master | None]:
+    """Make ``master`` the one ``submit`` and target numbers talk to; ``reset_master(token)`` undoes it.
+
+    ``Master.__enter__``/``__exit__`` call these; code that cannot use ``with`` may too.
+    """
+    return _current.set(master)
+
+
+def reset_master(token: contextvars.Token[Master | None]) -> None:
+    """Restore the current master that was in place before ``use_master`` returned ``token``."""
+    _current.reset(token)
+
+
+def current_master() -> Master | None:
+    """The master tasks are submitted to here, if any."""
+    return _current.get()
 
 
 def _current_master(what: str) -> Master:
-    if _current is None:
+    master = _current.get()
+    if master is None:
         raise NotInMasterError(f"{what} can only be called while the master algorithm runs")
-    return _current
+    return master
 
 
 class TaskAlgorithm(Generic[P, R]):
@@ -276,14 +297,58 @@ def task(
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:
         algorithm = TaskAlgorithm(f, name or f.__qualname__)
-        known = _registry.get(algorithm.name)
-        if known is None:
-            _registry[algorithm.name] = algorithm
-        elif known.fn is not f and not _same_source(known.fn, f):
-            raise MwpyError(f"task algorithm {algorithm.name!r} is defined twice; give one a name=")
+        registry.add(algorithm)
         return algorithm
 
     return register if fn is None else register(fn)
+
+
+class Registry:
+    """The task algorithms of this process, by name (what ``@mwpy.task`` fills and slaves look up).
+
+    One per process (:data:`registry`) because a slave must find, by name, a
+    function the program defined at import time. Resettable for tests.
+    """
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, TaskAlgorithm[Any, Any]] = {}
+
+    def add(self, algorithm: TaskAlgorithm[Any, Any]) -> None:
+        """Register ``algorithm``; a second, different definition under the same name is an error."""
+        known = self._by_name.get(algorithm.name)
+        if known is None:
+            self._by_name[algorithm.name] = algorithm
+        elif known.fn is not algorithm.fn and not _same_source(known.fn, algorithm.fn):
+            raise MwpyError(f"task algorithm {algorithm.name!r} is defined twice; give one a name=")
+
+    def get(self, name: str) -> TaskAlgorithm[Any, Any] | None:
+        """The algorithm called ``name``, if any."""
+        return self._by_name.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._by_name))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def snapshot(self) -> dict[str, TaskAlgorithm[Any, Any]]:
+        """A copy of the registrations, for :meth:`restore`."""
+        return dict(self._by_name)
+
+    def restore(self, snapshot: dict[str, TaskAlgorithm[Any, Any]]) -> None:
+        """Put back what :meth:`snapshot` saw (forgetting what was registered since)."""
+        self._by_name = dict(snapshot)
+
+    def clear(self) -> None:
+        """Forget every registration."""
+        self._by_name.clear()
+
+
+#: The task algorithms of this process.
+registry = Registry()
 
 
 def _same_source(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
@@ -297,5 +362,5 @@ def _same_source(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
 
 
 def lookup(name: str) -> TaskAlgorithm[Any, Any] | None:
-    """The registered task algorithm called ``name``, if any."""
-    return _registry.get(name)
+    """The registered task algorithm called ``name``, if any (``registry.get``)."""
+    return registry.get(name)

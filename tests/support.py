@@ -26,7 +26,7 @@ from mwpy.audit import Audit
 from mwpy.errors import ResourceFileError
 from mwpy.master import Master
 from mwpy.resource_file import ResourceFile
-from mwpy.task import Result, Task, set_current_master
+from mwpy.task import Result, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -314,7 +314,7 @@ class LocalMaster:
         assert not rest, f"LocalMaster takes only --mw-* options, got {rest}"
         self._audit = Audit(options.audit_file, packets=options.audit_packets)
         self.mw = Master(options, audit=self._audit, secret=secrets.token_bytes(32), program=str(program))
-        set_current_master(self.mw)
+        self.mw.__enter__()  # current, as mwpy.run() makes it with `with`
         self.slaves: list[Proc] = []
         self.results: list[Result] = []
         self.unrunnable: list[Task] = []
@@ -366,9 +366,8 @@ class LocalMaster:
         if not self.finished:
             self.finished = True
             try:
-                self.mw.finish()
+                self.mw.__exit__(None, None, None)  # finishes, and restores the previous current master
             finally:
-                set_current_master(None)
                 self._audit.close()
 
     def close(self) -> None:

@@ -148,7 +148,7 @@ def test_member_announcing_a_frame_over_max_read_buffer_size_is_cut_off(tmp_path
         sock.sendall(protocol.frame(slave_nonce + protocol.slave_proof(secret, master_nonce, slave_nonce)))
         proof = read_frame(sock, reader)
         assert protocol.proofs_match(protocol.master_proof(secret, master_nonce, slave_nonce), proof)
-        channel = protocol.session(secret, master_nonce, slave_nonce, is_master=False)
+        channel = protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=False)
         sock.sendall(channel.seal(protocol.Hello(record.member_id, "raw", os.getpid(), "0", 1 << 20)))
         reader.max_size = 1 << 20
         welcome = channel.open(read_frame(sock, reader))

@@ -41,10 +41,13 @@ def test_connecting_slaves_fill_ordered_then_intermingle_then_unordered() -> Non
     sched.allocate(1, INTERMINGLE)
     kinds = [sched.join(sid) for sid in ("a", "b", "c", "d")]
     assert kinds == [ORDERED, ORDERED, INTERMINGLE, UNORDERED]
-    assert sched.connected_ordered == ["a", "b", "c"]
+    assert sched.drain_connected_ordered() == ["a", "b", "c"]
+    assert sched.drain_connected_ordered() == []  # drained: reported once
     assert sched.connected() == {"ordered": 2, "intermingle": 1, "unordered": 1}
     sched.leave("b")
-    assert sched.disconnected_ordered == ["b"]
+    assert sched.news_counts() == (0, 0, 1)
+    assert sched.drain_disconnected_ordered() == ["b"]
+    assert not sched.has_news()
     assert sched.join("e") is ORDERED  # the group has room again
 
 
@@ -53,7 +56,7 @@ def test_allocate_moves_connected_unordered_slaves_over() -> None:
     assert sched.join("a") is UNORDERED
     sched.allocate(1, INTERMINGLE)
     assert sched.kind_of("a") is INTERMINGLE
-    assert sched.connected_ordered == ["a"]
+    assert sched.drain_connected_ordered() == ["a"]
     assert sched.slaves_needed == 0
 
 
@@ -103,7 +106,9 @@ def test_tasks_of_a_vanished_slave_follow_their_policy() -> None:
 
     assert sched.leave("u") == [again, dropped]
     assert sched.leave("o") == [ordered, anyway, anyway_no_retry]
-    assert sorted(t.task_id for t in sched.unrunnable) == sorted(t.task_id for t in (dropped, ordered, anyway_no_retry))
+    assert sorted(t.task_id for t in sched.drain_unrunnable()) == sorted(
+        t.task_id for t in (dropped, ordered, anyway_no_retry)
+    )
     sched.deallocate(1, ORDERED)
     assert sched.join("v") is UNORDERED
     assert sorted(t.task_id for t in run_all(sched, "v")) == sorted(t.task_id for t in (again, anyway, queued_anyway))
@@ -122,7 +127,7 @@ def test_tasks_of_a_vanished_slave_keep_their_submission_order() -> None:
     assert sched.take("u") == dropped
     sched.leave("o")
     sched.leave("u")
-    assert sched.unrunnable == dropped
+    assert sched.drain_unrunnable() == dropped
     sched.deallocate(1, ORDERED)
     sched.join("v")
     assert run_all(sched, "v") == moved + retried
@@ -132,7 +137,9 @@ def test_ordered_task_for_a_slave_that_is_not_there_is_unrunnable_unless_do_it_a
     sched = Scheduler()
     lost = submit(sched, Policy(sid="ghost"))
     moved = submit(sched, Policy(sid="ghost", do_it_anyway=True))
-    assert sched.unrunnable == [lost]
+    assert sched.num_unrunnable == 1
+    assert sched.drain_unrunnable() == [lost]
+    assert sched.num_unrunnable == 0
     sched.join("u")
     assert run_all(sched, "u") == [moved]
 
@@ -212,6 +219,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.submitted: list[Task] = []
         self.completed: Counter[int] = Counter()
         self.held: dict[str, list[Task]] = {}
+        self.unrunnable: list[Task] = []
 
     @rule(policy=policies)
     def submit(self, policy: Policy) -> None:
@@ -258,7 +266,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def counts_add_up(self) -> None:
         sched = self.sched
         assert sched.running_total == sum(len(tasks) for tasks in self.held.values())
-        ended = sum(self.completed.values()) + len(sched.unrunnable)
+        self.unrunnable += sched.drain_unrunnable()
+        ended = sum(self.completed.values()) + len(self.unrunnable)
         assert sched.pending_total == len(self.submitted) - ended
 
     def teardown(self) -> None:
@@ -274,7 +283,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for sid in [*self.held, "drain"]:
             for task in run_all(sched, sid):
                 self.completed[task.task_id] += 1
-        unrunnable = Counter(t.task_id for t in sched.unrunnable)
+        self.unrunnable += sched.drain_unrunnable()
+        unrunnable = Counter(t.task_id for t in self.unrunnable)
         for task in self.submitted:
             assert self.completed[task.task_id] + unrunnable[task.task_id] == 1, task
         assert (sched.pending_total, sched.running_total) == (0, 0)

@@ -100,7 +100,7 @@ def authenticate(port: int, secret: bytes) -> Session:
     except BaseException:
         sock.close()
         raise
-    return Session(sock, protocol.session(secret, master_nonce, slave_nonce, is_master=False), reader)
+    return Session(sock, protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=False), reader)
 
 
 def hung_up(sock: socket.socket, timeout: float) -> bool:

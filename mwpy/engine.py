@@ -1,0 +1,450 @@
+"""The master's event loop: one selector, every slave connection, tasks out and results in.
+
+Single-threaded and hand-driven: :meth:`Engine.step` is one pass (hand out
+tasks → ``select`` → accept, read, write → hand out tasks again → timers →
+journal commit → audit flush); the user-facing :class:`mwpy.master.Master`
+runs passes when the master algorithm calls ``loop()``. Why selectors and not
+asyncio is explained in docs/design.md.
+
+Each connection is a :class:`_Peer`: a socket, an output buffer and a
+:class:`~mwpy.session.MasterSession` that decides what the bytes mean and
+what may be sent. This module only moves bytes and applies the scheduler's
+decisions; it knows nothing of the resource file (a tick callback does that)
+nor of how results reach the master algorithm (a delivery callback does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import resource
+import selectors
+import socket
+import ssl
+import time
+from collections.abc import Callable
+
+from mwpy import protocol
+from mwpy.audit import Audit
+from mwpy.errors import ProtocolError
+from mwpy.journal import Journal
+from mwpy.options import Options
+from mwpy.protocol import ExitCode, Results
+from mwpy.scheduler import Scheduler
+from mwpy.session import HandshakeReply, MasterSession, MasterState, Refused
+from mwpy.task import Result, Task, TaskError
+
+#: Bytes read from a socket per call.
+RECV_SIZE = 256 * 1024
+#: How often timers (client timeouts, resource file) are looked at, in seconds.
+TICK = 0.25
+#: Failures that would recur on any slave: handed over at once, never retried.
+_NOT_RETRIED = frozenset({"ResultTooLarge", "ResultDecodeError"})
+#: How long the master waits for slaves to acknowledge a shutdown.
+SHUTDOWN_GRACE = 5.0
+
+Deliver = Callable[[Task, Result], None]
+
+
+class _Peer:
+    """One TCP connection to a (would-be) slave."""
+
+    __slots__ = (
+        "sock", "address", "session", "out", "sid", "last_heard",
+        "max_out", "tasks_out", "results_in", "writing", "handshaking",
+    )  # fmt: skip
+
+    def __init__(self, sock: socket.socket, address: str, session: MasterSession, now: float) -> None:
+        self.sock: socket.socket | None = sock
+        self.address = address
+        self.session = session
+        self.out = bytearray()
+        self.sid: str | None = None
+        self.last_heard = now
+        self.max_out = 0
+        self.tasks_out = 0
+        self.results_in = 0
+        self.writing = False
+        self.handshaking = False  # TLS handshake still under way
+
+
+def decode_result(
+    task: Task, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False
+) -> Result:
+    """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
+    value, failure = protocol.decode_outcome(ok, blob)
+    tag = task.policy.tag
+    if failure is None:
+        return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
+    return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))
+
+
+class Engine:
+    """Listens, accepts, authenticates and serves slaves for one master."""
+
+    def __init__(
+        self,
+        options: Options,
+        *,
+        audit: Audit,
+        secret: bytes,
+        sched: Scheduler,
+        journal: Journal | None,
+        deliver: Deliver,
+        on_tick: Callable[[float], None],
+    ) -> None:
+        self._options = options
+        self._audit = audit
+        self._secret = secret
+        self._sched = sched
+        self._journal = journal
+        self._deliver = deliver
+        self._on_tick = on_tick
+        self._peers: set[_Peer] = set()
+        self._by_sid: dict[str, _Peer] = {}
+        # Every read lands in this one buffer and is copied into the peer's session.
+        # sock.recv(256 KiB) would allocate 256 KiB per call, above glibc's mmap threshold:
+        # an mmap, page faults and an munmap per read, half a one-task round trip on loopback.
+        self._recv_buffer = bytearray(RECV_SIZE)
+        self._recv_view = memoryview(self._recv_buffer)
+        self._slave_numbers = itertools.count()
+        self._heartbeat_interval = options.client_timeout / 4
+        self._next_tick = 0.0
+        self._closed = False
+        self._tls: ssl.SSLContext | None = None
+        self.tls_fingerprint: str | None = None
+        if options.tls_cert:
+            self._tls, self.tls_fingerprint = protocol.tls_server_context(options.tls_cert, options.tls_key)
+        _raise_file_limit()
+        self._selector = selectors.DefaultSelector()
+        self._listener = self._listen()
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self.host = options.master_host or socket.gethostname()
+        self.port: int = self._listener.getsockname()[1]
+
+    # ------------------------------------------------------------------ one pass
+
+    def step(self, wait: float) -> None:
+        """One pass of the loop, waiting at most ``wait`` seconds in ``select``."""
+        self._dispatch()
+        now = time.monotonic()
+        wait = max(0.0, min(wait, self._next_tick - now))
+        for key, mask in self._selector.select(wait):
+            peer = key.data
+            if peer is None:
+                self._accept()
+                continue
+            if peer.handshaking:
+                self._tls_handshake(peer)
+                continue
+            if mask & selectors.EVENT_READ:
+                self._read(peer)
+            if mask & selectors.EVENT_WRITE and peer.sock is not None:
+                self._send(peer)
+        self._dispatch()
+        now = time.monotonic()
+        if now >= self._next_tick:
+            self._tick(now)
+        if self._journal is not None:
+            self._journal.commit()  # durable before the master algorithm sees the results
+        self._audit.flush()
+
+    def tick_soon(self) -> None:
+        """Look at timers (and the resource file) on the next pass: something they report changed."""
+        self._next_tick = 0.0
+
+    # ------------------------------------------------------------------ network
+
+    def _listen(self) -> socket.socket:
+        host = self._options.master_host or ""
+        port = self._options.master_port or 0
+        try:
+            sock = socket.create_server((host, port), backlog=1024)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}") from None
+        sock.setblocking(False)
+        return sock
+
+    def _accept(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: keep serving the others
+                self._audit(f"ACCEPT FAILED {exc}")
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            address = f"{addr[0]}:{addr[1]}"
+            if self._closed:
+                sock.close()
+                continue
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            options = self._options
+            session = MasterSession(
+                self._secret,
+                options.member_id,
+                max_receive=options.max_read_buffer_size,
+                max_send=options.max_write_buffer_size,
+            )
+            peer = _Peer(sock, address, session, now)
+            self._peers.add(peer)
+            self._selector.register(sock, selectors.EVENT_READ, peer)
+            self._audit(f"NEW-CLIENT -> {address}")
+            if self._tls is None:
+                self._queue(peer, session.challenge())
+            else:
+                peer.handshaking = True
+                self._tls_handshake(peer)
+
+    def _tls_handshake(self, peer: _Peer) -> None:
+        """Advance a non-blocking TLS handshake; once done, the mwpy handshake starts."""
+        sock = peer.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        want_write = False
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLWantWriteError:
+            want_write = True
+        except OSError as exc:
+            self._lose(peer, f"TLS handshake failed: {exc}")
+            return
+        else:
+            peer.handshaking = False
+            peer.last_heard = time.monotonic()
+            self._queue(peer, peer.session.challenge())
+            return
+        self._want_write(peer, sock, want_write)
+
+    def _read(self, peer: _Peer) -> None:
+        sock = peer.sock
+        assert sock is not None
+        session = peer.session
+        try:
+            size = sock.recv_into(self._recv_buffer)
+            if size and isinstance(sock, ssl.SSLSocket):
+                while sock.pending():  # plaintext TLS already decrypted: select will not report it
+                    session.receive_data(self._recv_view[:size])
+                    size = sock.recv_into(self._recv_buffer)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except OSError as exc:
+            self._lose(peer, f"read error: {exc}")
+            return
+        if not size:
+            self._lose(peer, "EOF")
+            return
+        if session.state is not MasterState.PROVING:  # unproven peers get one client timeout in all
+            peer.last_heard = time.monotonic()
+        session.receive_data(self._recv_view[:size])
+        try:
+            while peer.sock is not None and (event := session.next_event()) is not None:
+                if type(event) is Results:  # the hot path first, and without an isinstance chain
+                    self._take_results(peer, event)
+                elif isinstance(event, HandshakeReply):
+                    self._queue(peer, event.data)
+                elif isinstance(event, protocol.Hello):
+                    self._greet(peer, event)
+                elif isinstance(event, Refused):
+                    self._refuse(peer, event)
+                # Heartbeat: hearing from the slave (last_heard) was the point
+        except ProtocolError as exc:
+            self._lose(peer, f"protocol error: {exc}")
+
+    def _refuse(self, peer: _Peer, refused: Refused) -> None:
+        self._audit(f"REFUSED {peer.address} [{refused.hello.member_id!r}]: {refused.reason}")
+        self._queue(peer, refused.data)
+        self._close(peer)
+
+    def _greet(self, peer: _Peer, hello: protocol.Hello) -> None:
+        session = peer.session
+        sid = f"slave-{next(self._slave_numbers)}"
+        options = self._options
+        welcome = protocol.Welcome(
+            sid, options.slave_result_group, self._heartbeat_interval, options.max_read_buffer_size
+        )
+        data = session.send(welcome)
+        peer.sid = sid
+        peer.max_out = session.max_send
+        self._by_sid[sid] = peer
+        kind = self._sched.join(sid)
+        self._queue(peer, data)
+        self._audit(
+            f'{sid} {peer.address} -> ["{hello.member_id}"] connecting [{kind.value}] '
+            f"(host {hello.host}, pid {hello.pid}, mwpy {hello.mwpy_version})"
+        )
+        self.tick_soon()
+
+    def _take_results(self, peer: _Peer, msg: Results) -> None:
+        sid = peer.sid
+        assert sid is not None
+        sched = self._sched
+        peer.results_in += len(msg.items)
+        if self._audit.packets:
+            self._audit(f"{sid} -> {len(msg.items)} results")
+        holes: list[str] = []
+        for task_id, ok, blob, compute_time in msg.items:
+            task = sched.finish(sid, task_id, compute_time)
+            if task is None:
+                self._audit(f"{sid} -> result for task {task_id} it does not hold (ignored)")
+                continue
+            result = decode_result(task, sid, ok, blob, compute_time)
+            if result.error is None:
+                holes += sched.succeeded(sid, task)
+                if task.policy.key is not None and self._journal is not None:
+                    self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
+            elif result.error.type not in _NOT_RETRIED and sched.failed(sid, task):
+                self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
+                continue
+            sched.complete(task)
+            self._deliver(task, result)
+        for hole in holes:
+            self._expel(hole)
+
+    def _expel(self, sid: str) -> None:
+        """Send a black-hole slave away with a non-zero status; its tasks go to others."""
+        peer = self._by_sid.pop(sid, None)
+        if peer is None:
+            return
+        lost = self._sched.leave(sid)
+        self._audit(
+            f"{sid} -> told to leave: {self._options.slave_max_failures} of its failed tasks succeeded "
+            f"elsewhere (black hole); {len(lost)} tasks in flight go to other slaves"
+        )
+        peer.sid = None
+        self._queue(peer, peer.session.send(protocol.Shutdown(int(ExitCode.TOLD_TO_LEAVE))))
+        self.tick_soon()
+
+    def _dispatch(self) -> None:
+        if self._closed:
+            return  # every slave has been told to shut down: its session takes no more Tasks
+        sched = self._sched
+        for sid in sched.ready():
+            tasks = sched.take(sid)
+            if tasks:
+                self._send_tasks(self._by_sid[sid], tasks)
+
+    def _send_tasks(self, peer: _Peer, tasks: list[Task]) -> None:
+        session = peer.session
+        sid = peer.sid
+        assert sid is not None
+        sizes = [len(t.payload) for t in tasks]
+        if not protocol.fits(max(sizes), peer.max_out):
+            tasks = [t for t in tasks if self._fits_or_fail(sid, peer.max_out, t)]
+            if not tasks:
+                return
+            sizes = [len(t.payload) for t in tasks]
+        group = self._sched.task_group
+        for start, stop in protocol.pack(sizes, group, peer.max_out):
+            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in tasks[start:stop]])
+            if self._audit.packets:
+                self._audit(f"{sid} <- {stop - start} tasks ({group} grouping)")
+        peer.tasks_out += len(tasks)
+        self._send(peer)  # one system call for the whole batch, not one per frame
+
+    def _fits_or_fail(self, sid: str, max_frame: int, task: Task) -> bool:
+        """A task too big for this slave's frames fails with a clear error instead of being sent."""
+        if protocol.fits(len(task.payload), max_frame):
+            return True
+        self._sched.finish(sid, task.task_id, 0.0)
+        self._sched.complete(task)
+        message = f"{len(task.payload)} bytes of arguments; {sid} accepts frames of at most {max_frame} bytes"
+        error = TaskError("TaskTooLarge", message, "")
+        self._deliver(task, Result(task.task_id, task.algorithm, sid, task.policy.tag, 0.0, error=error))
+        return False
+
+    def _queue(self, peer: _Peer, data: bytes) -> None:
+        peer.out += data
+        self._send(peer)
+
+    def _send(self, peer: _Peer) -> None:
+        sock = peer.sock
+        if sock is None:
+            return
+        if peer.handshaking:
+            return  # the TLS handshake owns the socket until it is done
+        if peer.out:
+            try:
+                sent = sock.send(peer.out)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                sent = 0
+            except OSError as exc:
+                self._lose(peer, f"write error: {exc}")
+                return
+            del peer.out[:sent]
+        self._want_write(peer, sock, bool(peer.out))
+
+    def _want_write(self, peer: _Peer, sock: socket.socket, want: bool) -> None:
+        if want != peer.writing:
+            peer.writing = want
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+            self._selector.modify(sock, events, peer)
+
+    def _close(self, peer: _Peer) -> None:
+        sock, peer.sock = peer.sock, None
+        if sock is None:
+            return
+        self._peers.discard(peer)
+        self._selector.unregister(sock)
+        sock.close()
+
+    def _lose(self, peer: _Peer, why: str) -> None:
+        """A connection ended: close it and apply task policies to what its slave held."""
+        if peer.sock is None:
+            return
+        self._close(peer)
+        sid = peer.sid
+        if sid is None:
+            self._audit(f"EOF -> {peer.address} ({why})")
+            return
+        del self._by_sid[sid]
+        lost = self._sched.leave(sid)
+        self._audit(
+            f"{sid} -> disconnected ({why}; {peer.tasks_out} tasks sent, {peer.results_in} results back"
+            f"{f', {len(lost)} in flight' if lost else ''})"
+        )
+        self.tick_soon()
+
+    # ------------------------------------------------------------------ timers
+
+    def _tick(self, now: float) -> None:
+        self._next_tick = now + TICK
+        silent_since = now - self._options.client_timeout
+        for peer in [p for p in self._peers if p.last_heard < silent_since]:
+            self._lose(peer, f"silent for {self._options.client_timeout:g} s (client timeout)")
+        self._on_tick(now)
+
+    # ------------------------------------------------------------------ the end
+
+    def shutdown(self) -> None:
+        """Tell every slave to shut down, wait briefly for them to hang up, then close everything."""
+        self._closed = True
+        for peer in list(self._peers):
+            if peer.session.state is MasterState.READY and peer.sid is not None:
+                self._audit(f"{peer.sid} <- SHUTDOWN")
+                self._queue(peer, peer.session.send(protocol.Shutdown(0)))
+            elif peer.session.state is not MasterState.CLOSING:
+                self._lose(peer, "computation finished")
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while self._peers and time.monotonic() < deadline:
+            self.step(min(TICK, deadline - time.monotonic()))
+        for peer in list(self._peers):
+            self._lose(peer, "computation finished")
+        self.close()
+
+    def close(self) -> None:
+        """Stop listening and release the selector (connections must be closed already)."""
+        self._closed = True
+        self._selector.close()
+        self._listener.close()
+
+
+def _raise_file_limit() -> None:
+    """Many slaves means many sockets: lift the soft descriptor limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -1,0 +1,118 @@
+"""What the master tells the world: the resource file, how to start a slave, the slave bundle.
+
+Kept apart from the event loop (:mod:`mwpy.engine`) and the API
+(:mod:`mwpy.master`) because it is policy about files, not about sockets or
+tasks: when to rewrite the resource file (on a change, debounced, and at least
+every ``--mw-resource-file-update-interval``), what it says, and which
+executable, files and arguments start a slave (computed once).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from mwpy import bundle, resource_file
+from mwpy.audit import Audit
+from mwpy.options import Options
+from mwpy.scheduler import Scheduler
+
+#: Shortest time between two resource-file writes caused by a change.
+DEBOUNCE = 1.0
+#: File name of the slave bundle built by --mw-slave-bundle.
+BUNDLE_NAME = "mwpy.pyz"
+#: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
+DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
+
+
+class Publisher:
+    """Writes one master's resource file; builds its slave bundle once, at creation."""
+
+    def __init__(
+        self,
+        options: Options,
+        *,
+        audit: Audit,
+        sched: Scheduler,
+        program: str,
+        secret: bytes,
+        host: str,
+        port: int,
+        tls_fingerprint: str | None,
+    ) -> None:
+        self._options = options
+        self._audit = audit
+        self._sched = sched
+        self._program = os.path.abspath(program)
+        self._secret_hex = None if options.secret_file else secret.hex()
+        self._host = host
+        self._port = port
+        self._tls_fingerprint = tls_fingerprint
+        self._next = 0.0
+        self._written = 0.0
+        self._key: tuple[int, dict[str, int]] | None = None
+        self._bundle = self._build_bundle()
+        self.slave_executable, self.slave_files, self.slave_arguments = self._how_to_start_a_slave()
+
+    def maybe_write(self, now: float, *, finished: bool) -> None:
+        """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
+        needed, connected = self._sched.slaves_needed, self._sched.connected()
+        changed = (needed, connected) != self._key and now - self._written >= DEBOUNCE
+        if changed or now >= self._next:
+            self.write(now, needed, connected, finished=finished)
+
+    def write(self, now: float, needed: int, connected: dict[str, int], *, finished: bool) -> None:
+        """Write the file now (a failure is audited: the computation goes on without it)."""
+        path = self._options.resource_file
+        sched = self._sched
+        self._key = (needed, connected)
+        self._written = now
+        self._next = now + self._options.resource_file_update_interval
+        if path is None:
+            return
+        record = resource_file.ResourceFile(
+            computation_status=resource_file.FINISHED if finished else resource_file.IN_PROGRESS,
+            timestamp=time.time(),
+            update_interval=self._options.resource_file_update_interval,
+            member_id=self._options.member_id,
+            master_host=self._host,
+            master_port=self._port,
+            slaves_needed=needed,
+            slave_executable=self.slave_executable,
+            slave_files=self.slave_files,
+            slave_arguments=self.slave_arguments,
+            master_pid=os.getpid(),
+            tasks_done=sched.done_total,
+            tasks_pending=sched.queued_total,
+            tasks_running=sched.running_total,
+            slaves_connected=connected,
+            secret=self._secret_hex,
+            tls_fingerprint=self._tls_fingerprint,
+        )
+        try:
+            resource_file.write(path, record)
+        except OSError as exc:
+            self._audit(f"RESOURCE FILE NOT WRITTEN {path}: {exc}")
+
+    def _build_bundle(self) -> str | None:
+        if not self._options.slave_bundle:
+            return None
+        folder = os.path.dirname(os.path.abspath(self._options.resource_file or self._program))
+        return str(bundle.build(os.path.join(folder, BUNDLE_NAME)))
+
+    def _how_to_start_a_slave(self) -> tuple[str, list[str], list[str]]:
+        """Executable, files and arguments of a slave, as the resource file advertises them."""
+        options = self._options
+        executable = options.slave_executable or (DEFAULT_BUNDLE_PYTHON if self._bundle else sys.executable)
+        files = [self._program, *(os.path.abspath(f) for f in options.slave_files)]
+        arguments = [os.path.basename(self._program), "--mw-slave"]
+        if self._bundle:
+            files.insert(0, self._bundle)
+            arguments.insert(0, BUNDLE_NAME)
+        if options.resource_file:
+            arguments += ["--mw-resource-file", os.path.basename(options.resource_file)]
+        if options.secret_file:
+            files.append(os.path.abspath(options.secret_file))
+            arguments += ["--mw-secret-file", os.path.basename(options.secret_file)]
+        return executable, files, [*arguments, *options.slave_arguments]
