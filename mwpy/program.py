@@ -16,10 +16,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mwpy import resource_file
+from mwpy import resource_file, safe_files
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.errors import ConfigurationError, JournalError, ResourceFileError, UsageError
+from mwpy.errors import (
+    ConfigurationError,
+    InvalidResourceFileError,
+    JournalError,
+    ResourceFileError,
+    UnsafeFileError,
+    UsageError,
+)
 from mwpy.master import Master
 from mwpy.options import Options, parse, usage
 from mwpy.protocol import ExitCode
@@ -30,6 +37,8 @@ SlaveAlgorithm = Callable[[Slave, list[str]], Any]
 
 #: How long a slave keeps trying to connect when the resource file is fresh.
 CONNECT_PATIENCE = 10.0
+#: A secret file is a few dozen bytes; anything past this is not one.
+SECRET_MAX_SIZE = 4096
 
 #: The master and slave algorithms of this program ("master", "slave"): set by the decorators at
 #: import time, read by :func:`main`. One program has one of each; a later declaration replaces an earlier.
@@ -147,10 +156,15 @@ def _master_secret(options: Options) -> bytes:
 
 
 def _read_secret(path: Path) -> bytes:
+    """The secret in ``path``: a regular file of this user's that nobody else can write.
+
+    Whoever can write the secret file controls every slave (docs/security.md), so a
+    file others could have changed is refused rather than trusted.
+    """
     try:
-        secret = path.read_bytes().strip()
-    except OSError as exc:
-        raise ConfigurationError(f"--mw-secret-file: cannot read {path}: {exc.strerror}") from None
+        secret = safe_files.read_bytes(path, max_size=SECRET_MAX_SIZE, private=True).strip()
+    except UnsafeFileError as exc:
+        raise ConfigurationError(f"--mw-secret-file: cannot use {exc}") from None
     if not secret:
         raise ConfigurationError(f"--mw-secret-file: {path} is empty")
     return secret
@@ -212,7 +226,7 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
         try:
             record = resource_file.read(options.resource_file)
         except ResourceFileError as exc:
-            missing = not os.path.exists(options.resource_file)
+            missing = not isinstance(exc, InvalidResourceFileError)
             if not (missing and options.master_host and options.master_port):
                 raise SlaveExit(ExitCode.BAD_RESOURCE_FILE, str(exc)) from None
             audit(f"WARNING {exc}; using --mw-master-host and --mw-master-port")

@@ -289,3 +289,52 @@ def test_overseer_on_a_hostile_file_exits_1_with_one_line(hostile: tuple[Path, s
     line = one_line(done.stderr)
     assert line.startswith("mwpy overseer: error: ")
     assert problem in line
+
+
+# ---------------------------------------------------------------------- the secret file
+
+
+@pytest.fixture(
+    params=["group-writable", "world-writable", "fifo", "dev-zero"],
+)
+def hostile_secret(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
+    """A secret file nobody may trust or read safely, and the words its refusal must contain."""
+    path = tmp_path / "secret"
+    kind: str = request.param
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, "not a regular file"
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+        return path, "not a regular file"
+    path.write_text(os.urandom(32).hex())
+    path.chmod(0o620 if kind == "group-writable" else 0o602)
+    return path, "writable"
+
+
+def test_master_refuses_a_hostile_secret_file_with_exit_1(hostile_secret: tuple[Path, str], tmp_path: Path) -> None:
+    """Guards: docs/security.md — whoever can write the secret file controls every slave, so the master refuses it."""
+    path, problem = hostile_secret
+    done = subprocess.run(
+        [PYTHON, str(TRUST_STREAM), "--mw-master", "--mw-secret-file", str(path), "--mw-master-host", "127.0.0.1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1, done.stderr
+    line = one_line(done.stderr)
+    assert "--mw-secret-file" in line
+    assert problem in line
+
+
+def test_slave_refuses_a_hostile_secret_file_with_exit_2(hostile_secret: tuple[Path, str], tmp_path: Path) -> None:
+    """Guards: docs/exit-codes.md — a slave whose secret cannot be used exits 2 with one line, never hangs."""
+    path, problem = hostile_secret
+    port = str(free_port())
+    command = [PYTHON, str(TRUST_STREAM), "--mw-slave", "--mw-master-host", "127.0.0.1", "--mw-master-port", port]
+    slave = spawn([*command, "--mw-secret-file", str(path)], tmp_path, "slave")
+    assert slave.wait(DEADLINE) == ExitCode.USAGE, slave.err()
+    assert problem in one_line(slave.err())
