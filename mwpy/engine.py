@@ -221,26 +221,38 @@ class Engine:
         self._want_write(peer, sock, want_write)
 
     def _read(self, peer: _Peer) -> None:
+        size = self._recv(peer)
+        if not size:
+            return
+        session = peer.session
+        if session.state is not MasterState.PROVING:  # unproven peers get one client timeout in all
+            peer.last_heard = time.monotonic()
+        session.receive_data(self._recv_view[:size])
+        self._handle_events(peer)
+
+    def _recv(self, peer: _Peer) -> int | None:
+        """Bytes now in the read buffer; ``None`` when there are none yet or the peer is gone."""
         sock = peer.sock
         assert sock is not None
-        session = peer.session
         try:
             size = sock.recv_into(self._recv_buffer)
             if size and isinstance(sock, ssl.SSLSocket):
                 while sock.pending():  # plaintext TLS already decrypted: select will not report it
-                    session.receive_data(self._recv_view[:size])
+                    peer.session.receive_data(self._recv_view[:size])
                     size = sock.recv_into(self._recv_buffer)
         except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return
+            return None
         except OSError as exc:
             self._lose(peer, f"read error: {exc}")
-            return
+            return None
         if not size:
             self._lose(peer, "EOF")
-            return
-        if session.state is not MasterState.PROVING:  # unproven peers get one client timeout in all
-            peer.last_heard = time.monotonic()
-        session.receive_data(self._recv_view[:size])
+            return None
+        return size
+
+    def _handle_events(self, peer: _Peer) -> None:
+        """Act on every complete message the peer sent; a protocol violation drops it."""
+        session = peer.session
         try:
             while peer.sock is not None and (event := session.next_event()) is not None:
                 if type(event) is Results:  # the hot path first, and without an isinstance chain

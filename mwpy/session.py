@@ -201,14 +201,20 @@ class MasterSession:
                 if after is MasterState.CLOSING:
                     continue  # told to leave: authenticated, checked, dropped
                 return msg
-            if after is not self.state:
-                self._to(after)
-            if after is MasterState.CLOSING:
-                continue
-            if isinstance(msg, Hello):
-                return self._greeted(msg)
-            return msg
+            event = self._move(msg, after)
+            if event is not None:
+                return event
         return None
+
+    def _move(self, msg: Message, after: MasterState) -> Event | None:
+        """Apply a message that changes (or may change) the state; ``None`` for one to drop."""
+        if after is not self.state:
+            self._to(after)
+        if after is MasterState.CLOSING:
+            return None
+        if isinstance(msg, Hello):
+            return self._greeted(msg)
+        return msg
 
     def _to(self, state: MasterState) -> None:
         self.state = state
@@ -293,12 +299,7 @@ class SlaveSession:
             return None
         channel = self._channel
         if channel is None:  # not proven yet: fixed-layout frames, never unpickled
-            if self.state is SlaveState.CONNECTED:
-                self._master_nonce = protocol.parse_challenge(body)
-                proof = protocol.slave_proof(self._secret, self._master_nonce, self._nonce)
-                self._to(SlaveState.PROVING)
-                return HandshakeReply(protocol.frame(self._nonce + proof), False)
-            return self._check_proof(body)
+            return self._handshake(body)
         if self.state is SlaveState.CLOSED:
             raise ProtocolError("the connection is closed")
         msg = channel.open(body)
@@ -309,6 +310,19 @@ class SlaveSession:
             if type(msg.items) is not list:
                 raise ProtocolError("malformed Tasks message")
             return msg
+        return self._move(msg, after)
+
+    def _handshake(self, body: bytes) -> HandshakeReply:
+        """The master's challenge (answered with our proof), then its own proof."""
+        if self.state is SlaveState.CONNECTED:
+            self._master_nonce = protocol.parse_challenge(body)
+            proof = protocol.slave_proof(self._secret, self._master_nonce, self._nonce)
+            self._to(SlaveState.PROVING)
+            return HandshakeReply(protocol.frame(self._nonce + proof), False)
+        return self._check_proof(body)
+
+    def _move(self, msg: Message, after: SlaveState) -> Message:
+        """Apply a message that changes (or may change) the state, after checking its fields."""
         if after is not self.state:
             self._to(after)
         if isinstance(msg, Welcome):
