@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from mwpy import events as ev
 
@@ -80,4 +84,53 @@ def known_run() -> list[ev.Event]:
         ev.SlaveDisconnected(t=1020.0, slave="slave-3", cause="eof", reason="EOF", in_flight=2),
         ev.SlaveDisconnected(t=1030.0, slave="slave-1", cause="shutdown", reason="finished", in_flight=0),
         ev.MasterStop(t=1030.0, run=1, status=0, tasks_done=4),
+    ]
+
+
+#: Where Debian puts Chromium; tests that need it skip without it unless CI demands it.
+CHROMIUM = Path("/usr/bin/chromium")
+BROWSER_REQUIRED_ENV = "MWPY_BROWSER_REQUIRED"
+SIMULATOR = Path(__file__).resolve().parent.parent / "tools" / "simulate_events.py"
+
+
+def chromium_or_skip() -> Path:
+    """Chromium's path; skips the test (with the reason) when it is absent and MWPY_BROWSER_REQUIRED is unset."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    if os.environ.get(BROWSER_REQUIRED_ENV):
+        raise AssertionError(f"{CHROMIUM} is missing and {BROWSER_REQUIRED_ENV} is set (apt-get install chromium)")
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; set {BROWSER_REQUIRED_ENV}=1 to make this fail)")
+
+
+def headless(browser: Path, profile: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium as root can, quietly, with console messages on stderr."""
+    return subprocess.run(
+        [
+            str(browser),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def console_errors(stderr: str) -> list[str]:
+    """Chromium's log lines that report a page's JavaScript errors or failed loads."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if "Uncaught" in line or ("CONSOLE" in line and "error" in line.lower()) or "Failed to load resource" in line
     ]

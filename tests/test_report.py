@@ -1,0 +1,120 @@
+"""``python -m mwpy.report`` (docs/observability.md): one self-contained HTML file, checked in a real browser."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mwpy import events as ev
+from mwpy import report
+from tests.obs_support import ONE_OF_EACH, SIMULATOR, chromium_or_skip, console_errors, headless, write_log
+
+PLOTS = ("plot-rate", "plot-slaves", "plot-timeline", "plot-runtimes")
+#: What each plot draws once plotly has rendered it: line paths, or the heatmap's image.
+DRAWN = {
+    "plot-rate": r'<path class="js-line"[^>]* d="M[^"]{20,}"',
+    "plot-slaves": r'<path class="js-line"[^>]* d="M[^"]{20,}"',
+    "plot-timeline": r'<g class="hm"[^>]*><image[^>]* (?:xlink:)?href="data:image/png;base64,[^"]{100,}"',
+    "plot-runtimes": r'<path class="js-line"[^>]* d="M[^"]{20,}"',
+}
+
+
+def _report_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mwpy.report", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _simulate(path: Path, tasks: int, timeout: float = 300) -> Path:
+    subprocess.run([sys.executable, str(SIMULATOR), str(path), "--tasks", str(tasks)], check=True, timeout=timeout)
+    return path
+
+
+def _sections(dom: str) -> dict[str, str]:
+    """Each plot's section of the rendered DOM, by its div id."""
+    found = {}
+    for match in re.finditer(r'<section class="plot" data-plot="([^"]+)">(.*?)</section>', dom, re.DOTALL):
+        found[match.group(1)] = match.group(2)
+    return found
+
+
+def test_every_plot_renders_in_headless_chromium_without_console_errors(tmp_path: Path) -> None:
+    browser = chromium_or_skip()
+    events = _simulate(tmp_path / "events.jsonl", 5000)
+    out = tmp_path / "report.html"
+    done = _report_cli(str(events), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out)
+    page = out.read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]+src=", page), "self-contained: no script is loaded from elsewhere"
+    shown = headless(
+        browser, tmp_path / "profile", "--virtual-time-budget=15000", "--dump-dom", out.as_uri(), timeout=180
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert console_errors(shown.stderr) == []
+    sections = _sections(shown.stdout)
+    assert sorted(sections) == sorted(PLOTS)
+    for plot, drawn in DRAWN.items():
+        assert 'class="main-svg"' in sections[plot], f"{plot} did not render"
+        assert re.search(drawn, sections[plot]), f"{plot} rendered empty"
+    assert "ValueError" in shown.stdout, "the failures table lists the simulated errors"
+
+
+def test_the_console_error_check_does_catch_errors(tmp_path: Path) -> None:
+    """The check above would pass vacuously if Chromium stopped logging console errors: prove it does not."""
+    browser = chromium_or_skip()
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><script>undefinedFunction();</script></body></html>", encoding="utf-8")
+    shown = headless(browser, tmp_path / "profile", "--virtual-time-budget=2000", "--dump-dom", page.as_uri())
+    assert console_errors(shown.stderr), shown.stderr[-2000:]
+
+
+def test_failures_are_listed_escaped_with_traceback_and_output(tmp_path: Path) -> None:
+    out = report.build_report(write_log(tmp_path / "events.jsonl", ONE_OF_EACH), tmp_path / "r.html")
+    page = out.read_text(encoding="utf-8")
+    failures = page[page.index("<table id=failures>") :]
+    assert "ZeroDivisionError</b>: division by zero" in failures
+    assert "some &lt;b&gt;output&lt;/b&gt;" in failures
+    assert "Traceback (most recent call last):" in failures
+    assert "slaves gone: eof" in page
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (ev.encode(ONE_OF_EACH[0]) + '{"v":1,"t":2', ":2: truncated line"),
+        ("id,name\n1,x\n", ":1: not JSON"),
+    ],
+    ids=["truncated", "foreign"],
+)
+def test_a_bad_log_is_one_line_and_status_1(tmp_path: Path, content: str, problem: str) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_text(content, encoding="utf-8")
+    done = _report_cli(str(events), "-o", str(tmp_path / "r.html"))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"mwpy report: error: {events}{problem}")
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+def test_a_million_task_report_stays_small(tmp_path: Path) -> None:
+    """Aggregated, not plotted per task: a 10^6-task log makes a report well under 20 MB (timing is printed)."""
+    started = time.monotonic()
+    events = _simulate(tmp_path / "events.jsonl", 1_000_000, timeout=600)
+    simulated = time.monotonic() - started
+    started = time.monotonic()
+    done = _report_cli(str(events), "-o", str(tmp_path / "r.html"), timeout=600)
+    built = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    size = (tmp_path / "r.html").stat().st_size
+    print(
+        f"10^6 tasks: log {events.stat().st_size / 1e6:.1f} MB written in {simulated:.1f} s; "
+        f"report {size / 1e6:.1f} MB built in {built:.1f} s"
+    )
+    assert size < 20_000_000
