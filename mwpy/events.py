@@ -10,8 +10,9 @@ Two halves with opposite needs:
 * :class:`EventWriter` sits on the master's hot path. It never touches the
   disk per event: lines go to an in-memory buffer, and per-task events
   (dispatches, finished tasks) are only *accumulated* — one list append per
-  task — and written as one compact line per (slave, algorithm, outcome) when
-  the master calls :meth:`EventWriter.flush` once per loop pass. It appends,
+  task — and written as one compact line per (slave, algorithm, outcome) at
+  most every ``FLUSH_INTERVAL`` seconds (the master calls
+  :meth:`EventWriter.flush` once per loop pass; most calls only read the clock). It appends,
   so a restarted master continues the same file: its ``master-start`` event
   carries the next run number, and a line torn by a crash is cut off first so
   that the history stays readable.
@@ -49,6 +50,10 @@ MAX_LINE: Final = 16 << 20
 MAX_TEXT: Final = 8192
 #: Problem texts quoting the file are cut to this many characters.
 MAX_MESSAGE: Final = 300
+#: Seconds at least between two writes of the log. The master
+#: calls :meth:`EventWriter.flush` every loop pass; writing at most every ``FLUSH_INTERVAL`` s makes per-task events
+#: of many passes share one line (a pass often holds one result) and bounds what a crash can lose.
+FLUSH_INTERVAL: Final = 0.25
 #: Times (``t``) are written rounded to microseconds.
 DIGITS: Final = 6
 
@@ -272,8 +277,9 @@ def encode(record: Event) -> str:
 class EventWriter:
     """Appends events to the log; cheap enough to leave on (see docs/observability.md for the cost).
 
-    Call :meth:`flush` once per loop pass: it turns what the per-task methods
-    accumulated into lines and writes the pass's lines with one ``write``.
+    Call :meth:`flush` once per loop pass: at most every ``FLUSH_INTERVAL``
+    seconds it turns what the per-task methods accumulated into lines and
+    writes them with one ``write``.
     ``subscribers`` (e.g. the Prometheus exporter) see every record as it is
     written, the aggregated ones at flush. A write that fails (a full disk)
     does not stop the computation: the writer turns itself off and says why in
@@ -288,6 +294,7 @@ class EventWriter:
         self._lines: list[str] = []
         self._finished: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
         self._dispatched: dict[str, int] = {}
+        self._written = float("-inf")
         try:
             self._fd = safe_files.open_checked(self.path, flags=os.O_RDWR | os.O_APPEND | os.O_CREAT, create_mode=0o600)
         except UnsafeFileError as exc:
@@ -304,7 +311,14 @@ class EventWriter:
     # -- any event
 
     def emit(self, record: Event) -> None:
-        """Queue ``record``'s line for the next flush (for rare events; per-task ones have their own methods)."""
+        """Queue ``record``'s line for the next write (for rare events; per-task ones have their own methods).
+
+        Per-task events counted so far are turned into lines first, so the
+        file keeps the order things happened in (a slave's finished tasks
+        before its disconnection).
+        """
+        if self._finished or self._dispatched:
+            self._aggregate(self.now())
         self._lines.append(encode(record))
         for subscriber in self.subscribers:
             subscriber(record)
@@ -342,12 +356,12 @@ class EventWriter:
             total=total,
         )
         self.emit(record)
-        self.flush()
+        self.flush(force=True)
         return record
 
     def master_stop(self, *, status: int, tasks_done: int) -> None:
         self.emit(MasterStop(t=self.now(), run=self.run, status=status, tasks_done=tasks_done))
-        self.flush()
+        self.flush(force=True)
 
     def task_failed(
         self,
@@ -377,10 +391,18 @@ class EventWriter:
 
     # -- writing
 
-    def flush(self) -> None:
-        """Write everything queued since the last flush with one system call."""
+    def flush(self, *, force: bool = False) -> None:
+        """Write what was queued with one system call, if ``FLUSH_INTERVAL`` has passed since the last write.
+
+        Cheap to call every loop pass (a clock read when it is not time yet);
+        ``force`` writes now (master start and stop, close).
+        """
+        now = self.now()
+        if not force and now - self._written < FLUSH_INTERVAL:
+            return
+        self._written = now
         if self._finished or self._dispatched:
-            self._aggregate(self.now())
+            self._aggregate(now)
         if not self._lines:
             return
         data = "".join(self._lines).encode("utf-8")
@@ -423,7 +445,7 @@ class EventWriter:
         """Flush and close; the writer is unusable afterwards."""
         if self._fd < 0:
             return
-        self.flush()
+        self.flush(force=True)
         os.close(self._fd)
         self._fd = -1
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
@@ -183,3 +185,36 @@ def test_a_huge_line_is_refused_without_reading_it_all(tmp_path: Path, monkeypat
     path.write_bytes(b'{"v":1,' + b" " * 5000 + b"}\n")
     with pytest.raises(EventLogError, match=":1: line longer than 1000 bytes"):
         ev.read_events(path)
+
+
+def test_slaves_and_the_event_log_load_none_of_the_optional_extras() -> None:
+    """The slave bundle ships attrs and cattrs only (mwpy/bundle.py): what a slave or the writer imports must not
+    pull in rich, plotly or prometheus_client."""
+    probe = (
+        "import sys, mwpy, mwpy.slave, mwpy.events, mwpy.goodput, mwpy.metrics; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'plotly', 'prometheus_client'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_flushes_within_the_interval_only_read_the_clock(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    now = [100.0]
+    writer = ev.EventWriter(path, clock=lambda: now[0])
+    writer.task_finished("slave-1", "a", "ok", 0.1, 0.0)
+    writer.flush()
+    assert len(ev.read_events(path)) == 1
+    writer.task_finished("slave-1", "a", "ok", 0.2, 0.0)
+    now[0] += ev.FLUSH_INTERVAL / 2
+    writer.flush()
+    assert len(ev.read_events(path)) == 1, "too soon: kept for the next write"
+    writer.emit(ev.SlaveDisconnected(t=now[0], slave="slave-1", cause="eof", reason="EOF"))
+    now[0] += ev.FLUSH_INTERVAL
+    writer.flush()
+    kinds = [type(e).KIND for e in ev.read_events(path)]
+    assert kinds == ["tasks-finished", "tasks-finished", "slave-disconnected"], "in the order things happened"
+    writer.task_finished("slave-2", "a", "ok", 0.3, 0.0)
+    writer.flush(force=True)
+    writer.close()
+    assert len(ev.read_events(path)) == 4
