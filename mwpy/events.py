@@ -267,6 +267,9 @@ def _microseconds(values: list[float]) -> list[int]:
         return [int(v * 1e6) if math.isfinite(v) else 0 for v in values]
 
 
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode(record: Event) -> str:
     """One line (with its newline) for ``record``: compact JSON, ``v``, ``t`` and ``kind`` first."""
     fields = attrs.asdict(record, recurse=False)
@@ -430,8 +433,8 @@ class EventWriter:
             run, wait = _microseconds(runs), _microseconds(waits)
             lines.append(
                 f'{{"v":{VERSION},"t":{t!r},"kind":"tasks-finished","slave":{json.dumps(slave)},'
-                f'"algorithm":{json.dumps(algorithm)},"outcome":"{outcome}","run_us":{json.dumps(run)},'
-                f'"wait_us":{json.dumps(wait)}}}\n'
+                f'"algorithm":{json.dumps(algorithm)},"outcome":"{outcome}","run_us":{_compact(run)},'
+                f'"wait_us":{_compact(wait)}}}\n'
             )
             if self.subscribers:
                 finished = TasksFinished(

@@ -147,7 +147,7 @@ def render(
         eta = _eta(record, extra.total, rate)
         bar = Table.grid(padding=(0, 1))
         bar.add_row(
-            ProgressBar(total=extra.total, completed=min(record.tasks_done, extra.total), width=40),
+            ProgressBar(total=extra.total, completed=min(record.tasks_done, extra.total), width=40, style="grey42"),
             f"{record.tasks_done:,}/{extra.total:,} ({100 * share:.0f} %)",
             f"ETA {eta}" if eta else "",
         )
@@ -369,7 +369,7 @@ def _svg(options: argparse.Namespace, path: str) -> int:
         tail.poll()
     extra = Extra(total=options.total or (tail.total if tail else None), failures=list(tail.failures) if tail else [])
     with open(os.devnull, "w", encoding="utf-8") as sink:
-        console = Console(record=True, width=100, file=sink)
+        console = Console(record=True, width=100, file=sink, force_terminal=True, color_system="truecolor")
         console.print(render(record, extra, rate.per_second(), time.time()))
         console.save_svg(path, title="mwpy status --watch")
     return 0
