@@ -239,6 +239,73 @@ def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, 
     return ask
 
 
+class Follower:
+    """Samples a computation (resource file, event log, schedd) and renders it; :func:`watch` and ``mwpy local``.
+
+    ``condor``: True asks the schedd every ``CONDOR_INTERVAL`` s, None asks
+    once and keeps asking only if a schedd answered, False never asks.
+    """
+
+    def __init__(
+        self,
+        resource_path: str | os.PathLike[str],
+        *,
+        total: int | None = None,
+        events: str | os.PathLike[str] | None = None,
+        condor: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.resource_path = resource_path
+        self.clock = clock
+        self.condor = condor
+        self.rate = Rate()
+        self.tail = FailureTail(events) if events is not None else None
+        self.extra = Extra(total=total)
+        self.record: ResourceFile | None = None
+        #: Why there is no record (the resource file's one-line problem), or None.
+        self.problem: str | None = None
+        self._total = total
+        self._ask: Callable[[], tuple[dict[str, int] | None, str | None]] | None = None
+        self._condor_at = 0.0
+
+    def sample(self) -> int | None:
+        """Read everything once; the exit status when watching should end (0 finished, 1 unusable), else None."""
+        now = self.clock()
+        try:
+            record = resource_file.read(self.resource_path)
+        except InvalidResourceFileError as exc:
+            self.record, self.problem = None, str(exc)
+            return 1
+        except ResourceFileError as exc:
+            self.record, self.problem = None, str(exc)
+            return None
+        self.record, self.problem = record, None
+        self.rate.add(now, record.tasks_done)
+        extra, tail = self.extra, self.tail
+        if tail is not None:
+            tail.poll()
+            extra.failures = list(tail.failures) + ([f"event log: {tail.problem}"] if tail.problem else [])
+            if self._total is None and tail.total is not None:
+                extra.total = tail.total
+        if self.condor is not False and self._ask is None:
+            self._ask = condor_counter(record.member_id)
+        if self._ask is not None and now >= self._condor_at:
+            extra.condor, extra.condor_problem = self._ask()
+            self._condor_at = now + CONDOR_INTERVAL
+            if extra.condor is None and self.condor is None:  # auto, and no schedd here: stop asking, say nothing
+                self._condor_at = float("inf")
+                extra.condor_problem = None
+        return 0 if record.finished else None
+
+    def line(self) -> str:
+        """The plain one-line view of the last sample."""
+        return plain(self.record, self.extra, self.rate.per_second(), self.clock(), self.problem)
+
+    def view(self) -> RenderableType:
+        """The terminal view of the last sample."""
+        return render(self.record, self.extra, self.rate.per_second(), self.clock(), self.problem)
+
+
 def watch(
     resource_path: str | os.PathLike[str],
     *,
@@ -249,67 +316,32 @@ def watch(
     console: Console | None = None,
     clock: Callable[[], float] = time.time,
 ) -> int:
-    """Show the computation until it finishes (0); 1 for an unusable resource file; 130 on Ctrl-C.
-
-    ``condor``: True asks the schedd every ``CONDOR_INTERVAL`` s, None asks
-    once and keeps asking only if a schedd answered, False never asks.
-    """
+    """Show the computation until it finishes (0); 1 for an unusable resource file; 130 on Ctrl-C."""
     console = console or Console()
-    rate = Rate()
-    tail = FailureTail(events) if events is not None else None
-    ask: Callable[[], tuple[dict[str, int] | None, str | None]] | None = None
-    condor_at = 0.0
-    extra = Extra(total=total)
-    last_line = ""
-
-    def sample() -> tuple[ResourceFile | None, str | None, int | None]:
-        """(record, problem, exit status or None to go on)."""
-        nonlocal ask, condor_at
-        now = clock()
-        try:
-            record = resource_file.read(resource_path)
-        except InvalidResourceFileError as exc:
-            return None, str(exc), 1
-        except ResourceFileError as exc:
-            return None, str(exc), None
-        rate.add(now, record.tasks_done)
-        if tail is not None:
-            tail.poll()
-            extra.failures = list(tail.failures) + ([f"event log: {tail.problem}"] if tail.problem else [])
-            if total is None and tail.total is not None:
-                extra.total = tail.total
-        if condor is not False and ask is None:
-            ask = condor_counter(record.member_id)
-        if ask is not None and now >= condor_at:
-            extra.condor, extra.condor_problem = ask()
-            condor_at = now + CONDOR_INTERVAL
-            if extra.condor is None and condor is None:
-                ask, condor_at = (lambda: (None, None)), float("inf")  # auto: no schedd here, stop asking
-        return record, None, 0 if record.finished else None
-
+    follower = Follower(resource_path, total=total, events=events, condor=condor, clock=clock)
+    status: int | None = None
     try:
         if console.is_terminal:
             with Live(console=console, auto_refresh=False, transient=False) as live:
-                while True:
-                    record, problem, status = sample()
-                    live.update(render(record, extra, rate.per_second(), clock(), problem), refresh=True)
-                    if status is not None:
-                        break
-                    time.sleep(interval)
+                while status is None:
+                    status = follower.sample()
+                    live.update(follower.view(), refresh=True)
+                    if status is None:
+                        time.sleep(interval)
         else:
-            while True:
-                record, problem, status = sample()
-                line = plain(record, extra, rate.per_second(), clock(), problem)
+            last_line = ""
+            while status is None:
+                status = follower.sample()
+                line = follower.line()
                 if line != last_line:
                     console.print(line, markup=False, highlight=False, soft_wrap=True)
                     last_line = line
-                if status is not None:
-                    break
-                time.sleep(interval)
+                if status is None:
+                    time.sleep(interval)
     except KeyboardInterrupt:
         return INTERRUPTED
     if status == 1:
-        print(f"mwpy status: error: {problem}", file=sys.stderr)
+        print(f"mwpy status: error: {follower.problem}", file=sys.stderr)
     return status
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -19,9 +21,10 @@ from typing import Any
 
 import pyte
 import pytest
+from rich.console import Console
 
 from mwpy import events as ev
-from mwpy import resource_file
+from mwpy import resource_file, statusview
 from mwpy.resource_file import ResourceFile
 from mwpy.statusview import INTERRUPTED, Rate, plain
 from tests.obs_support import ONE_OF_EACH, write_log
@@ -211,3 +214,46 @@ def test_rate_and_plain_line() -> None:
     line = plain(record, Extra(total=100), 5.0, now=1000.5)
     assert "tasks 50/100 (50 %)" in line
     assert "ETA 10.0 s" in line
+
+
+Answer = tuple[dict[str, int] | None, str | None]
+CONDOR_CASES: list[tuple[bool | None, Answer, int, str | None]] = [
+    (None, (None, "no Condor job counts: no schedd"), 1, None),
+    (True, (None, "no Condor job counts: no schedd"), 2, "no Condor job counts: no schedd"),
+    (None, ({"idle": 2, "running": 8, "held": 0}, None), 2, "2 idle · 8 running · 0 held"),
+    (False, ({"idle": 2, "running": 8, "held": 0}, None), 0, None),
+]
+
+
+@pytest.mark.parametrize("case", CONDOR_CASES, ids=["auto-no-schedd", "insist-no-schedd", "auto-schedd", "never"])
+def test_condor_job_counts_are_asked_for_sparingly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[bool | None, Answer, int, str | None]
+) -> None:
+    condor, answer, asked, shown = case
+    calls: list[str] = []
+
+    def counter(member_id: str) -> Any:
+        def ask() -> Answer:
+            calls.append(member_id)
+            return answer
+
+        return ask
+
+    monkeypatch.setattr(statusview, "condor_counter", counter)
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record())
+    now = [1000.0]
+    follower = statusview.Follower(rf, condor=condor, clock=lambda: now[0])
+    for _ in range(3):  # three samples in the first CONDOR_INTERVAL, then one after it
+        assert follower.sample() is None
+        now[0] += 1
+    now[0] += statusview.CONDOR_INTERVAL
+    follower.sample()
+    assert calls == ["view-test"] * asked
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(follower.view())
+    text = console.export_text()
+    if shown is None:
+        assert "condor" not in text
+    else:
+        assert re.search(rf"condor +{re.escape(shown)}", text), text
