@@ -34,13 +34,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import attrs
 import cattrs
 
 from mwpy import safe_files
 from mwpy.errors import EventLogError, UnsafeFileError
+
+if TYPE_CHECKING:
+    from mwpy.resource_file import ResourceFile
 
 #: The format version every line carries as ``"v"``; a reader refuses others.
 VERSION: Final = 1
@@ -250,6 +253,40 @@ KINDS: Final[dict[str, type[Event]]] = {
         CondorJobs,
     )
 }
+
+
+def cause_of(why: str) -> str:
+    """The ``slave-disconnected`` cause for the master's reason text (its audit wording), for the wiring.
+
+    ``EOF`` → eof; ``silent for ... (client timeout)`` → timeout; read, write,
+    TLS and protocol errors → error; ``computation finished`` → shutdown;
+    ``black hole`` / ``told to leave`` → expelled; anything else → error.
+    """
+    text = why.lower()
+    if text.startswith("eof"):
+        return "eof"
+    if "client timeout" in text or text.startswith("silent"):
+        return "timeout"
+    if "computation finished" in text:
+        return "shutdown"
+    if "black hole" in text or "told to leave" in text:
+        return "expelled"
+    if "refused" in text:
+        return "refused"
+    return "error"
+
+
+def resource_file_event(t: float, record: ResourceFile) -> ResourceFileWritten:
+    """The ``resource-file`` event for a resource file the master just wrote."""
+    return ResourceFileWritten(
+        t=t,
+        slaves_needed=record.slaves_needed,
+        slaves_connected=dict(record.slaves_connected),
+        tasks_done=record.tasks_done,
+        tasks_pending=record.tasks_pending,
+        tasks_running=record.tasks_running,
+        finished=record.finished,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- writing
