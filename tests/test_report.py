@@ -12,6 +12,7 @@ import pytest
 
 from mwpy import events as ev
 from mwpy import report
+from tests import obs_support
 from tests.obs_support import ONE_OF_EACH, SIMULATOR, chromium_or_skip, console_errors, headless, write_log
 
 PLOTS = ("plot-rate", "plot-slaves", "plot-timeline", "plot-runtimes")
@@ -118,3 +119,13 @@ def test_a_million_task_report_stays_small(tmp_path: Path) -> None:
         f"report {size / 1e6:.1f} MB built in {built:.1f} s"
     )
     assert size < 20_000_000
+
+
+def test_browser_tests_skip_without_chromium_unless_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(obs_support, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv(obs_support.BROWSER_REQUIRED_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no-chromium is missing"):
+        obs_support.chromium_or_skip()
+    monkeypatch.setenv(obs_support.BROWSER_REQUIRED_ENV, "1")
+    with pytest.raises(AssertionError, match="MWPY_BROWSER_REQUIRED is set"):
+        obs_support.chromium_or_skip()
