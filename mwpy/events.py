@@ -599,6 +599,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: One strict decoder for every line (``json.loads`` with hooks would build a new one per line).
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+
+
 def _short(text: object) -> str:
     one = str(text).replace("\r", "\\r").replace("\n", "\\n")
     return one if len(one) <= MAX_MESSAGE else one[:MAX_MESSAGE] + "..."
@@ -607,7 +611,7 @@ def _short(text: object) -> str:
 def decode(line: str) -> Event:
     """The record for one line (without its newline); ``ValueError`` with the problem otherwise."""
     try:
-        data = json.loads(line, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        data = _decoder.decode(line)
     except RecursionError:
         raise ValueError("not JSON (nested too deep)") from None
     except ValueError as exc:

@@ -58,17 +58,71 @@ MAX_FAILURES = 200
 BUCKETS_PER_DECADE = 10
 #: Change points of a series (slaves connected...) kept as they are; beyond this they are binned.
 MAX_POINTS = 2000
+#: Buckets a time series keeps while reading at most; their width doubles when the log's span outgrows them.
+MAX_STORED = 8 * MAX_BINS
+
+
+class Grid:
+    """The time buckets every series of one report shares: memory bounded however long the run.
+
+    Buckets start 1 s wide; whenever an event falls beyond ``MAX_STORED``
+    buckets from the first one, every series merges pairs of buckets and the
+    width doubles. A month-long run thus costs what a short one does, and the
+    final bins (at most ``MAX_BINS``) are whole multiples of the stored ones.
+    """
+
+    def __init__(self) -> None:
+        self.origin: float | None = None
+        self.width = 1.0
+        self._series: list[dict[int, float]] = []
+
+    def series(self) -> dict[int, float]:
+        made: dict[int, float] = defaultdict(float)
+        self._series.append(made)
+        return made
+
+    def index(self, t: float) -> int:
+        """The bucket of time ``t`` (an event before the first one goes into bucket 0)."""
+        if self.origin is None:
+            self.origin = float(math.floor(t))
+        index = int((t - self.origin) // self.width)
+        while index >= MAX_STORED:
+            self._coarsen()
+            index = int((t - self.origin) // self.width)
+        return max(0, index)
+
+    def _coarsen(self) -> None:
+        self.width *= 2
+        for series in self._series:
+            merged: dict[int, float] = defaultdict(float)
+            for key, value in series.items():
+                merged[key // 2] += value
+            series.clear()
+            series.update(merged)
+
+    def spread(self, series: dict[int, float], end: float, seconds: float, start: float) -> None:
+        """Add ``seconds`` of running to the buckets just before ``end``, never before ``start``."""
+        index = self.index(end)
+        assert self.origin is not None
+        floor = self.index(start) if start >= self.origin else 0
+        room = end - (self.origin + index * self.width)
+        while seconds > 1e-9 and index >= floor:
+            take = min(seconds, room)
+            series[index] += take
+            seconds -= take
+            index -= 1
+            room = self.width
 
 
 @attrs.define
 class _Slave:
-    """What the timeline needs of one slave connection: when it was there, busy seconds per whole second."""
+    """What the timeline needs of one slave connection: when it was there, busy seconds per bucket."""
 
     name: str
     host: str
     start: float
+    busy: dict[int, float]
     end: float | None = None
-    busy: dict[int, float] = attrs.Factory(lambda: defaultdict(float))
 
 
 @attrs.define
@@ -83,9 +137,10 @@ class _Algorithm:
 class Digest:
     """Everything the report shows, aggregated in one pass over the log (memory independent of the task count)."""
 
-    ok: Counter[int] = attrs.Factory(Counter)
-    failed: Counter[int] = attrs.Factory(Counter)
-    retried: Counter[int] = attrs.Factory(Counter)
+    grid: Grid = attrs.Factory(Grid)
+    ok: dict[int, float] = attrs.Factory(dict)
+    failed: dict[int, float] = attrs.Factory(dict)
+    retried: dict[int, float] = attrs.Factory(dict)
     connected: list[tuple[float, int]] = attrs.Factory(list)
     needed: list[tuple[float, int]] = attrs.Factory(list)
     condor: list[tuple[float, int, int]] = attrs.Factory(list)
@@ -105,6 +160,9 @@ class Digest:
 def digest(path: str | os.PathLike[str]) -> Digest:
     """Read the log once and aggregate it; :class:`EventLogError` at its first bad line."""
     d = Digest()
+    grid = d.grid
+    d.ok, d.failed, d.retried = grid.series(), grid.series(), grid.series()
+    outcomes = {"ok": d.ok, "error": d.failed, "retried": d.retried}
     accountant = goodput.Accountant()
     live: dict[str, _Slave] = {}
     log10 = math.log10
@@ -117,9 +175,8 @@ def digest(path: str | os.PathLike[str]) -> Digest:
         if d.last is None or t > d.last:
             d.last = t
         if isinstance(event, TasksFinished):
-            second = int(t)
             n = len(event.run_us)
-            {"ok": d.ok, "error": d.failed, "retried": d.retried}[event.outcome][second] += n
+            outcomes[event.outcome][grid.index(t)] += n
             algorithm = d.algorithms[event.algorithm]
             algorithm.count += n
             algorithm.total_us += sum(event.run_us)
@@ -130,9 +187,10 @@ def digest(path: str | os.PathLike[str]) -> Digest:
                 buckets[int(log10(us) * BUCKETS_PER_DECADE) if us > 0 else -1] += 1
             slave = live.get(event.slave)
             if slave is not None:
-                _spread_busy(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
+                grid.spread(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
         elif isinstance(event, SlaveConnected):
-            slave = _Slave(name=event.slave, host=event.host, start=t)
+            grid.index(t)
+            slave = _Slave(name=event.slave, host=event.host, start=t, busy=grid.series())
             if event.slave in live:  # the same id again without a disconnect: close the old one
                 live[event.slave].end = t
             live[event.slave] = slave
@@ -171,42 +229,39 @@ def digest(path: str | os.PathLike[str]) -> Digest:
     return d
 
 
-def _spread_busy(busy: dict[int, float], end: float, seconds: float, start: float) -> None:
-    """Attribute ``seconds`` of running to the whole seconds just before ``end`` (never before ``start``)."""
-    second = int(end)
-    room = end - second
-    while seconds > 1e-9 and second >= int(start):
-        take = min(seconds, room)
-        busy[second] += take
-        seconds -= take
-        second -= 1
-        room = 1.0
-
-
 # ---------------------------------------------------------------------------------------------- figures
 
 
-def _bins(d: Digest) -> tuple[int, int, int]:
-    """(first second, bin width in seconds, number of bins) covering the whole log."""
-    first = int(d.first or 0)
-    last = int(d.last or 0)
-    span = last - first + 1
-    width = max(1, math.ceil(span / MAX_BINS))
-    return first, width, math.ceil(span / width)
+@attrs.frozen
+class _Bins:
+    """The plotted bins: ``factor`` stored buckets each, ``width`` seconds wide, ``count`` of them."""
+
+    factor: int
+    width: float
+    count: int
+
+    def x(self) -> list[float]:
+        """Bin centres as seconds since the first event's whole second."""
+        return [i * self.width + self.width / 2 for i in range(self.count)]
+
+    def sums(self, series: dict[int, float]) -> list[float]:
+        out = [0.0] * self.count
+        for key, value in series.items():
+            index = key // self.factor
+            if 0 <= index < self.count:
+                out[index] += value
+        return out
+
+    def rates(self, series: dict[int, float]) -> list[float]:
+        return [value / self.width for value in self.sums(series)]
 
 
-def _x(first: int, width: int, count: int) -> list[float]:
-    """Bin centres as seconds since the start of the log."""
-    return [i * width + width / 2 for i in range(count)]
-
-
-def _binned(counter: Counter[int], first: int, width: int, count: int) -> list[float]:
-    out = [0.0] * count
-    for second, n in counter.items():
-        index = (second - first) // width
-        if 0 <= index < count:
-            out[index] += n
-    return [v / width for v in out]
+def _bins(d: Digest) -> _Bins:
+    """At most ``MAX_BINS`` bins covering the whole log, each a whole number of the grid's buckets."""
+    grid = d.grid
+    stored = grid.index(d.last) + 1 if d.last is not None else 1
+    factor = max(1, math.ceil(stored / MAX_BINS))
+    return _Bins(factor=factor, width=grid.width * factor, count=math.ceil(stored / factor))
 
 
 def _steps(points: list[tuple[float, int]], origin: float) -> tuple[list[float], list[int]]:
@@ -236,24 +291,24 @@ def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, A
 
 def _figures(d: Digest) -> list[tuple[str, dict[str, Any]]]:
     """(div id, plotly figure as a dict) for each plot."""
-    first, width, count = _bins(d)
-    x = _x(first, width, count)
-    per = "per second" if width == 1 else f"per second ({width} s bins)"
+    bins = _bins(d)
+    x = bins.x()
+    per = "per second" if bins.width == 1 else f"per second ({bins.width:g} s bins)"
     rate = {
         "data": [
-            {"type": "scatter", "mode": "lines", "name": "ok", "x": x, "y": _binned(d.ok, first, width, count)},
-            {"type": "scatter", "mode": "lines", "name": "failed", "x": x, "y": _binned(d.failed, first, width, count)},
+            {"type": "scatter", "mode": "lines", "name": "ok", "x": x, "y": bins.rates(d.ok)},
+            {"type": "scatter", "mode": "lines", "name": "failed", "x": x, "y": bins.rates(d.failed)},
             {
                 "type": "scatter",
                 "mode": "lines",
                 "name": "retried",
                 "x": x,
-                "y": _binned(d.retried, first, width, count),
+                "y": bins.rates(d.retried),
             },
         ],
         "layout": _layout(f"Tasks completed {per}", "seconds since the first event", "tasks / s"),
     }
-    origin = float(first)
+    origin = d.grid.origin or 0.0
     cx, cy = _steps(d.connected, origin)
     nx, ny = _steps(d.needed, origin)
     slave_data: list[dict[str, Any]] = [
@@ -285,29 +340,27 @@ def _figures(d: Digest) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("plot-rate", rate),
         ("plot-slaves", slaves),
-        ("plot-timeline", _timeline(d, first, width, count)),
+        ("plot-timeline", _timeline(d, bins)),
         ("plot-runtimes", _runtimes(d)),
     ]
 
 
-def _timeline(d: Digest, first: int, width: int, count: int) -> dict[str, Any]:
+def _timeline(d: Digest, bins: _Bins) -> dict[str, Any]:
     """Per slave and time bin: busy fraction while connected (0 idle .. 1 busy), blank while gone."""
     end = d.last or 0.0
     chosen = sorted(d.slaves, key=lambda s: (s.end if s.end is not None else end) - s.start, reverse=True)
     hidden = max(0, len(chosen) - MAX_TIMELINE_SLAVES)
     chosen = sorted(chosen[:MAX_TIMELINE_SLAVES], key=lambda s: s.start)
+    origin = d.grid.origin or 0.0
     z: list[list[float | None]] = []
     for slave in chosen:
         stop = slave.end if slave.end is not None else end
+        busy = bins.sums(slave.busy)
         row: list[float | None] = []
-        for index in range(count):
-            lo = first + index * width
-            there = min(stop, lo + width) - max(slave.start, lo)
-            if there <= 0:
-                row.append(None)
-                continue
-            busy = sum(slave.busy.get(s, 0.0) for s in range(lo, lo + width))
-            row.append(round(min(1.0, busy / there), 3))
+        for index in range(bins.count):
+            lo = origin + index * bins.width
+            there = min(stop, lo + bins.width) - max(slave.start, lo)
+            row.append(None if there <= 0 else round(min(1.0, busy[index] / there), 3))
         z.append(row)
     title = "Per-slave timeline: busy fraction while connected (blank: gone)"
     if hidden:
@@ -316,7 +369,7 @@ def _timeline(d: Digest, first: int, width: int, count: int) -> dict[str, Any]:
         "data": [
             {
                 "type": "heatmap",
-                "x": _x(first, width, count),
+                "x": bins.x(),
                 "y": [f"{s.name} ({s.host})" for s in chosen],
                 "z": z,
                 "zmin": 0,

@@ -13,7 +13,7 @@ import pytest
 from mwpy import events as ev
 from mwpy import report
 from tests import obs_support
-from tests.obs_support import ONE_OF_EACH, SIMULATOR, chromium_or_skip, console_errors, headless, write_log
+from tests.obs_support import ONE_OF_EACH, SIMULATOR, chromium_or_skip, console_errors, finished, headless, write_log
 
 PLOTS = ("plot-rate", "plot-slaves", "plot-timeline", "plot-runtimes")
 #: What each plot draws once plotly has rendered it: line paths, or the heatmap's image.
@@ -129,3 +129,37 @@ def test_browser_tests_skip_without_chromium_unless_required(monkeypatch: pytest
     monkeypatch.setenv(obs_support.BROWSER_REQUIRED_ENV, "1")
     with pytest.raises(AssertionError, match="MWPY_BROWSER_REQUIRED is set"):
         obs_support.chromium_or_skip()
+
+
+def test_a_month_long_run_keeps_bounded_buckets_and_every_task(tmp_path: Path) -> None:
+    """Buckets coarsen as the log's span grows: memory stays bounded, no task is lost, bins stay few."""
+    day = 86_400.0
+    history: list[ev.Event] = [
+        ev.MasterStart(t=0.0, run=1, pid=1, host="h", version="0", member_id="m"),
+        ev.SlaveConnected(t=1.0, slave="slave-1", host="a", address="a:1", group="unordered"),
+    ]
+    for hour in range(30 * 24):
+        history.append(finished(hour * 3600.0 + 50, "slave-1", "ok", 40.0, 9.0))
+    history.append(ev.SlaveDisconnected(t=30 * day, slave="slave-1", cause="shutdown", reason="finished"))
+    d = report.digest(write_log(tmp_path / "events.jsonl", history))
+    assert len(d.ok) <= report.MAX_STORED
+    assert len(d.slaves[0].busy) <= report.MAX_STORED
+    assert sum(d.ok.values()) == 2 * 30 * 24
+    assert sum(d.slaves[0].busy.values()) == pytest.approx(49.0 * 30 * 24)
+    bins = report._bins(d)
+    assert bins.count <= report.MAX_BINS
+    assert bins.count * bins.width >= 30 * day
+    figures = dict(report._figures(d))
+    (heatmap,) = figures["plot-timeline"]["data"]
+    busy = [v for v in heatmap["z"][0] if v is not None]
+    assert sum(busy) / len(busy) == pytest.approx(49.0 / 3600, rel=0.05), "49 s of every hour busy"
+
+
+def test_busy_time_goes_to_the_seconds_before_the_result() -> None:
+    grid = report.Grid()
+    grid.index(100.0)
+    series = grid.series()
+    grid.spread(series, 110.5, 2.0, start=100.0)
+    assert dict(series) == {10: pytest.approx(0.5), 9: pytest.approx(1.0), 8: pytest.approx(0.5)}
+    grid.spread(series, 101.0, 5.0, start=100.0)
+    assert series[0] == pytest.approx(1.0), "never before the slave connected"
