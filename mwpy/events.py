@@ -34,16 +34,14 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import attrs
 import cattrs
 
 from mwpy import safe_files
 from mwpy.errors import EventLogError, UnsafeFileError
-
-if TYPE_CHECKING:
-    from mwpy.resource_file import ResourceFile
+from mwpy.resource_file import ResourceFile
 
 #: The format version every line carries as ``"v"``; a reader refuses others.
 VERSION: Final = 1
