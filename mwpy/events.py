@@ -324,8 +324,9 @@ class EventWriter:
     :attr:`failed`, which the master reports once.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> None:
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike[str] | None, *, clock: Callable[[], float] = time.time) -> None:
+        """``path`` None: no file, only the subscribers (``--mw-metrics-port`` without ``--mw-events``)."""
+        self.path = "" if path is None else os.fspath(path)
         self.clock = clock
         self.subscribers: list[Callable[[Event], None]] = []
         self.failed: str | None = None
@@ -333,14 +334,20 @@ class EventWriter:
         self._finished: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
         self._dispatched: dict[str, int] = {}
         self._written = float("-inf")
+        #: Bytes of a torn last line cut off before appending (a master killed mid-write).
+        self.repaired = 0
+        #: This master's run number: one more than the ``master-start`` events already in the file.
+        self.run = 1
+        self._fd = -1
+        self._closed = False
+        if path is None:
+            return
         try:
             self._fd = safe_files.open_checked(self.path, flags=os.O_RDWR | os.O_APPEND | os.O_CREAT, create_mode=0o600)
         except UnsafeFileError as exc:
             raise EventLogError(self.path, f"cannot write the event log: {exc.problem}") from None
         try:
-            #: Bytes of a torn last line cut off before appending (a master killed mid-write).
             self.repaired = _cut_torn_line(self._fd)
-            #: This master's run number: one more than the ``master-start`` events already in the file.
             self.run = _count_runs(self._fd) + 1
         except OSError as exc:
             os.close(self._fd)
@@ -445,7 +452,7 @@ class EventWriter:
             return
         data = "".join(self._lines).encode("utf-8")
         self._lines.clear()
-        if self.failed is not None:
+        if self.failed is not None or self._fd < 0:
             return
         try:
             view = memoryview(data)
@@ -481,11 +488,13 @@ class EventWriter:
 
     def close(self) -> None:
         """Flush and close; the writer is unusable afterwards."""
-        if self._fd < 0:
+        if self._closed:
             return
         self.flush(force=True)
-        os.close(self._fd)
-        self._fd = -1
+        self._closed = True
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> EventWriter:
         return self

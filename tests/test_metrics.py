@@ -85,3 +85,16 @@ def test_without_the_extra_it_says_how_to_install_it(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what an absent package looks like to import
     with pytest.raises(ConfigurationError, match=r"pip install 'mwpy\[metrics\]'"):
         metrics.start(0)
+
+
+def test_metrics_without_an_event_log(exporter: metrics.MetricsExporter) -> None:
+    """``--mw-metrics-port`` alone: a writer with no file still feeds its subscribers."""
+    writer = ev.EventWriter(None, clock=lambda: 5.0)
+    writer.subscribers.append(exporter)
+    writer.master_start(member_id="m", host="h")
+    writer.task_finished("slave-1", "solo", "ok", 1.5, 0.0)
+    writer.close()
+    writer.close()
+    got = _scrape(exporter.port)
+    assert got[("mwpy_tasks_total", (("algorithm", "solo"), ("outcome", "ok")))] == 1
+    assert got[("mwpy_master_run", ())] == 1
