@@ -15,6 +15,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── ResourceFileError                 a resource file missing, malformed or foreign
     │   └── InvalidResourceFileError      ... and waiting will not help (permanent)
     ├── JournalError                      a journal that is damaged or another program's
+    ├── EventLogError                     an event log that is truncated, foreign or unreadable (events.py)
     ├── UnsafeFileError                   a file to read is not a safe regular file (safe_files.py)
     ├── ProtocolError                     a peer broke the wire protocol
     │   └── MembershipError               a peer that is not of this computation
@@ -48,6 +49,21 @@ class ResourceFileError(MwpyError):
 
 class JournalError(MwpyError):
     """A journal file cannot be used: damaged, or written by another program."""
+
+
+class EventLogError(MwpyError):
+    """An event log (``--mw-events``) cannot be read or written: truncated, foreign, garbage, not a regular file.
+
+    The message is one line, ``"FILE:LINE: problem"`` when the problem is on a
+    line (``FILE: problem`` otherwise); ``path`` and ``line`` (or None) say
+    the same to programs.
+    """
+
+    def __init__(self, path: str, problem: str, line: int | None = None) -> None:
+        super().__init__(f"{path}:{line}: {problem}" if line is not None else f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+        self.line = line
 
 
 class ProtocolError(MwpyError):

@@ -1,0 +1,695 @@
+"""The event log (``--mw-events FILE``): one JSON object per line for everything that matters.
+
+A public, versioned format (docs/observability.md documents it field by
+field). Every line is ``{"v": 1, "t": <unix time>, "kind": "<kind>", ...}``;
+each kind is an attrs record below, and the reader checks every line against
+its record with strict types.
+
+Two halves with opposite needs:
+
+* :class:`EventWriter` sits on the master's hot path. It never touches the
+  disk per event: lines go to an in-memory buffer, and per-task events
+  (dispatches, finished tasks) are only *accumulated* — one list append per
+  task — and written as one compact line per (slave, algorithm, outcome) at
+  most every ``FLUSH_INTERVAL`` seconds (the master calls
+  :meth:`EventWriter.flush` once per loop pass; most calls only read the clock). It appends,
+  so a restarted master continues the same file: its ``master-start`` event
+  carries the next run number, and a line torn by a crash is cut off first so
+  that the history stays readable.
+* :func:`iter_events` reads a log that may be large, foreign or hostile: it
+  streams (one line in memory at a time, each at most ``MAX_LINE`` bytes),
+  opens only regular files (mwpy/safe_files.py), and turns every problem into
+  one :class:`~mwpy.errors.EventLogError` ``"FILE:LINE: problem"``.
+
+Nothing here imports rich, plotly or prometheus_client: the master (and so
+anything a slave might import) stays free of the optional extras.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Final, Literal
+
+import attrs
+import cattrs
+
+from mwpy import safe_files
+from mwpy.errors import EventLogError, UnsafeFileError
+from mwpy.resource_file import ResourceFile
+
+#: The format version every line carries as ``"v"``; a reader refuses others.
+VERSION: Final = 1
+#: Longest line a reader accepts (a ``tasks-finished`` line of a huge pass, a long traceback).
+MAX_LINE: Final = 16 << 20
+#: Tracebacks and captured output are cut to this many characters in ``task-failed`` events.
+MAX_TEXT: Final = 8192
+#: Problem texts quoting the file are cut to this many characters.
+MAX_MESSAGE: Final = 300
+#: Seconds at least between two writes of the log. The master
+#: calls :meth:`EventWriter.flush` every loop pass; writing at most every ``FLUSH_INTERVAL`` s makes per-task events
+#: of many passes share one line (a pass often holds one result) and bounds what a crash can lose.
+FLUSH_INTERVAL: Final = 0.25
+#: Times (``t``) are written rounded to microseconds.
+DIGITS: Final = 6
+
+Outcome = Literal["ok", "error", "retried"]
+Cause = Literal["eof", "timeout", "error", "expelled", "shutdown", "refused"]
+OUTCOMES: Final = ("ok", "error", "retried")
+CAUSES: Final = ("eof", "timeout", "error", "expelled", "shutdown", "refused")
+
+
+def _one_of(values: tuple[str, ...]) -> Callable[[Any, Any, Any], Any]:
+    return attrs.validators.in_(values)
+
+
+_not_negative: Callable[[Any, Any, Any], Any] = attrs.validators.ge(0)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """What every event has: ``t``, the Unix time (seconds) it happened. ``KIND`` names the record's kind."""
+
+    KIND: ClassVar[str] = ""
+    t: float
+
+
+@attrs.frozen(kw_only=True)
+class MasterStart(Event):
+    """The master started (or started again: ``run`` counts the starts recorded in this file, from 1)."""
+
+    KIND: ClassVar[str] = "master-start"
+    run: int = attrs.field(validator=attrs.validators.ge(1))
+    pid: int
+    host: str
+    version: str
+    member_id: str
+    #: Tasks the program will submit, when it says so in advance (drives progress bars and ETAs).
+    total: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class MasterStop(Event):
+    """The master algorithm returned ``status`` after ``tasks_done`` results; the slaves were told to leave."""
+
+    KIND: ClassVar[str] = "master-stop"
+    run: int = attrs.field(validator=attrs.validators.ge(1))
+    status: int
+    tasks_done: int = attrs.field(validator=_not_negative)
+
+
+@attrs.frozen(kw_only=True)
+class SlaveConnected(Event):
+    """A slave proved its membership and joined slave group ``group``."""
+
+    KIND: ClassVar[str] = "slave-connected"
+    slave: str
+    host: str
+    address: str
+    group: str
+    #: The Condor job id (``cluster.proc``) when the slave runs as a Condor job, else null.
+    job: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SlaveDisconnected(Event):
+    """A slave is gone; ``in_flight`` tasks it held went back to the queue or became unrunnable."""
+
+    KIND: ClassVar[str] = "slave-disconnected"
+    slave: str
+    cause: str = attrs.field(validator=_one_of(CAUSES))
+    reason: str
+    in_flight: int = attrs.field(default=0, validator=_not_negative)
+
+
+@attrs.frozen(kw_only=True)
+class TasksDispatched(Event):
+    """``n`` tasks were sent to ``slave`` since the last flush (one line per slave and loop pass)."""
+
+    KIND: ClassVar[str] = "tasks-dispatched"
+    slave: str
+    n: int = attrs.field(validator=attrs.validators.ge(1))
+
+
+@attrs.frozen(kw_only=True)
+class TasksFinished(Event):
+    """Tasks of ``algorithm`` that ``slave`` answered since the last flush, all with one ``outcome``.
+
+    ``run_us[i]`` is task i's compute time on the slave, ``wait_us[i]`` the
+    time it sat in the master's queue before it was sent, both in whole
+    microseconds (integers: about three times cheaper to write than floats);
+    the lists have the same length, the number of tasks. ``ok``: a value came back; ``error``:
+    the task raised and the error went to the program; ``retried``: it raised
+    and was queued to run again.
+    """
+
+    KIND: ClassVar[str] = "tasks-finished"
+    slave: str
+    algorithm: str
+    outcome: str = attrs.field(validator=_one_of(OUTCOMES))
+    run_us: list[int]
+    wait_us: list[int]
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.run_us) != len(self.wait_us):
+            raise ValueError(f"run_us has {len(self.run_us)} times and wait_us {len(self.wait_us)}; they must match")
+        if not self.run_us:
+            raise ValueError("run_us and wait_us are empty (a line must count at least one task)")
+
+    @property
+    def n(self) -> int:
+        return len(self.run_us)
+
+
+@attrs.frozen(kw_only=True)
+class TaskFailed(Event):
+    """One task raised on its slave: the error as text, and whether it runs again."""
+
+    KIND: ClassVar[str] = "task-failed"
+    task: int
+    slave: str
+    algorithm: str
+    error: str
+    message: str
+    traceback: str
+    retried: bool
+    #: What the task printed, when the slave captured it.
+    output: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TasksRequeued(Event):
+    """``n`` tasks that ``slave`` held when it vanished were queued again (a retry)."""
+
+    KIND: ClassVar[str] = "tasks-requeued"
+    slave: str
+    n: int = attrs.field(validator=attrs.validators.ge(1))
+
+
+@attrs.frozen(kw_only=True)
+class TasksUnrunnable(Event):
+    """``n`` tasks became unrunnable (their ordered slave vanished, or ``retry=False``)."""
+
+    KIND: ClassVar[str] = "tasks-unrunnable"
+    n: int = attrs.field(validator=attrs.validators.ge(1))
+    reason: str
+    slave: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TasksCancelled(Event):
+    """``n`` queued tasks were dropped without running (the program stopped wanting them)."""
+
+    KIND: ClassVar[str] = "tasks-cancelled"
+    n: int = attrs.field(validator=attrs.validators.ge(1))
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ResourceFileWritten(Event):
+    """The master rewrote its resource file; the demand it stated (see docs/resource-file.md)."""
+
+    KIND: ClassVar[str] = "resource-file"
+    slaves_needed: int = attrs.field(validator=_not_negative)
+    slaves_connected: dict[str, int]
+    tasks_done: int = attrs.field(validator=_not_negative)
+    tasks_pending: int = attrs.field(validator=_not_negative)
+    tasks_running: int = attrs.field(validator=_not_negative)
+    finished: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class CondorJobs(Event):
+    """The computation's slave jobs in the schedd, by state, when someone asked it."""
+
+    KIND: ClassVar[str] = "condor-jobs"
+    idle: int = attrs.field(validator=_not_negative)
+    running: int = attrs.field(validator=_not_negative)
+    held: int = attrs.field(default=0, validator=_not_negative)
+
+
+#: Every kind of event, by its ``kind`` string.
+KINDS: Final[dict[str, type[Event]]] = {
+    cls.KIND: cls
+    for cls in (
+        MasterStart,
+        MasterStop,
+        SlaveConnected,
+        SlaveDisconnected,
+        TasksDispatched,
+        TasksFinished,
+        TaskFailed,
+        TasksRequeued,
+        TasksUnrunnable,
+        TasksCancelled,
+        ResourceFileWritten,
+        CondorJobs,
+    )
+}
+
+
+def cause_of(why: str) -> str:
+    """The ``slave-disconnected`` cause for the master's reason text (its audit wording), for the wiring.
+
+    ``EOF`` → eof; ``silent for ... (client timeout)`` → timeout; read, write,
+    TLS and protocol errors → error; ``computation finished`` → shutdown;
+    ``black hole`` / ``told to leave`` → expelled; anything else → error.
+    """
+    text = why.lower()
+    if text.startswith("eof"):
+        return "eof"
+    if "client timeout" in text or text.startswith("silent"):
+        return "timeout"
+    if "computation finished" in text:
+        return "shutdown"
+    if "black hole" in text or "told to leave" in text:
+        return "expelled"
+    if "refused" in text:
+        return "refused"
+    return "error"
+
+
+def resource_file_event(t: float, record: ResourceFile) -> ResourceFileWritten:
+    """The ``resource-file`` event for a resource file the master just wrote."""
+    return ResourceFileWritten(
+        t=t,
+        slaves_needed=record.slaves_needed,
+        slaves_connected=dict(record.slaves_connected),
+        tasks_done=record.tasks_done,
+        tasks_pending=record.tasks_pending,
+        tasks_running=record.tasks_running,
+        finished=record.finished,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"... [{len(text) - MAX_TEXT} characters cut]"
+
+
+def _microseconds(values: list[float]) -> list[int]:
+    """Seconds as the file's whole microseconds; the fast path, then a careful one if some value is not finite."""
+    try:
+        return [int(v * 1e6) for v in values]
+    except (OverflowError, ValueError):  # inf or NaN: a slave reporting nonsense must not stop the log
+        return [int(v * 1e6) if math.isfinite(v) else 0 for v in values]
+
+
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def encode(record: Event) -> str:
+    """One line (with its newline) for ``record``: compact JSON, ``v``, ``t`` and ``kind`` first."""
+    fields = attrs.asdict(record, recurse=False)
+    head = {"v": VERSION, "t": round(fields.pop("t"), DIGITS), "kind": record.KIND}
+    return json.dumps({**head, **fields}, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+class EventWriter:
+    """Appends events to the log; cheap enough to leave on (see docs/observability.md for the cost).
+
+    Call :meth:`flush` once per loop pass: at most every ``FLUSH_INTERVAL``
+    seconds it turns what the per-task methods accumulated into lines and
+    writes them with one ``write``.
+    ``subscribers`` (e.g. the Prometheus exporter) see every record as it is
+    written, the aggregated ones at flush. A write that fails (a full disk)
+    does not stop the computation: the writer turns itself off and says why in
+    :attr:`failed`, which the master reports once.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, *, clock: Callable[[], float] = time.time) -> None:
+        """``path`` None: no file, only the subscribers (``--mw-metrics-port`` without ``--mw-events``)."""
+        self.path = "" if path is None else os.fspath(path)
+        self.clock = clock
+        self.subscribers: list[Callable[[Event], None]] = []
+        self.failed: str | None = None
+        self._lines: list[str] = []
+        self._finished: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
+        self._dispatched: dict[str, int] = {}
+        self._written = float("-inf")
+        #: Bytes of a torn last line cut off before appending (a master killed mid-write).
+        self.repaired = 0
+        #: This master's run number: one more than the ``master-start`` events already in the file.
+        self.run = 1
+        self._fd = -1
+        self._closed = False
+        if path is None:
+            return
+        try:
+            self._fd = safe_files.open_checked(self.path, flags=os.O_RDWR | os.O_APPEND | os.O_CREAT, create_mode=0o600)
+        except UnsafeFileError as exc:
+            raise EventLogError(self.path, f"cannot write the event log: {exc.problem}") from None
+        try:
+            self.repaired = _cut_torn_line(self._fd)
+            self.run = _count_runs(self._fd) + 1
+        except OSError as exc:
+            os.close(self._fd)
+            raise EventLogError(self.path, f"cannot write the event log: {exc.strerror or exc}") from None
+
+    # -- any event
+
+    def emit(self, record: Event) -> None:
+        """Queue ``record``'s line for the next write (for rare events; per-task ones have their own methods).
+
+        Per-task events counted so far are turned into lines first, so the
+        file keeps the order things happened in (a slave's finished tasks
+        before its disconnection).
+        """
+        if self._finished or self._dispatched:
+            self._aggregate(self.now())
+        self._lines.append(encode(record))
+        for subscriber in self.subscribers:
+            subscriber(record)
+
+    def now(self) -> float:
+        return self.clock()
+
+    # -- the hot path: one dict lookup and two appends per task
+
+    def task_finished(self, slave: str, algorithm: str, outcome: Outcome, run: float, wait: float) -> None:
+        """Count one answered task; written at the next flush as part of a ``tasks-finished`` line."""
+        key = (slave, algorithm, outcome)
+        lists = self._finished.get(key)
+        if lists is None:
+            lists = self._finished[key] = ([], [])
+        lists[0].append(run)
+        lists[1].append(wait)
+
+    def tasks_dispatched(self, slave: str, n: int) -> None:
+        """Count ``n`` tasks sent to ``slave``; written at the next flush as one ``tasks-dispatched`` line."""
+        self._dispatched[slave] = self._dispatched.get(slave, 0) + n
+
+    # -- convenience for the rare events (they build the record, so the schema is checked at the source)
+
+    def master_start(self, *, member_id: str, host: str, total: int | None = None) -> MasterStart:
+        from mwpy._version import __version__  # noqa: PLC0415 (mwpy/__init__ imports much; this is tiny)
+
+        record = MasterStart(
+            t=self.now(),
+            run=self.run,
+            pid=os.getpid(),
+            host=host,
+            version=__version__,
+            member_id=member_id,
+            total=total,
+        )
+        self.emit(record)
+        self.flush(force=True)
+        return record
+
+    def master_stop(self, *, status: int, tasks_done: int) -> None:
+        self.emit(MasterStop(t=self.now(), run=self.run, status=status, tasks_done=tasks_done))
+        self.flush(force=True)
+
+    def task_failed(
+        self,
+        *,
+        task: int,
+        slave: str,
+        algorithm: str,
+        error: str,
+        message: str,
+        traceback: str,
+        retried: bool,
+        output: str | None = None,
+    ) -> None:
+        self.emit(
+            TaskFailed(
+                t=self.now(),
+                task=task,
+                slave=slave,
+                algorithm=algorithm,
+                error=error,
+                message=_clip(message),
+                traceback=_clip(traceback),
+                retried=retried,
+                output=None if output is None else _clip(output),
+            )
+        )
+
+    # -- writing
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write what was queued with one system call, if ``FLUSH_INTERVAL`` has passed since the last write.
+
+        Cheap to call every loop pass (a clock read when it is not time yet);
+        ``force`` writes now (master start and stop, close).
+        """
+        now = self.now()
+        if not force and now - self._written < FLUSH_INTERVAL:
+            return
+        self._written = now
+        if self._finished or self._dispatched:
+            self._aggregate(now)
+        if not self._lines:
+            return
+        data = "".join(self._lines).encode("utf-8")
+        self._lines.clear()
+        if self.failed is not None or self._fd < 0:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError as exc:
+            self.failed = f"{self.path}: cannot write the event log ({exc.strerror or exc}); events are off"
+
+    def _aggregate(self, now: float) -> None:
+        t = round(now, DIGITS)
+        lines = self._lines
+        for slave, n in self._dispatched.items():
+            record = TasksDispatched(t=now, slave=slave, n=n)
+            lines.append(encode(record))
+            for subscriber in self.subscribers:
+                subscriber(record)
+        self._dispatched.clear()
+        for (slave, algorithm, outcome), (runs, waits) in self._finished.items():
+            run, wait = _microseconds(runs), _microseconds(waits)
+            lines.append(
+                f'{{"v":{VERSION},"t":{t!r},"kind":"tasks-finished","slave":{json.dumps(slave)},'
+                f'"algorithm":{json.dumps(algorithm)},"outcome":"{outcome}","run_us":{_compact(run)},'
+                f'"wait_us":{_compact(wait)}}}\n'
+            )
+            if self.subscribers:
+                finished = TasksFinished(
+                    t=now, slave=slave, algorithm=algorithm, outcome=outcome, run_us=run, wait_us=wait
+                )
+                for subscriber in self.subscribers:
+                    subscriber(finished)
+        self._finished.clear()
+
+    def close(self) -> None:
+        """Flush and close; the writer is unusable afterwards."""
+        if self._closed:
+            return
+        self.flush(force=True)
+        self._closed = True
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_CHUNK = 1 << 20
+_START_MARK = b'"kind":"master-start"'
+
+
+def _cut_torn_line(fd: int) -> int:
+    """Cut the file back to its last newline; return how many bytes went (0 for a clean file)."""
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - _CHUNK)
+        chunk = os.pread(fd, end - start, start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            end = start + cut + 1
+            break
+        end = start
+    if end != size:
+        os.ftruncate(fd, end)
+    return size - end
+
+
+def _count_runs(fd: int) -> int:
+    """How many masters already wrote to this file (``master-start`` lines), by a byte scan.
+
+    Safe as a count: our encoder writes ``"kind":"master-start"`` only as a
+    key and value (a quote inside a JSON string is always escaped).
+    """
+    count, offset, tail = 0, 0, b""
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset)
+        if not chunk:
+            return count
+        data = tail + chunk
+        count += data.count(_START_MARK)
+        tail = data[-(len(_START_MARK) - 1) :]  # a mark cut by the chunk boundary is found whole next time
+        offset += len(chunk)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _strict(*types: type) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) not in types:
+            raise TypeError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
+def _finite(value: Any, _: Any = None) -> float:
+    if type(value) not in (float, int):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _int_list(value: Any, _: Any) -> list[int]:
+    if type(value) is not list:
+        raise TypeError(f"expected a list of integers, got {type(value).__name__}")
+    for item in value:
+        if type(item) is not int:
+            raise TypeError(f"expected a list of integers, it holds a value of type {type(item).__name__}")
+    return value
+
+
+def _int_dict(value: Any, _: Any) -> dict[str, int]:
+    if type(value) is not dict:
+        raise TypeError(f"expected an object of integers, got {type(value).__name__}")
+    if any(type(item) is not int for item in value.values()):
+        raise TypeError("expected an object of integers, it holds another type")
+    return dict(value)
+
+
+_converter = cattrs.Converter(forbid_extra_keys=False)
+_converter.register_structure_hook(str, _strict(str))
+_converter.register_structure_hook(int, _strict(int))
+_converter.register_structure_hook(bool, _strict(bool))
+_converter.register_structure_hook(float, _finite)
+_converter.register_structure_hook_func(lambda t: t == list[int], _int_list)
+_converter.register_structure_hook_func(lambda t: t == dict[str, int], _int_dict)
+
+
+def _describe(exc: BaseException, _: Any) -> str:
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    return str(exc) or type(exc).__name__
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+#: One strict decoder for every line (``json.loads`` with hooks would build a new one per line).
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+
+
+def _short(text: object) -> str:
+    one = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    return one if len(one) <= MAX_MESSAGE else one[:MAX_MESSAGE] + "..."
+
+
+def decode(line: str) -> Event:
+    """The record for one line (without its newline); ``ValueError`` with the problem otherwise."""
+    try:
+        data = _decoder.decode(line)
+    except RecursionError:
+        raise ValueError("not JSON (nested too deep)") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if type(data) is not dict:
+        raise ValueError(f"not an mwpy event (a JSON {type(data).__name__}, not an object)")
+    if "v" not in data or "kind" not in data:
+        raise ValueError(f"not an mwpy event (no {'v' if 'v' not in data else 'kind'!r} key)")
+    if type(data["v"]) is not int or data["v"] != VERSION:
+        raise ValueError(f"event format version {_short(repr(data['v']))}, this mwpy reads version {VERSION}")
+    kind = data.pop("kind")
+    cls = KINDS.get(kind) if type(kind) is str else None
+    if cls is None:
+        raise ValueError(f"unknown event kind {_short(repr(kind))}")
+    del data["v"]
+    try:
+        return _converter.structure(data, cls)
+    except cattrs.BaseValidationError as exc:
+        problems = "; ".join(cattrs.transform_error(exc, format_exception=_describe, path=kind))
+        raise ValueError(problems) from None
+    except (TypeError, ValueError) as exc:  # attrs validators and __attrs_post_init__
+        raise ValueError(f"{kind}: {exc}") from None
+
+
+def iter_events(path: str | os.PathLike[str]) -> Iterator[Event]:
+    """Every event in the log at ``path``, in file order, streamed; :class:`EventLogError` at the first bad line.
+
+    The error names the file and line: a truncated last line (no newline: the
+    master was killed mid-write, or the file was cut), a line that is not
+    JSON, not an mwpy event, another format version, an unknown kind, or a
+    field of the wrong type. An empty file yields nothing.
+    """
+    name = _short(os.fspath(path))
+    try:
+        fd = safe_files.open_checked(path)
+    except UnsafeFileError as exc:
+        problem = "no such event log" if exc.errno == errno.ENOENT else f"cannot read the event log: {exc.problem}"
+        raise EventLogError(name, problem) from None
+    with open(fd, "rb", buffering=_CHUNK) as stream:
+        number = 0
+        while True:
+            try:
+                raw = stream.readline(MAX_LINE + 1)
+            except OSError as exc:
+                raise EventLogError(name, f"cannot read the event log: {exc.strerror or exc}", number + 1) from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE:
+                raise EventLogError(name, f"line longer than {MAX_LINE} bytes (not an mwpy event log?)", number)
+            if not raw.endswith(b"\n"):
+                raise EventLogError(
+                    name,
+                    "truncated line (no newline at its end: the writer stopped mid-line, or the file was cut)",
+                    number,
+                )
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise EventLogError(name, f"not UTF-8 ({exc.reason} at byte {exc.start})", number) from None
+            try:
+                yield decode(text)
+            except ValueError as exc:
+                raise EventLogError(name, _short(exc), number) from None
+
+
+def read_events(path: str | os.PathLike[str]) -> list[Event]:
+    """All events at once (small logs and tests; :func:`iter_events` for big ones)."""
+    return list(iter_events(path))
+
+
+def default_path(resource_file: str | os.PathLike[str]) -> Path:
+    """Where ``mwpy local`` puts the event log: next to the resource file."""
+    return Path(resource_file).with_name("events.jsonl")

@@ -1,0 +1,139 @@
+"""Prometheus metrics for a running master (``--mw-metrics-port``), an optional extra: ``mwpy[metrics]``.
+
+The exporter is fed from the same stream as the event log: it subscribes to
+the :class:`~mwpy.events.EventWriter` and turns each record into counter and
+gauge updates. Per-task events reach it already aggregated (one
+``tasks-finished`` record per slave, algorithm and outcome per loop pass), so
+it adds a few lock-protected increments per pass, not per task, to the
+master's hot path. prometheus_client serves ``/metrics`` from its own daemon
+thread; the master stays single-threaded otherwise.
+
+prometheus_client is imported when an exporter is made, never when mwpy is
+imported: masters without the option, and slaves, never load it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from mwpy.errors import ConfigurationError
+from mwpy.events import (
+    CondorJobs,
+    Event,
+    MasterStart,
+    MasterStop,
+    ResourceFileWritten,
+    SlaveConnected,
+    SlaveDisconnected,
+    TaskFailed,
+    TasksCancelled,
+    TasksDispatched,
+    TasksFinished,
+    TasksRequeued,
+    TasksUnrunnable,
+)
+
+#: Where the exporter listens unless told otherwise: metrics are not secret, but nobody asked to publish them.
+DEFAULT_HOST = "127.0.0.1"
+
+
+def _prometheus() -> Any:
+    """The prometheus_client module, or one line saying how to get it."""
+    try:
+        return importlib.import_module("prometheus_client")
+    except ImportError:
+        raise ConfigurationError(
+            "--mw-metrics-port needs the prometheus-client package: pip install 'mwpy[metrics]'"
+        ) from None
+
+
+class MetricsExporter:
+    """Counters and gauges of one master, served over HTTP; call it with each event (an EventWriter subscriber)."""
+
+    def __init__(self, port: int, host: str = DEFAULT_HOST) -> None:
+        prometheus = _prometheus()
+        self.registry = registry = prometheus.CollectorRegistry()
+        counter, gauge = prometheus.Counter, prometheus.Gauge
+
+        def c(name: str, text: str, labels: tuple[str, ...] = ()) -> Any:
+            return counter(name, text, labels, registry=registry)
+
+        def g(name: str, text: str, labels: tuple[str, ...] = ()) -> Any:
+            return gauge(name, text, labels, registry=registry)
+
+        self.run = g("mwpy_master_run", "This master's run number in its event log (1, then 2 after a restart...)")
+        self.started = g("mwpy_master_start_time_seconds", "Unix time this master started")
+        self.finished = g("mwpy_master_finished", "1 once the master algorithm has returned")
+        self.tasks = c("mwpy_tasks", "Task runs answered by slaves", ("algorithm", "outcome"))
+        self.run_seconds = c("mwpy_task_run_seconds", "Compute time of answered task runs", ("algorithm", "outcome"))
+        self.wait_seconds = c("mwpy_task_wait_seconds", "Time answered tasks sat queued in the master", ("algorithm",))
+        self.dispatched = c("mwpy_tasks_dispatched", "Tasks sent to slaves")
+        self.failures = c("mwpy_task_failures", "Task runs that raised", ("algorithm", "error"))
+        self.requeued = c("mwpy_tasks_requeued", "Tasks queued again because their slave vanished")
+        self.unrunnable = c("mwpy_tasks_unrunnable", "Tasks that became unrunnable")
+        self.cancelled = c("mwpy_tasks_cancelled", "Queued tasks dropped without running")
+        self.connections = c("mwpy_slave_connections", "Slaves that joined")
+        self.disconnections = c("mwpy_slave_disconnections", "Slaves that left, by cause", ("cause",))
+        self.connected = g("mwpy_slaves_connected", "Slaves connected, per group (as of the resource file)", ("group",))
+        self.needed = g("mwpy_slaves_needed", "Slaves the master wants beyond those connected")
+        self.done = g("mwpy_tasks_done", "Results handed to the master algorithm")
+        self.pending = g("mwpy_tasks_pending", "Tasks queued in the master")
+        self.running = g("mwpy_tasks_running", "Tasks sent to slaves and not yet answered")
+        self.condor = g("mwpy_condor_jobs", "The computation's slave jobs in the schedd, by state", ("state",))
+        self._server, self._thread = prometheus.start_http_server(port, addr=host, registry=registry)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one chosen by the system when asked for port 0)."""
+        return int(self._server.server_port)
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TasksFinished):
+            self.tasks.labels(event.algorithm, event.outcome).inc(len(event.run_us))
+            self.run_seconds.labels(event.algorithm, event.outcome).inc(sum(event.run_us) / 1e6)
+            self.wait_seconds.labels(event.algorithm).inc(sum(event.wait_us) / 1e6)
+        elif isinstance(event, TasksDispatched):
+            self.dispatched.inc(event.n)
+        elif isinstance(event, ResourceFileWritten):
+            for group, count in event.slaves_connected.items():
+                self.connected.labels(group).set(count)
+            self.needed.set(event.slaves_needed)
+            self.done.set(event.tasks_done)
+            self.pending.set(event.tasks_pending)
+            self.running.set(event.tasks_running)
+        elif isinstance(event, SlaveConnected):
+            self.connections.inc()
+        elif isinstance(event, SlaveDisconnected):
+            self.disconnections.labels(event.cause).inc()
+        elif isinstance(event, TaskFailed):
+            self.failures.labels(event.algorithm, event.error).inc()
+        elif isinstance(event, TasksRequeued):
+            self.requeued.inc(event.n)
+        elif isinstance(event, TasksUnrunnable):
+            self.unrunnable.inc(event.n)
+        elif isinstance(event, TasksCancelled):
+            self.cancelled.inc(event.n)
+        elif isinstance(event, CondorJobs):
+            for state in ("idle", "running", "held"):
+                self.condor.labels(state).set(getattr(event, state))
+        elif isinstance(event, MasterStart):
+            self.run.set(event.run)
+            self.started.set(event.t)
+            self.finished.set(0)
+        elif isinstance(event, MasterStop):
+            self.finished.set(1)
+
+    def close(self) -> None:
+        """Stop serving (the port is free again when this returns)."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+def start(port: int, host: str = DEFAULT_HOST) -> MetricsExporter:
+    """An exporter listening on ``host:port``; :class:`ConfigurationError` (one line) when it cannot be made."""
+    try:
+        return MetricsExporter(port, host)
+    except OSError as exc:
+        raise ConfigurationError(f"--mw-metrics-port {port}: cannot listen on {host}: {exc.strerror or exc}") from None

@@ -1,0 +1,600 @@
+"""``mwpy report EVENTS -o report.html``: one self-contained HTML file about a computation.
+
+The report is read on a laptop after the run, often offline, often mailed
+around: so it is one file with plotly.js inlined (no server, no CDN), and the
+plots are of *aggregates* — tasks per time bin, busy fraction per slave and
+bin, run-time histograms with logarithmic buckets — never one point per task,
+so a 10^6-task run makes a file of a few MB (plotly.js itself is 4.8 MB of
+it) built in one streaming pass over the log. docs/observability.md says why
+plotly ("Why plotly").
+
+Plots: tasks completed per second; slaves connected against slaves needed
+(and Condor jobs idle / running when the log has them); a per-slave timeline
+(busy / idle / gone); run-time distribution per algorithm. Tables: goodput
+(mwpy/goodput.py), the failures with their tracebacks and output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mwpy import goodput
+from mwpy.errors import EventLogError
+from mwpy.events import (
+    CondorJobs,
+    MasterStart,
+    MasterStop,
+    ResourceFileWritten,
+    SlaveConnected,
+    SlaveDisconnected,
+    TaskFailed,
+    TasksCancelled,
+    TasksDispatched,
+    TasksFinished,
+    TasksRequeued,
+    TasksUnrunnable,
+    iter_events,
+)
+
+#: Time bins on the x axis at most (bins are whole seconds, at least 1 s wide).
+MAX_BINS = 400
+#: Slaves shown in the timeline at most (the ones with the most slot time); the rest are counted.
+MAX_TIMELINE_SLAVES = 150
+#: Failures listed in full at most; the others are counted.
+MAX_FAILURES = 200
+#: Run-time histogram buckets per decade (logarithmic).
+BUCKETS_PER_DECADE = 10
+#: Change points of a series (slaves connected...) kept as they are; beyond this they are binned.
+MAX_POINTS = 2000
+#: Buckets a time series keeps while reading at most; their width doubles when the log's span outgrows them.
+MAX_STORED = 8 * MAX_BINS
+
+
+class Grid:
+    """The time buckets every series of one report shares: memory bounded however long the run.
+
+    Buckets start 1 s wide; whenever an event falls beyond ``MAX_STORED``
+    buckets from the first one, every series merges pairs of buckets and the
+    width doubles. A month-long run thus costs what a short one does, and the
+    final bins (at most ``MAX_BINS``) are whole multiples of the stored ones.
+    """
+
+    def __init__(self) -> None:
+        self.origin: float | None = None
+        self.width = 1.0
+        self._series: list[dict[int, float]] = []
+
+    def series(self) -> dict[int, float]:
+        made: dict[int, float] = defaultdict(float)
+        self._series.append(made)
+        return made
+
+    def index(self, t: float) -> int:
+        """The bucket of time ``t`` (an event before the first one goes into bucket 0)."""
+        if self.origin is None:
+            self.origin = float(math.floor(t))
+        index = int((t - self.origin) // self.width)
+        while index >= MAX_STORED:
+            self._coarsen()
+            index = int((t - self.origin) // self.width)
+        return max(0, index)
+
+    def _coarsen(self) -> None:
+        self.width *= 2
+        for series in self._series:
+            merged: dict[int, float] = defaultdict(float)
+            for key, value in series.items():
+                merged[key // 2] += value
+            series.clear()
+            series.update(merged)
+
+    def spread(self, series: dict[int, float], end: float, seconds: float, start: float) -> None:
+        """Add ``seconds`` of running to the buckets just before ``end``, never before ``start``."""
+        index = self.index(end)
+        assert self.origin is not None
+        floor = self.index(start) if start >= self.origin else 0
+        room = end - (self.origin + index * self.width)
+        while seconds > 1e-9 and index >= floor:
+            take = min(seconds, room)
+            series[index] += take
+            seconds -= take
+            index -= 1
+            room = self.width
+
+
+@attrs.define
+class _Slave:
+    """What the timeline needs of one slave connection: when it was there, busy seconds per bucket."""
+
+    name: str
+    host: str
+    start: float
+    busy: dict[int, float]
+    end: float | None = None
+
+
+@attrs.define
+class _Algorithm:
+    count: int = 0
+    total_us: int = 0
+    max_us: int = 0
+    buckets: Counter[int] = attrs.Factory(Counter)
+
+
+@attrs.define
+class Digest:
+    """Everything the report shows, aggregated in one pass over the log (memory independent of the task count)."""
+
+    grid: Grid = attrs.Factory(Grid)
+    ok: dict[int, float] = attrs.Factory(dict)
+    failed: dict[int, float] = attrs.Factory(dict)
+    retried: dict[int, float] = attrs.Factory(dict)
+    connected: list[tuple[float, int]] = attrs.Factory(list)
+    needed: list[tuple[float, int]] = attrs.Factory(list)
+    condor: list[tuple[float, int, int]] = attrs.Factory(list)
+    slaves: list[_Slave] = attrs.Factory(list)
+    algorithms: dict[str, _Algorithm] = attrs.Factory(lambda: defaultdict(_Algorithm))
+    failures: list[TaskFailed] = attrs.Factory(list)
+    more_failures: int = 0
+    starts: list[MasterStart] = attrs.Factory(list)
+    stops: list[MasterStop] = attrs.Factory(list)
+    counts: Counter[str] = attrs.Factory(Counter)
+    causes: Counter[str] = attrs.Factory(Counter)
+    first: float | None = None
+    last: float | None = None
+    goodput: goodput.Goodput = attrs.Factory(goodput.Goodput)
+
+
+def digest(path: str | os.PathLike[str]) -> Digest:
+    """Read the log once and aggregate it; :class:`EventLogError` at its first bad line."""
+    d = Digest()
+    grid = d.grid
+    d.ok, d.failed, d.retried = grid.series(), grid.series(), grid.series()
+    outcomes = {"ok": d.ok, "error": d.failed, "retried": d.retried}
+    accountant = goodput.Accountant()
+    live: dict[str, _Slave] = {}
+    log10 = math.log10
+    for event in iter_events(path):
+        accountant.add(event)
+        t = event.t
+        before = d.last  # the last moment a master that died was known alive
+        if d.first is None:
+            d.first = t
+        if d.last is None or t > d.last:
+            d.last = t
+        if isinstance(event, TasksFinished):
+            n = len(event.run_us)
+            outcomes[event.outcome][grid.index(t)] += n
+            algorithm = d.algorithms[event.algorithm]
+            algorithm.count += n
+            algorithm.total_us += sum(event.run_us)
+            longest = max(event.run_us)
+            algorithm.max_us = max(algorithm.max_us, longest)
+            buckets = algorithm.buckets
+            for us in event.run_us:
+                buckets[int(log10(us) * BUCKETS_PER_DECADE) if us > 0 else -1] += 1
+            slave = live.get(event.slave)
+            if slave is not None:
+                grid.spread(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
+        elif isinstance(event, SlaveConnected):
+            grid.index(t)
+            slave = _Slave(name=event.slave, host=event.host, start=t, busy=grid.series())
+            if event.slave in live:  # the same id again without a disconnect: close the old one
+                live[event.slave].end = t
+            live[event.slave] = slave
+            d.slaves.append(slave)
+            d.connected.append((t, len(live)))
+        elif isinstance(event, SlaveDisconnected):
+            gone = live.pop(event.slave, None)
+            if gone is not None:
+                gone.end = t
+            d.causes[event.cause] += 1
+            d.connected.append((t, len(live)))
+        elif isinstance(event, ResourceFileWritten):
+            d.needed.append((t, event.slaves_needed))
+        elif isinstance(event, CondorJobs):
+            d.condor.append((t, event.idle, event.running))
+        elif isinstance(event, TaskFailed):
+            if len(d.failures) < MAX_FAILURES:
+                d.failures.append(event)
+            else:
+                d.more_failures += 1
+        elif isinstance(event, MasterStart):
+            for slave in live.values():  # slaves of a master that died (or stopped) end with it
+                slave.end = before if before is not None else t
+            live.clear()
+            d.starts.append(event)
+            d.connected.append((t, 0))
+        elif isinstance(event, MasterStop):
+            d.stops.append(event)
+        elif isinstance(event, (TasksDispatched, TasksRequeued, TasksUnrunnable, TasksCancelled)):
+            d.counts[event.KIND] += event.n
+    d.goodput = accountant.result()
+    if len(d.starts) > 1:  # slave ids start again with each master run
+        for slave in d.slaves:
+            run = sum(1 for s in d.starts if s.t <= slave.start)
+            slave.name = f"run {run}: {slave.name}"
+    return d
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+@attrs.frozen
+class _Bins:
+    """The plotted bins: ``factor`` stored buckets each, ``width`` seconds wide, ``count`` of them."""
+
+    factor: int
+    width: float
+    count: int
+
+    def x(self) -> list[float]:
+        """Bin centres as seconds since the first event's whole second."""
+        return [i * self.width + self.width / 2 for i in range(self.count)]
+
+    def sums(self, series: dict[int, float]) -> list[float]:
+        out = [0.0] * self.count
+        for key, value in series.items():
+            index = key // self.factor
+            if 0 <= index < self.count:
+                out[index] += value
+        return out
+
+    def rates(self, series: dict[int, float]) -> list[float]:
+        return [value / self.width for value in self.sums(series)]
+
+
+def _bins(d: Digest) -> _Bins:
+    """At most ``MAX_BINS`` bins covering the whole log, each a whole number of the grid's buckets."""
+    grid = d.grid
+    stored = grid.index(d.last) + 1 if d.last is not None else 1
+    factor = max(1, math.ceil(stored / MAX_BINS))
+    return _Bins(factor=factor, width=grid.width * factor, count=math.ceil(stored / factor))
+
+
+def _steps(points: list[tuple[float, int]], origin: float) -> tuple[list[float], list[int]]:
+    """A step series as change points; with too many, the maximum per bin (so peaks stay visible)."""
+    if len(points) <= MAX_POINTS:
+        return [t - origin for t, _ in points], [v for _, v in points]
+    end = points[-1][0]
+    width = max((end - points[0][0]) / (MAX_POINTS // 2), 1e-9)
+    peaks: dict[int, int] = {}
+    for t, value in points:
+        index = int((t - points[0][0]) / width)
+        peaks[index] = max(peaks.get(index, value), value)
+    return [points[0][0] - origin + i * width for i in sorted(peaks)], [peaks[i] for i in sorted(peaks)]
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": x_title}},
+        "yaxis": {"title": {"text": y_title}},
+        "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
+        "height": 380,
+        "legend": {"orientation": "h", "y": -0.2},
+        **extra,
+    }
+
+
+def _figures(d: Digest) -> list[tuple[str, dict[str, Any]]]:
+    """(div id, plotly figure as a dict) for each plot."""
+    bins = _bins(d)
+    x = bins.x()
+    per = "per second" if bins.width == 1 else f"per second ({bins.width:g} s bins)"
+    rate = {
+        "data": [
+            {"type": "scatter", "mode": "lines", "name": "ok", "x": x, "y": bins.rates(d.ok)},
+            {"type": "scatter", "mode": "lines", "name": "failed", "x": x, "y": bins.rates(d.failed)},
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "retried",
+                "x": x,
+                "y": bins.rates(d.retried),
+            },
+        ],
+        "layout": _layout(f"Tasks completed {per}", "seconds since the first event", "tasks / s"),
+    }
+    origin = d.grid.origin or 0.0
+    cx, cy = _steps(d.connected, origin)
+    nx, ny = _steps(d.needed, origin)
+    slave_data: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "line": {"shape": "hv"}, "name": "slaves connected", "x": cx, "y": cy},
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "line": {"shape": "hv", "dash": "dash"},
+            "name": "slaves needed (beyond those connected)",
+            "x": nx,
+            "y": ny,
+        },
+    ]
+    if d.condor:
+        points = d.condor if len(d.condor) <= MAX_POINTS else d.condor[:: len(d.condor) // MAX_POINTS + 1]
+        times = [t - origin for t, _, _ in points]
+        for index, name in ((1, "Condor jobs idle"), (2, "Condor jobs running")):
+            slave_data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "line": {"shape": "hv", "dash": "dot"},
+                    "name": name,
+                    "x": times,
+                    "y": [p[index] for p in points],
+                }
+            )
+    slaves = {"data": slave_data, "layout": _layout("Slaves", "seconds since the first event", "slaves")}
+    return [
+        ("plot-rate", rate),
+        ("plot-slaves", slaves),
+        ("plot-timeline", _timeline(d, bins)),
+        ("plot-runtimes", _runtimes(d)),
+    ]
+
+
+def _timeline(d: Digest, bins: _Bins) -> dict[str, Any]:
+    """Per slave and time bin: busy fraction while connected (0 idle .. 1 busy), blank while gone."""
+    end = d.last or 0.0
+    chosen = sorted(d.slaves, key=lambda s: (s.end if s.end is not None else end) - s.start, reverse=True)
+    hidden = max(0, len(chosen) - MAX_TIMELINE_SLAVES)
+    chosen = sorted(chosen[:MAX_TIMELINE_SLAVES], key=lambda s: s.start)
+    origin = d.grid.origin or 0.0
+    z: list[list[float | None]] = []
+    for slave in chosen:
+        stop = slave.end if slave.end is not None else end
+        busy = bins.sums(slave.busy)
+        row: list[float | None] = []
+        for index in range(bins.count):
+            lo = origin + index * bins.width
+            there = min(stop, lo + bins.width) - max(slave.start, lo)
+            row.append(None if there <= 0 else round(min(1.0, busy[index] / there), 3))
+        z.append(row)
+    title = "Per-slave timeline: busy fraction while connected (blank: gone)"
+    if hidden:
+        title += f" — the {MAX_TIMELINE_SLAVES} longest of {len(d.slaves)} connections"
+    return {
+        "data": [
+            {
+                "type": "heatmap",
+                "x": bins.x(),
+                "y": [f"{s.name} ({s.host})" for s in chosen],
+                "z": z,
+                "zmin": 0,
+                "zmax": 1,
+                "colorscale": [[0.0, "#fde68a"], [0.5, "#60a5fa"], [1.0, "#1e3a8a"]],
+                "colorbar": {"title": {"text": "busy"}},
+                "hoverongaps": False,
+            }
+        ],
+        "layout": _layout(
+            title,
+            "seconds since the first event",
+            "",
+            height=max(300, min(1200, 120 + 14 * len(chosen))),
+            plot_bgcolor="#e5e7eb",
+        ),
+    }
+
+
+def _runtimes(d: Digest) -> dict[str, Any]:
+    """Run-time distribution per algorithm: task counts in logarithmic buckets, drawn as filled steps.
+
+    Steps rather than bars: bar widths are linear, so on a log axis bars turn into hairlines.
+    """
+    data = []
+    for name, algorithm in sorted(d.algorithms.items()):
+        keys = sorted(algorithm.buckets)
+        centres = [0.5e-6 if k < 0 else 10 ** ((k + 0.5) / BUCKETS_PER_DECADE) / 1e6 for k in keys]  # seconds
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "line": {"shape": "hvh"},
+                "fill": "tozeroy",
+                "name": name,
+                "x": centres,
+                "y": [algorithm.buckets[k] for k in keys],
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            "Task run time per algorithm", "run time (s, log scale)", "tasks per bucket", xaxis_type="log"
+        ),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- HTML
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #111827; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+td, th { border: 1px solid #d1d5db; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre { background: #f3f4f6; padding: 0.5em; overflow-x: auto; font-size: 0.85em; max-height: 30em; }
+.plot { min-height: 300px; }
+.note { color: #4b5563; font-size: 0.9em; }
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[object]], numeric: Sequence[int] = ()) -> str:
+    header = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{' class=num' if i in numeric else ''}>{_e(cell)}</td>" for i, cell in enumerate(row))
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _percentile(algorithm: _Algorithm, share: float) -> float:
+    """Approximate run-time percentile (seconds) from the histogram: the upper edge of the bucket reached."""
+    target = share * algorithm.count
+    seen = 0
+    for key in sorted(algorithm.buckets):
+        seen += algorithm.buckets[key]
+        if seen >= target:
+            return 0.0 if key < 0 else min(10 ** ((key + 1) / BUCKETS_PER_DECADE), algorithm.max_us) / 1e6
+    return algorithm.max_us / 1e6
+
+
+def _failures(d: Digest, origin: float) -> str:
+    if not d.failures:
+        return "<p>No task raised.</p>"
+    rows = []
+    for f in d.failures:
+        output = f"<details><summary>output</summary><pre>{_e(f.output)}</pre></details>" if f.output else ""
+        rows.append(
+            f"<tr><td class=num>{f.t - origin:.1f}</td><td>{_e(f.task)}</td><td>{_e(f.algorithm)}</td>"
+            f"<td>{_e(f.slave)}</td><td>{'retried' if f.retried else 'given up'}</td>"
+            f"<td><b>{_e(f.error)}</b>: {_e(f.message)}"
+            f"<details><summary>traceback</summary><pre>{_e(f.traceback)}</pre></details>{output}</td></tr>"
+        )
+    more = f"<p class=note>... and {d.more_failures} more failures (not listed).</p>" if d.more_failures else ""
+    head = "".join(f"<th>{h}</th>" for h in ("s", "task", "algorithm", "slave", "then", "error"))
+    return f"<table id=failures><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def render(d: Digest, source: str, title: str | None = None) -> str:
+    """The whole report as one HTML string (plotly imported here: the only place that needs it)."""
+    import plotly.io as pio  # noqa: PLC0415 (an optional extra: mwpy[report])
+    from plotly.offline import get_plotlyjs  # noqa: PLC0415
+
+    origin = float(int(d.first or 0))
+    g = d.goodput
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.first or 0))
+    runs = ", ".join(
+        f"run {s.run} on {s.host} (pid {s.pid}, mwpy {s.version}, member id {s.member_id})" for s in d.starts
+    )
+    plots = "".join(
+        f'<section class="plot" data-plot="{div}">'
+        + pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=div,
+            config={"displaylogo": False, "responsive": True},
+        )
+        + "</section>"
+        for div, fig in _figures(d)
+    )
+    algorithms = _table(
+        ["algorithm", "tasks", "mean s", "p50 s ≤", "p95 s ≤", "max s"],
+        [
+            (
+                name,
+                a.count,
+                f"{a.total_us / a.count / 1e6:.6f}",
+                f"{_percentile(a, 0.5):.6f}",
+                f"{_percentile(a, 0.95):.6f}",
+                f"{a.max_us / 1e6:.6f}",
+            )
+            for name, a in sorted(d.algorithms.items())
+        ],
+        numeric=(1, 2, 3, 4, 5),
+    )
+    events = _table(
+        ["what", "count"],
+        [
+            ("tasks ok", g.tasks_ok),
+            ("tasks failed", g.tasks_failed),
+            ("task runs retried after an error", g.tasks_retried),
+            ("tasks sent to slaves", d.counts["tasks-dispatched"]),
+            ("tasks queued again after their slave vanished", d.counts["tasks-requeued"]),
+            ("tasks unrunnable", d.counts["tasks-unrunnable"]),
+            ("tasks cancelled", d.counts["tasks-cancelled"]),
+            ("slave connections", g.slaves),
+            *((f"slaves gone: {cause}", n) for cause, n in sorted(d.causes.items())),
+        ],
+        numeric=(1,),
+    )
+    name = title or f"mwpy report: {Path(source).name}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(name)}</title>
+<style>{_STYLE}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>{_e(name)}</h1>
+<p class=note>From {_e(source)}: {len(d.starts)} master run(s) — {_e(runs) or "no master-start event"}.
+First event {_e(when)}, {goodput.duration(g.wall)} of events.</p>
+<h2>Goodput</h2>
+<p>Efficiency <b>{100 * g.efficiency:.1f} %</b>: slot time spent running tasks whose results counted.
+Slot time runs from a slave's connection to its disconnection; time lost to slaves that timed out or were evicted is
+estimated from their last result to their disconnection.</p>
+{_table(["", "time", "share of slot time"], goodput.rows(g), numeric=(1, 2))}
+{events}
+<h2>Plots</h2>
+{plots}
+<h2>Run time per algorithm</h2>
+{algorithms}
+<p class=note>Percentiles are the upper edge of a histogram bucket ({BUCKETS_PER_DECADE} per decade).</p>
+<h2>Failures</h2>
+{_failures(d, origin)}
+<p class=note>Built by mwpy report at {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}.</p>
+</body></html>
+"""
+
+
+def build_report(events_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> Path:
+    """Read the event log and write the report atomically; return its path.
+
+    Raises :class:`EventLogError` for a bad log and ``ImportError`` without plotly.
+    """
+    text = render(digest(events_path), os.fspath(events_path))
+    target = Path(output_path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``mwpy report EVENTS [-o report.html]``: 0, or 1 with one line for a bad log; 2 for bad arguments."""
+    parser = argparse.ArgumentParser(
+        prog="mwpy report", description="Write one self-contained HTML report (plots, goodput, failures)."
+    )
+    parser.add_argument("events", help="the event log a master wrote with --mw-events")
+    parser.add_argument("-o", "--output", default="report.html", help="where to write it (default report.html)")
+    options = parser.parse_args(argv)
+    try:
+        path = build_report(options.events, options.output)
+    except EventLogError as exc:
+        print(f"mwpy report: error: {exc}", file=sys.stderr)
+        return 1
+    except ImportError:
+        print("mwpy report: error: the report needs plotly: pip install 'mwpy[report]'", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"mwpy report: error: {options.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

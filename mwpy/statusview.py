@@ -1,0 +1,411 @@
+"""The live status view: ``mwpy status RESOURCE --watch`` (and ``mwpy local``'s progress).
+
+Everything a person watching a computation asks, refreshed about once a
+second from the resource file the master rewrites anyway (so watching costs
+the master nothing): tasks done against the total with an ETA when the total
+is known, the rate, slaves per group and how many more the master wants,
+Condor's jobs by state when a schedd answers, and recent failures when the
+master writes an event log.
+
+On a terminal it is a rich view redrawn in place; without one (a pipe, a log
+file) it prints one plain line whenever something changed, so a log of it
+stays readable. ``watch`` returns 0 once the computation finished, 1 when the
+resource file is unusable for good, and 130 on Ctrl-C.
+
+Imported only by the commands that show it (never by the master or slaves),
+which is why it may import rich at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TextIO
+
+import attrs
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from mwpy import events as ev
+from mwpy import resource_file
+from mwpy.errors import InvalidResourceFileError, ResourceFileError
+from mwpy.goodput import duration
+from mwpy.resource_file import ResourceFile
+
+#: Seconds of samples the rate is averaged over (long enough to be steady, short enough to follow changes).
+RATE_WINDOW = 30.0
+#: Recent failures shown at most.
+MAX_FAILURES = 5
+#: Seconds between two questions to the schedd (a schedd is shared; once a second would be rude).
+CONDOR_INTERVAL = 10.0
+#: Exit status on Ctrl-C, as a shell reports SIGINT.
+INTERRUPTED = 130
+#: Slave groups in the order slaves fill them (the resource file sorts its keys).
+GROUPS = ("ordered", "intermingle", "unordered")
+
+
+def _groups(record: ResourceFile) -> list[tuple[str, int]]:
+    """Slaves connected per group, in fill order, then any group this mwpy does not know."""
+    known = [(kind, record.slaves_connected[kind]) for kind in GROUPS if kind in record.slaves_connected]
+    return known + sorted((k, v) for k, v in record.slaves_connected.items() if k not in GROUPS)
+
+
+@attrs.define
+class Extra:
+    """What the resource file does not say: the total, recent failures, Condor's job counts."""
+
+    total: int | None = None
+    failures: Sequence[str] = ()
+    condor: Mapping[str, int] | None = None
+    condor_problem: str | None = None
+
+
+class Rate:
+    """Tasks per second over the last ``RATE_WINDOW`` seconds of samples of ``tasks_done``."""
+
+    def __init__(self, window: float = RATE_WINDOW) -> None:
+        self.window = window
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def add(self, now: float, done: int) -> None:
+        if self._samples and done < self._samples[-1][1]:  # a restarted master counts from 0 again
+            self._samples.clear()
+        self._samples.append((now, done))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window:
+            self._samples.popleft()
+
+    def per_second(self) -> float | None:
+        if len(self._samples) < 2:
+            return None
+        (t0, d0), (t1, d1) = self._samples[0], self._samples[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 else None
+
+
+def state_of(record: ResourceFile, now: float) -> str:
+    return "finished" if record.finished else ("stale" if record.stale(now) else "in progress")
+
+
+def _eta(record: ResourceFile, total: int | None, rate: float | None) -> str | None:
+    if total is None or not rate or record.tasks_done >= total:
+        return None
+    return duration((total - record.tasks_done) / rate)
+
+
+def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None) -> str:
+    """One line: the view for a pipe, a log file or ``mwpy local``'s progress line."""
+    if record is None:
+        return (
+            f"[mwpy] waiting for the resource file ({problem})" if problem else "[mwpy] waiting for the resource file"
+        )
+    done = f"{record.tasks_done:,}"
+    if extra.total:
+        done += f"/{extra.total:,} ({100 * record.tasks_done / extra.total:.0f} %)"
+    eta = _eta(record, extra.total, rate)
+    groups = ", ".join(f"{k} {v}" for k, v in _groups(record) if v)
+    slaves = sum(record.slaves_connected.values())
+    parts = [
+        f"[mwpy] {state_of(record, now)}",
+        f"tasks {done}",
+        f"{record.tasks_running:,} running",
+        f"{record.tasks_pending:,} queued",
+        f"{rate:,.1f}/s" if rate is not None else "rate -",
+        *([f"ETA {eta}"] if eta else []),
+        f"slaves {slaves}{f' ({groups})' if groups else ''} +{record.slaves_needed} needed",
+    ]
+    if extra.condor is not None:
+        parts.append(f"condor {extra.condor.get('idle', 0)} idle {extra.condor.get('running', 0)} running")
+    if extra.failures:
+        parts.append(f"last failure: {extra.failures[-1]}")
+    return " · ".join(parts)
+
+
+def render(
+    record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None
+) -> RenderableType:
+    """The terminal view (a rich renderable)."""
+    if record is None:
+        return Panel(Text(f"waiting for the resource file{f' ({problem})' if problem else ''}", style="yellow"))
+    state = state_of(record, now)
+    colour = {"finished": "green", "stale": "red", "in progress": "cyan"}[state]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    age = f"written {record.age(now):.0f} s ago, every {record.update_interval:g} s"
+    grid.add_row("status", Text.assemble((state, f"bold {colour}"), f"  ({age})"))
+    grid.add_row("master", f"{record.master_host}:{record.master_port}  member id {record.member_id}")
+    counts = f"{record.tasks_done:,} done · {record.tasks_running:,} running · {record.tasks_pending:,} queued"
+    if extra.total:
+        share = min(1.0, record.tasks_done / extra.total)
+        eta = _eta(record, extra.total, rate)
+        bar = Table.grid(padding=(0, 1))
+        bar.add_row(
+            ProgressBar(total=extra.total, completed=min(record.tasks_done, extra.total), width=40, style="grey42"),
+            f"{record.tasks_done:,}/{extra.total:,} ({100 * share:.0f} %)",
+            f"ETA {eta}" if eta else "",
+        )
+        grid.add_row("progress", bar)
+    grid.add_row("tasks", counts)
+    grid.add_row("rate", f"{rate:,.1f} tasks/s" if rate is not None else "-")
+    groups = "  ".join(f"{kind} {count}" for kind, count in _groups(record))
+    connected = sum(record.slaves_connected.values())
+    grid.add_row("slaves", f"{connected} connected ({groups}) · {record.slaves_needed} more needed")
+    if extra.condor is not None:
+        grid.add_row(
+            "condor",
+            f"{extra.condor.get('idle', 0)} idle · {extra.condor.get('running', 0)} running · "
+            f"{extra.condor.get('held', 0)} held",
+        )
+    elif extra.condor_problem:
+        grid.add_row("condor", Text(extra.condor_problem, style="dim"))
+    parts: list[RenderableType] = [grid]
+    if extra.failures:
+        failures = Text("recent failures\n", style="bold red")
+        for line in extra.failures[-MAX_FAILURES:]:
+            failures.append(f"  {line}\n", style="red")
+        parts.append(failures)
+    return Panel(Group(*parts), title="mwpy status", border_style=colour)
+
+
+class FailureTail:
+    """Follows an event log as the master appends to it: recent ``task-failed`` lines, the announced total.
+
+    Reads only what was added since the last call (the log may be large), and
+    only complete lines. A line it cannot read stops the tail with one problem
+    line instead of stopping the view.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES)
+        self.total: int | None = None
+        self.problem: str | None = None
+        self._offset = 0
+        self._line = 0
+
+    def poll(self) -> None:
+        if self.problem is not None:
+            return
+        try:
+            with open(self.path, "rb") as stream:
+                if not os.path.isfile(self.path):
+                    self.problem = f"{self.path}: not a regular file"
+                    return
+                stream.seek(self._offset)
+                data = stream.read(ev.MAX_LINE)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.problem = f"{self.path}: {exc.strerror or exc}"
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self._offset += end + 1
+        for raw in data[: end + 1].splitlines():
+            self._line += 1
+            try:
+                event = ev.decode(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                self.problem = f"{self.path}:{self._line}: {exc}"
+                return
+            if isinstance(event, ev.TaskFailed):
+                self.failures.append(
+                    f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
+                    f"{event.error}: {event.message}"[:200]
+                )
+            elif isinstance(event, ev.MasterStart) and event.total is not None:
+                self.total = event.total
+
+
+def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, str | None]]:
+    """Ask the local schedd for the computation's jobs (imported lazily: the bindings are slow to load)."""
+
+    def ask() -> tuple[dict[str, int] | None, str | None]:
+        try:
+            from mwpy.backends.htcondor import job_counts  # noqa: PLC0415
+
+            return job_counts(member_id), None
+        except (ImportError, RuntimeError) as exc:
+            return None, f"no Condor job counts: {exc}"[:200]
+
+    return ask
+
+
+class Follower:
+    """Samples a computation (resource file, event log, schedd) and renders it; :func:`watch` and ``mwpy local``.
+
+    ``condor``: True asks the schedd every ``CONDOR_INTERVAL`` s, None asks
+    once and keeps asking only if a schedd answered, False never asks.
+    """
+
+    def __init__(
+        self,
+        resource_path: str | os.PathLike[str],
+        *,
+        total: int | None = None,
+        events: str | os.PathLike[str] | None = None,
+        condor: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.resource_path = resource_path
+        self.clock = clock
+        self.condor = condor
+        self.rate = Rate()
+        self.tail = FailureTail(events) if events is not None else None
+        self.extra = Extra(total=total)
+        self.record: ResourceFile | None = None
+        #: Why there is no record (the resource file's one-line problem), or None.
+        self.problem: str | None = None
+        self._total = total
+        self._ask: Callable[[], tuple[dict[str, int] | None, str | None]] | None = None
+        self._condor_at = 0.0
+
+    def sample(self) -> int | None:
+        """Read everything once; the exit status when watching should end (0 finished, 1 unusable), else None."""
+        now = self.clock()
+        try:
+            record = resource_file.read(self.resource_path)
+        except InvalidResourceFileError as exc:
+            self.record, self.problem = None, str(exc)
+            return 1
+        except ResourceFileError as exc:
+            self.record, self.problem = None, str(exc)
+            return None
+        self.record, self.problem = record, None
+        self.rate.add(now, record.tasks_done)
+        extra, tail = self.extra, self.tail
+        if tail is not None:
+            tail.poll()
+            extra.failures = list(tail.failures) + ([f"event log: {tail.problem}"] if tail.problem else [])
+            if self._total is None and tail.total is not None:
+                extra.total = tail.total
+        if self.condor is not False and self._ask is None:
+            self._ask = condor_counter(record.member_id)
+        if self._ask is not None and now >= self._condor_at:
+            extra.condor, extra.condor_problem = self._ask()
+            self._condor_at = now + CONDOR_INTERVAL
+            if extra.condor is None and self.condor is None:  # auto, and no schedd here: stop asking, say nothing
+                self._condor_at = float("inf")
+                extra.condor_problem = None
+        return 0 if record.finished else None
+
+    def line(self) -> str:
+        """The plain one-line view of the last sample."""
+        return plain(self.record, self.extra, self.rate.per_second(), self.clock(), self.problem)
+
+    def view(self) -> RenderableType:
+        """The terminal view of the last sample."""
+        return render(self.record, self.extra, self.rate.per_second(), self.clock(), self.problem)
+
+
+def watch(
+    resource_path: str | os.PathLike[str],
+    *,
+    interval: float = 1.0,
+    total: int | None = None,
+    events: str | os.PathLike[str] | None = None,
+    condor: bool | None = None,
+    console: Console | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Show the computation until it finishes (0); 1 for an unusable resource file; 130 on Ctrl-C."""
+    console = console or Console()
+    follower = Follower(resource_path, total=total, events=events, condor=condor, clock=clock)
+    status: int | None = None
+    try:
+        if console.is_terminal:
+            with Live(console=console, auto_refresh=False, transient=False) as live:
+                while status is None:
+                    status = follower.sample()
+                    live.update(follower.view(), refresh=True)
+                    if status is None:
+                        time.sleep(interval)
+        else:
+            last_line = ""
+            while status is None:
+                status = follower.sample()
+                line = follower.line()
+                if line != last_line:
+                    console.print(line, markup=False, highlight=False, soft_wrap=True)
+                    last_line = line
+                if status is None:
+                    time.sleep(interval)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    if status == 1:
+        print(f"mwpy status: error: {follower.problem}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """``python -m mwpy.statusview RESOURCE [--watch]`` until ``mwpy status --watch`` calls :func:`watch`."""
+    parser = argparse.ArgumentParser(prog="mwpy status", description="Show a computation from its resource file.")
+    parser.add_argument("resource_file")
+    parser.add_argument("--watch", action="store_true", help="keep showing it until the computation finishes")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    parser.add_argument("--total", type=int, help="tasks in all, for the progress bar and ETA")
+    parser.add_argument("--events", help="the master's event log (--mw-events): recent failures, the total")
+    parser.add_argument("--condor", action=argparse.BooleanOptionalAction, default=None, help="Condor job counts")
+    parser.add_argument("--svg", help=argparse.SUPPRESS)  # one frame as SVG, for docs/observability.md
+    options = parser.parse_args(argv)
+    if options.interval <= 0:
+        parser.error("--interval: expected a positive number")
+    console = Console(file=out) if out is not None else Console()
+    if options.svg:
+        return _svg(options, options.svg)
+    if options.watch:
+        return watch(
+            options.resource_file,
+            interval=options.interval,
+            total=options.total,
+            events=options.events,
+            condor=options.condor,
+            console=console,
+        )
+    try:
+        record = resource_file.read(options.resource_file)
+    except ResourceFileError as exc:
+        print(f"mwpy status: error: {exc}", file=sys.stderr)
+        return 1
+    console.print(render(record, Extra(total=options.total), None, time.time()))
+    return 0
+
+
+def _svg(options: argparse.Namespace, path: str) -> int:
+    """Render one frame of the terminal view into an SVG (rich's own export), for the docs' screenshot.
+
+    Reads the resource file twice, ``--interval`` apart, so the frame shows a real rate (and ETA).
+    """
+    tail = FailureTail(options.events) if options.events else None
+    rate = Rate()
+    record: ResourceFile | None = None
+    for attempt in range(2):
+        if attempt:
+            time.sleep(options.interval)
+        try:
+            record = resource_file.read(options.resource_file)
+        except ResourceFileError as exc:
+            print(f"mwpy status: error: {exc}", file=sys.stderr)
+            return 1
+        rate.add(time.time(), record.tasks_done)
+    assert record is not None
+    if tail is not None:
+        tail.poll()
+    extra = Extra(total=options.total or (tail.total if tail else None), failures=list(tail.failures) if tail else [])
+    with open(os.devnull, "w", encoding="utf-8") as sink:
+        console = Console(record=True, width=100, file=sink, force_terminal=True, color_system="truecolor")
+        console.print(render(record, extra, rate.per_second(), time.time()))
+        console.save_svg(path, title="mwpy status --watch")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

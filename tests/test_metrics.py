@@ -1,0 +1,100 @@
+"""The Prometheus exporter (docs/observability.md): fed by the event writer, scraped over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mwpy import events as ev
+from mwpy import metrics
+from mwpy.errors import ConfigurationError
+from tests.obs_support import ONE_OF_EACH
+
+
+@pytest.fixture
+def exporter() -> Iterator[metrics.MetricsExporter]:
+    made = metrics.start(0)
+    yield made
+    made.close()
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode("utf-8")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_the_writer_feeds_the_exporter_and_prometheus_can_scrape_it(
+    tmp_path: Path, exporter: metrics.MetricsExporter
+) -> None:
+    writer = ev.EventWriter(tmp_path / "events.jsonl", clock=lambda: 2000.0)
+    writer.subscribers.append(exporter)
+    for record in ONE_OF_EACH:
+        writer.emit(record)
+    for _ in range(3):
+        writer.task_finished("slave-9", "hello", "ok", 0.5, 0.25)
+    writer.tasks_dispatched("slave-9", 3)
+    writer.flush()
+    writer.close()
+    got = _scrape(exporter.port)
+    assert got[("mwpy_tasks_total", (("algorithm", "hello"), ("outcome", "ok")))] == 5  # 2 + 3
+    assert got[("mwpy_tasks_total", (("algorithm", "hello"), ("outcome", "retried")))] == 1
+    assert got[("mwpy_task_run_seconds_total", (("algorithm", "hello"), ("outcome", "ok")))] == pytest.approx(2.4)
+    assert got[("mwpy_task_wait_seconds_total", (("algorithm", "hello"),))] == pytest.approx(0.75 + 35e-6, abs=1e-9)
+    assert got[("mwpy_tasks_dispatched_total", ())] == 6
+    assert got[("mwpy_task_failures_total", (("algorithm", "hello"), ("error", "ZeroDivisionError")))] == 1
+    assert got[("mwpy_tasks_requeued_total", ())] == 1
+    assert got[("mwpy_tasks_unrunnable_total", ())] == 1
+    assert got[("mwpy_tasks_cancelled_total", ())] == 2
+    assert got[("mwpy_slave_connections_total", ())] == 1
+    assert got[("mwpy_slave_disconnections_total", (("cause", "eof"),))] == 1
+    assert got[("mwpy_slaves_needed", ())] == 2
+    assert got[("mwpy_tasks_pending", ())] == 10
+    assert got[("mwpy_slaves_connected", (("group", "unordered"),))] == 0
+    assert got[("mwpy_condor_jobs", (("state", "idle"),))] == 2
+    assert got[("mwpy_master_run", ())] == 1
+    assert got[("mwpy_master_start_time_seconds", ())] == 1000.0
+    assert got[("mwpy_master_finished", ())] == 1
+
+
+def test_it_listens_on_loopback_only_by_default(exporter: metrics.MetricsExporter) -> None:
+    assert exporter._server.server_address[0] == "127.0.0.1"
+
+
+def test_a_port_in_use_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigurationError, match=rf"^--mw-metrics-port {port}: cannot listen on 127.0.0.1: "):
+            metrics.start(port)
+
+
+def test_without_the_extra_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what an absent package looks like to import
+    with pytest.raises(ConfigurationError, match=r"pip install 'mwpy\[metrics\]'"):
+        metrics.start(0)
+
+
+def test_metrics_without_an_event_log(exporter: metrics.MetricsExporter) -> None:
+    """``--mw-metrics-port`` alone: a writer with no file still feeds its subscribers."""
+    writer = ev.EventWriter(None, clock=lambda: 5.0)
+    writer.subscribers.append(exporter)
+    writer.master_start(member_id="m", host="h")
+    writer.task_finished("slave-1", "solo", "ok", 1.5, 0.0)
+    writer.close()
+    writer.close()
+    got = _scrape(exporter.port)
+    assert got[("mwpy_tasks_total", (("algorithm", "solo"), ("outcome", "ok")))] == 1
+    assert got[("mwpy_master_run", ())] == 1

@@ -1,0 +1,259 @@
+"""The live status view (docs/observability.md), driven in a real pseudo-terminal and read off an emulated screen."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyte
+import pytest
+from rich.console import Console
+
+from mwpy import events as ev
+from mwpy import resource_file, statusview
+from mwpy.resource_file import ResourceFile
+from mwpy.statusview import INTERRUPTED, Rate, plain
+from tests.obs_support import ONE_OF_EACH, write_log
+
+COLUMNS, LINES = 100, 30
+DEADLINE = 30.0
+
+
+def _record(**changes: Any) -> ResourceFile:
+    fields: dict[str, Any] = {
+        "computation_status": "in-progress",
+        "timestamp": time.time(),
+        "update_interval": 1.0,
+        "member_id": "view-test",
+        "master_host": "127.0.0.1",
+        "master_port": 4000,
+        "slaves_needed": 2,
+        "slave_executable": sys.executable,
+        "slave_files": [],
+        "slave_arguments": [],
+        "master_pid": 1,
+        "tasks_done": 0,
+        "tasks_pending": 50,
+        "tasks_running": 3,
+        "slaves_connected": {"ordered": 0, "intermingle": 1, "unordered": 3},
+    }
+    fields.update(changes)
+    return ResourceFile(**fields)
+
+
+class Terminal:
+    """A child process on a real pseudo-terminal, its output fed to a VT100 emulator (pyte)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.screen = pyte.Screen(COLUMNS, LINES)
+        self.stream = pyte.ByteStream(self.screen)
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLUMNS), "LINES": str(LINES)}
+        env.pop("NO_COLOR", None)
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal, so Ctrl-C reaches it as a keystroke would
+            os.execvpe(argv[0], argv, env)
+        self.pid, self.fd = pid, fd
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
+        self.status: int | None = None
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display)
+
+    def pump(self, wait: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], wait)
+        if ready:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                data = b""
+            self.stream.feed(data)
+
+    def wait_for(self, *texts: str) -> str:
+        deadline = time.monotonic() + DEADLINE
+        while not all(t in self.text() for t in texts):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {texts!r} on the screen:\n{self.text()}")
+            self.pump(0.1)
+        return self.text()
+
+    def wait_exit(self) -> int:
+        deadline = time.monotonic() + DEADLINE
+        while self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the view did not exit; screen:\n{self.text()}")
+            self.pump(0.05)
+        with contextlib.suppress(OSError):
+            while True:  # what it wrote last
+                ready, _, _ = select.select([self.fd], [], [], 0)
+                if not ready:
+                    break
+                data = os.read(self.fd, 65536)
+                if not data:
+                    break
+                self.stream.feed(data)
+        return self.status
+
+    def close(self) -> None:
+        if self.status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+@contextlib.contextmanager
+def terminal(*args: str) -> Iterator[Terminal]:
+    term = Terminal([sys.executable, "-m", "mwpy.statusview", *args])
+    try:
+        yield term
+    finally:
+        term.close()
+
+
+def test_the_live_view_follows_the_computation_until_it_finishes(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record(tasks_done=0))
+    events = write_log(tmp_path / "events.jsonl", ONE_OF_EACH[:1])
+    with terminal(str(rf), "--watch", "--interval", "0.2", "--no-condor", "--events", str(events)) as term:
+        first = term.wait_for("mwpy status", "in progress", "0/10 (0 %)")
+        assert "4 connected (ordered 0  intermingle 1  unordered 3) · 2 more needed" in first
+        assert "submit.example" not in first, "the master's address comes from the resource file"
+        assert "127.0.0.1:4000" in first
+        resource_file.write(rf, _record(tasks_done=4))
+        with events.open("a", encoding="utf-8") as log:  # the master appends a failure
+            log.write(ev.encode(ONE_OF_EACH[6]))
+        screen = term.wait_for("4/10 (40 %)", "recent failures", "ZeroDivisionError: division by zero")
+        assert "hello on slave-1" in screen
+        assert "tasks/s" in screen
+        resource_file.write(rf, _record(tasks_done=6))
+        screen = term.wait_for("6/10 (60 %)", "ETA")
+        resource_file.write(rf, _record(tasks_done=10, computation_status="finished", slaves_needed=0))
+        assert term.wait_exit() == 0
+        assert "finished" in term.text()
+        assert "10/10 (100 %)" in term.text()
+
+
+def test_ctrl_c_ends_the_view_with_130(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record(tasks_done=3))
+    with terminal(str(rf), "--watch", "--interval", "0.2", "--no-condor") as term:
+        term.wait_for("3 done")
+        os.write(term.fd, b"\x03")  # the Ctrl-C key, through the terminal's line discipline
+        assert term.wait_exit() == INTERRUPTED
+
+
+def test_the_view_waits_for_a_missing_resource_file(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    with terminal(str(rf), "--watch", "--interval", "0.2", "--no-condor") as term:
+        term.wait_for("waiting for the resource file")
+        resource_file.write(rf, _record(computation_status="finished", tasks_done=7))
+        assert term.wait_exit() == 0
+        assert "7 done" in term.text()
+
+
+def test_without_a_terminal_it_prints_plain_lines(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record(computation_status="finished", tasks_done=12, slaves_connected={"unordered": 2}))
+    done = subprocess.run(
+        [sys.executable, "-m", "mwpy.statusview", str(rf), "--watch", "--no-condor", "--total", "12"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("[mwpy] finished · tasks 12/12 (100 %) · 3 running · 50 queued")
+    assert "slaves 2 (unordered 2) +2 needed" in line
+
+
+def test_an_unusable_resource_file_is_one_line_and_status_1(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    rf.write_text('{"format": "something else"}', encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mwpy.statusview", str(rf), "--watch", "--no-condor"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr == f"mwpy status: error: {rf}: not an mwpy resource file (format is 'something else')\n"
+
+
+def test_rate_and_plain_line() -> None:
+    rate = Rate(window=10)
+    assert rate.per_second() is None
+    for second in range(30):
+        rate.add(1000.0 + second, 5 * second)
+    assert rate.per_second() == pytest.approx(5.0)
+    rate.add(1031.0, 0)  # a restarted master counts from zero
+    assert rate.per_second() is None
+    record = _record(tasks_done=50, timestamp=1000.0)
+    from mwpy.statusview import Extra  # noqa: PLC0415
+
+    line = plain(record, Extra(total=100), 5.0, now=1000.5)
+    assert "tasks 50/100 (50 %)" in line
+    assert "ETA 10.0 s" in line
+
+
+Answer = tuple[dict[str, int] | None, str | None]
+CONDOR_CASES: list[tuple[bool | None, Answer, int, str | None]] = [
+    (None, (None, "no Condor job counts: no schedd"), 1, None),
+    (True, (None, "no Condor job counts: no schedd"), 2, "no Condor job counts: no schedd"),
+    (None, ({"idle": 2, "running": 8, "held": 0}, None), 2, "2 idle · 8 running · 0 held"),
+    (False, ({"idle": 2, "running": 8, "held": 0}, None), 0, None),
+]
+
+
+@pytest.mark.parametrize("case", CONDOR_CASES, ids=["auto-no-schedd", "insist-no-schedd", "auto-schedd", "never"])
+def test_condor_job_counts_are_asked_for_sparingly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[bool | None, Answer, int, str | None]
+) -> None:
+    condor, answer, asked, shown = case
+    calls: list[str] = []
+
+    def counter(member_id: str) -> Any:
+        def ask() -> Answer:
+            calls.append(member_id)
+            return answer
+
+        return ask
+
+    monkeypatch.setattr(statusview, "condor_counter", counter)
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record())
+    now = [1000.0]
+    follower = statusview.Follower(rf, condor=condor, clock=lambda: now[0])
+    for _ in range(3):  # three samples in the first CONDOR_INTERVAL, then one after it
+        assert follower.sample() is None
+        now[0] += 1
+    now[0] += statusview.CONDOR_INTERVAL
+    follower.sample()
+    assert calls == ["view-test"] * asked
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(follower.view())
+    text = console.export_text()
+    if shown is None:
+        assert "condor" not in text
+    else:
+        assert re.search(rf"condor +{re.escape(shown)}", text), text
