@@ -1,4 +1,4 @@
-"""The ``mwpy`` command: ``local``, ``overseer``, ``status`` and ``bundle``.
+"""The ``mwpy`` command: ``local``, ``overseer``, ``status``, ``report`` and ``bundle``.
 
 Each subcommand reports a wrong argument in one line and exits 2; nothing here
 prints a traceback for a user's mistake. ``mwpy overseer`` knows no back end
@@ -85,6 +85,18 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         default=None,
         help="show the slave jobs in the local Condor schedd (default: when a schedd answers)",
     )
+    status.add_argument("--watch", action="store_true", help="a live view until the computation finishes")
+    status.add_argument("--interval", type=positive_float, default=1.0, help="--watch: seconds between refreshes")
+    status.add_argument("--total", type=positive_int, help="--watch: tasks in all, for the progress bar and ETA")
+    status.add_argument("--events", help="--watch: the master's event log (--mw-events), for failures and the total")
+
+    report = commands.add_parser(
+        "report",
+        help="write an HTML report (plots, goodput, failures) from an event log",
+        description="Write one self-contained HTML file from the event log a master wrote with --mw-events.",
+    )
+    report.add_argument("events", help="the event log")
+    report.add_argument("-o", "--output", default="report.html", help="where to write it (default report.html)")
     return parser
 
 
@@ -112,6 +124,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "bundle":
         print(bundle.build(options.output))
         return 0
+    if options.command == "report":
+        from mwpy import report  # noqa: PLC0415 (plotly is heavy and optional)
+
+        return report.main([options.events, "-o", options.output])
+    if options.watch:
+        from mwpy.statusview import watch  # noqa: PLC0415 (rich is only needed here)
+
+        return watch(
+            options.resource_file,
+            interval=options.interval,
+            total=options.total,
+            events=options.events,
+            condor=options.condor,
+        )
     return _status(options)
 
 

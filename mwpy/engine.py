@@ -23,6 +23,7 @@ import ssl
 import time
 from collections.abc import Callable
 
+from mwpy import events as ev
 from mwpy import protocol
 from mwpy.audit import Audit
 from mwpy.errors import ProtocolError
@@ -91,6 +92,7 @@ class Engine:
         journal: Journal | None,
         deliver: Deliver,
         on_tick: Callable[[float], None],
+        events: ev.EventWriter | None = None,
     ) -> None:
         self._options = options
         self._audit = audit
@@ -99,6 +101,7 @@ class Engine:
         self._journal = journal
         self._deliver = deliver
         self._on_tick = on_tick
+        self._events = events
         self._peers: set[_Peer] = set()
         self._by_sid: dict[str, _Peer] = {}
         # Every read lands in this one buffer and is copied into the peer's session.
@@ -146,6 +149,8 @@ class Engine:
             self._tick(now)
         if self._journal is not None:
             self._journal.commit()  # durable before the master algorithm sees the results
+        if self._events is not None:
+            self._events.flush()  # a clock read, a write at most every FLUSH_INTERVAL
         self._audit.flush()
 
     def tick_soon(self) -> None:
@@ -289,12 +294,19 @@ class Engine:
             f'{sid} {peer.address} -> ["{hello.member_id}"] connecting [{kind.value}] '
             f"(host {hello.host}, pid {hello.pid}, mwpy {hello.mwpy_version})"
         )
+        if self._events is not None:
+            self._events.emit(
+                ev.SlaveConnected(
+                    t=self._events.now(), slave=sid, host=hello.host, address=peer.address, group=kind.value
+                )
+            )
         self.tick_soon()
 
     def _take_results(self, peer: _Peer, msg: Results) -> None:
         sid = peer.sid
         assert sid is not None
         sched = self._sched
+        events = self._events
         peer.results_in += len(msg.items)
         if self._audit.packets:
             self._audit(f"{sid} -> {len(msg.items)} results")
@@ -309,24 +321,57 @@ class Engine:
                 holes += sched.succeeded(sid, task)
                 if task.policy.key is not None and self._journal is not None:
                     self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
+                if events is not None:
+                    events.task_finished(sid, task.algorithm, "ok", compute_time, task.sent_at - task.queued_at)
             elif result.error.type not in _NOT_RETRIED and sched.failed(sid, task):
                 self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
+                if events is not None:
+                    self._record_failure(sid, task, result.error, compute_time, retried=True)
                 continue
+            elif events is not None:
+                self._record_failure(sid, task, result.error, compute_time, retried=False)
             sched.complete(task)
             self._deliver(task, result)
         for hole in holes:
             self._expel(hole)
+
+    def _record_failure(self, sid: str, task: Task, error: TaskError, run: float, *, retried: bool) -> None:
+        """A task that raised, in the event log: its time counts as lost, its traceback is kept."""
+        assert self._events is not None
+        outcome: ev.Outcome = "retried" if retried else "error"
+        self._events.task_finished(sid, task.algorithm, outcome, run, task.sent_at - task.queued_at)
+        self._events.task_failed(
+            task=task.task_id,
+            slave=sid,
+            algorithm=task.algorithm,
+            error=error.type,
+            message=error.message,
+            traceback=error.traceback,
+            retried=retried,
+        )
+
+    def _slave_left(self, sid: str, cause: str, why: str, lost: list[Task], unrunnable: int) -> None:
+        """A slave's departure in the event log, with what became of the tasks it held."""
+        events = self._events
+        assert events is not None
+        now = events.now()
+        events.emit(ev.SlaveDisconnected(t=now, slave=sid, cause=cause, reason=why, in_flight=len(lost)))
+        if len(lost) > unrunnable:
+            events.emit(ev.TasksRequeued(t=now, slave=sid, n=len(lost) - unrunnable))
+        if unrunnable:
+            events.emit(ev.TasksUnrunnable(t=now, n=unrunnable, reason=f"{sid} vanished", slave=sid))
 
     def _expel(self, sid: str) -> None:
         """Send a black-hole slave away with a non-zero status; its tasks go to others."""
         peer = self._by_sid.pop(sid, None)
         if peer is None:
             return
+        unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
-        self._audit(
-            f"{sid} -> told to leave: {self._options.slave_max_failures} of its failed tasks succeeded "
-            f"elsewhere (black hole); {len(lost)} tasks in flight go to other slaves"
-        )
+        why = f"told to leave: {self._options.slave_max_failures} of its failed tasks succeeded elsewhere (black hole)"
+        self._audit(f"{sid} -> {why}; {len(lost)} tasks in flight go to other slaves")
+        if self._events is not None:
+            self._slave_left(sid, "expelled", why, lost, self._sched.num_unrunnable - unrunnable)
         peer.sid = None
         self._queue(peer, peer.session.send(protocol.Shutdown(int(ExitCode.TOLD_TO_LEAVE))))
         self.tick_soon()
@@ -356,6 +401,11 @@ class Engine:
             if self._audit.packets:
                 self._audit(f"{sid} <- {stop - start} tasks ({group} grouping)")
         peer.tasks_out += len(tasks)
+        if self._events is not None:
+            now = time.monotonic()
+            for task in tasks:
+                task.sent_at = now
+            self._events.tasks_dispatched(sid, len(tasks))
         self._send(peer)  # one system call for the whole batch, not one per frame
 
     def _fits_or_fail(self, sid: str, max_frame: int, task: Task) -> bool:
@@ -414,11 +464,15 @@ class Engine:
             self._audit(f"EOF -> {peer.address} ({why})")
             return
         del self._by_sid[sid]
+        unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
         self._audit(
             f"{sid} -> disconnected ({why}; {peer.tasks_out} tasks sent, {peer.results_in} results back"
             f"{f', {len(lost)} in flight' if lost else ''})"
         )
+        if self._events is not None:
+            cause = "shutdown" if self._closed else ev.cause_of(why)
+            self._slave_left(sid, cause, why, lost, self._sched.num_unrunnable - unrunnable)
         self.tick_soon()
 
     # ------------------------------------------------------------------ timers

@@ -160,8 +160,16 @@ def _master_command(interpreter: str, program: str, work: _Workdir, args: list[s
         str(work.path / "master.audit"),
         "--mw-slave-executable",
         interpreter,
+        *_default_events(work, args),
         *args,
     ]
+
+
+def _default_events(work: _Workdir, args: list[str]) -> list[str]:
+    """An event log in the work folder (for ``mwpy report``, and the goodput summary), unless the user names one."""
+    if any(arg == "--mw-events" or arg.startswith("--mw-events=") for arg in args):
+        return []
+    return ["--mw-events", str(work.path / "events.jsonl")]
 
 
 class _LocalRun:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -27,10 +29,11 @@ from typing import Any
 
 import attrs
 
-from mwpy import protocol
+from mwpy import goodput, protocol
 from mwpy.audit import Audit
 from mwpy.engine import TICK, Engine, decode_result
 from mwpy.errors import ComputationFinishedError, ConfigurationError
+from mwpy.events import EventWriter
 from mwpy.journal import Journal
 from mwpy.options import Options
 from mwpy.publish import BUNDLE_NAME, DEFAULT_BUNDLE_PYTHON, Publisher
@@ -85,7 +88,12 @@ class Master:
         self._results: list[Result] = []
         self._finished = False
         self._tokens: list[contextvars.Token[Master | None]] = []
-        self._journal = Journal(options.journal) if options.journal else None
+        self._observers = _Observers.open(options)
+        try:
+            self._journal = Journal(options.journal) if options.journal else None
+        except BaseException:
+            self._observers.close()
+            raise
         try:
             self._engine = Engine(
                 options,
@@ -95,10 +103,12 @@ class Master:
                 journal=self._journal,
                 deliver=self._deliver,
                 on_tick=self._on_tick,
+                events=self._observers.events,
             )
         except BaseException:  # e.g. the port is taken: release the journal
             if self._journal is not None:
                 self._journal.close()
+            self._observers.close()
             raise
         self.host = self._engine.host
         self.port = self._engine.port
@@ -112,12 +122,16 @@ class Master:
                 host=self.host,
                 port=self.port,
                 tls_fingerprint=self._engine.tls_fingerprint,
+                events=self._observers.events,
             )
         except BaseException:  # e.g. the slave bundle cannot be built: do not leave the port open
             self._engine.close()
             if self._journal is not None:
                 self._journal.close()
+            self._observers.close()
             raise
+        if self._observers.events is not None:
+            self._observers.events.master_start(member_id=options.member_id, host=socket.gethostname())
         audit(f'INIT MASTER "{options.member_id}"')
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
         audit(f"MASTER READY {self.host}:{self.port}")
@@ -135,7 +149,7 @@ class Master:
     ) -> None:
         """Finish the computation and make the previous master current again."""
         try:
-            self.finish()
+            self.finish(0 if kind is None else 255)
         finally:
             reset_master(self._tokens.pop())
 
@@ -158,7 +172,7 @@ class Master:
                 f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "
                 f"of --mw-max-write-buffer-size {self._options.max_write_buffer_size} bytes can carry"
             )
-        task = Task(self._sched.new_id(), algorithm.name, payload, policy, sink=sink)
+        task = Task(self._sched.new_id(), algorithm.name, payload, policy, sink=sink, queued_at=time.monotonic())
         entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
@@ -369,8 +383,11 @@ class Master:
 
     # ------------------------------------------------------------------ the end
 
-    def finish(self) -> None:
-        """Tell every slave to shut down, wait briefly for them, mark the computation finished."""
+    def finish(self, status: int = 0) -> None:
+        """Tell every slave to shut down, wait briefly for them, mark the computation finished.
+
+        ``status`` is the master's exit status, for the event log's ``master-stop``.
+        """
         if self._finished:
             return
         self._finished = True
@@ -380,6 +397,59 @@ class Master:
         self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
         self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
         self._audit.flush()
+        self._observers.stop(status, self._sched.done_total)
+
+
+class _Observers:
+    """The event log (``--mw-events``), its running goodput account and the metrics exporter, if asked for.
+
+    Both options feed one :class:`~mwpy.events.EventWriter` (without ``--mw-events`` it
+    writes no file and only feeds the exporter). At the end the master prints
+    the goodput summary of its run on stderr, Condor MW's end-of-run statistics.
+    """
+
+    def __init__(self, events: EventWriter | None, accountant: goodput.Accountant | None, exporter: Any) -> None:
+        self.events = events
+        self._accountant = accountant
+        self._exporter = exporter
+
+    @classmethod
+    def open(cls, options: Options) -> _Observers:
+        """Open what the options ask for; one-line errors (EventLogError, ConfigurationError) otherwise."""
+        if options.events is None and options.metrics_port is None:
+            return cls(None, None, None)
+        events = EventWriter(options.events)
+        accountant = None
+        if options.events is not None:
+            accountant = goodput.Accountant()
+            events.subscribers.append(accountant.add)
+        exporter = None
+        if options.metrics_port is not None:
+            from mwpy import metrics  # noqa: PLC0415 (prometheus_client only when asked for)
+
+            try:
+                exporter = metrics.start(options.metrics_port)
+            except BaseException:
+                events.close()
+                raise
+            events.subscribers.append(exporter)
+        return cls(events, accountant, exporter)
+
+    def stop(self, status: int, tasks_done: int) -> None:
+        """Record the end, print where the slot time went, release the file and the port."""
+        if self.events is not None:
+            self.events.master_stop(status=status, tasks_done=tasks_done)
+            if self.events.failed is not None:
+                print(f"mwpy: {self.events.failed}", file=sys.stderr)
+        if self._accountant is not None:
+            print(goodput.summary(self._accountant.result()), end="", file=sys.stderr, flush=True)
+        self.close()
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+        if self._exporter is not None:
+            self._exporter.close()
 
 
 def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:

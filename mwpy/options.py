@@ -47,6 +47,8 @@ class Options:
     secret_file: str | None = None
     task_attempts: int = 3
     journal: str | None = None
+    events: str | None = None
+    metrics_port: int | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_fingerprint: str | None = None
@@ -257,6 +259,21 @@ _SPECS: dict[str, _Spec] = {
         "from it without running, so a restarted master resumes.",
         _non_empty,
         "a file name",
+    ),
+    "--mw-events": _Spec(
+        "events",
+        "FILE",
+        "mwpy: append the event log (docs/observability.md) to FILE, one JSON object a line; "
+        "a restarted master continues it. `mwpy report FILE` turns it into a report.",
+        _non_empty,
+        "a file name",
+    ),
+    "--mw-metrics-port": _Spec(
+        "metrics_port",
+        "PORT",
+        "mwpy: serve Prometheus metrics on 127.0.0.1:PORT (needs the mwpy[metrics] extra).",
+        _port,
+        "a port number from 0 to 65535",
     ),
     "--mw-tls-cert": _Spec(
         "tls_cert",

@@ -21,6 +21,7 @@ from mwpy._version import __version__
 from mwpy.audit import Audit
 from mwpy.errors import (
     ConfigurationError,
+    EventLogError,
     InvalidResourceFileError,
     JournalError,
     ResourceFileError,
@@ -120,7 +121,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     try:
         secret = _master_secret(options)
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
-    except (OSError, ConfigurationError, JournalError) as exc:
+    except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return 1
     with mw:  # current while the algorithm runs; finished on the way out, whatever happens
@@ -138,6 +139,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
             traceback.print_exc()
             audit("MASTER ALGORITHM RAISED: exit status 255")
             status = 255
+        mw.finish(status)
     return status
 
 

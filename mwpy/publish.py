@@ -15,6 +15,7 @@ import time
 
 from mwpy import bundle, resource_file
 from mwpy.audit import Audit
+from mwpy.events import EventWriter, resource_file_event
 from mwpy.options import Options
 from mwpy.scheduler import Scheduler
 
@@ -40,8 +41,10 @@ class Publisher:
         host: str,
         port: int,
         tls_fingerprint: str | None,
+        events: EventWriter | None = None,
     ) -> None:
         self._options = options
+        self._events = events
         self._audit = audit
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -94,6 +97,9 @@ class Publisher:
             resource_file.write(path, record)
         except OSError as exc:
             self._audit(f"RESOURCE FILE NOT WRITTEN {path}: {exc}")
+            return
+        if self._events is not None:
+            self._events.emit(resource_file_event(self._events.now(), record))
 
     def _build_bundle(self) -> str | None:
         if not self._options.slave_bundle:

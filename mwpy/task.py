@@ -84,6 +84,9 @@ class Task:
     retry_after: float = attrs.field(default=0.0, repr=False)
     #: Where the result goes; ``None`` is the master's result list.
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
+    #: When it was submitted and when it was last sent to a slave (monotonic clock), for the event log.
+    queued_at: float = attrs.field(default=0.0, repr=False)
+    sent_at: float = attrs.field(default=0.0, repr=False)
 
     @property
     def sid(self) -> str | None:
