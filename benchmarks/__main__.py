@@ -168,7 +168,7 @@ def targets(checks: list[Check]) -> str:
             verdict = "info"
         spread = check.spread
         median = "-" if check.measured is None else format(check.measured, ",.3g")
-        span = "" if spread is None else f"[{spread.low:,.3g}\N{EN DASH}{spread.high:,.3g}]"
+        span = "" if spread is None or spread.count < 2 else f"[{spread.low:,.3g}\N{EN DASH}{spread.high:,.3g}]"
         rounds = str(len(check.values)) if check.values else "0"
         lines.append((check.target, median, span, rounds, check.bound, verdict, check.detail))
     return _grid(lines, right={1, 3})
@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(targets(checks))
     print(
-        f"\n{args.workers} workers for every system; {args.rounds} rounds (order reversed every other round); "
+        f"\n{args.workers} workers for every system; {args.rounds} round{'s' if args.rounds > 1 else ''} "
+        "(order reversed every other round); "
         "figures: median [min\N{EN DASH}max] over rounds; ratios: median of per-round ratios; "
         f"{elapsed:.0f} s in all."
     )
