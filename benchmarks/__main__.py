@@ -81,6 +81,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.baseline is not None:
         try:
             args.baseline = Checkout.baseline(args.baseline)
+            # Before any measurement: a baseline that imports another tree's mwpy would make every ratio a lie.
+            args.baseline_info = args.baseline.describe()
         except BenchError as exc:
             parser.error(f"--baseline: {exc}")
     return args
@@ -202,9 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         verbose=not args.quiet,
         baseline=args.baseline,
     )
-    checkouts = {"new": Checkout.this().describe()}
+    this = Checkout.this()
+    try:
+        checkouts: dict[str, dict[str, Any]] = {"new": this.describe()}
+    except BenchError as exc:  # the runs will say what fails; the report still says which tree it was
+        checkouts = {"new": {"root": str(this.root), "python": this.python, "mwpy": None, "error": str(exc)}}
     if settings.baseline is not None:
-        checkouts["baseline"] = settings.baseline.describe()
+        checkouts["baseline"] = args.baseline_info
         print(_describe_baseline(checkouts), file=sys.stderr)
     started = time.monotonic()
     series: list[Series] = []
