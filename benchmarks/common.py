@@ -3,6 +3,12 @@
 Each measurement runs in fresh child processes (mwpy master and slaves, or one
 process per peer), so no scenario inherits another's threads, caches or heap,
 and the "master" whose peak RSS is reported is a process of its own.
+
+Figures are taken in *rounds* (issue 13): a round runs every system of a
+scenario once, back to back, and every ratio is computed within one round. A
+:class:`Row` is one system's run in one round, a :class:`Series` all of one
+system's runs, and a :class:`Check` a target's per-round values with their
+median and range.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +37,7 @@ class BenchError(Exception):
 
 @dataclasses.dataclass
 class Row:
-    """One line of the table: one system in one scenario."""
+    """One run of one system in one scenario (in one round, once the harness has placed it)."""
 
     scenario: str
     system: str
@@ -44,17 +51,116 @@ class Row:
     note: str = ""
     skipped: str | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The round this run belongs to (0-based), and its place in that round's order.
+    round: int | None = None
+    position: int | None = None
+
+
+def figure(row: Row, name: str) -> float | None:
+    """A figure of a run: a column of :class:`Row` or, failing that, a number in its ``extra``."""
+    value = getattr(row, name) if name in _ROW_FIELDS else row.extra.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(Row))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Median and range of one figure over rounds: what the report prints, never a best-of-N."""
+
+    median: float
+    low: float
+    high: float
+    count: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        if not values:
+            return None
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def format(self, spec: str) -> str:
+        """``median [min-max]`` (an en dash in the output), or the one value when there was one round."""
+        if self.count == 1 or format(self.low, spec) == format(self.high, spec):
+            return format(self.median, spec)
+        return f"{self.median:{spec}} [{self.low:{spec}}\N{EN DASH}{self.high:{spec}}]"
+
+
+@dataclasses.dataclass
+class Series:
+    """One system of one scenario over all rounds: one line of the table."""
+
+    scenario: str
+    system: str
+    key: str
+    runs: list[Row]
+    note: str = ""
+
+    @property
+    def valid(self) -> list[Row]:
+        return [run for run in self.runs if not run.skipped]
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the system has no figure at all (``None`` when at least one round measured it)."""
+        if self.valid or not self.runs:
+            return None if self.runs else "not run"
+        return self.runs[0].skipped
+
+    def values(self, name: str) -> list[float]:
+        return [v for run in self.valid if (v := figure(run, name)) is not None]
+
+    def spread(self, name: str) -> Spread | None:
+        return Spread.of(self.values(name))
+
+    def median(self, name: str) -> float | None:
+        spread = self.spread(name)
+        return None if spread is None else spread.median
+
+    def as_json(self, fields: Sequence[str]) -> dict[str, Any]:
+        """Medians and ranges of ``fields`` plus every run, raw, so each figure can be re-derived."""
+        figures: dict[str, Any] = {}
+        for name in fields:
+            spread = self.spread(name)
+            if spread is not None:
+                figures[name] = {**dataclasses.asdict(spread), "values": self.values(name)}
+        return {
+            "scenario": self.scenario,
+            "system": self.system,
+            "key": self.key,
+            "skipped": self.skipped,
+            "note": self.note,
+            "figures": figures,
+            "runs": [dataclasses.asdict(run) for run in self.runs],
+        }
 
 
 @dataclasses.dataclass
 class Check:
-    """One target of issue 5: the measured ratio or figure against the bound it must meet."""
+    """One target: its value in every round, judged by the median of those values.
+
+    ``measured`` is that median; ``values`` holds one value per round in which
+    both sides were measured (``rounds`` says which). A check built from a
+    single measurement (scenario 5) has one value.
+    """
 
     target: str
     measured: float | None
     bound: str
-    ok: bool | None  # None: not measured (a side was skipped or failed)
+    ok: bool | None  # None: not measured (a side was skipped or failed), or for information
     detail: str = ""
+    values: list[float] = dataclasses.field(default_factory=list)
+    rounds: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.values and self.measured is not None:
+            self.values = [self.measured]
+            self.rounds = [0]
+
+    @property
+    def spread(self) -> Spread | None:
+        return Spread.of(self.values)
 
 
 @dataclasses.dataclass
@@ -106,6 +212,93 @@ class Sizes:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class Checkout:
+    """An mwpy source tree and the interpreter whose mwpy is that tree's: what an mwpy run executes.
+
+    The harness runs this checkout; ``--baseline PATH`` adds another one (an
+    older commit in a worktree with its own ``.venv``), and the children of each
+    must import only their own ``mwpy`` and ``benchmarks``.
+    """
+
+    root: Path
+    python: str
+
+    @classmethod
+    def this(cls) -> Checkout:
+        return cls(REPO, sys.executable)
+
+    @classmethod
+    def baseline(cls, path: Path) -> Checkout:
+        """The checkout at ``path`` run by its own ``.venv/bin/python``; :class:`BenchError` if it lacks one."""
+        root = path.resolve()
+        python = root / ".venv" / "bin" / "python"
+        if not python.exists():
+            raise BenchError(f"{root}: no .venv/bin/python (python -m venv .venv && .venv/bin/pip install -e .)")
+        checkout = cls(root, str(python))
+        if not checkout.program.exists():
+            raise BenchError(f"{root}: no {checkout.program.relative_to(root)}")
+        return checkout
+
+    @property
+    def program(self) -> Path:
+        """The benchmark's mwpy program of this checkout (its own, so old and new each run theirs)."""
+        return self.root / "benchmarks" / "mwpy_program.py"
+
+    def env(self) -> dict[str, str]:
+        """The environment for this checkout's children: its tree first on PYTHONPATH, its venv's scripts on PATH.
+
+        For a checkout other than the harness's own, entries of an inherited
+        PYTHONPATH or PATH that point into the harness's tree are dropped, so
+        nothing of the new code leaks into the baseline's processes.
+        """
+        env = dict(os.environ)
+        foreign = self.root != REPO
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not (foreign and _inside(p, REPO))]
+        env["PYTHONPATH"] = os.pathsep.join([str(self.root), *paths])
+        env["PYTHONUNBUFFERED"] = "1"
+        # The venv's scripts (Parsl starts interchange.py and process_worker_pool.py by name) even when not activated.
+        bin_dir = Path(self.python).parent
+        found = [p for p in env.get("PATH", "").split(os.pathsep) if p and not (foreign and _inside(p, REPO))]
+        env["PATH"] = os.pathsep.join([str(bin_dir), *found])
+        if foreign:
+            env["VIRTUAL_ENV"] = str(bin_dir.parent)
+        return env
+
+    def describe(self) -> dict[str, Any]:
+        """Commit, local changes and where this interpreter imports ``mwpy`` from: what the figures were taken on.
+
+        Raises :class:`BenchError` when the interpreter's ``mwpy`` is not this
+        tree's (an install of another checkout would make the comparison a lie).
+        """
+        info: dict[str, Any] = {"root": str(self.root), "python": self.python}
+        for key, cmd in (
+            ("commit", ["rev-parse", "HEAD"]),
+            ("changes", ["status", "--porcelain", "--untracked-files=no"]),
+        ):
+            done = subprocess.run(["git", "-C", str(self.root), *cmd], capture_output=True, text=True, check=False)
+            info[key] = done.stdout.strip() if done.returncode == 0 else None
+        with tempfile.TemporaryDirectory(prefix="mwpy-bench-which-") as tmp:
+            done = subprocess.run(
+                [self.python, "-c", "import mwpy, sys; print(mwpy.__file__); print(sys.version.split()[0])"],
+                capture_output=True, text=True, env=self.env(), cwd=tmp, check=False, timeout=60,
+            )  # fmt: skip
+        if done.returncode != 0:
+            raise BenchError(f"{self.python} cannot import mwpy:\n{done.stderr.strip()}")
+        mwpy_file, version = done.stdout.split()[:2]
+        if not _inside(mwpy_file, self.root):
+            raise BenchError(f"{self.python} imports mwpy from {mwpy_file}, not from {self.root}")
+        info.update(mwpy=mwpy_file, python_version=version)
+        return info
+
+
+def _inside(path: str, root: Path) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(root)
+    except OSError:
+        return False
+
+
 @dataclasses.dataclass
 class Settings:
     """What every scenario needs to know about this run."""
@@ -113,10 +306,12 @@ class Settings:
     workers: int
     sizes: Sizes
     peers: frozenset[str]
-    repeat: int = 1
+    rounds: int = 1
     python: str = sys.executable
     profile_dir: Path | None = None
     verbose: bool = False
+    #: ``--baseline PATH``: the other checkout the ``baseline`` scenario compares this one with.
+    baseline: Checkout | None = None
 
     def log(self, text: str) -> None:
         """Progress on stderr, so a long run shows it is alive without spoiling the table."""
@@ -155,14 +350,8 @@ def peak_rss_mb() -> float:
 
 
 def child_env() -> dict[str, str]:
-    """The environment for children: the repository importable, the venv's scripts found, no buffering."""
-    env = dict(os.environ)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(REPO) if not path else f"{REPO}{os.pathsep}{path}"
-    env["PYTHONUNBUFFERED"] = "1"
-    # The venv's scripts (Parsl starts interchange.py and process_worker_pool.py by name) even when not activated.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    """The environment for children of this checkout: the repository importable, the venv's scripts found."""
+    return Checkout.this().env()
 
 
 def wait_for(condition: Callable[[], bool], deadline: float, what: str, *, poll: float = 0.01) -> None:

@@ -135,7 +135,7 @@ def run(settings: Settings) -> tuple[list[Row], list[Check]]:
 def measure_on_pool(settings: Settings, pool: dict[str, Any]) -> tuple[list[Row], list[Check]]:
     """Both arms for both kinds of work: mwpy sleep, mwpy spin, plain sleep, plain spin.
 
-    Each arm runs once whatever ``--repeat`` says: the plain jobs take minutes.
+    Each arm runs once (one round) whatever ``--rounds`` says: the plain jobs take minutes.
     """
     slots = int(pool.get("cpus", SLOTS))
     tasks = scaled_tasks(settings)

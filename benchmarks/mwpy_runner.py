@@ -4,6 +4,11 @@ The processes are started exactly as in production: the master with
 ``--mw-master`` writes its resource file, and slaves are started only once that
 file exists (they read address and secret from it). Nothing here depends on the
 ``mwpy local`` command, so the harness measures the engine alone.
+
+A run may name another :class:`~benchmarks.common.Checkout` (``--baseline``):
+master and slaves are then that checkout's interpreter running that
+checkout's ``benchmarks/mwpy_program.py``, with its environment, so the
+baseline measures its own mwpy and nothing of this tree.
 """
 
 from __future__ import annotations
@@ -17,9 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchError, RssSampler, Settings, child_env, stop, tail, wait_for
-
-PROGRAM = Path(__file__).with_name("mwpy_program.py")
+from benchmarks.common import BenchError, Checkout, RssSampler, Settings, stop, tail, wait_for
 
 Spawn = Callable[[list[str], str], "subprocess.Popen[bytes]"]
 
@@ -37,12 +40,16 @@ class MwpyRun:
     timeout: float = 600.0
     sample_rss: bool = False
     profile_name: str | None = None
+    #: The mwpy to run; ``None``: this checkout (the harness's own interpreter).
+    checkout: Checkout | None = None
+    #: Give the master ``--mw-events FILE`` (the event log) and report the file's size.
+    events: bool = False
 
 
-def _python(settings: Settings, profile: Path | None) -> list[str]:
+def _python(python: str, profile: Path | None) -> list[str]:
     if profile is None:
-        return [settings.python]
-    return [settings.python, "-m", "cProfile", "-o", str(profile)]
+        return [python]
+    return [python, "-m", "cProfile", "-o", str(profile)]
 
 
 def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
@@ -53,19 +60,22 @@ def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
         out = tmp / "out.json"
         params = {**run.params, "slaves": run.slaves}
         profile = settings.profile_dir if run.profile_name else None
+        checkout = run.checkout or Checkout(Checkout.this().root, settings.python)
+        events = tmp / "events.jsonl"
         master_cmd = [
-            *_python(settings, profile / f"{run.profile_name}-master.prof" if profile else None),
-            str(PROGRAM),
+            *_python(checkout.python, profile / f"{run.profile_name}-master.prof" if profile else None),
+            str(checkout.program),
             "--mw-master",
             "--mw-master-host", "127.0.0.1",
             "--mw-resource-file", str(resource_file),
             "--mw-audit-file", "/dev/null",
             "--mw-slave-task-group", str(run.task_group),
             "--mw-slave-result-group", str(run.result_group),
+            *(["--mw-events", str(events)] if run.events else []),
             json.dumps(params),
             str(out),
         ]  # fmt: skip
-        env = child_env()
+        env = checkout.env()
         logs: list[Path] = []
         children: list[subprocess.Popen[bytes]] = []
 
@@ -84,7 +94,7 @@ def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
             if master.poll() is not None:
                 raise BenchError(f"the master exited with status {master.returncode}\n{tail(logs[0])}")
             sampler = RssSampler(master.pid) if run.sample_rss else None
-            slaves = _start_slaves(settings, run, resource_file, spawn, profile)
+            slaves = _start_slaves(settings, checkout, run, resource_file, spawn, profile=profile)
             try:
                 code = master.wait(run.timeout)
             except subprocess.TimeoutExpired:
@@ -98,8 +108,13 @@ def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
                 except subprocess.TimeoutExpired:
                     raise BenchError("a slave did not exit after the master's shutdown") from None
             report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+            report["checkout"] = str(checkout.root)  # which tree's mwpy produced these figures
             if sampled is not None:
                 report["sampled_peak_rss_mb"] = sampled
+            if run.events:
+                if not events.exists():
+                    raise BenchError("--mw-events was given but the master wrote no event log")
+                report["events_bytes"] = events.stat().st_size
             return report
         finally:
             for child in children:
@@ -107,14 +122,14 @@ def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
 
 
 def _start_slaves(
-    settings: Settings, run: MwpyRun, resource_file: Path, spawn: Spawn, profile: Path | None
+    settings: Settings, checkout: Checkout, run: MwpyRun, resource_file: Path, spawn: Spawn, *, profile: Path | None
 ) -> list[subprocess.Popen[bytes]]:
     if run.loadgen_processes:
         per_process, extra = divmod(run.slaves, run.loadgen_processes)
         return [
             spawn(
                 [
-                    settings.python, "-m", "benchmarks.loadgen",
+                    checkout.python, "-m", "benchmarks.loadgen",
                     str(resource_file), str(per_process + (1 if i < extra else 0)),
                 ],
                 f"loadgen-{i}",
@@ -125,8 +140,8 @@ def _start_slaves(
     for i in range(run.slaves):
         prof = profile / f"{run.profile_name}-slave{i}.prof" if profile else None
         cmd = [
-            *_python(settings, prof),
-            str(PROGRAM),
+            *_python(checkout.python, prof),
+            str(checkout.program),
             "--mw-slave",
             "--mw-resource-file", str(resource_file),
             "--mw-audit-file", "/dev/null",

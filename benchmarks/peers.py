@@ -4,7 +4,9 @@ Every peer gets the same number of worker processes (one thread each), is
 warmed up with a batch of tasks before timing starts (so pool or cluster
 start-up is not counted), and runs the same no-op task from
 ``benchmarks._echo``. Throughput uses each peer's batch API (``Executor.map``,
-``Client.map`` + ``gather``, a list of Parsl app futures); latency submits one
+``Client.map`` + ``gather``, a list of Parsl app futures), and for issue 13's
+"``ProcessPoolExecutor`` submit() per task" one ``submit()`` per task then every
+``result()`` (``processpool-submit``); latency submits one
 task and waits for its result before the next. The "floor" is a bare
 pickle echo over a loopback TCP socket to another process: no framework at all;
 the "event-loop floor" is the same echo waiting in epoll/poll as mwpy must.
@@ -41,6 +43,7 @@ One = Callable[[int], Any]
 
 #: Peers by name, and the module each needs (to skip what is not installed).
 REQUIRES: dict[str, str | None] = {
+    "processpool-submit": None,
     "processpool-1": None,
     "processpool-100": None,
     "dask": "distributed",
@@ -67,6 +70,18 @@ def available(peer: str) -> str | None:
 def processpool(workers: int, chunksize: int) -> Iterator[tuple[Batch, One]]:
     with ProcessPoolExecutor(workers) as pool:
         yield (lambda args: list(pool.map(echo, args, chunksize=chunksize))), (lambda x: pool.submit(echo, x).result())
+
+
+@contextmanager
+def processpool_submit(workers: int) -> Iterator[tuple[Batch, One]]:
+    """One ``submit()`` per task, then every ``result()``: how a user without ``map`` feeds the pool."""
+    with ProcessPoolExecutor(workers) as pool:
+
+        def batch(args: range) -> list[Any]:
+            futures = [pool.submit(echo, x) for x in args]
+            return [future.result() for future in futures]
+
+        yield batch, (lambda x: pool.submit(echo, x).result())
 
 
 @contextmanager
@@ -188,6 +203,8 @@ def floor(workers: int, *, event_loop: bool = False) -> Iterator[tuple[Batch, On
 
 
 def _open(peer: str, workers: int) -> Any:
+    if peer == "processpool-submit":
+        return processpool_submit(workers)
     if peer.startswith("processpool-"):
         return processpool(workers, int(peer.removeprefix("processpool-")))
     if peer == "floor-event-loop":

@@ -1,9 +1,26 @@
-"""Scenarios 1-4 of issue 5: each runs mwpy and its peers back to back and checks the targets.
+"""The scenarios: each measures mwpy and its peers in rounds and checks the targets (issues 5 and 13).
 
-A scenario returns table rows and target checks. A peer that is not
-installed or fails becomes a row that says so (and its checks read "not
-measured") rather than stopping the run: the other figures are still worth
-having.
+**Rounds** (issue 13). A scenario is a list of :class:`System` and a list of
+:class:`Target`. :func:`run_rounds` runs ``--rounds`` rounds; a round runs every
+system once, back to back, in the scenario's order in even rounds and in the
+reverse order in odd ones (so a system that gains from going first or last,
+or from a drift in the machine's load, gains in half the rounds only). Each
+target is evaluated *within* each round, from that round's runs alone, and
+judged by the median of its per-round values, reported with their min and max.
+No figure is a best-of-N, and no ratio divides figures from different rounds.
+
+**Adding a scenario.** Write a function ``(settings) -> Outcome`` that builds
+its systems (``System(key, label, measure)``, where ``measure`` returns one
+:class:`~benchmarks.common.Row`, usually through :func:`_mwpy` or
+:func:`_peer`) and targets (:func:`ratio` between two systems' figures,
+:func:`single` for one system's figure, or a :class:`Target` with any function
+of one round's runs), returns ``run_rounds(settings, name, systems, targets)``,
+and add it to :data:`SCENARIOS`. ``python -m benchmarks`` then prints it, puts
+every round's raw runs in ``--json`` and runs it with ``all``.
+
+A peer that is not installed or fails becomes a row that says so (and its
+checks read "not measured") rather than stopping the run: the other figures
+are still worth having.
 """
 
 from __future__ import annotations
@@ -11,17 +28,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from benchmarks import condor, peers
-from benchmarks.common import BenchError, Check, Row, Settings, latency_summary, run_child_json
+from benchmarks.common import (
+    BenchError,
+    Check,
+    Row,
+    Series,
+    Settings,
+    figure,
+    latency_summary,
+    run_child_json,
+)
 from benchmarks.mwpy_runner import MwpyRun, run_mwpy
 
-Outcome = tuple[list[Row], list[Check]]
+Outcome = tuple[list[Series], list[Check]]
 
 PEER_LABELS = {
+    "processpool-submit": "ProcessPoolExecutor submit() per task",
     "processpool-1": "ProcessPoolExecutor chunksize=1",
     "processpool-100": "ProcessPoolExecutor chunksize=100",
     "dask": "dask.distributed LocalCluster",
@@ -29,6 +57,20 @@ PEER_LABELS = {
     "floor": "bare pickle echo, loopback TCP (floor)",
     "floor-event-loop": "same echo waiting in epoll/poll (event-loop floor)",
 }
+
+#: Figures of a series the JSON summarises (median, min, max, values); the runs carry everything else.
+SUMMARY_FIELDS = (
+    "tasks_per_s",
+    "seconds",
+    "p50_us",
+    "p99_us",
+    "peak_rss_mb",
+    "cpu_percent",
+    "master_cpu_us_per_task",
+    "startup_seconds",
+    "sampled_peak_rss_mb",
+    "events_bytes",
+)
 
 
 def _peer(settings: Settings, scenario: str, peer: str, params: dict[str, Any], label: str | None = None) -> Row:
@@ -59,7 +101,6 @@ def _peer(settings: Settings, scenario: str, peer: str, params: dict[str, Any], 
         p50_us=report.get("p50_us"),
         p99_us=report.get("p99_us"),
         peak_rss_mb=report.get("peak_rss_mb"),
-        note=f"start-up {report['startup_seconds']:.1f} s, not counted",
         extra=report,
     )
 
@@ -75,6 +116,10 @@ def _mwpy(settings: Settings, scenario: str, label: str, run: MwpyRun) -> Row:
     round_trips = report.pop("round_trips_s", None)
     if round_trips:
         report.update(round_trips=len(round_trips), **latency_summary(round_trips))
+    user, system = report.get("master_user_us_per_task"), report.get("master_system_us_per_task")
+    if user is not None and system is not None:
+        # The master process's CPU (user + system, os.times() in the master) over the timed phase, per task.
+        report["master_cpu_us_per_task"] = user + system
     return Row(
         scenario,
         label,
@@ -92,46 +137,138 @@ def _mwpy(settings: Settings, scenario: str, label: str, run: MwpyRun) -> Row:
 Measurement = Callable[[], Row]
 
 
-def _rounds(settings: Settings, measurements: list[Measurement], field: str, *, larger_is_better: bool) -> list[Row]:
-    """Run every measurement ``--repeat`` times, interleaved, and keep each one's best run.
+@dataclasses.dataclass(frozen=True)
+class System:
+    """One thing a scenario measures once per round: ``key`` names it to the targets, ``label`` in the table."""
 
-    Interleaving (A B C, A B C, ...) rather than A A A, B B B means a burst of
-    load from elsewhere on a shared machine hurts all systems alike; keeping
-    the best run of each is the usual estimate of its undisturbed speed.
+    key: str
+    label: str
+    measure: Measurement
+
+
+#: A target's value in one round, from that round's runs by system key; ``None`` when a side is missing.
+RoundValue = Callable[[Mapping[str, Row]], "float | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A figure computed within each round and judged by its median over rounds.
+
+    ``op`` is how the median must compare with ``bound`` (``None``: reported for information).
     """
-    runs: list[list[Row]] = [[] for _ in measurements]
-    for _ in range(settings.repeat):
-        for measured, measure in zip(runs, measurements, strict=True):
-            if measured and measured[0].skipped and not measured[0].skipped.startswith("failed"):
-                continue  # not selected or not installed: no point asking again
-            measured.append(measure())
-    best = []
-    for measured in runs:
-        valid = [row for row in measured if not row.skipped and getattr(row, field) is not None]
-        if not valid:
-            best.append(measured[0])
-            continue
-        values = [getattr(row, field) for row in valid]
-        pick = valid[values.index(max(values) if larger_is_better else min(values))]
-        if len(valid) > 1:
-            pick.extra["all_runs"] = {field: values}
-            pick.note = f"best of {len(valid)}; {pick.note}".rstrip("; ")
-        best.append(pick)
-    return best
+
+    name: str
+    value: RoundValue
+    bound: float | None
+    op: str = "≥"
+
+    def bound_text(self) -> str:
+        return "info" if self.bound is None else f"{self.op} {self.bound:g}"
+
+    def judge(self, median: float) -> bool | None:
+        if self.bound is None:
+            return None
+        return {"≥": median >= self.bound, "≤": median <= self.bound, "<": median < self.bound}[self.op]
 
 
-def _ratio(
-    target: str, numerator: Row, denominator: Row, field: str, bound: float | None, *, at_most: bool = False
-) -> Check:
-    """``numerator.field / denominator.field`` against ``bound`` (at least, or at most; ``None``: for information)."""
-    top: float | None = getattr(numerator, field)
-    bottom: float | None = getattr(denominator, field)
-    text = "info" if bound is None else f"{'≤' if at_most else '≥'} {bound:g}"
-    if top is None or bottom is None or bottom == 0:
-        return Check(target, None, text, None, "not measured")
-    value = top / bottom
-    ok = None if bound is None else (value <= bound if at_most else value >= bound)
-    return Check(target, value, text, ok, f"{top:,.1f} / {bottom:,.1f}")
+def _figure_of(runs: Mapping[str, Row], key: str, field: str) -> float | None:
+    row = runs.get(key)
+    if row is None or row.skipped:
+        return None
+    return figure(row, field)
+
+
+def ratio(name: str, top: str, bottom: str, field: str, bound: float | None, *, op: str = "≥") -> Target:
+    """``top``'s ``field`` over ``bottom``'s, both from the same round."""
+
+    def value(runs: Mapping[str, Row]) -> float | None:
+        a, b = _figure_of(runs, top, field), _figure_of(runs, bottom, field)
+        return None if a is None or b is None or b == 0 else a / b
+
+    return Target(name, value, bound, op)
+
+
+def single(name: str, key: str, field: str, bound: float | None, op: str = "≤") -> Target:
+    """One system's ``field`` in each round (a figure with a bound of its own, such as µs of CPU per task)."""
+    return Target(name, lambda runs: _figure_of(runs, key, field), bound, op)
+
+
+def evaluate(target: Target, rounds: Sequence[Mapping[str, Row]]) -> Check:
+    """The target's value in every round where it could be computed, judged by their median."""
+    values: list[float] = []
+    used: list[int] = []
+    for number, runs in enumerate(rounds):
+        value = target.value(runs)
+        if value is not None:
+            values.append(value)
+            used.append(number)
+    if not values:
+        return Check(target.name, None, target.bound_text(), None, "not measured")
+    median = statistics.median(values)
+    detail = "per round: " + ", ".join(format(v, ".3g") for v in values) if len(values) > 1 else ""
+    if len(values) < len(rounds):
+        missing = f"{len(rounds) - len(values)} of {len(rounds)} rounds lack a side"
+        detail = f"{detail}; {missing}" if detail else missing
+    return Check(target.name, median, target.bound_text(), target.judge(median), detail, values, used)
+
+
+def _not_again(earlier: list[Row]) -> bool:
+    """A system skipped because not selected or not installed: asking again in the next round is pointless."""
+    return bool(earlier) and all(row.skipped and not row.skipped.startswith("failed") for row in earlier)
+
+
+def run_rounds(settings: Settings, scenario: str, systems: Sequence[System], targets: Sequence[Target]) -> Outcome:
+    """Run ``settings.rounds`` rounds of ``systems`` (order reversed every other round) and evaluate ``targets``."""
+    keys = [system.key for system in systems]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{scenario}: duplicate system keys {keys}")
+    runs: dict[str, list[Row]] = {key: [] for key in keys}
+    rounds: list[dict[str, Row]] = []
+    for number in range(settings.rounds):
+        order = list(systems) if number % 2 == 0 else list(reversed(systems))
+        if settings.rounds > 1:
+            settings.log(f"{scenario}: round {number + 1} of {settings.rounds}")
+        this_round: dict[str, Row] = {}
+        for system in order:
+            if _not_again(runs[system.key]):
+                continue
+            row = system.measure()
+            row.system = system.label
+            row.round, row.position = number, len(this_round)
+            runs[system.key].append(row)
+            this_round[system.key] = row
+        rounds.append(this_round)
+    series = [Series(scenario, system.label, system.key, runs[system.key]) for system in systems]
+    for one in series:
+        one.note = _note(one, settings.rounds)
+    return series, [evaluate(target, rounds) for target in targets]
+
+
+def _note(series: Series, rounds: int) -> str:
+    """What the table says beside a series' figures: peers' start-up, and rounds that failed."""
+    parts = []
+    startup = series.spread("startup_seconds")
+    if startup is not None:
+        parts.append(f"start-up {startup.format('.1f')} s, not counted")
+    failed = [row for row in series.runs if row.skipped and row.skipped.startswith("failed")]
+    if failed and series.valid:
+        parts.append(f"failed in {len(failed)} of {rounds} rounds")
+    return "; ".join(parts)
+
+
+def _once(run: Callable[[Settings], tuple[list[Row], list[Check]]]) -> Callable[[Settings], Outcome]:
+    """A scenario that measures each system once (scenario 5: plain Condor jobs take minutes) as one round."""
+
+    @functools.wraps(run)
+    def scenario(settings: Settings) -> Outcome:
+        rows, checks = run(settings)
+        series: list[Series] = []
+        for row in rows:
+            row.round, row.position = 0, len(series)
+            series.append(Series(row.scenario, row.system, row.system, [row], row.note))
+        return series, checks
+
+    return scenario
 
 
 # ---------------------------------------------------------------------- 1. throughput
@@ -146,31 +283,36 @@ def throughput(settings: Settings) -> Outcome:
     default_run = MwpyRun(params, slaves=settings.workers)
     grouped_run = MwpyRun(params, slaves=settings.workers, task_group=100, result_group=100)
     slow = {**params, "tasks": sizes.slow_peer_tasks, "warmup": min(sizes.warmup_tasks, 500)}
-    rows = _rounds(
-        settings,
-        [
-            lambda: _mwpy(settings, name, "mwpy default (group 1)", default_run),
-            lambda: _mwpy(settings, name, "mwpy task/result group 100", grouped_run),
-            lambda: _peer(settings, name, "processpool-1", params),
-            lambda: _peer(settings, name, "processpool-100", params),
-            lambda: _peer(settings, name, "dask", slow),
-            lambda: _peer(settings, name, "parsl", slow),
-        ],
-        "tasks_per_s",
-        larger_is_better=True,
-    )
+
+    def peer(key: str, peer_name: str, peer_params: dict[str, Any]) -> System:
+        label = PEER_LABELS[peer_name]
+        return System(key, label, functools.partial(_peer, settings, name, peer_name, peer_params))
+
+    def mwpy(key: str, label: str, run: MwpyRun) -> System:
+        return System(key, label, functools.partial(_mwpy, settings, name, label, run))
+
+    systems = [
+        mwpy("default", "mwpy default (group 1)", default_run),
+        mwpy("group100", "mwpy task/result group 100", grouped_run),
+        peer("submit", "processpool-submit", params),
+        peer("pool100", "processpool-100", params),
+        peer("dask", "dask", slow),
+        peer("parsl", "parsl", slow),
+    ]  # fmt: skip
+    targets = [
+        ratio("1. no-op, mwpy default vs ProcessPool submit() per task", "default", "submit", "tasks_per_s", 5),
+        ratio("1. no-op, mwpy group 100 vs ProcessPool chunksize=100", "group100", "pool100", "tasks_per_s", 0.4),
+        ratio("1. no-op, mwpy default vs dask", "default", "dask", "tasks_per_s", 20),
+        ratio("1. no-op, mwpy default vs Parsl HTEX", "default", "parsl", "tasks_per_s", 10),
+        single("1. master CPU per task, mwpy default (µs)", "default", "master_cpu_us_per_task", 15),
+        single("1. master CPU per task, mwpy group 100 (µs)", "group100", "master_cpu_us_per_task", None),
+    ]
+    outcome = run_rounds(settings, name, systems, targets)
     if settings.profile_dir is not None:
         settings.log(f"{name}: mwpy under cProfile (not in the table)")
         run_mwpy(settings, dataclasses.replace(default_run, profile_name="throughput-default"))
         run_mwpy(settings, dataclasses.replace(grouped_run, profile_name="throughput-group100"))
-    default, grouped, pool1, pool100, dask, parsl = rows
-    checks = [
-        _ratio("1. no-op, mwpy default vs dask", default, dask, "tasks_per_s", 20),
-        _ratio("1. no-op, mwpy default vs Parsl HTEX", default, parsl, "tasks_per_s", 10),
-        _ratio("1. no-op, mwpy group 100 vs ProcessPool chunksize=100", grouped, pool100, "tasks_per_s", 0.15),
-        _ratio("1. mwpy default vs ProcessPool chunksize=1", default, pool1, "tasks_per_s", None),
-    ]
-    return rows, checks
+    return outcome
 
 
 # ---------------------------------------------------------------------- 2. latency
@@ -184,72 +326,70 @@ def latency(settings: Settings) -> Outcome:
     params = {"mode": "latency", "round_trips": sizes.latency_round_trips, "warmup": warmup}
     slow = {**params, "round_trips": sizes.slow_peer_round_trips, "warmup": max(5, sizes.slow_peer_round_trips // 10)}
     run = MwpyRun(params, slaves=settings.workers)
-    rows = _rounds(
-        settings,
-        [
-            lambda: _peer(settings, name, "floor", params),
-            lambda: _peer(settings, name, "floor-event-loop", params),
-            lambda: _mwpy(settings, name, "mwpy default", run),
-            lambda: _peer(settings, name, "processpool-1", params, "ProcessPoolExecutor submit().result()"),
-            lambda: _peer(settings, name, "dask", slow),
-            lambda: _peer(settings, name, "parsl", slow),
-        ],
-        "p50_us",
-        larger_is_better=False,
-    )
+
+    def peer(key: str, peer_name: str, peer_params: dict[str, Any], label: str | None = None) -> System:
+        label = label or PEER_LABELS[peer_name]
+        return System(key, label, functools.partial(_peer, settings, name, peer_name, peer_params, label))
+
+    systems = [
+        peer("floor", "floor", params),
+        peer("event-floor", "floor-event-loop", params),
+        System("mwpy", "mwpy default", functools.partial(_mwpy, settings, name, "mwpy default", run)),
+        peer("pool", "processpool-1", params, "ProcessPoolExecutor submit().result()"),
+        peer("dask", "dask", slow),
+        peer("parsl", "parsl", slow),
+    ]
+    targets = [
+        ratio("2. latency p50, mwpy vs bare pickle echo", "mwpy", "floor", "p50_us", 2.5, op="≤"),
+        ratio("2. latency p99, mwpy vs bare pickle echo's p99", "mwpy", "floor", "p99_us", 4, op="≤"),
+        ratio("2. latency p50, event-loop floor vs bare pickle echo", "event-floor", "floor", "p50_us", None),
+        ratio("2. latency p50, mwpy vs event-loop floor", "mwpy", "event-floor", "p50_us", None),
+        single("2. master CPU per round trip, mwpy (µs)", "mwpy", "master_cpu_us_per_task", None),
+    ]
+    outcome = run_rounds(settings, name, systems, targets)
     if settings.profile_dir is not None:
         settings.log(f"{name}: mwpy under cProfile (not in the table)")
         run_mwpy(settings, dataclasses.replace(run, profile_name="latency"))
-    floor, event_floor, mwpy_row = rows[:3]
-    checks = [
-        _ratio("2. latency p50, mwpy vs bare pickle echo", mwpy_row, floor, "p50_us", 3, at_most=True),
-        _ratio("2. latency p99, mwpy vs bare pickle echo", mwpy_row, floor, "p99_us", None),
-        _ratio("2. latency p50, event-loop floor vs bare pickle echo", event_floor, floor, "p50_us", None),
-        _ratio("2. latency p50, mwpy vs event-loop floor", mwpy_row, event_floor, "p50_us", None),
-    ]
-    return rows, checks
+    return outcome
 
 
 # ---------------------------------------------------------------------- 3. streaming memory
 
 
 def streaming(settings: Settings) -> Outcome:
-    """Master peak RSS with tasks fed through target numbers, at two sizes: it must stay flat.
-
-    Memory does not depend on luck the way speed does, so each size runs once.
-    """
+    """Master peak RSS with tasks fed through target numbers, at two sizes: it must stay flat."""
     sizes = settings.sizes
     name = "3 streaming"
-    rows = []
-    for n in (sizes.streaming_small, sizes.streaming_large):
+    systems = []
+    for key, n in (("small", sizes.streaming_small), ("large", sizes.streaming_large)):
         run = MwpyRun(
             {"mode": "throughput", "tasks": n, "warmup": sizes.warmup_tasks, "target": 10_000},
             slaves=settings.workers,
             sample_rss=True,
         )
-        row = _mwpy(settings, name, f"mwpy default, {n:,} tasks, target number 10,000", run)
-        if not row.skipped:
-            row.note = f"psutil-sampled peak {row.extra.get('sampled_peak_rss_mb', 0):.1f} MB"
-        rows.append(row)
-    small, large = rows
-    large_rss = large.peak_rss_mb
-    checks = [
-        Check(
-            f"3. master peak RSS at {sizes.streaming_large:,} tasks (MB)",
-            large_rss,
-            "≤ 100",
-            None if large_rss is None else large_rss <= 100,
-        ),
-        _ratio(
+        label = f"mwpy default, {n:,} tasks, target number 10,000"
+        systems.append(System(key, label, functools.partial(_mwpy, settings, name, label, run)))
+    targets = [
+        single(f"3. master peak RSS at {sizes.streaming_large:,} tasks (MB)", "large", "peak_rss_mb", 100),
+        ratio(
             f"3. peak RSS {sizes.streaming_large:,} vs {sizes.streaming_small:,} tasks",
-            large,
-            small,
+            "large",
+            "small",
             "peak_rss_mb",
             1.10,
-            at_most=True,
+            op="≤",
         ),
     ]
-    return rows, checks
+    series, checks = run_rounds(settings, name, systems, targets)
+    for one in series:
+        sampled = one.spread("sampled_peak_rss_mb")
+        if sampled is not None:
+            one.note = _join(one.note, f"psutil-sampled peak {sampled.format('.1f')} MB")
+    return series, checks
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
 
 
 # ---------------------------------------------------------------------- 4. fan-in
@@ -265,28 +405,123 @@ def fanin(settings: Settings) -> Outcome:
         "warmup": sizes.warmup_tasks,
         "idle_seconds": sizes.idle_seconds,
     }
-    measurements: list[Measurement] = []
-    for connections in (settings.workers, sizes.fanin_connections):
+    systems = []
+    for key, connections in (("few", settings.workers), ("many", sizes.fanin_connections)):
         run = MwpyRun(params, slaves=connections, loadgen_processes=settings.workers)
         label = f"mwpy default, {connections} slave connections ({settings.workers} load-generator processes)"
-        measurements.append(functools.partial(_mwpy, settings, name, label, run))
-    rows = _rounds(settings, measurements, "tasks_per_s", larger_is_better=True)
-    for row in rows:
-        if not row.skipped:
-            note = f"connect {row.extra['connect_seconds']:.2f} s; CPU % = idle master over {sizes.idle_seconds:g} s"
-            row.note = f"{row.note}; {note}" if row.note else note
-    few, many = rows
-    idle = many.cpu_percent
-    checks = [
-        _ratio(f"4. throughput {sizes.fanin_connections} vs {settings.workers} slaves", many, few, "tasks_per_s", 0.5),
-        Check(
-            f"4. idle master CPU with {sizes.fanin_connections} slaves (% of a core)",
-            idle,
-            "< 2",
-            None if idle is None else idle < 2,
+        systems.append(System(key, label, functools.partial(_mwpy, settings, name, label, run)))
+    targets = [
+        ratio(
+            f"4. throughput {sizes.fanin_connections} vs {settings.workers} slaves", "many", "few", "tasks_per_s", 0.5
+        ),
+        single(
+            f"4. idle master CPU with {sizes.fanin_connections} slaves (% of a core)", "many", "cpu_percent", 2, "<"
         ),
     ]
-    return rows, checks
+    series, checks = run_rounds(settings, name, systems, targets)
+    for one in series:
+        connect = one.spread("connect_seconds")
+        if connect is not None:
+            note = f"connect {connect.format('.2f')} s; CPU % = idle master over {sizes.idle_seconds:g} s"
+            one.note = _join(one.note, note)
+    return series, checks
+
+
+# ---------------------------------------------------------------------- E. event log
+
+
+def event_log(settings: Settings) -> Outcome:
+    """What the event log (``--mw-events FILE``) costs: default throughput with and without it, same round."""
+    sizes = settings.sizes
+    name = "E event log"
+    params = {"mode": "throughput", "tasks": sizes.throughput_tasks, "warmup": sizes.warmup_tasks}
+    without = MwpyRun(params, slaves=settings.workers)
+    with_log = MwpyRun(params, slaves=settings.workers, events=True)
+    systems = [
+        System(key, label, functools.partial(_mwpy, settings, name, label, run))
+        for key, label, run in (
+            ("without", "mwpy default, no event log", without),
+            ("with", "mwpy default, --mw-events FILE", with_log),
+        )
+    ]
+
+    def cpu_added(runs: Mapping[str, Row]) -> float | None:
+        a, b = _figure_of(runs, "with", "master_cpu_us_per_task"), _figure_of(runs, "without", "master_cpu_us_per_task")
+        return None if a is None or b is None else a - b
+
+    targets = [
+        ratio("E. event log: throughput with / without --mw-events", "with", "without", "tasks_per_s", 0.95),
+        ratio("E. event log: master CPU per task with / without", "with", "without", "master_cpu_us_per_task", None),
+        Target("E. event log: master CPU added per task (µs)", cpu_added, None),
+    ]
+    series, checks = run_rounds(settings, name, systems, targets)
+    for one in series:
+        size = one.spread("events_bytes")
+        if size is not None and one.valid and one.valid[0].tasks:
+            # Warm-up tasks are logged too: bytes per task over all the tasks the master ran.
+            per_task = [v / (sizes.throughput_tasks + sizes.warmup_tasks) for v in one.values("events_bytes")]
+            one.note = _join(one.note, f"log {size.median / 1e6:.1f} MB, {statistics.median(per_task):.0f} B per task")
+    return series, checks
+
+
+# ---------------------------------------------------------------------- B. baseline
+
+
+def baseline(settings: Settings) -> Outcome:
+    """This checkout against ``--baseline PATH``: throughput (default, group 100) and latency, new / baseline.
+
+    Each measurement runs with the baseline's interpreter and program and then
+    with this checkout's (the other way round in odd rounds), so a ratio never
+    spans two rounds: it shows whether a restructuring regressed, on a busy
+    machine too. The bounds (5 %) are the harness's noise allowance, not an
+    issue's target.
+    """
+    sizes = settings.sizes
+    name = "B baseline"
+    base = settings.baseline
+    if base is None:
+        reason = "no --baseline PATH given"
+        return [Series(name, "baseline", "baseline", [Row(name, "baseline", skipped=reason, round=0)])], []
+    throughput_params = {"mode": "throughput", "tasks": sizes.throughput_tasks, "warmup": sizes.warmup_tasks}
+    warmup = max(10, sizes.latency_round_trips // 20)
+    latency_params = {"mode": "latency", "round_trips": sizes.latency_round_trips, "warmup": warmup}
+    grouped = MwpyRun(throughput_params, slaves=settings.workers, task_group=100, result_group=100)
+    measurements = [
+        ("default", "throughput, default", MwpyRun(throughput_params, slaves=settings.workers)),
+        ("group100", "throughput, group 100", grouped),
+        ("latency", "latency", MwpyRun(latency_params, slaves=settings.workers)),
+    ]
+    systems = []
+    for key, what, run in measurements:
+        for side, checkout in (("new", None), ("base", base)):
+            label = f"mwpy {what}, {'this checkout' if side == 'new' else f'baseline {base.root}'}"
+            side_run = dataclasses.replace(run, checkout=checkout)
+            systems.append(System(f"{key}-{side}", label, functools.partial(_mwpy, settings, name, label, side_run)))
+    targets = [
+        ratio("B. new / baseline throughput, default", "default-new", "default-base", "tasks_per_s", 0.95),
+        ratio("B. new / baseline throughput, group 100", "group100-new", "group100-base", "tasks_per_s", 0.95),
+        ratio("B. new / baseline latency p50", "latency-new", "latency-base", "p50_us", 1.05, op="≤"),
+        ratio("B. new / baseline latency p99", "latency-new", "latency-base", "p99_us", None),
+        ratio(
+            "B. new / baseline master CPU per task, default",
+            "default-new",
+            "default-base",
+            "master_cpu_us_per_task",
+            1.05,
+            op="≤",
+        ),
+        ratio(
+            "B. new / baseline master CPU per task, group 100",
+            "group100-new",
+            "group100-base",
+            "master_cpu_us_per_task",
+            None,
+        ),
+        ratio(
+            "B. new / baseline master CPU per round trip", "latency-new", "latency-base", "master_cpu_us_per_task", None
+        ),
+    ]
+    return run_rounds(settings, name, systems, targets)
 
 
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
@@ -294,5 +529,10 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "latency": latency,
     "streaming": streaming,
     "fanin": fanin,
-    "condor": condor.run,
+    "condor": _once(condor.run),
+    "events": event_log,
+    "baseline": baseline,
 }
+
+#: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).
+NEEDS_OPTION = {"baseline": "--baseline"}

@@ -2,14 +2,17 @@
 
 CI does not run the full benchmark (minutes, and figures on a shared machine
 mean little); this makes sure the harness, the mwpy program it drives and the
-fan-in load generator keep working as mwpy changes. Peers that need the
-``bench`` extra are left out so the test runs with the ``test`` extra alone.
+fan-in load generator keep working as mwpy changes, and that figures are taken
+the way issue 13 asks: in rounds, every ratio within one round, reported as a
+median with its min-max. Peers that need the ``bench`` extra are left out so
+the test runs with the ``test`` extra alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -19,22 +22,19 @@ import pytest
 
 from benchmarks import condor, scenarios
 from benchmarks.__main__ import table, targets
-from benchmarks.common import Check, Row, Settings, Sizes, percentile
+from benchmarks.common import Check, Row, Series, Settings, Sizes, percentile
 
 REPO = Path(__file__).resolve().parent.parent
-#: The whole quick run takes ~10 s here; this is the deadline, not an expectation.
-DEADLINE = 240
+#: The whole quick run (two rounds) takes ~45 s here on a busy machine; this is the deadline, not an expectation.
+DEADLINE = 400
+#: A checkout with its own .venv for the --baseline test (a worktree of an older commit); skipped when absent.
+BASELINE = Path(os.environ.get("MWPY_BENCH_BASELINE", "/work/wt/base"))
+QUICK_PEERS = "processpool-submit,processpool-1,processpool-100,floor,floor-event-loop"
 
 
-@pytest.fixture(scope="module")
-def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bench") / "report.json"
+def _run_harness(out: Path, *args: str) -> dict[str, Any]:
     completed = subprocess.run(
-        [
-            sys.executable, "-m", "benchmarks", "--quick", "--quiet",
-            "--peers", "processpool-1,processpool-100,floor,floor-event-loop",
-            "--json", str(out),
-        ],
+        [sys.executable, "-m", "benchmarks", "--quick", "--quiet", "--peers", QUICK_PEERS, "--json", str(out), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -42,7 +42,7 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         check=False,
         # Scenario 5 would take minutes on a running pool: point it at none, so it reports "skipped".
         env={**os.environ, "MWPY_CONDOR_BASE": str(out.parent / "no-pool")},
-    )  # fmt: skip
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "target" in completed.stdout
     report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
@@ -50,45 +50,138 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return report
 
 
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run_harness(tmp_path_factory.mktemp("bench") / "report.json", "--rounds", "2")
+
+
 def _rows(report: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
     return [row for row in report["rows"] if row["scenario"].startswith(scenario)]
 
 
-def test_every_mwpy_measurement_ran(quick_report: dict[str, Any]) -> None:
+def _median(row: dict[str, Any], field: str) -> float:
+    value: float = row["figures"][field]["median"]
+    return value
+
+
+def test_every_mwpy_measurement_ran_in_every_round(quick_report: dict[str, Any]) -> None:
     mwpy_rows = [row for row in quick_report["rows"] if row["system"].startswith("mwpy") and row["scenario"][0] != "5"]
-    assert len(mwpy_rows) == 7
+    assert len(mwpy_rows) == 9  # throughput 2, latency 1, streaming 2, fan-in 2, event log 2
     for row in mwpy_rows:
         assert row["skipped"] is None, row
-        assert row["peak_rss_mb"] > 0
+        assert [run["round"] for run in row["runs"]] == [0, 1]
+        assert _median(row, "peak_rss_mb") > 0
 
 
 def test_throughput_has_mwpy_and_the_selected_peers(quick_report: dict[str, Any]) -> None:
     rows = {row["system"]: row for row in _rows(quick_report, "1")}
-    for system in ("mwpy default (group 1)", "mwpy task/result group 100", "ProcessPoolExecutor chunksize=100"):
-        assert rows[system]["tasks_per_s"] > 0
+    for system in (
+        "mwpy default (group 1)",
+        "mwpy task/result group 100",
+        "ProcessPoolExecutor submit() per task",
+        "ProcessPoolExecutor chunksize=100",
+    ):
+        assert _median(rows[system], "tasks_per_s") > 0
     assert rows["dask.distributed LocalCluster"]["skipped"] == "not selected (--peers)"
+    assert len(rows["dask.distributed LocalCluster"]["runs"]) == 1  # not asked again in round 2
+    cpu = next(c for c in quick_report["checks"] if c["target"].startswith("1. master CPU per task, mwpy default"))
+    assert cpu["bound"] == "≤ 15"
+    assert len(cpu["values"]) == 2
+    assert all(value > 0 for value in cpu["values"])
 
 
 def test_latency_is_measured_beside_the_floor(quick_report: dict[str, Any]) -> None:
     rows = {row["system"]: row for row in _rows(quick_report, "2")}
-    assert rows["mwpy default"]["p50_us"] > 0
-    assert rows["bare pickle echo, loopback TCP (floor)"]["p50_us"] > 0
-    assert rows["same echo waiting in epoll/poll (event-loop floor)"]["p50_us"] > 0
-    check = next(c for c in quick_report["checks"] if c["target"].startswith("2. latency p50"))
-    assert check["measured"] is not None
+    assert _median(rows["mwpy default"], "p50_us") > 0
+    assert _median(rows["bare pickle echo, loopback TCP (floor)"], "p50_us") > 0
+    assert _median(rows["same echo waiting in epoll/poll (event-loop floor)"], "p50_us") > 0
+    checks = {c["target"]: c for c in quick_report["checks"]}
+    assert checks["2. latency p50, mwpy vs bare pickle echo"]["bound"] == "≤ 2.5"
+    assert checks["2. latency p99, mwpy vs bare pickle echo's p99"]["bound"] == "≤ 4"
+
+
+def test_every_ratio_is_a_median_of_per_round_ratios(quick_report: dict[str, Any]) -> None:
+    """What issue 13 asks: each check's values are per round, rebuilt here from the raw runs of that round."""
+    rows = {(row["scenario"], row["key"]): row for row in quick_report["rows"]}
+
+    def run_in(row: dict[str, Any], number: int) -> dict[str, Any]:
+        return next(run for run in row["runs"] if run["round"] == number)
+
+    check = next(c for c in quick_report["checks"] if c["target"].startswith("1. no-op, mwpy default vs ProcessPool"))
+    top, bottom = rows[("1 throughput", "default")], rows[("1 throughput", "submit")]
+    expected = [run_in(top, n)["tasks_per_s"] / run_in(bottom, n)["tasks_per_s"] for n in (0, 1)]
+    assert check["values"] == pytest.approx(expected)
+    assert check["rounds"] == [0, 1]
+    assert check["measured"] == pytest.approx(statistics.median(expected))
+    assert check["spread"]["low"] == pytest.approx(min(expected))
+    assert check["spread"]["high"] == pytest.approx(max(expected))
+    for check in quick_report["checks"]:
+        if check["target"][0] != "5" and check["measured"] is not None:
+            assert len(check["values"]) == 2, check
+            assert check["measured"] == pytest.approx(statistics.median(check["values"]))
+
+
+def test_rounds_alternate_the_order(quick_report: dict[str, Any]) -> None:
+    rows = [row for row in _rows(quick_report, "2") if not row["skipped"]]
+    first = sorted(rows, key=lambda row: run_position(row, 0))
+    second = sorted(rows, key=lambda row: run_position(row, 1))
+    assert [row["key"] for row in first] == [row["key"] for row in reversed(second)]
+
+
+def run_position(row: dict[str, Any], number: int) -> int:
+    position: int = next(run["position"] for run in row["runs"] if run["round"] == number)
+    return position
+
+
+def test_the_report_prints_median_and_range(quick_report: dict[str, Any]) -> None:
+    header = next(line for line in quick_report["stdout"].splitlines() if line.startswith("target"))
+    assert header.split()[:5] == ["target", "median", "[min-max]", "rounds", "bound"]
+    assert "2 rounds (order reversed every other round)" in quick_report["stdout"]
+    assert "\N{EN DASH}" in quick_report["stdout"]  # some figure differed between the rounds and shows its range
 
 
 def test_fanin_reports_idle_cpu(quick_report: dict[str, Any]) -> None:
     rows = _rows(quick_report, "4")
     assert len(rows) == 2
-    assert all(row["cpu_percent"] is not None and row["tasks_per_s"] > 0 for row in rows)
+    assert all("cpu_percent" in row["figures"] and _median(row, "tasks_per_s") > 0 for row in rows)
+
+
+def test_event_log_cost_is_measured_in_the_same_rounds(quick_report: dict[str, Any]) -> None:
+    rows = {row["key"]: row for row in _rows(quick_report, "E")}
+    assert _median(rows["with"], "events_bytes") > 0
+    assert "events_bytes" not in rows["without"]["figures"]
+    check = next(c for c in quick_report["checks"] if c["target"].startswith("E. event log: throughput"))
+    assert check["bound"] == "≥ 0.95"
+    assert len(check["values"]) == 2
 
 
 def test_json_describes_the_run(quick_report: dict[str, Any]) -> None:
     assert quick_report["workers"] == 2
+    assert quick_report["rounds"] == 2
     assert quick_report["machine"]["cpus"] >= 1
     assert "--quick" in quick_report["command"]
-    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5"}
+    assert quick_report["checkouts"]["new"]["mwpy"].startswith(str(REPO))
+    assert "baseline" not in quick_report["checkouts"]
+    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "E"}
+
+
+@pytest.mark.skipif(
+    not (BASELINE / ".venv" / "bin" / "python").exists(),
+    reason=f"no baseline checkout with a .venv at {BASELINE} (set MWPY_BENCH_BASELINE to a worktree of another commit)",
+)
+def test_baseline_runs_each_checkout_with_its_own_mwpy(tmp_path: Path) -> None:
+    report = _run_harness(tmp_path / "baseline.json", "--rounds", "1", "--baseline", str(BASELINE))
+    base = BASELINE.resolve()
+    assert report["checkouts"]["baseline"]["mwpy"].startswith(str(base))
+    assert report["checkouts"]["new"]["mwpy"].startswith(str(REPO))
+    rows = {row["key"]: row for row in report["rows"]}
+    assert set(rows) == {f"{m}-{side}" for m in ("default", "group100", "latency") for side in ("new", "base")}
+    for key, row in rows.items():
+        assert row["skipped"] is None, row
+        assert row["runs"][0]["extra"]["checkout"] == str(base if key.endswith("-base") else REPO)
+    checks = {c["target"]: c for c in report["checks"]}
+    assert checks["B. new / baseline throughput, default"]["measured"] > 0
+    assert checks["B. new / baseline latency p50"]["measured"] > 0
 
 
 def test_condor_is_skipped_with_a_reason_without_a_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,31 +221,71 @@ def test_percentile_is_nearest_rank() -> None:
 
 
 def test_tables_mark_pass_fail_and_skips() -> None:
-    rows = [Row("1 x", "a", tasks=10, tasks_per_s=5.0), Row("1 x", "b", skipped="not installed\nmore")]
-    text = table(rows)
+    runs = [Row("1 x", "a", tasks=10, tasks_per_s=v, round=n) for n, v in enumerate((5.0, 7.0, 6.0))]
+    series = [Series("1 x", "a", "a", runs), Series("1 x", "b", "b", [Row("1 x", "b", skipped="not installed\nmore")])]
+    text = table(series)
+    assert "6 [5\N{EN DASH}7]" in text
     assert "skipped: not installed" in text
     assert "more" not in text
-    verdicts = targets([Check("t1", 2.0, "≥ 1", True), Check("t2", 0.5, "≥ 1", False), Check("t3", None, "≤ 2", None)])
+    verdicts = targets(
+        [
+            Check("t1", 2.0, "≥ 1", True, values=[1.5, 2.0, 3.0], rounds=[0, 1, 2]),
+            Check("t2", 0.5, "≥ 1", False),
+            Check("t3", None, "≤ 2", None),
+        ]
+    )
+    assert "[1.5\N{EN DASH}3]" in verdicts
     assert "PASS" in verdicts
     assert "FAIL" in verdicts
 
 
-def test_repeats_are_interleaved_and_the_best_run_is_kept() -> None:
+def _fake(name: str, values: list[float | None], calls: list[str]) -> scenarios.System:
+    left = iter(values)
+
+    def measure() -> Row:
+        calls.append(name)
+        value = next(left)
+        if value is None:
+            return Row("1 x", name, skipped="failed: on purpose")
+        return Row("1 x", name, tasks_per_s=value)
+
+    return scenarios.System(name, name, measure)
+
+
+def test_rounds_alternate_and_ratios_stay_within_a_round() -> None:
     calls: list[str] = []
-
-    def measure(name: str, values: list[float]) -> scenarios.Measurement:
-        left = iter(values)
-
-        def run() -> Row:
-            calls.append(name)
-            return Row("1 x", name, tasks_per_s=next(left))
-
-        return run
-
-    settings = Settings(workers=2, sizes=Sizes.quick(), peers=frozenset(), repeat=3)
-    a, b = scenarios._rounds(
-        settings, [measure("a", [1.0, 3.0, 2.0]), measure("b", [5.0, 4.0, 6.0])], "tasks_per_s", larger_is_better=True
+    settings = Settings(workers=2, sizes=Sizes.quick(), peers=frozenset(), rounds=3)
+    systems = [_fake("a", [1.0, 3.0, 2.0], calls), _fake("b", [2.0, 2.0, 4.0], calls)]
+    series, (check,) = scenarios.run_rounds(
+        settings, "1 x", systems, [scenarios.ratio("a / b", "a", "b", "tasks_per_s", 0.6)]
     )
-    assert calls == ["a", "b"] * 3
-    assert (a.tasks_per_s, b.tasks_per_s) == (3.0, 6.0)
-    assert a.extra["all_runs"] == {"tasks_per_s": [1.0, 3.0, 2.0]}
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    # Per round 0.5, 1.5, 0.5: the median is 0.5; a best-of-3 over best-of-3 would have said 3 / 4 = 0.75.
+    assert check.values == [0.5, 1.5, 0.5]
+    assert check.measured == 0.5
+    assert check.ok is False
+    assert check.spread is not None
+    assert (check.spread.low, check.spread.high, check.spread.count) == (0.5, 1.5, 3)
+    assert series[0].median("tasks_per_s") == 2.0
+    assert [row.position for row in series[0].runs] == [0, 1, 0]
+
+
+def test_a_round_with_a_failed_side_gives_no_ratio() -> None:
+    calls: list[str] = []
+    settings = Settings(workers=2, sizes=Sizes.quick(), peers=frozenset(), rounds=3)
+    systems = [_fake("a", [1.0, 3.0, 2.0], calls), _fake("b", [2.0, None, 4.0], calls)]
+    series, (check,) = scenarios.run_rounds(
+        settings, "1 x", systems, [scenarios.ratio("a / b", "a", "b", "tasks_per_s", None)]
+    )
+    assert check.values == [0.5, 0.5]
+    assert check.rounds == [0, 2]
+    assert "1 of 3 rounds lack a side" in check.detail
+    assert check.ok is None
+    assert "failed in 1 of 3 rounds" in series[1].note
+
+
+def test_a_single_value_check_keeps_its_one_value() -> None:
+    check = Check("5. x", 1.5, "≤ 2", True, "one run")
+    assert check.values == [1.5]
+    assert check.spread is not None
+    assert check.spread.count == 1
