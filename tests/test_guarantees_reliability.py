@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,36 @@ def test_resource_file_rewrites_on_changes_are_at_most_one_a_second(tmp_path: Pa
         assert min(gaps) >= 0.99, gaps  # the master's own clock: a lower bound, load only makes it longer
         lm.mw.allocate_slaves(2, "ordered")
         lm.drive_until(lambda: lm.resource().slaves_needed == 2, "the last change to reach the file", DEADLINE)
+
+
+def test_map_yields_in_input_order_when_results_really_arrive_out_of_order(tmp_path: Path) -> None:
+    """README: mw.map yields values in input order; as_completed yields them as they arrive.
+
+    Input 0 waits for a release file that the input iterator creates only
+    when map pulls input 2, which it does only after a result arrived, and
+    the only result that can arrive then is input 1's. So results certainly
+    arrive 1 before 0, and map must still yield 0 first.
+    """
+    keys = [f"m{i}" for i in range(4)]
+    for key in keys[1:]:
+        release_file = tmp_path / f"release-{key}"
+        release_file.touch()
+
+    def inputs() -> Iterator[str]:
+        for i, key in enumerate(keys):
+            if i == 2:
+                (tmp_path / "release-m0").touch()
+            yield key
+
+    with local_master(PROGRAM, tmp_path, "--mw-slave-window", "1") as lm:  # one task per slave at a time
+        slaves = [lm.start_slave() for _ in range(2)]
+        for slave in slaves:
+            sid_of(lm, slave)
+        folders = [str(tmp_path)] * len(keys)
+        arrival = [r.tag for r in lm.mw.as_completed(hold, folders, inputs(), window=2)]
+        assert arrival.index(1) < arrival.index(0), arrival
+        (tmp_path / "release-m0").unlink()
+        values = list(lm.mw.map(hold, folders, inputs(), window=2))
+        assert len(values) == len(keys)
+        started_by = [int((tmp_path / f"started-{key}").read_text()) for key in keys]
+        assert values == started_by  # each value is the pid that ran that input: input order
