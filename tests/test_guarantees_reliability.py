@@ -17,7 +17,7 @@ import pytest
 
 from mwpy import ExitCode, protocol, resource_file
 from tests.programs import trust_net
-from tests.programs.guarantees import BROKEN, attempts, gated, hold, ordered_fail, undecodable
+from tests.programs.guarantees import BROKEN, attempts, gated_or_broken, hold_until_released, ordered_fail, undecodable
 from tests.support import PROGRAMS, LocalMaster, Proc, local_master, spawn_master, wait_until
 
 PROGRAM = PROGRAMS / "guarantees.py"
@@ -36,7 +36,7 @@ def sid_of(lm: LocalMaster, slave: Proc) -> str:
 
 
 def started(lm: LocalMaster, key: str) -> int:
-    """Drive until ``hold(.., key)`` runs somewhere; that slave's pid."""
+    """Drive until ``hold_until_released(.., key)`` runs somewhere; that slave's pid."""
     marker = lm.workdir / f"started-{key}"
     return lm.drive_until(lambda: int(marker.read_text()) if marker.exists() else 0, f"{key} to start", DEADLINE)
 
@@ -64,7 +64,7 @@ def test_failed_ordered_task_is_not_retried_and_never_runs_on_another_slave(tmp_
         assert result.error.type == "ValueError"
         assert result.slave_id == sid
         # an unordered round trip after it: anything re-queued before it has run by now
-        probe = hold.submit(str(tmp_path), "probe")
+        probe = hold_until_released.submit(str(tmp_path), "probe")
         release(lm, "probe")
         assert lm.result_of(probe, DEADLINE).value == unordered.pid
         assert attempts(tmp_path, "o") == [ordered.pid]
@@ -87,7 +87,7 @@ def test_result_decode_error_is_not_retried(tmp_path: Path) -> None:
         result = lm.result_of(task_id, DEADLINE)
         assert result.error is not None
         assert result.error.type == "ResultDecodeError"
-        probes = [hold.submit(str(tmp_path), f"p{i}") for i in range(2)]  # both slaves answer once more
+        probes = [hold_until_released.submit(str(tmp_path), f"p{i}") for i in range(2)]  # both slaves answer once more
         for i in range(2):
             release(lm, f"p{i}")
         lm.drive_until(lambda: all(lm.results_of(p) for p in probes), "the probes", DEADLINE)
@@ -110,15 +110,15 @@ def test_black_hole_is_told_to_leave_at_exactly_max_failures_not_one_before(
     with local_master(PROGRAM, tmp_path, *options) as lm:
         good = lm.start_slave()
         sid_of(lm, good)
-        busy = hold.submit(str(tmp_path), "good")
+        busy = hold_until_released.submit(str(tmp_path), "good")
         assert started(lm, "good") == good.pid
         with monkeypatch.context() as patch:
             patch.setenv(BROKEN, "1")
             hole = lm.start_slave()
         hole_sid = sid_of(lm, hole)
         keys = ["k0", "k1", "k2"]
-        ids = [gated.submit(str(tmp_path), key) for key in keys]
-        parked = hold.submit(str(tmp_path), "hole")
+        ids = [gated_or_broken.submit(str(tmp_path), key) for key in keys]
+        parked = hold_until_released.submit(str(tmp_path), "hole")
         assert started(lm, "hole") == hole.pid
         assert all(attempts(tmp_path, key) == [hole.pid] for key in keys)
 
@@ -181,7 +181,7 @@ def test_busy_slave_beats_well_inside_the_client_timeout(tmp_path: Path) -> None
         with local_master(PROGRAM, tmp_path, "--mw-client-timeout", f"{timeout:g}") as lm:
             proxy.target = lm.mw.port
             slave = lm.start_slave("--mw-master-port", str(proxy.port))
-            task_id = hold.submit(str(tmp_path), "long")
+            task_id = hold_until_released.submit(str(tmp_path), "long")
             assert started(lm, "long") == slave.pid
             first = len(seen)
             lm.drive_until(lambda: len(seen) >= first + 6, "six frames from the busy slave", DEADLINE)
@@ -244,10 +244,10 @@ def test_map_yields_in_input_order_when_results_really_arrive_out_of_order(tmp_p
         for slave in slaves:
             sid_of(lm, slave)
         folders = [str(tmp_path)] * len(keys)
-        arrival = [r.tag for r in lm.mw.as_completed(hold, folders, inputs(), window=2)]
+        arrival = [r.tag for r in lm.mw.as_completed(hold_until_released, folders, inputs(), window=2)]
         assert arrival.index(1) < arrival.index(0), arrival
         (tmp_path / "release-m0").unlink()
-        values = list(lm.mw.map(hold, folders, inputs(), window=2))
+        values = list(lm.mw.map(hold_until_released, folders, inputs(), window=2))
         assert len(values) == len(keys)
         started_by = [int((tmp_path / f"started-{key}").read_text()) for key in keys]
         assert values == started_by  # each value is the pid that ran that input: input order

@@ -1,17 +1,17 @@
 """An mwpy program for tests/test_guarantees_*.py: task algorithms whose every run is countable and gated.
 
-Every run of ``gated``, ``ordered_fail`` and ``undecodable`` leaves a file
+Every run of ``gated_or_broken``, ``ordered_fail`` and ``undecodable`` leaves a file
 ``attempt-KEY-PID-RANDOM`` in the folder it is given, so a test counts where
 and how often a task ran instead of trusting the master's word. Tasks that
 wait do so on a release file the test creates, never on a clock.
 
-A slave started with ``GUARANTEES_BROKEN=1`` fails every ``gated`` task at
+A slave started with ``GUARANTEES_BROKEN=1`` fails every ``gated_or_broken`` task at
 once with an OSError, like a machine with a full disk.
 
 Master usage (after the ``--mw-*`` options)::
 
     wait STOPFILE      run the event loop until STOPFILE exists, then exit 0
-    run N              submit nap(0..N-1), print one JSON line per result, exit 0
+    run N              submit echo_value(0..N-1), print one JSON line per result, exit 0
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import mwpy
 
-#: A slave started with this variable set fails every ``gated`` task.
+#: A slave started with this variable set fails every ``gated_or_broken`` task.
 BROKEN = "GUARANTEES_BROKEN"
 #: The longest a task here waits for its release file (a test gone wrong).
 WAIT_LIMIT = 120.0
@@ -56,7 +56,7 @@ def _announce(folder: str, key: str) -> None:
 
 
 @mwpy.task
-def hold(folder: str, key: str) -> int:
+def hold_until_released(folder: str, key: str) -> int:
     """Write ``started-KEY`` (holding this pid), wait for ``release-KEY``; return the pid."""
     _announce(folder, key)
     _wait_for(Path(folder) / f"release-{key}")
@@ -64,7 +64,7 @@ def hold(folder: str, key: str) -> int:
 
 
 @mwpy.task
-def gated(folder: str, key: str) -> str:
+def gated_or_broken(folder: str, key: str) -> str:
     """Fail at once on a broken slave; elsewhere wait for ``release-KEY`` and succeed."""
     _attempt(folder, key)
     if os.environ.get(BROKEN):
@@ -94,7 +94,7 @@ def undecodable(folder: str, key: str) -> Undecodable:
 
 
 @mwpy.task
-def nap(i: int) -> int:
+def echo_value(i: int) -> int:
     return i
 
 
@@ -108,7 +108,7 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
     if argv[0] == "run":
         count = int(argv[1])
         for i in range(count):
-            nap.submit(i)
+            echo_value.submit(i)
         seen = 0
         while seen < count:
             mw.loop()
