@@ -7,9 +7,11 @@ maps them back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import time
@@ -20,6 +22,7 @@ import attrs
 import pytest
 
 from mwpy import ExitCode, resource_file
+from mwpy import options as mwpy_options
 from tests.support import (
     PROGRAMS,
     PYTHON,
@@ -273,3 +276,29 @@ def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_stale_file_does
     err = one_line(fresh.err())
     assert "cannot reach the master" in err
     assert "stale" not in err
+
+
+def test_documented_defaults() -> None:
+    """reliability.md / security.md / resource-file.md: client timeout 60 s, task attempts 3, slave max
+    failures 5, resource file update interval 300 s, when no option says otherwise."""
+    defaults, rest = mwpy_options.parse(["--mw-master", "--mw-resource-file", "resource.json"])
+    assert rest == []
+    assert defaults.client_timeout == 60.0
+    assert defaults.task_attempts == 3
+    assert defaults.slave_max_failures == 5
+    assert defaults.resource_file_update_interval == 300.0
+
+
+def test_journal_is_sqlite_in_wal_mode(tmp_path: Path) -> None:
+    """reliability.md: --mw-journal FILE is an SQLite database in WAL mode (a property kept in the file)."""
+    journal = tmp_path / "journal.sqlite"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    program = PROGRAMS / "trust_journal.py"
+    master = spawn_master(program, tmp_path, "--mw-journal", str(journal), "squares", "2", str(runs))
+    slave = spawn_slave(program, tmp_path)
+    assert master.wait(DEADLINE) == 0, master.err()
+    assert slave.wait(DEADLINE) == 0
+    with contextlib.closing(sqlite3.connect(journal)) as db:
+        assert db.execute("pragma journal_mode").fetchone() == ("wal",)
+        assert db.execute("select count(*) from results").fetchone() == (2,)

@@ -251,3 +251,23 @@ def test_map_yields_in_input_order_when_results_really_arrive_out_of_order(tmp_p
         assert len(values) == len(keys)
         started_by = [int((tmp_path / f"started-{key}").read_text()) for key in keys]
         assert values == started_by  # each value is the pid that ran that input: input order
+
+
+def test_resource_file_is_rewritten_every_update_interval(tmp_path: Path) -> None:
+    """resource-file.md: written every --mw-resource-file-update-interval seconds, with nothing changed.
+
+    Three rewrites must come (a condition with a deadline), each at least the
+    interval after the one before (the master's own timestamps: a lower bound).
+    """
+    with local_master(PROGRAM, tmp_path, "--mw-resource-file-update-interval", "1") as lm:
+        stamps: list[float] = []
+
+        def rewritten() -> bool:
+            stamp = lm.resource().timestamp
+            if not stamps or stamps[-1] != stamp:
+                stamps.append(stamp)
+            return len(stamps) >= 4
+
+        lm.drive_until(rewritten, "three periodic rewrites", DEADLINE)
+        assert min(b - a for a, b in itertools.pairwise(stamps)) >= 0.99, stamps
+        assert lm.resource().update_interval == 1.0
