@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ import pytest
 
 from mwpy import ExitCode, resource_file
 from mwpy import options as mwpy_options
+from mwpy.errors import ResourceFileError
+from tests.programs.guarantees import attempts
 from tests.support import (
     PROGRAMS,
     PYTHON,
@@ -302,3 +305,55 @@ def test_journal_is_sqlite_in_wal_mode(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(journal)) as db:
         assert db.execute("pragma journal_mode").fetchone() == ("wal",)
         assert db.execute("select count(*) from results").fetchone() == (2,)
+
+
+def test_failed_results_are_not_journaled_and_run_again(tmp_path: Path) -> None:
+    """reliability.md: "Failed results are not journaled, so they run again" after a restart."""
+    journal = tmp_path / "journal.sqlite"
+    for run in (1, 2):
+        master = spawn_master(
+            PROGRAM, tmp_path, "--mw-journal", str(journal), "--mw-task-attempts", "1", "keyed-failure", str(tmp_path)
+        )
+        slave = spawn_slave(PROGRAM, tmp_path)
+        assert master.wait(DEADLINE) == 0, master.err()
+        assert slave.wait(DEADLINE) == 0
+        assert master.json_lines() == [{"ok": False, "journaled": False}]
+        assert len(attempts(tmp_path, "keyed")) == run
+    with contextlib.closing(sqlite3.connect(journal)) as db:
+        assert db.execute("select count(*) from results").fetchone() == (0,)
+
+
+def test_resource_file_readers_never_see_a_partial_write(tmp_path: Path) -> None:
+    """resource-file.md: writes are atomic; a reader sees the old or the new file, never a mix.
+
+    A reader polls while the file is rewritten 300 times with contents of
+    alternating size; every read must parse. (A write in place would be
+    caught half-way: a truncated file is not JSON.)
+    """
+    rf = tmp_path / "resource.json"
+    _write(rf)
+    big = [f"/a/long/path/{i:04d}" for i in range(400)]
+    failures: list[str] = []
+    done = threading.Event()
+    reads = 0
+
+    def reader() -> None:
+        nonlocal reads
+        while not done.is_set():
+            try:
+                resource_file.read(rf)
+            except ResourceFileError as exc:
+                failures.append(str(exc))
+            reads += 1
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(300):
+            _write(rf, slave_files=big if i % 2 else [], tasks_done=i)
+    finally:
+        done.set()
+        thread.join()
+    assert failures == []
+    assert reads > 0
+    assert resource_file.read(rf).tasks_done == 299

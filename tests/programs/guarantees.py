@@ -12,6 +12,7 @@ Master usage (after the ``--mw-*`` options)::
 
     wait STOPFILE      run the event loop until STOPFILE exists, then exit 0
     run N              submit echo_value(0..N-1), print one JSON line per result, exit 0
+    keyed-failure DIR  submit one failing task with a journal key; print {"ok", "journaled"} of its result
 """
 
 from __future__ import annotations
@@ -116,6 +117,14 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
                 seen += 1
                 print(json.dumps({"value": result.value, "slave_id": result.slave_id}), flush=True)
         return 0
+    if argv[0] == "keyed-failure":
+        task_id = ordered_fail.with_policy(key="always-fails").submit(argv[1], "keyed")
+        while True:
+            mw.loop()
+            for result in mw.results():
+                assert result.task_id == task_id
+                print(json.dumps({"ok": result.ok, "journaled": result.journaled}), flush=True)
+                return 0
     raise ValueError(f"unknown command {argv!r}")
 
 
