@@ -177,10 +177,21 @@ def test_master_exits_1_with_one_line_when_its_tls_certificate_cannot_be_read(tm
 
 def test_ctrl_c_makes_master_and_slave_exit_130(tmp_path: Path) -> None:
     """exit-codes.md: 130 when interrupted (Ctrl-C), for a slave and for the master; the master still
-    writes its resource file as finished."""
-    master = waiting_master(tmp_path)
-    slave = spawn_slave(PROGRAM, tmp_path)
+    writes its resource file as finished.
+
+    A test run started from a non-interactive shell in the background may
+    inherit SIGINT ignored, and so would the processes it starts; a handler
+    here (not an ignore) gives the children the default disposition, as in a
+    terminal. The slave is interrupted once its own audit says it has its id.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        master = waiting_master(tmp_path)
+        slave = spawn_slave(PROGRAM, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     MasterAudit(tmp_path / "master.audit").sid_of(slave.pid)
+    wait_until(lambda: "MASTER -> ID" in slave.out(), DEADLINE, "the slave to have its id")
     os.kill(slave.pid, signal.SIGINT)
     assert slave.wait(DEADLINE) == 130
     os.kill(master.pid, signal.SIGINT)
