@@ -16,6 +16,7 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,6 @@ from tests.support import (
     PROGRAMS,
     PYTHON,
     ROOT,
-    MasterAudit,
     Proc,
     free_port,
     mwpy_command,
@@ -175,28 +175,55 @@ def test_master_exits_1_with_one_line_when_its_tls_certificate_cannot_be_read(tm
     one_line(done.stderr)
 
 
+@contextlib.contextmanager
+def sigint_default() -> Iterator[None]:
+    """Processes started inside get SIGINT's default disposition, as in a terminal.
+
+    A test run started from a non-interactive shell in the background may
+    inherit SIGINT ignored, and pass that on; a handler (not an ignore) here
+    makes exec give the children the default.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_makes_master_and_slave_exit_130(tmp_path: Path) -> None:
     """exit-codes.md: 130 when interrupted (Ctrl-C), for a slave and for the master; the master still
     writes its resource file as finished.
 
-    A test run started from a non-interactive shell in the background may
-    inherit SIGINT ignored, and so would the processes it starts; a handler
-    here (not an ignore) gives the children the default disposition, as in a
-    terminal. The slave is interrupted once its own audit says it has its id.
+    The slave is interrupted once it has answered a task, so it is surely in
+    its loop (see the next test for an interrupt while it connects).
     """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        master = waiting_master(tmp_path)
+    stop = str(tmp_path / "stop")
+    with sigint_default():
+        master = spawn_master(PROGRAM, tmp_path, "one-then-wait", stop)
         slave = spawn_slave(PROGRAM, tmp_path)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    MasterAudit(tmp_path / "master.audit").sid_of(slave.pid)
-    wait_until(lambda: "MASTER -> ID" in slave.out(), DEADLINE, "the slave to have its id")
+    wait_until(lambda: master.json_lines() == [{"answered": True}], DEADLINE, "the slave to answer a task")
     os.kill(slave.pid, signal.SIGINT)
-    assert slave.wait(DEADLINE) == 130
+    assert slave.wait(DEADLINE) == 130, slave.err()
     os.kill(master.pid, signal.SIGINT)
-    assert master.wait(DEADLINE) == 130
+    assert master.wait(DEADLINE) == 130, master.err()
     assert resource_file.read(tmp_path / "resource.json").finished
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="mwpy bug: KeyboardInterrupt raised in slave.connect() (retrying, handshake, heartbeat thread start) "
+    "escapes program._run_slave: traceback and death by SIGINT instead of exit 130",
+)
+def test_ctrl_c_while_the_slave_is_still_connecting_exits_130(tmp_path: Path) -> None:
+    """exit-codes.md: slave 130 when interrupted — also while it is still trying to reach its master."""
+    rf = tmp_path / "resource.json"
+    _write(rf)  # fresh, nobody listening: the slave retries for 10 s
+    with sigint_default():
+        slave = spawn_slave(PROGRAM, tmp_path)
+    wait_until(lambda: "INIT SLAVE" in slave.out(), DEADLINE, "the slave to start connecting")
+    os.kill(slave.pid, signal.SIGINT)
+    assert slave.wait(DEADLINE) == 130, slave.err()
+    assert "Traceback" not in slave.err()
 
 
 def test_overseer_exits_1_when_no_schedd_answers(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ once with an OSError, like a machine with a full disk.
 Master usage (after the ``--mw-*`` options)::
 
     wait STOPFILE      run the event loop until STOPFILE exists, then exit 0
+    one-then-wait STOPFILE   run one task, print {"answered": true}, then as wait
     run N              submit echo_value(0..N-1), print one JSON line per result, exit 0
     keyed-failure DIR  submit one failing task with a journal key; print {"ok", "journaled"} of its result
 """
@@ -102,6 +103,15 @@ def echo_value(i: int) -> int:
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     if argv[0] == "wait":
+        stop = Path(argv[1])
+        while not stop.exists():
+            mw.loop(timeout=0.05)
+        return 0
+    if argv[0] == "one-then-wait":  # one task (so its slave is surely in its loop), then as "wait"
+        echo_value.submit(1)
+        while not mw.results():
+            mw.loop(timeout=0.05)
+        print(json.dumps({"answered": True}), flush=True)
         stop = Path(argv[1])
         while not stop.exists():
             mw.loop(timeout=0.05)
