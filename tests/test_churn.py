@@ -48,6 +48,7 @@ class Chaos:
         self.running: list[Proc] = []
         self.killed: list[Proc] = []
         self.fragile_kills = 0
+        self.fragile_kill_due = False
         self.stopped: Proc | None = None
         self.stopped_sid = ""
         self.continued: list[tuple[Proc, str]] = []  # (slave, its sid) SIGCONTinued after being dropped
@@ -62,25 +63,20 @@ class Chaos:
         self.running.remove(victim)
         self.killed.append(victim)
 
-    def kill_a_fragile_runner(self) -> bool:
-        """SIGKILL a slave that is inside a ``fragile`` (retry=False) task, if one is.
+    def tend_fragile(self) -> None:
+        """Kill the slave inside the next fragile (retry=False) task if a kill is due; release the others.
 
-        A fragile task runs until its marker is removed, so the slave is
-        certainly inside it when killed.
+        A fragile task runs until its marker is removed, so while the marker
+        exists its slave is certainly inside it. Called while waiting for
+        progress, so held fragile tasks never starve the computation.
         """
         by_pid = {p.pid: p for p in self.running}
         for marker in (self.workdir / "running").glob("fragile-running-*"):
             victim = by_pid.get(int(marker.name.rsplit("-", 1)[1]))
-            if victim is not None and victim.alive():
+            if self.fragile_kill_due and victim is not None and victim.alive():
                 self.kill(victim)
-                marker.unlink(missing_ok=True)
                 self.fragile_kills += 1
-                return True
-        return False
-
-    def release_fragile(self) -> None:
-        """Let every fragile task not chosen for a kill finish."""
-        for marker in (self.workdir / "running").glob("fragile-running-*"):
+                self.fragile_kill_due = False
             marker.unlink(missing_ok=True)
 
     def stop_one(self) -> None:
@@ -112,20 +108,21 @@ class Chaos:
         if force:  # the planned kinds of harm still missing, now
             roll = 0.0 if self.fragile_kills < 2 else (0.75 if not self.continued and not self.stopped else 0.5)
         if roll < 0.3:
-            if not self.kill_a_fragile_runner() and force:
-                wait_until(self.fragile_running, DEADLINE, "a slave inside a fragile task")
-                self.kill_a_fragile_runner()
+            self.fragile_kill_due = True  # done by tend_fragile, when a fragile task runs
         elif roll < 0.7:
             self.kill(self.rng.choice(self.running))
         elif roll < 0.8 and self.stopped is None and len(self.continued) < 2:
             self.stop_one()
-        self.release_fragile()
         self.top_up()
 
-    def fragile_running(self) -> bool:
-        pids = {p.pid for p in self.running if p.alive()}
-        markers = (self.workdir / "running").glob("fragile-running-*")
-        return any(int(marker.name.rsplit("-", 1)[1]) in pids for marker in markers)
+    def progressed(self, master: Proc, count: int) -> Callable[[], bool]:
+        """A predicate: the master printed ``count`` results (tending fragile tasks meanwhile)."""
+
+        def check() -> bool:
+            self.tend_fragile()
+            return results_printed(master) >= count
+
+        return check
 
     def planned_harm_done(self) -> bool:
         return self.fragile_kills >= 2 and len(self.continued) >= 1 and len(self.killed) >= 10
@@ -133,10 +130,6 @@ class Chaos:
 
 def results_printed(master: Proc) -> int:
     return master.out().count('"result"')
-
-
-def printed_at_least(master: Proc, count: int) -> Callable[[], bool]:
-    return lambda: results_printed(master) >= count
 
 
 def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
@@ -169,12 +162,13 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
         assert steps < 2 * FORCE_AFTER, "the planned accidents did not all happen"
         chaos.step(force=steps >= FORCE_AFTER)
         steps += 1
-        wait_until(printed_at_least(master, results_printed(master) + PROGRESS), DEADLINE, "progress")
+        wait_until(chaos.progressed(master, results_printed(master) + PROGRESS), DEADLINE, "progress")
     wait_until(chaos.maybe_continue, DEADLINE, "the stopped slave to be dropped")
     (tmp_path / "stop").touch()
 
     def ended() -> bool:
-        chaos.release_fragile()  # the fragile tasks still running finish
+        chaos.fragile_kill_due = False
+        chaos.tend_fragile()  # the fragile tasks still running finish
         return not master.alive()
 
     wait_until(ended, DEADLINE, "the master to end")
