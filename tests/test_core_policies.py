@@ -142,13 +142,16 @@ def test_ordered_task_with_do_it_anyway_moves_to_an_unordered_slave_when_its_sla
 
 
 def test_busy_slave_outlives_the_client_timeout_thanks_to_heartbeats(tmp_path: Path) -> None:
-    with local_master(WORKLOAD, tmp_path, "--mw-client-timeout", "1") as lm:
+    # Client timeout 3 s: a slave beating every 3/4 s leaves ~2 s of slack for a loaded machine (with 1 s,
+    # a starved heartbeat thread dropped the slave); the task spans two timeouts of the master's clock, a
+    # lower bound that load only lengthens. Heartbeat spacing at its boundary: test_guarantees_reliability.
+    timeout = 3.0
+    with local_master(WORKLOAD, tmp_path, "--mw-client-timeout", f"{timeout:g}") as lm:
         slave = lm.start_slave()
         task_id = block.submit(str(lm.workdir), "k")
         assert started_pid(lm, "k") == slave.pid
-        # nothing to wait for: the point is that nothing happens for three client timeouts
-        until = time.monotonic() + 3
-        lm.drive_until(lambda: time.monotonic() > until, "three client timeouts to pass")
+        until = time.monotonic() + 2 * timeout
+        lm.drive_until(lambda: time.monotonic() > until, "two client timeouts to pass")
         assert "disconnected" not in lm.audit_text()
         release(lm, "k")
         assert lm.result_of(task_id).value == slave.pid

@@ -223,7 +223,7 @@ def test_flood_of_300_hostile_connections_neither_stalls_nor_bloats_the_master(t
     blocked on one would stall until the client timeout), then every one is
     dropped, and the master's peak RSS stays flat.
     """
-    timeout = 8  # long enough to see progress while the flood is connected, even on a loaded machine
+    timeout = 20  # long enough to see progress while the flood is connected, even on a loaded machine
     live = start_live(tmp_path, client_timeout=timeout)
     before = live.peak_rss_kib()
     socks: list[socket.socket] = []

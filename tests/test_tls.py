@@ -23,6 +23,8 @@ KEY = ROOT / "tests" / "data" / "tls-key.pem"
 TLS = ("--mw-tls-cert", str(CERT), "--mw-tls-key", str(KEY))
 MARKER = "MWPY-SECRET-PAYLOAD-7f3a9c"
 CLIENT_TIMEOUT = 4
+#: Long enough for results to arrive before stalled peers are dropped on a loaded machine.
+STALL_TIMEOUT = 15
 DEADLINE = 60.0
 
 
@@ -98,7 +100,7 @@ def _client_hello() -> bytes:
     return outgoing.read()
 
 
-def test_plain_and_stalled_clients_are_dropped_while_the_tls_master_works_on(live: Live) -> None:
+def test_plain_and_stalled_clients_are_dropped_while_the_tls_master_works_on(tmp_path: Path) -> None:
     """Guards: the master steps TLS handshakes without blocking and drops failed or stalled ones.
 
     A plain client speaking mwpy's handshake is cut off at once; a silent
@@ -106,6 +108,7 @@ def test_plain_and_stalled_clients_are_dropped_while_the_tls_master_works_on(liv
     the client timeout, and results keep coming meanwhile. A real slave
     without TLS gives up (status 5): it never gets a challenge.
     """
+    live = start_live(tmp_path, *TLS, client_timeout=STALL_TIMEOUT)  # progress must come first, even on a busy host
     plain = trust_net.connect(live.port)
     plain.sendall(protocol.frame(protocol.new_nonce() + protocol.new_nonce()))
     silent = trust_net.connect(live.port)
@@ -124,7 +127,7 @@ def test_plain_and_stalled_clients_are_dropped_while_the_tls_master_works_on(liv
     assert trust_net.still_open([plain, silent, stalled], DEADLINE) == []
     assert live.audit.peer_dropped(local_port(plain)).startswith("TLS handshake failed")
     for sock in (silent, stalled):
-        assert live.audit.peer_dropped(local_port(sock)) == f"silent for {CLIENT_TIMEOUT} s (client timeout)"
+        assert live.audit.peer_dropped(local_port(sock)) == f"silent for {STALL_TIMEOUT} s (client timeout)"
     for sock in (plain, silent, stalled):
         sock.close()
     assert unaware.wait(DEADLINE) == ExitCode.REFUSED

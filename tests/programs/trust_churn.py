@@ -34,6 +34,8 @@ FRAGILE = 2
 MARATHON = 2
 MARATHON_SECONDS = 4.0
 STEPS = 8
+#: The longest a fragile task waits for the test to release it (a test gone wrong).
+FRAGILE_LIMIT = 120.0
 
 _steps_run = itertools.count()
 
@@ -57,10 +59,13 @@ def churn_marathon(i: int) -> int:
 
 @mwpy.task
 def churn_fragile(i: int, folder: str) -> int:
+    """Announce itself with a marker file and run until the test removes it (or kills this slave)."""
     running = Path(folder) / f"fragile-running-{i}-{os.getpid()}"
     running.touch()
-    time.sleep(0.4)
-    running.unlink()
+    deadline = time.monotonic() + FRAGILE_LIMIT
+    while running.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    running.unlink(missing_ok=True)
     return 7 * i
 
 

@@ -5,6 +5,8 @@ Master usage (after the ``--mw-*`` options)::
     squares N FOLDER   run ``journaled_square(i)`` for i < N through ``mw.as_completed`` with key ``square-i``;
                        print {"i", "value", "journaled"} per result as it arrives, then {"sum": ...}
 
+If FOLDER/gate-from holds N, ``journaled_square(i)`` for i >= N waits until FOLDER/open
+exists, so a test decides how far a master gets before it is killed.
 Every run of ``journaled_square(i)`` leaves a file ``exec-I-PID-RANDOM`` in FOLDER, so a
 test can count executions per task key.
 """
@@ -20,12 +22,28 @@ from pathlib import Path
 
 import mwpy
 
+#: The longest a gated task waits for the gate to open (a test gone wrong).
+GATE_LIMIT = 120.0
+
 
 @mwpy.task
 def journaled_square(i: int, folder: str) -> int:
+    _gate(i, Path(folder))
     (Path(folder) / f"exec-{i}-{os.getpid()}-{uuid.uuid4().hex}").touch()
     time.sleep(0.05)
     return i * i + 1
+
+
+def _gate(i: int, folder: Path) -> None:
+    """If FOLDER/gate-from holds N, inputs from N on wait until FOLDER/open exists (before they count as run)."""
+    gate = folder / "gate-from"
+    if not gate.exists() or i < int(gate.read_text()):
+        return
+    deadline = time.monotonic() + GATE_LIMIT
+    while not (folder / "open").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("FOLDER/open never appeared")
+        time.sleep(0.01)
 
 
 def executions(folder: Path) -> dict[int, int]:
