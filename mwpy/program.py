@@ -179,7 +179,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     try:
         endpoint, stale = _endpoint(options, audit)
     except SlaveExit as exc:
-        return _slave_exit(exc, audit, options)
+        return _slave_exit(exc, audit, options.member_id)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     try:
         worker = connect(
@@ -192,7 +192,10 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     except SlaveExit as exc:
         if stale:
             exc.reason += f" ({stale})"
-        return _slave_exit(exc, audit, options)
+        return _slave_exit(exc, audit, endpoint.member_id)
+    except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
+        audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
+        return 130
     algorithm = _algorithms.get("slave")
     try:
         returned = worker.loop_until_shutdown() if algorithm is None else algorithm(worker, argv)
@@ -210,10 +213,11 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     return status
 
 
-def _slave_exit(exc: SlaveExit, audit: Audit, options: Options) -> int:
+def _slave_exit(exc: SlaveExit, audit: Audit, member_id: str) -> int:
+    """One line on stderr (unless it is a normal end) and the audit's FINI line, under the real member id."""
     if exc.code != ExitCode.OK:
         print(f"{_program_name()}: {exc.reason}", file=sys.stderr)
-    audit(f'FINI {exc.reason} (exit {int(exc.code)}) "{options.member_id}"')
+    audit(f'FINI {exc.reason} (exit {int(exc.code)}) "{member_id}"')
     return int(exc.code)
 
 

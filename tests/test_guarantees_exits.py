@@ -209,11 +209,6 @@ def test_ctrl_c_makes_master_and_slave_exit_130(tmp_path: Path) -> None:
     assert resource_file.read(tmp_path / "resource.json").finished
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mwpy bug: KeyboardInterrupt raised in slave.connect() (retrying, handshake, heartbeat thread start) "
-    "escapes program._run_slave: traceback and death by SIGINT instead of exit 130",
-)
 def test_ctrl_c_while_the_slave_is_still_connecting_exits_130(tmp_path: Path) -> None:
     """exit-codes.md: slave 130 when interrupted — also while it is still trying to reach its master."""
     rf = tmp_path / "resource.json"
@@ -290,6 +285,18 @@ def test_slave_reads_staleness_with_the_grace(tmp_path: Path, age: float, stale:
     err = one_line(slave.err())
     assert "cannot reach the master" in err
     assert ("stale" in err) == stale, err
+
+
+def test_a_slave_that_cannot_reach_its_master_names_the_member_id_of_its_resource_file(tmp_path: Path) -> None:
+    """The audit's INIT and FINI lines carry the computation's member id, not the option's default."""
+    rf = tmp_path / "resource.json"
+    _write(rf, timestamp=time.time() - 3600, member_id="the-real-member")
+    slave = spawn_slave(PROGRAM, tmp_path)
+    assert slave.wait(DEADLINE) == ExitCode.UNREACHABLE
+    fini = [line for line in slave.out().splitlines() if "FINI" in line]
+    assert len(fini) == 1
+    assert fini[0].endswith('"the-real-member"'), fini
+    assert "default-member-id" not in slave.out()
 
 
 def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_stale_file_does_not(tmp_path: Path) -> None:
