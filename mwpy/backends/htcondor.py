@@ -294,9 +294,12 @@ class CondorBackend:
             if self._schedd_name is None and self._collector is None:
                 return htcondor2.Schedd()
             collector = htcondor2.Collector(self._collector) if self._collector else htcondor2.Collector()
-            return htcondor2.Schedd(collector.locate(htcondor2.DaemonType.Schedd, self._schedd_name))
+            located = collector.locate(htcondor2.DaemonType.Schedd, self._schedd_name)
         except (htcondor2.HTCondorException, ValueError) as exc:
             raise CondorError(f"cannot find the schedd{where}: {explain(exc)}") from None
+        if located is None:  # the bindings return None for an unknown name; Schedd(None) would be the LOCAL schedd
+            raise CondorError(f"cannot find the schedd{where}: the collector knows no schedd by that name")
+        return htcondor2.Schedd(located)
 
     def where(self) -> str:
         """`` NAME via HOST:PORT`` for messages, "" for the local schedd."""
