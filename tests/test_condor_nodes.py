@@ -207,3 +207,34 @@ def test_mwpy_status_shows_a_slave_held_because_its_program_file_is_missing_with
     assert job["state_seconds"] >= 0
     text = status().stdout
     assert re.search(rf"{re.escape(job['job_id'])} held for \d+ s: .*gone\.py", text), text
+
+
+def test_a_master_address_the_execute_node_cannot_reach_gives_a_clear_slave_error_and_a_requeued_job(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """The master listens on (and advertises) loopback only: from node 2 nothing answers there.
+
+    What a site sees when the master's address or port is blocked from its execute nodes: no hang,
+    but a slave that says it cannot reach the master, exits 3, and is queued again (on_exit_remove).
+    """
+    setup_workdir(two_nodes, condor_workdir)
+    submit_master(two_nodes, condor_workdir, "master_options=--mw-master-host 127.0.0.1")
+    two_nodes.condor_submit(condor_workdir, "submit/slaves.sub", "slaves=1", "requirements = (MwpyNode =?= 2)")
+    [job] = wait_until(
+        lambda: [ad for ad in retried(lambda: _slave_ads(condor_workdir)) if int(ad.get("NumJobStarts", 0)) >= 2],
+        120,
+        "the slave to fail, be requeued and start again",
+        interval=1.0,
+    )
+    assert job["ExitCode"] == 3, job  # UNREACHABLE (docs/exit-codes.md)
+    err = next(condor_workdir.glob("slave.*.err")).read_text(encoding="utf-8", errors="replace")
+    assert "127.0.0.1" in err, err
+    audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")
+    assert "NEW-CLIENT" not in audit  # nobody got through
+
+
+def _slave_ads(workdir: Path) -> list[Any]:
+    import htcondor2  # noqa: PLC0415
+
+    projection = ["ClusterId", "ProcId", "JobStatus", "NumJobStarts", "ExitCode"]
+    return list(htcondor2.Schedd().query(computation(workdir, "slave"), projection=projection))

@@ -698,7 +698,31 @@ def install_packages(layout: Layout) -> None:
     root_run(layout, ["apt-get", "clean"], env=env, log=log)
 
 
-def sync_host_files(layout: Layout) -> None:
+def root_hosts(host_hosts: str, nodes: int) -> str:
+    """The root's /etc/hosts: the host's, plus node 2's name; with two nodes this host's name is HOST_ADDR.
+
+    Node 2's name must resolve without DNS (its namespace has none): else every daemon there retries
+    getaddrinfo 20 times, 3 s apart, before it starts.  With two nodes, a master that advertises this
+    host's name (mwpy's default) must be reachable from node 2, as on a site whose DNS gives the
+    submit host a routable address: the name moves from loopback to HOST_ADDR (inside the root only).
+    """
+    lines = host_hosts.rstrip("\n").splitlines()
+    if nodes > 1:
+        me = {socket.gethostname(), socket.gethostname().split(".")[0]}
+        kept = []
+        for line in lines:
+            fields = line.split("#", 1)[0].split()
+            if fields and fields[0].startswith("127.") and me & set(fields[1:]):
+                names = [name for name in fields[1:] if name not in me]
+                if names:
+                    kept.append(" ".join([fields[0], *names]))
+                continue
+            kept.append(line)
+        lines = [*kept, f"{HOST_ADDR} {' '.join(sorted(me))}"]
+    return "\n".join([*lines, "# mwpy pool nodes", f"{NODE2_ADDR} {NODE2_HOSTNAME}"]) + "\n"
+
+
+def sync_host_files(layout: Layout, nodes: int = 1) -> None:
     """Copy the host's DNS, hosts and CA bundle in: pip and condor need them."""
     for name in ("/etc/resolv.conf", "/etc/hosts"):
         target = layout.inside(name)
@@ -706,9 +730,7 @@ def sync_host_files(layout: Layout) -> None:
             target.unlink()
         content = Path(name).read_bytes()
         if name == "/etc/hosts":
-            # The second node's name must resolve without DNS (its namespace has none): else every
-            # daemon there retries getaddrinfo 20 times, 3 s apart, before it starts.
-            content = content.rstrip(b"\n") + f"\n# mwpy pool nodes\n{NODE2_ADDR} {NODE2_HOSTNAME}\n".encode()
+            content = root_hosts(content.decode("utf-8", errors="replace"), nodes).encode()
         write_if_changed(target, content)
     if HOST_CA_BUNDLE.exists():
         # The host may trust extra CAs (an egress proxy): pip in the root must too.
@@ -900,6 +922,9 @@ def pool_config(port: int, cpus: int, nodes: int = 1) -> str:
 # Two nodes: each startd says which node it is, so a test can send jobs to node 2.
 MwpyNode = 1
 STARTD_ATTRS = $(STARTD_ATTRS) MwpyNode
+# The submit host's name ("vm", say) is not in UID_DOMAIN: without this, jobs from the other
+# node's schedd run as "nobody" and cannot write the shared folders their owner can.
+TRUST_UID_DOMAIN = True
 """
     )
     return f"""\
@@ -1465,10 +1490,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         shares = [Share(layout.share)] + [Share(p) for p in args.share] + [Share(p, True) for p in args.share_ro]
         for share in shares[1:]:
             check_share(layout, share)
+        nodes = args.nodes if args.nodes is not None else int(previous.get("nodes") or 1)
         built = build_root(layout)
         layout.share.mkdir(parents=True, exist_ok=True)
         mount_root(layout, [])
-        sync_host_files(layout)
+        sync_host_files(layout, nodes)
         if not layout.marker.exists():
             install_packages(layout)
         identity = ensure_identity(layout)
@@ -1495,7 +1521,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             settings["project_hash"] = project_hash(project)
         elif not layout.inside(PROJECT_STAMP).exists():
             settings["project"] = settings["project_hash"] = None  # a rebuilt root has none
-        nodes = args.nodes if args.nodes is not None else int(previous.get("nodes") or 1)
         settings["nodes"] = nodes
         config_changed = write_configs(layout, args.port, args.cpus, nodes)
         ensure_master(layout, args.port, restart=config_changed, nodes=nodes)
