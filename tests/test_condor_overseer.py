@@ -164,7 +164,7 @@ class Recording:
 
 def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, condor_workdir: Path) -> None:
     release, shrink = condor_workdir / "release", condor_workdir / "shrink"
-    wanted = condor_pool.cpus + 2  # more slave jobs than the pool has slots: some stay idle
+    wanted = condor_pool.slots + 2  # more slave jobs than the pool has slots: some stay idle
     setup_workdir(condor_pool, condor_workdir, ["shrink.py"])
     master = submit_master(
         condor_pool,
