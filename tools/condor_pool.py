@@ -1225,9 +1225,15 @@ def remove_node_network() -> bool:
             raise PoolError(f"processes still run in network namespace {NETNS}: {' '.join(left)}")
         _ip("netns", "delete", NETNS)
         removed = True
-    if veth_exists():  # normally gone with the namespace that held its peer
-        _ip("link", "delete", VETH_HOST)
+    # The veth normally goes with the namespace that held its peer, but the kernel removes it a moment
+    # later: wait for that (bounded), and delete it ourselves only if it stays.
+    with contextlib.suppress(PoolError):
+        wait_until(f"veth {VETH_HOST} to go with its namespace", lambda: not veth_exists(), 5.0, 0.1)
+    if veth_exists():
+        _ip("link", "delete", VETH_HOST, check=False)
         removed = True
+        if veth_exists():
+            raise PoolError(f"cannot delete veth {VETH_HOST}")
     return removed
 
 
