@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
-from mwpy.backends import Backend, BackendFactory
+from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
 from mwpy.local import run_local
 from mwpy.options import positive_float, positive_int
-from mwpy.overseer import Limits, Overseer, Verdict
+from mwpy.overseer import ABANDON_AFTER, Limits, Overseer, Verdict
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -65,6 +65,14 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     overseer.add_argument("--max-idle", type=positive_int, default=Limits().max_idle, help="cap on idle slave jobs")
     overseer.add_argument("--batch", type=positive_int, default=Limits().batch, help="most jobs submitted at once")
     overseer.add_argument("--interval", type=positive_float, default=10.0, help="seconds between timed reconciliations")
+    overseer.add_argument(
+        "--abandon-after",
+        type=positive_float,
+        default=ABANDON_AFTER,
+        metavar="SECONDS",
+        help="remove the computation's jobs and exit 1 once the resource file has been stale this long "
+        f"past its update interval and grace: the master is gone for good (default {ABANDON_AFTER:g})",
+    )
     if backend is not None:
         backend.add_arguments(overseer)
 
@@ -83,7 +91,11 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         "--condor",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="show the slave jobs in the local Condor schedd (default: when a schedd answers)",
+        help="show the slave jobs in the Condor schedd (default: when a schedd answers)",
+    )
+    status.add_argument("--schedd", metavar="NAME", help="the Condor schedd's name (default: the local schedd)")
+    status.add_argument(
+        "--collector", metavar="HOST:PORT", help="the collector that knows the schedd (default: the local pool)"
     )
     status.add_argument("--watch", action="store_true", help="a live view until the computation finishes")
     status.add_argument("--interval", type=positive_float, default=1.0, help="--watch: seconds between refreshes")
@@ -163,7 +175,7 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
     limits = Limits(max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch)
-    overseer = Overseer(options.resource_file, backend, limits, log=_log)
+    overseer = Overseer(options.resource_file, backend, limits, log=_log, abandon_after=options.abandon_after)
     _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
     try:
         verdict = overseer.run(threading.Event(), interval=options.interval)
@@ -171,7 +183,7 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         verdict = Verdict.RUNNING
     finally:
         backend.close()
-    if verdict is Verdict.INVALID:
+    if verdict in (Verdict.INVALID, Verdict.ABANDONED):
         print(f"mwpy overseer: error: {overseer.problem}", file=sys.stderr)
     return 0 if verdict is Verdict.FINISHED else 1
 
@@ -194,8 +206,11 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
     }
-    jobs, why = _condor_jobs(record.member_id) if options.condor is not False else (None, None)
+    listed, why = _condor_jobs(record.member_id, options) if options.condor is not False else (None, None)
+    jobs = _counts(listed) if listed is not None else None
     report["slave_jobs"] = jobs
+    if listed is not None:
+        report["slave_job_list"] = [_job_report(job) for job in listed]
     if why and options.condor:
         report["slave_jobs_error"] = why
     if options.json:
@@ -211,6 +226,7 @@ def _status(options: argparse.Namespace) -> int:
     ]
     if jobs is not None:
         rows.append(("jobs", f"{jobs['idle']} idle, {jobs['running']} running, {jobs['held']} held (Condor slaves)"))
+        rows.extend(("", _job_line(job)) for job in listed or [])
     elif why and options.condor:
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:
@@ -218,11 +234,37 @@ def _status(options: argparse.Namespace) -> int:
     return 1 if why and options.condor else 0
 
 
-def _condor_jobs(member_id: str) -> tuple[dict[str, int] | None, str | None]:
-    """The computation's slave jobs in the local schedd, by state, or None and why not."""
+def _condor_jobs(member_id: str, options: argparse.Namespace) -> tuple[list[Job] | None, str | None]:
+    """The computation's slave jobs in the schedd (``--schedd``/``--collector``), or None and why not."""
     try:
-        from mwpy.backends.htcondor import job_counts  # noqa: PLC0415 (slow to import, often not needed)
+        from mwpy.backends.htcondor import slave_jobs  # noqa: PLC0415 (slow to import, often not needed)
 
-        return job_counts(member_id), None
+        return slave_jobs(member_id, schedd=options.schedd, collector=options.collector), None
     except (ImportError, BackendError) as exc:
         return None, str(exc)
+
+
+def _counts(jobs: Sequence[Job]) -> dict[str, int]:
+    """Jobs by state (the ``slave_jobs`` object of ``mwpy status --json``)."""
+    counts = {state: sum(job.state.value == state for job in jobs) for state in ("idle", "running", "held")}
+    counts["total"] = len(jobs)
+    return counts
+
+
+def _job_report(job: Job) -> dict[str, object]:
+    """One slave job for ``mwpy status --json``: id, state, since when (and for how long), and why."""
+    how_long = job.in_state_for()
+    return {
+        "job_id": job.job_id,
+        "state": job.state.value,
+        "since": job.since,
+        "state_seconds": None if how_long is None else round(how_long, 1),
+        "reason": job.reason,
+    }
+
+
+def _job_line(job: Job) -> str:
+    """``41.3 held for 2 min: <hold reason>``: one slave job for ``mwpy status``."""
+    how_long = job.in_state_for()
+    line = f"{job.job_id} {job.state.value}" + ("" if how_long is None else f" for {how_long:.0f} s")
+    return f"{line}: {job.reason}" if job.reason else line

@@ -17,7 +17,18 @@ picks up where the last one stopped.
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
   none is left;
 * stale (the master is overdue): submit nothing, keep the queue, say so, and
-  carry on when a fresh file appears.
+  carry on when a fresh file appears;
+* abandoned (stale for longer than ``abandon_after`` beyond the stale point):
+  the master is gone for good; remove every job of the computation, say why,
+  and stop (``mwpy overseer`` exits 1). Slaves use the same default limit;
+* a master not seen before (new pid, port or host: a restarted master, or
+  the first file this overseer reads) has not stated its demand yet: its first
+  file may say ``slaves_needed: 0`` before it has counted its tasks, so no
+  idle job is removed until it writes a later file or one update interval has
+  passed. Growing is never held back.
+
+Every decision line says why: how long idle jobs have waited, why held jobs
+are held, and why jobs were submitted or removed.
 """
 
 from __future__ import annotations
@@ -55,6 +66,14 @@ RETRY_DELAY = 2.0
 #: Seconds running slaves get to leave by themselves once the computation is
 #: finished (the master told them to shut down) before the overseer removes them.
 FINISH_GRACE = 10.0
+#: Seconds a stale resource file is tolerated beyond the stale point before the master counts as gone
+#: for good and its jobs are removed (``--abandon-after``). Slaves use the same default: a master
+#: restarted within this time finds its queue intact.
+ABANDON_AFTER = 3600.0
+#: Idle jobs waiting longer than this many seconds are reported as unmatched ("no slot matched").
+LONG_IDLE = 60.0
+#: At most this many held jobs are named, each with its hold reason, in one decision line.
+HELD_NAMED = 3
 
 
 class Verdict(enum.Enum):
@@ -65,15 +84,18 @@ class Verdict(enum.Enum):
     STALE = "stale"
     FINISHED = "finished"  # the computation is finished; its jobs are being removed
     INVALID = "invalid"  # the file is there but can never be used (wrong version, not a regular file, ...)
+    ABANDONED = "abandoned"  # the master is gone for good: its jobs were removed
 
 
 @attrs.frozen
 class Limits:
     """Caps that keep the overseer polite to a shared pool."""
 
-    max_jobs: int = 1000
-    max_idle: int = 100
-    batch: int = 100
+    # The one source of the default caps: ``mwpy overseer``'s defaults and submit/overseer.sub's
+    # macros (tests/test_overseer.py keeps the file in agreement). Polite to a shared pool.
+    max_jobs: int = 100
+    max_idle: int = 20
+    batch: int = 20
 
 
 @attrs.frozen
@@ -100,13 +122,20 @@ class Overseer:
         *,
         log: Log | None = None,
         finish_grace: float = FINISH_GRACE,
+        abandon_after: float = ABANDON_AFTER,
     ) -> None:
         self.path = _real_path(Path(path))
         self.problem: str | None = None  # why the overseer gave up, when it did
         self.backend = backend
         self.limits = limits
         self.finish_grace = finish_grace
+        self.abandon_after = abandon_after
         self._finished_at: float | None = None
+        # The master whose demand may be acted on by removing jobs: (pid, port, host), its first
+        # file's timestamp, and when (monotonic) this overseer first saw it.
+        self._master: tuple[int, int, str] | None = None
+        self._master_first_file = 0.0
+        self._master_seen_at = 0.0
         self._log = log or (lambda text: None)
         self._last_note = ""
         self._wake = threading.Event()
@@ -131,12 +160,9 @@ class Overseer:
         if record.finished:
             return self._finish(jobs, counts)
         if record.stale():
-            self._note(
-                f"master silent for {record.age():.0f} s (update interval {record.update_interval:g} s): "
-                f"not submitting; keeping {len(jobs)} jobs queued"
-            )
-            return Decision(Verdict.STALE, **counts)
-        wanted = min(self.limits.max_jobs, sum(record.slaves_connected.values()) + record.slaves_needed)
+            return self._stale(record, jobs, counts)
+        connected = sum(record.slaves_connected.values())
+        wanted = min(self.limits.max_jobs, connected + record.slaves_needed)
         serving = len(idle) + running
         submit = min(
             wanted - serving,
@@ -144,20 +170,76 @@ class Overseer:
             self.limits.max_idle - len(idle),
             self.limits.batch,
         )
+        unconfirmed = self._unconfirmed_master(record)
         removed = 0
+        why: list[str] = []
         if submit > 0:
             self.backend.submit(Launch.of(record, str(self.path)), submit)
+            why.append(f"submitted {submit}: {wanted} wanted, {serving} serving{_capped(submit, wanted - serving)}")
+        elif serving > wanted and idle and unconfirmed:
+            why.append(
+                f"kept {min(serving - wanted, len(idle))} idle although demand is lower: master {unconfirmed} "
+                f"has not stated its demand yet (waiting for its next file, at most {record.update_interval:g} s)"
+            )
         elif serving > wanted and idle:
             doomed = idle[-min(serving - wanted, len(idle)) :]
             self.backend.remove(doomed)
             removed = len(doomed)
+            why.append(f"removed {removed} idle: demand fell ({wanted} wanted, {serving} serving)")
+        elif wanted > serving:
+            why.append(f"{wanted - serving} short but at a cap ({self.limits})")
+        why.extend(_explain_jobs(jobs))
         submitted = max(0, submit)
         self._note(
-            f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}); "
+            f"wanted {wanted} (connected {connected} + needed {record.slaves_needed}); "
             f"jobs idle {len(idle)} running {running} held {held}{_held_because(jobs)}; "
-            f"submitted {submitted}, removed {removed}"
+            f"submitted {submitted}, removed {removed}" + (f" -- {'; '.join(why)}" if why else "")
         )
         return Decision(Verdict.RUNNING, submitted, removed, wanted=wanted, **counts)
+
+    def _stale(self, record: resource_file.ResourceFile, jobs: list[Job], counts: dict[str, int]) -> Decision:
+        """Keep the queue for a master that may come back; remove it once the master is gone for good."""
+        overdue = record.age() - (record.update_interval + _stale_grace(record))
+        if overdue <= self.abandon_after:
+            self._note(
+                f"master silent for {record.age():.0f} s (update interval {record.update_interval:g} s): "
+                f"not submitting; keeping {len(jobs)} jobs queued "
+                f"(they are removed if it stays silent {self.abandon_after - overdue:.0f} s more)"
+            )
+            return Decision(Verdict.STALE, **counts)
+        doomed = [job.job_id for job in jobs]
+        if doomed:
+            self.backend.remove(doomed)
+        self.problem = (
+            f"master {record.master_host}:{record.master_port} (pid {record.master_pid}) silent for "
+            f"{record.age():.0f} s, over {self.abandon_after:g} s past its update interval and grace: "
+            f"gone for good; removed its {len(doomed)} slave jobs"
+        )
+        self._note(f"giving up: {self.problem}")
+        return Decision(Verdict.ABANDONED, removed=len(doomed), **counts)
+
+    def _unconfirmed_master(self, record: resource_file.ResourceFile) -> str:
+        """ "pid P at HOST:PORT" while this master has not yet had the chance to state its demand, else "".
+
+        A master's first file is written before it has counted its tasks (a restarted master replays
+        its journal first), so its ``slaves_needed`` may read 0. Only a later file of the same master,
+        or one update interval since this overseer first saw it, confirms the demand.
+        """
+        identity = (record.master_pid, record.master_port, record.master_host)
+        now = time.monotonic()
+        if identity != self._master:
+            if self._master is not None:
+                self._log(
+                    f"new master pid {record.master_pid} at {record.master_host}:{record.master_port} "
+                    f"(was pid {self._master[0]} at {self._master[2]}:{self._master[1]}): "
+                    "no idle job is removed until it has stated its demand"
+                )
+            self._master = identity
+            self._master_first_file = record.timestamp
+            self._master_seen_at = now
+        if record.timestamp != self._master_first_file or now - self._master_seen_at >= record.update_interval:
+            return ""
+        return f"pid {record.master_pid} at {record.master_host}:{record.master_port}"
 
     def _finish(self, jobs: list[Job], counts: dict[str, int]) -> Decision:
         """Remove what is left: idle and held jobs at once, running ones once they had time to leave.
@@ -207,8 +289,8 @@ class Overseer:
                         self._wake.clear()
                         next_at = now + interval
                         decision = self.reconcile()
-                        if decision.verdict is Verdict.INVALID:
-                            return Verdict.INVALID
+                        if decision.verdict in (Verdict.INVALID, Verdict.ABANDONED):
+                            return decision.verdict
                         if decision.verdict is Verdict.FINISHED:
                             if not decision.idle + decision.running + decision.held:
                                 return Verdict.FINISHED
@@ -244,6 +326,42 @@ def _held_because(jobs: list[Job]) -> str:
     """`` (REASON)`` of the first held job that has one, else "": held jobs serve nobody until someone acts."""
     reason = next((job.reason for job in jobs if job.state is JobState.HELD and job.reason), None)
     return f" ({reason})" if reason else ""
+
+
+def _stale_grace(record: resource_file.ResourceFile) -> float:
+    """The grace after the update interval past which a file is stale (as ``ResourceFile.stale`` computes it)."""
+    return max(resource_file.MIN_STALE_GRACE, resource_file.STALE_GRACE_FACTOR * record.update_interval)
+
+
+def _capped(submitted: int, short: int) -> str:
+    """`` (capped)`` when a cap held the submission below the shortfall."""
+    return " (capped)" if submitted < short else ""
+
+
+def _minutes(seconds: float) -> str:
+    """A duration as people say it in a log: "40 s", "12 min", "3.5 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _explain_jobs(jobs: list[Job], now: float | None = None) -> list[str]:
+    """Why jobs do not serve: idle ones waiting long (no slot matched), held ones with their reasons."""
+    reasons: list[str] = []
+    waits = [t for t in (j.in_state_for(now) for j in jobs if j.state is JobState.IDLE) if t is not None]
+    long_waits = [t for t in waits if t >= LONG_IDLE]
+    if long_waits:
+        reasons.append(f"{len(long_waits)} jobs idle up to {_minutes(max(long_waits))}: no slot matched")
+    held = [j for j in jobs if j.state is JobState.HELD]
+    for job in held[:HELD_NAMED]:
+        how_long = job.in_state_for(now)
+        since = f" for {_minutes(how_long)}" if how_long is not None else ""
+        reasons.append(f"job {job.job_id} held{since}: {job.reason or 'no reason given'}")
+    if len(held) > HELD_NAMED:
+        reasons.append(f"{len(held) - HELD_NAMED} more held")
+    return reasons
 
 
 def _stop_quietly(observer: BaseObserver) -> None:

@@ -65,6 +65,11 @@ class Pool:
     def cpus(self) -> int:
         return int(self.facts["cpus"])
 
+    @property
+    def slots(self) -> int:
+        """One-CPU jobs the whole pool runs at once: every node has ``cpus`` of them."""
+        return self.cpus * int(self.facts.get("nodes") or 1)
+
     def env(self) -> dict[str, str]:
         """The environment for host processes that talk to the pool."""
         return {**os.environ, "CONDOR_CONFIG": self.facts["condor_config"], "PYTHONUNBUFFERED": "1"}

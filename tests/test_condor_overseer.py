@@ -28,6 +28,7 @@ from tests.condor_support import (
     Pool,
     computation,
     finished_jobs,
+    history,
     job_states,
     logs,
     member_id,
@@ -163,7 +164,7 @@ class Recording:
 
 def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, condor_workdir: Path) -> None:
     release, shrink = condor_workdir / "release", condor_workdir / "shrink"
-    wanted = condor_pool.cpus + 2  # more slave jobs than the pool has slots: some stay idle
+    wanted = condor_pool.slots + 2  # more slave jobs than the pool has slots: some stay idle
     setup_workdir(condor_pool, condor_workdir, ["shrink.py"])
     master = submit_master(
         condor_pool,
@@ -276,3 +277,44 @@ def test_a_submit_file_s_commands_reach_the_slave_jobs_and_held_jobs_say_why(
     held = wait_until(lambda: [j for j in plain.jobs() if j.state is JobState.HELD], 60, "the job held", interval=0.5)
     assert held[0].reason is not None
     assert "program.py" in held[0].reason or RESOURCE in held[0].reason, held[0].reason
+
+
+def test_a_pool_restart_with_the_overseer_running_removes_no_queued_slave_job(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Master and overseer (overseer.sub) restart with the pool; the slave jobs stay queued, none removed.
+
+    The slave jobs can never match (their requirements name an attribute no slot has), so they stay
+    idle through the restart: the restarted master's first file may say ``slaves_needed: 0`` before it
+    has counted its tasks, and an overseer that believed it would remove them all.
+    """
+    never = condor_workdir / "never.sub"
+    never.write_text("requirements = (MwpyNoSuchSlot =?= True)\n", encoding="utf-8")
+    master, _release = submit_gated_master(condor_pool, condor_workdir)
+    first = wait_resource(condor_workdir, lambda r: r.slaves_needed == 3, "the master to want 3 slaves")
+    overseer = condor_pool.condor_submit(
+        condor_workdir,
+        "submit/overseer.sub",
+        f"python={condor_pool.facts['venv_python']}",
+        "interval=2",
+        f"overseer_options=--submit-file {never}",
+        f"extra_environment={FS_BINDING}",
+    )
+    wait_until(lambda: list(job_states(condor_workdir).values()) == [IDLE] * 3, 60, "3 idle slave jobs", interval=0.5)
+    queued = set(job_states(condor_workdir))
+
+    condor_pool.restart()
+    out = condor_workdir / f"overseer.{overseer}.0.out"
+    wait_resource(condor_workdir, lambda r: r.master_pid != first.master_pid, "the restarted master's file")
+    # The restarted overseer has looked at the restarted master's files (its output starts afresh).
+    wait_until(
+        lambda: out.exists() and "wanted 3 (connected 0 + needed 3)" in out.read_text(encoding="utf-8"),
+        90,
+        "the restarted overseer to see the restarted master's demand",
+        interval=0.5,
+    )
+    assert set(job_states(condor_workdir)) == queued, logs(condor_workdir)
+    removed = history(f"{computation(condor_workdir, 'slave')} && JobStatus == 3", ["ClusterId", "ProcId"])
+    assert removed == [], removed
+    assert "removed 0" in out.read_text(encoding="utf-8")
+    assert master in {int(job.split(".")[0]) for job in job_states(condor_workdir, "master")}

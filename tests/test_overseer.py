@@ -45,6 +45,8 @@ class FakeBackend:
     failures: int = 0
     #: Why held jobs are held, as the batch system says.
     hold_reason: str | None = None
+    #: When jobs entered their state (Unix time), as the batch system says; absent: unknown.
+    since: dict[str, float] = attrs.Factory(dict)
     _numbers: itertools.count[int] = attrs.Factory(itertools.count)
 
     def jobs(self) -> list[Job]:
@@ -52,7 +54,12 @@ class FakeBackend:
             self.failures -= 1
             raise BackendError("schedd restarting")
         return [
-            Job(job_id, state, reason=self.hold_reason if state is JobState.HELD else None)
+            Job(
+                job_id,
+                state,
+                reason=self.hold_reason if state is JobState.HELD else None,
+                since=self.since.get(job_id),
+            )
             for job_id, state in self.queue.items()
         ]
 
@@ -194,6 +201,107 @@ def test_held_jobs_are_replaced_within_the_caps_and_the_log_says_why_they_are_he
     assert backend.count(JobState.HELD) == 3
     assert len(backend.queue) == 6
     assert "held 3 (Error from slot1: No such file /usr/bin/python3); submitted 2, removed 0" in lines[-1]
+
+
+def test_a_restarted_master_s_first_file_removes_no_idle_job_until_it_states_its_demand(rf: Path) -> None:
+    backend = FakeBackend()
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(), log=lines.append)
+    first = write_resource(rf, needed=3)
+    watcher.reconcile()
+    assert len(backend.queue) == 3
+    # The master restarts (new pid and port); its first file says 0 before it has counted its tasks.
+    restarted = write_resource(rf, needed=0, master_pid=2, master_port=2, timestamp=first.timestamp + 1)
+    for _ in range(2):  # however often the overseer looks at that first file
+        assert watcher.reconcile().removed == 0
+    assert backend.removed == []
+    assert len(backend.queue) == 3
+    assert any("new master pid 2 at 127.0.0.1:2 (was pid 1 at 127.0.0.1:1)" in line for line in lines), lines
+    assert "kept 3 idle although demand is lower: master pid 2 at 127.0.0.1:2 has not stated its demand" in lines[-1]
+    # Its next file is its word: now the overseer shrinks, and says why.
+    write_resource(rf, needed=1, master_pid=2, master_port=2, timestamp=restarted.timestamp + 1)
+    assert watcher.reconcile().removed == 2
+    assert "removed 2 idle: demand fell (1 wanted, 3 serving)" in lines[-1]
+
+
+def test_a_fresh_overseer_waits_one_update_interval_for_a_master_that_writes_no_later_file(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=2)
+    overseer(rf, backend).reconcile()
+    # A new overseer (the pool restarted) and a master seen for the first time, whose file says 0.
+    write_resource(rf, needed=0, master_pid=7, update_interval=1.0)
+    watcher = overseer(rf, backend)
+    assert watcher.reconcile().removed == 0
+    assert len(backend.queue) == 2
+    # No later file arrives, but the master had a whole update interval to state its demand.
+    wait_until(lambda: watcher.reconcile().removed == 2, timeout=30, what="the idle jobs removed after one interval")
+    assert backend.queue == {}
+
+
+def test_a_master_gone_for_good_has_its_jobs_removed_and_the_overseer_gives_up(rf: Path) -> None:
+    backend = FakeBackend()
+    write_resource(rf, needed=3)
+    watcher = Overseer(rf, backend, Limits(), abandon_after=100.0)
+    watcher.reconcile()
+    backend.set(JobState.RUNNING, 1)
+    # Stale but within the limit (60 s interval + 30 s grace + 100 s): restart safety, the queue stays.
+    write_resource(rf, needed=3, timestamp=time.time() - 180)
+    decision = watcher.reconcile()
+    assert (decision.verdict, decision.removed) == (Verdict.STALE, 0)
+    assert len(backend.queue) == 3
+    assert watcher.problem is None, watcher.problem
+    # Past the limit: every job goes, running ones too, and the overseer says why.
+    write_resource(rf, needed=3, timestamp=time.time() - 200)
+    decision = watcher.reconcile()
+    assert (decision.verdict, decision.removed) == (Verdict.ABANDONED, 3)
+    assert backend.queue == {}
+    assert "gone for good; removed its 3 slave jobs" in str(watcher.problem)
+
+
+def test_mwpy_overseer_exits_1_with_one_line_when_the_master_is_gone_for_good(tmp_path: Path) -> None:
+    rf = tmp_path / "resource.json"
+    write_resource(rf, needed=1, timestamp=time.time() - 200)
+    gone = mwpy_cli(
+        "overseer", str(rf), "--backend", "local", "--workdir", str(tmp_path / "jobs"), "--abandon-after", "100"
+    )
+    assert gone.returncode == 1, gone.stdout + gone.stderr
+    assert gone.stderr.startswith("mwpy overseer: error: master 127.0.0.1:1 (pid 1) silent for 200 s")
+    assert len(gone.stderr.splitlines()) == 1
+    assert "Traceback" not in gone.stderr
+    assert "--abandon-after SECONDS" in mwpy_cli("overseer", "--help").stdout
+
+
+def test_every_decision_line_says_why_idle_jobs_wait_and_held_jobs_are_held(rf: Path) -> None:
+    backend = FakeBackend(hold_reason="Failed to transfer files: mwpy.pyz: No such file")
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(max_jobs=5), log=lines.append)
+    write_resource(rf, needed=5)
+    watcher.reconcile()
+    assert "submitted 5: 5 wanted, 0 serving" in lines[-1]
+    backend.set(JobState.HELD, 1)
+    now = time.time()
+    backend.since.update({"1.0": now - 125, "1.1": now - 720, "1.2": now - 5, "1.3": now - 200})
+    write_resource(rf, needed=5)
+    watcher.reconcile()
+    assert "2 jobs idle up to 12 min: no slot matched" in lines[-1], lines[-1]
+    assert "job 1.0 held for 2 min: Failed to transfer files: mwpy.pyz: No such file" in lines[-1], lines[-1]
+    assert "short but at a cap" in lines[-1], lines[-1]
+
+
+def test_overseer_sub_uses_the_same_default_caps_as_mwpy_overseer() -> None:
+    macros = dict(
+        (key.strip(), value.strip())
+        for key, _, value in (
+            line.partition("=") for line in (ROOT / "submit" / "overseer.sub").read_text().splitlines()
+        )
+        if key.strip() in ("max_jobs", "max_idle", "batch")
+    )
+    defaults = Limits()
+    assert macros == {
+        "max_jobs": str(defaults.max_jobs),
+        "max_idle": str(defaults.max_idle),
+        "batch": str(defaults.batch),
+    }
 
 
 def test_jobs_removed_behind_its_back_are_resubmitted(rf: Path) -> None:
@@ -351,7 +459,8 @@ def test_mwpy_overseer_with_default_caps_removes_what_is_left_and_exits_0(tmp_pa
     write_resource(rf, computation_status="finished")
     done = mwpy_cli("overseer", str(rf), "--backend", "local", "--workdir", str(tmp_path / "jobs"))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Limits(max_jobs=1000, max_idle=100, batch=100)" in done.stdout
+    assert f"{Limits()}" in done.stdout
+    assert "Limits(max_jobs=100, max_idle=20, batch=20)" in done.stdout
     assert "computation finished: no slave jobs left" in done.stdout
 
 

@@ -69,6 +69,22 @@ STOP_GRACE = 15.0
 KILL_GRACE = 10.0
 JOB_LEASE = 20
 
+# The optional second execute node (`up --nodes 2`): its own network namespace, joined to the
+# host by a veth pair in a private /24 that this tool creates and removes.  Only these two
+# addresses are ever used; with two nodes every daemon of the submit node listens on HOST_ADDR
+# (never on all interfaces) and the second node's on NODE2_ADDR.
+NODE_NET = "10.251.7"
+HOST_ADDR = f"{NODE_NET}.1"
+NODE2_ADDR = f"{NODE_NET}.2"
+NODE_PREFIX = 24
+NETNS = "mwpy-node2"
+VETH_HOST = "mwpy-veth0"
+VETH_NODE = "mwpy-veth1"
+NODE2_HOSTNAME = f"node2.{DOMAIN}"
+#: Where the second node's daemons keep their state (LOCAL_DIR inside the root): separate from
+#: the first node's, because both run from the same root.
+NODE2_LOCAL_DIR = "/var/lib/mwpy-node2"
+
 # Host kernel settings that condor_master's kernel tuning would rewrite
 # (/proc/sys is shared with the root).  We set ENABLE_KERNEL_TUNING = False,
 # mount the root's /proc/sys read-only, and still check these did not move.
@@ -682,13 +698,40 @@ def install_packages(layout: Layout) -> None:
     root_run(layout, ["apt-get", "clean"], env=env, log=log)
 
 
-def sync_host_files(layout: Layout) -> None:
+def root_hosts(host_hosts: str, nodes: int) -> str:
+    """The root's /etc/hosts: the host's, plus node 2's name; with two nodes this host's name is HOST_ADDR.
+
+    Node 2's name must resolve without DNS (its namespace has none): else every daemon there retries
+    getaddrinfo 20 times, 3 s apart, before it starts.  With two nodes, a master that advertises this
+    host's name (mwpy's default) must be reachable from node 2, as on a site whose DNS gives the
+    submit host a routable address: the name moves from loopback to HOST_ADDR (inside the root only).
+    """
+    lines = host_hosts.rstrip("\n").splitlines()
+    if nodes > 1:
+        me = {socket.gethostname(), socket.gethostname().split(".")[0]}
+        kept = []
+        for line in lines:
+            fields = line.split("#", 1)[0].split()
+            if fields and fields[0].startswith("127.") and me & set(fields[1:]):
+                names = [name for name in fields[1:] if name not in me]
+                if names:
+                    kept.append(" ".join([fields[0], *names]))
+                continue
+            kept.append(line)
+        lines = [*kept, f"{HOST_ADDR} {' '.join(sorted(me))}"]
+    return "\n".join([*lines, "# mwpy pool nodes", f"{NODE2_ADDR} {NODE2_HOSTNAME}"]) + "\n"
+
+
+def sync_host_files(layout: Layout, nodes: int = 1) -> None:
     """Copy the host's DNS, hosts and CA bundle in: pip and condor need them."""
     for name in ("/etc/resolv.conf", "/etc/hosts"):
         target = layout.inside(name)
         if target.is_symlink():
             target.unlink()
-        write_if_changed(target, Path(name).read_bytes())
+        content = Path(name).read_bytes()
+        if name == "/etc/hosts":
+            content = root_hosts(content.decode("utf-8", errors="replace"), nodes).encode()
+        write_if_changed(target, content)
     if HOST_CA_BUNDLE.exists():
         # The host may trust extra CAs (an egress proxy): pip in the root must too.
         write_if_changed(layout.inside(ROOT_CA_BUNDLE), HOST_CA_BUNDLE.read_bytes())
@@ -864,22 +907,40 @@ def shared_at_same_path(layout: Layout, path: Path) -> bool:
 # --------------------------------------------------------------------------
 
 
-def pool_config(port: int, cpus: int) -> str:
+def pool_address(nodes: int) -> str:
+    """The address every submit-node daemon listens on: loopback, or the host side of the veth with two nodes."""
+    return HOST_ADDR if nodes > 1 else "127.0.0.1"
+
+
+def pool_config(port: int, cpus: int, nodes: int = 1) -> str:
     """The root's HTCondor configuration, read after Debian's and minicondor's."""
+    address = pool_address(nodes)
+    node_attrs = (
+        ""
+        if nodes == 1
+        else """
+# Two nodes: each startd says which node it is, so a test can send jobs to node 2.
+MwpyNode = 1
+STARTD_ATTRS = $(STARTD_ATTRS) MwpyNode
+# The submit host's name ("vm", say) is not in UID_DOMAIN: without this, jobs from the other
+# node's schedd run as "nobody" and cannot write the shared folders their owner can.
+TRUST_UID_DOMAIN = True
+"""
+    )
     return f"""\
 # Written by mwpy's tools/condor_pool.py; rewritten by every `up`.
 
 # Never let condor_master (root, shared /proc/sys) retune the host's kernel.
 ENABLE_KERNEL_TUNING = False
 
-# Loopback only, at one fixed address and port.
-CONDOR_HOST = 127.0.0.1
-COLLECTOR_HOST = 127.0.0.1:{port}
+# One fixed address and port: loopback, or with a second node the host side of its veth.
+CONDOR_HOST = {address}
+COLLECTOR_HOST = {address}:{port}
 SHARED_PORT_PORT = {port}
-NETWORK_INTERFACE = 127.0.0.1
+NETWORK_INTERFACE = {address}
 BIND_ALL_INTERFACES = False
 ENABLE_IPV6 = False
-
+{node_attrs}
 # Fixed domains: the host client config uses the same ones, else jobs that
 # rely on the shared filesystem never match.
 UID_DOMAIN = {DOMAIN}
@@ -917,13 +978,14 @@ PERIODIC_EXPR_INTERVAL = 5
 """
 
 
-def client_config(port: int, token_dir: str, log_dir: str) -> str:
+def client_config(port: int, token_dir: str, log_dir: str, nodes: int = 1) -> str:
     """A client-only configuration: what host programs (and the readiness probe) use."""
+    address = pool_address(nodes)
     return f"""\
 # Written by mwpy's tools/condor_pool.py: client configuration for the pool.
-CONDOR_HOST = 127.0.0.1
-COLLECTOR_HOST = 127.0.0.1:{port}
-NETWORK_INTERFACE = 127.0.0.1
+CONDOR_HOST = {address}
+COLLECTOR_HOST = {address}:{port}
+NETWORK_INTERFACE = {address}
 BIND_ALL_INTERFACES = False
 ENABLE_IPV6 = False
 UID_DOMAIN = {DOMAIN}
@@ -1068,23 +1130,31 @@ def check_sysctls(before: Mapping[str, str]) -> None:
 # --------------------------------------------------------------------------
 
 
-def port_in_use(port: int) -> bool:
+def port_in_use(port: int, address: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((address, port)) == 0
 
 
-def start_master(layout: Layout, port: int) -> None:
+def start_master(layout: Layout, port: int, nodes: int = 1) -> None:
     """Start condor_master in the root (it daemonizes) after the safety checks."""
     if condor_value(layout, "ENABLE_KERNEL_TUNING").lower() != "false":
         raise PoolError("refusing to start: ENABLE_KERNEL_TUNING is not False in the root's config")
-    if port_in_use(port):
-        raise PoolError(f"port 127.0.0.1:{port} is already in use by something outside the pool")
-    log = layout.log_dir / "condor_master.out"
+    address = pool_address(nodes)
+    if port_in_use(port, address):
+        raise PoolError(f"port {address}:{port} is already in use by something outside the pool")
+    _start_condor_master(layout, in_root(layout, ["/usr/sbin/condor_master"]), "condor_master.out")
+    if nodes > 1:
+        start_node2(layout)
+
+
+def _start_condor_master(layout: Layout, argv: Sequence[str], log_name: str) -> None:
+    """Run a condor_master command line (it daemonizes), its early output to BASE/logs/LOG_NAME."""
+    log = layout.log_dir / log_name
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as handle:
         result = subprocess.run(
-            in_root(layout, ["/usr/sbin/condor_master"]),
+            list(argv),
             stdin=subprocess.DEVNULL,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -1095,16 +1165,128 @@ def start_master(layout: Layout, port: int) -> None:
         raise PoolError(f"condor_master failed to start (exit {result.returncode}); see {log}")
 
 
+# --------------------------------------------------------------------------
+# The second node: a network namespace, a veth pair, its own condor_master
+# --------------------------------------------------------------------------
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run(["ip", *args], capture=True, check=check, timeout=30)
+
+
+def netns_exists() -> bool:
+    return NETNS in _ip("netns", "list", check=False).stdout.split()
+
+
+def veth_exists() -> bool:
+    return _ip("link", "show", VETH_HOST, check=False).returncode == 0
+
+
+def check_node_net_free() -> None:
+    """Refuse to build the node network when its /24 is already used on this machine by anything else."""
+    for line in _ip("-o", "-4", "addr", "show").stdout.splitlines():
+        fields = line.split()
+        device = fields[1].split("@")[0] if len(fields) > 1 else ""
+        if len(fields) > 3 and fields[3].startswith(f"{NODE_NET}.") and device != VETH_HOST:
+            raise PoolError(f"{NODE_NET}.0/{NODE_PREFIX} is already used on this machine by {device}; not touching it")
+
+
+def ensure_node_network() -> None:
+    """Create the namespace and the veth pair (idempotent): HOST_ADDR on the host, NODE2_ADDR inside.
+
+    Only these two addresses, in a /24 no other interface uses, and no routes beyond the /24:
+    the second node reaches the submit node and nothing else.
+    """
+    check_node_net_free()
+    if not netns_exists():
+        _ip("netns", "add", NETNS)
+    if not veth_exists():
+        _ip("link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NODE)
+        _ip("link", "set", VETH_NODE, "netns", NETNS)
+    if f"{HOST_ADDR}/" not in _ip("-o", "-4", "addr", "show", "dev", VETH_HOST).stdout:
+        _ip("addr", "add", f"{HOST_ADDR}/{NODE_PREFIX}", "dev", VETH_HOST)
+    _ip("link", "set", VETH_HOST, "up")
+    inside = ("netns", "exec", NETNS, "ip")
+    if f"{NODE2_ADDR}/" not in _ip(*inside, "-o", "-4", "addr", "show", "dev", VETH_NODE).stdout:
+        _ip(*inside, "addr", "add", f"{NODE2_ADDR}/{NODE_PREFIX}", "dev", VETH_NODE)
+    _ip(*inside, "link", "set", VETH_NODE, "up")
+    _ip(*inside, "link", "set", "lo", "up")
+
+
+def remove_node_network() -> bool:
+    """Delete the namespace and the veth pair; whether there was anything to delete.
+
+    Refuses while a process still runs in the namespace (`down` stops them first).
+    """
+    removed = False
+    if netns_exists():
+        left = _ip("netns", "pids", NETNS, check=False).stdout.split()
+        if left:
+            raise PoolError(f"processes still run in network namespace {NETNS}: {' '.join(left)}")
+        _ip("netns", "delete", NETNS)
+        removed = True
+    # The veth normally goes with the namespace that held its peer, but the kernel removes it a moment
+    # later: wait for that (bounded), and delete it ourselves only if it stays.
+    with contextlib.suppress(PoolError):
+        wait_until(f"veth {VETH_HOST} to go with its namespace", lambda: not veth_exists(), 5.0, 0.1)
+    if veth_exists():
+        _ip("link", "delete", VETH_HOST, check=False)
+        removed = True
+        if veth_exists():
+            raise PoolError(f"cannot delete veth {VETH_HOST}")
+    return removed
+
+
+def node2_env() -> dict[str, str]:
+    """The second node's configuration: the pool's, overridden by environment (inherited by its daemons).
+
+    It runs a startd (jobs) and a schedd (a second, remote schedd for --schedd tests), with its
+    own address, host name and state folders, and reports to the collector on HOST_ADDR.
+    """
+    return root_env(
+        {
+            "_condor_DAEMON_LIST": "MASTER STARTD SCHEDD",
+            "_condor_NETWORK_INTERFACE": NODE2_ADDR,
+            "_condor_NETWORK_HOSTNAME": NODE2_HOSTNAME,
+            "_condor_LOCAL_DIR": NODE2_LOCAL_DIR,
+            "_condor_MwpyNode": "2",
+        }
+    )
+
+
+def prepare_node2_dirs(layout: Layout) -> None:
+    """The second node's LOCAL_DIR folders, as Debian's package makes them for the first node."""
+    users = _root_passwd(layout)
+    if "condor" not in users:
+        raise PoolError("the root has no condor user; is minicondor installed?")
+    uid, gid = users["condor"]
+    for sub in ("run/condor", "log/condor", "lock/condor", "spool/condor", "lib/condor/execute", "lib/condor/cred_dir"):
+        path = layout.inside(f"{NODE2_LOCAL_DIR}/{sub}")
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, uid, gid)
+        os.chmod(path, 0o755 if sub != "lib/condor/cred_dir" else 0o700)
+
+
+def start_node2(layout: Layout) -> None:
+    """Start the second node's condor_master inside the namespace, with a UTS namespace of its own."""
+    ensure_node_network()
+    prepare_node2_dirs(layout)
+    chroot = in_root(layout, ["/usr/sbin/condor_master"], env=node2_env())
+    argv = ["ip", "netns", "exec", NETNS, "unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"']
+    _start_condor_master(layout, [*argv, NODE2_HOSTNAME, *chroot], "condor_master.node2.out")
+
+
 def probe_env() -> dict[str, str]:
     """The readiness probe talks like the host will: IDTOKENS over 127.0.0.1."""
     return root_env({"CONDOR_CONFIG": ROOT_CLIENT_CONFIG})
 
 
-def pool_ready(layout: Layout) -> bool:
+def pool_ready(layout: Layout, nodes: int = 1) -> bool:
     """Collector, negotiator, schedd and a startd slot answer, and WRITE is allowed.
 
-    Raises if condor_master died, so that a broken pool fails at once instead
-    of at the deadline.
+    With two nodes, node 2's slot and schedd must be there too.  Raises if
+    condor_master died, so that a broken pool fails at once instead of at
+    the deadline.
     """
     require_master(layout)
     if not layout.inside(ROOT_TOKEN_DIR).joinpath(USER).exists():
@@ -1118,6 +1300,12 @@ def pool_ready(layout: Layout) -> bool:
     slots = [line for line in ads.stdout.splitlines() if line.startswith("Machine ") and "Unclaimed" in line]
     if not ({"Collector", "Negotiator", "Scheduler"} <= set(kinds) and slots):
         return False
+    if nodes > 1:
+        names = root_run(
+            layout, ["condor_status", "-any", "-af", "MyType", "Machine"], check=False, env=probe_env(), timeout=30
+        )
+        if not {f"Machine {NODE2_HOSTNAME}", f"Scheduler {NODE2_HOSTNAME}"} <= set(names.stdout.splitlines()):
+            return False
     ping = root_run(
         layout, ["condor_ping", "-type", "SCHEDD", "-table", "WRITE"], check=False, env=probe_env(), timeout=30
     )
@@ -1146,7 +1334,7 @@ def ensure_token(layout: Layout) -> bool:
     return True
 
 
-def wait_ready(layout: Layout, timeout: float) -> float:
+def wait_ready(layout: Layout, timeout: float, nodes: int = 1) -> float:
     """Wait for the pool to be usable by the host; return the seconds it took."""
     start = time.monotonic()
 
@@ -1156,7 +1344,7 @@ def wait_ready(layout: Layout, timeout: float) -> float:
 
     wait_until("the pool's signing key", key_and_token, timeout)
     remaining = max(1.0, timeout - (time.monotonic() - start))
-    wait_until("collector, negotiator, schedd and a free slot", lambda: pool_ready(layout), remaining)
+    wait_until("collector, negotiator, schedd and a free slot", lambda: pool_ready(layout, nodes), remaining)
     return time.monotonic() - start
 
 
@@ -1198,7 +1386,14 @@ def facts(layout: Layout, identity: Identity, state: str, settings: Mapping[str,
         "condor_config": str(layout.host_config),
         "token_dir": str(layout.token_dir),
         "port": settings.get("port", DEFAULT_PORT),
-        "collector": f"127.0.0.1:{settings.get('port', DEFAULT_PORT)}",
+        "collector": f"{pool_address(int(settings.get('nodes', 1)))}:{settings.get('port', DEFAULT_PORT)}",
+        "nodes": int(settings.get("nodes", 1)),
+        "address": pool_address(int(settings.get("nodes", 1))),
+        "node2": (
+            {"address": NODE2_ADDR, "hostname": NODE2_HOSTNAME, "netns": NETNS, "schedd": NODE2_HOSTNAME}
+            if int(settings.get("nodes", 1)) > 1
+            else None
+        ),
         "cpus": settings.get("cpus", DEFAULT_CPUS),
         "venv": VENV,
         "venv_python": f"{VENV}/bin/python",
@@ -1260,17 +1455,18 @@ def require_root() -> None:
         raise PoolError("needs Linux")
 
 
-def write_configs(layout: Layout, port: int, cpus: int) -> bool:
+def write_configs(layout: Layout, port: int, cpus: int, nodes: int = 1) -> bool:
     """Write the pool's configuration and both client configurations; whether the pool's changed."""
-    changed = write_if_changed(layout.inside(CONDOR_CONFIG_FILE), pool_config(port, cpus))
-    write_if_changed(layout.inside(ROOT_CLIENT_CONFIG), client_config(port, ROOT_TOKEN_DIR, "/tmp"))
+    changed = write_if_changed(layout.inside(CONDOR_CONFIG_FILE), pool_config(port, cpus, nodes))
+    write_if_changed(layout.inside(ROOT_CLIENT_CONFIG), client_config(port, ROOT_TOKEN_DIR, "/tmp", nodes))
     layout.host_dir.mkdir(parents=True, exist_ok=True)
     (layout.host_dir / "log").mkdir(exist_ok=True)
-    write_if_changed(layout.host_config, client_config(port, str(layout.token_dir), str(layout.host_dir / "log")))
+    host_config = client_config(port, str(layout.token_dir), str(layout.host_dir / "log"), nodes)
+    write_if_changed(layout.host_config, host_config)
     return changed
 
 
-def ensure_master(layout: Layout, port: int, *, restart: bool) -> None:
+def ensure_master(layout: Layout, port: int, *, restart: bool, nodes: int = 1) -> None:
     """Start condor_master unless it runs; ``restart`` it (the queue stays) when its configuration changed."""
     if master_pids(layout.root) and restart:
         progress("configuration changed: restarting the daemons (the job queue stays)")
@@ -1278,9 +1474,16 @@ def ensure_master(layout: Layout, port: int, *, restart: bool) -> None:
     elif not master_pids(layout.root) and root_pids(layout.root):
         progress("condor_master is gone but processes remain in the root: stopping them")
         stop_processes(layout.root)
+    if nodes > 1:
+        ensure_node_network()
+    elif remove_node_network():  # one node now: its daemons were stopped by the restart above
+        progress(f"one node: removed network namespace {NETNS} and veth {VETH_HOST}")
     if not master_pids(layout.root):
-        progress("starting condor_master")
-        start_master(layout, port)
+        progress("starting condor_master" + (" on both nodes" if nodes > 1 else ""))
+        start_master(layout, port, nodes)
+    elif nodes > 1 and not _ip("netns", "pids", NETNS).stdout.split():
+        progress("starting condor_master on node 2")
+        start_node2(layout)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -1293,10 +1496,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         shares = [Share(layout.share)] + [Share(p) for p in args.share] + [Share(p, True) for p in args.share_ro]
         for share in shares[1:]:
             check_share(layout, share)
+        nodes = args.nodes if args.nodes is not None else int(previous.get("nodes") or 1)
         built = build_root(layout)
         layout.share.mkdir(parents=True, exist_ok=True)
         mount_root(layout, [])
-        sync_host_files(layout)
+        sync_host_files(layout, nodes)
         if not layout.marker.exists():
             install_packages(layout)
         identity = ensure_identity(layout)
@@ -1323,9 +1527,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             settings["project_hash"] = project_hash(project)
         elif not layout.inside(PROJECT_STAMP).exists():
             settings["project"] = settings["project_hash"] = None  # a rebuilt root has none
-        config_changed = write_configs(layout, args.port, args.cpus)
-        ensure_master(layout, args.port, restart=config_changed)
-        waited = wait_ready(layout, args.timeout)
+        settings["nodes"] = nodes
+        config_changed = write_configs(layout, args.port, args.cpus, nodes)
+        ensure_master(layout, args.port, restart=config_changed, nodes=nodes)
+        waited = wait_ready(layout, args.timeout, nodes)
         check_sysctls(before)
         data = facts(layout, identity, "up", settings)
         save_facts(layout, data)
@@ -1345,6 +1550,8 @@ def cmd_down(args: argparse.Namespace) -> int:
         stopped = stop_processes(layout.root) if layout.root.exists() else 0
         unmounted = unmount_all(layout.root)
         unmounted += unmount_all(layout.partial_root)
+        if remove_node_network():
+            progress(f"removed network namespace {NETNS} and veth {VETH_HOST}")
         if mounts_under(layout.root) or root_pids(layout.root):
             raise PoolError(f"{layout.root} still has mounts or processes after down")
         check_sysctls(before)
@@ -1367,10 +1574,11 @@ def cmd_restart(args: argparse.Namespace) -> int:
         settings = load_settings(layout)
         identity = identity_of(layout)
         started = time.monotonic()
+        nodes = int(settings.get("nodes") or 1)
         stopped = stop_processes(layout.root, hard=args.hard)
         prepare_condor_run_dirs(layout)
-        start_master(layout, int(settings.get("port", DEFAULT_PORT)))
-        waited = wait_ready(layout, args.timeout)
+        start_master(layout, int(settings.get("port", DEFAULT_PORT)), nodes)
+        waited = wait_ready(layout, args.timeout, nodes)
         check_sysctls(before)
         data = facts(layout, identity, "up", settings)
         save_facts(layout, data)
@@ -1504,6 +1712,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     up.add_argument("--cpus", type=int, default=DEFAULT_CPUS, help="NUM_CPUS of the startd")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="collector port on 127.0.0.1")
+    up.add_argument(
+        "--nodes",
+        type=int,
+        choices=(1, 2),
+        help=f"2: a second execute node (startd and schedd) in network namespace {NETNS} at {NODE2_ADDR}, "
+        f"the submit node's daemons on {HOST_ADDR}; 1: loopback only (default: as last time, else 1)",
+    )
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", parents=[common], help="stop everything in the root and unmount it")

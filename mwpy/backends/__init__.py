@@ -21,6 +21,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
@@ -48,6 +49,15 @@ class Job:
     exit_code: int | None = None
     #: Why the job does not run as it should: the batch system's hold reason, or how its last run failed.
     reason: str | None = None
+    #: When (Unix time) the job entered its current state, or None when the batch system does not say:
+    #: "idle for 12 min" tells a job no slot matches from one that was queued a moment ago.
+    since: float | None = None
+
+    def in_state_for(self, now: float | None = None) -> float | None:
+        """Seconds the job has been in its current state (None when unknown)."""
+        if self.since is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.since)
 
 
 @attrs.frozen

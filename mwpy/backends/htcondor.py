@@ -200,13 +200,21 @@ class CondorBackend:
     name = "condor"
 
     def __init__(
-        self, member_id: str | None = None, *, resource_file: str | None = None, extra: Mapping[str, str] | None = None
+        self,
+        member_id: str | None = None,
+        *,
+        resource_file: str | None = None,
+        extra: Mapping[str, str] | None = None,
+        schedd: str | None = None,
+        collector: str | None = None,
     ) -> None:
         if member_id is None and resource_file is None:
             raise ConfigurationError("CondorBackend needs a member id or a resource file")
         self._member_id = member_id
         self._resource_file = resource_file
         self._extra = check_user_commands(extra or {})
+        self._schedd_name = schedd
+        self._collector = collector
         self._schedd = self._locate()
 
     @classmethod
@@ -215,12 +223,18 @@ class CondorBackend:
         parser.add_argument(
             "--submit-file", help="condor back end: extra submit commands for slave jobs (one 'command = value' a line)"
         )
+        add_location_arguments(parser)
 
     @classmethod
     def create(cls, resource_file: str, options: argparse.Namespace) -> CondorBackend:
         """The back end for the computation a resource file describes (the file may not exist yet)."""
         extra = read_submit_commands(options.submit_file) if options.submit_file else None
-        return cls(resource_file=str(Path(resource_file).resolve()), extra=extra)
+        return cls(
+            resource_file=str(Path(resource_file).resolve()),
+            extra=extra,
+            schedd=options.schedd,
+            collector=options.collector,
+        )
 
     @property
     def member_id(self) -> str:
@@ -264,21 +278,47 @@ class CondorBackend:
                 return call(self._schedd)
             except htcondor2.HTCondorException as exc:
                 error = exc
-                with contextlib.suppress(htcondor2.HTCondorException):
-                    self._schedd = htcondor2.Schedd()
+                with contextlib.suppress(CondorError):
+                    self._schedd = self._locate()
         assert error is not None
         raise CondorError(f"cannot {what}: {explain(error)}")
 
-    @staticmethod
-    def _locate() -> Any:
+    def _locate(self) -> Any:
+        """The schedd: the local one, or the one named (``--schedd``) through a collector (``--collector``).
+
+        A pilot factory submits through a schedd on another host; it is found by name in the pool's
+        collector, exactly as ``condor_q -name NAME -pool HOST:PORT`` finds it.
+        """
+        where = self.where()
         try:
-            return htcondor2.Schedd()
-        except htcondor2.HTCondorException as exc:
-            raise CondorError(f"cannot find the schedd: {explain(exc)}") from None
+            if self._schedd_name is None and self._collector is None:
+                return htcondor2.Schedd()
+            collector = htcondor2.Collector(self._collector) if self._collector else htcondor2.Collector()
+            located = collector.locate(htcondor2.DaemonType.Schedd, self._schedd_name)
+        except (htcondor2.HTCondorException, ValueError) as exc:
+            raise CondorError(f"cannot find the schedd{where}: {explain(exc)}") from None
+        if located is None:  # the bindings return None for an unknown name; Schedd(None) would be the LOCAL schedd
+            raise CondorError(f"cannot find the schedd{where}: the collector knows no schedd by that name")
+        return htcondor2.Schedd(located)
+
+    def where(self) -> str:
+        """`` NAME via HOST:PORT`` for messages, "" for the local schedd."""
+        name = f" {self._schedd_name}" if self._schedd_name else ""
+        via = f" via collector {self._collector}" if self._collector else ""
+        return name + via
 
 
 #: The job attributes :func:`_job` reads.
-_PROJECTION = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "ExitSignal", "HoldReason"]
+_PROJECTION = [
+    "ClusterId",
+    "ProcId",
+    "JobStatus",
+    "ExitCode",
+    "ExitBySignal",
+    "ExitSignal",
+    "HoldReason",
+    "EnteredCurrentStatus",
+]
 
 
 def _job(ad: Mapping[str, Any]) -> Job | None:
@@ -295,15 +335,34 @@ def _job(ad: Mapping[str, Any]) -> Job | None:
         reason = f"killed by signal {ad.get('ExitSignal', '?')}"
     elif exit_code:
         reason = f"exited with status {exit_code}"
-    return Job(f"{ad['ClusterId']}.{ad['ProcId']}", state, exit_code=exit_code, reason=reason)
+    entered = ad.get("EnteredCurrentStatus")
+    since = float(entered) if isinstance(entered, int | float) else None
+    return Job(f"{ad['ClusterId']}.{ad['ProcId']}", state, exit_code=exit_code, reason=reason, since=since)
 
 
-def job_counts(member_id: str) -> dict[str, int]:
-    """A computation's slave jobs in the local schedd's queue: idle, running, held and total.
+def add_location_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--schedd`` and ``--collector``, shared by ``mwpy overseer --backend condor`` and ``mwpy status``."""
+    parser.add_argument("--schedd", metavar="NAME", help="condor: the schedd's name (default: the local schedd)")
+    parser.add_argument(
+        "--collector", metavar="HOST:PORT", help="condor: the collector that knows the schedd (default: the local pool)"
+    )
+
+
+def job_counts(member_id: str, *, schedd: str | None = None, collector: str | None = None) -> dict[str, int]:
+    """A computation's slave jobs in the schedd's queue: idle, running, held and total.
 
     Raises :class:`CondorError` when there is no schedd to ask.
     """
-    jobs = CondorBackend(member_id).jobs()
+    return counts_of(CondorBackend(member_id, schedd=schedd, collector=collector).jobs())
+
+
+def counts_of(jobs: Sequence[Job]) -> dict[str, int]:
+    """Jobs by state: idle, running, held and total."""
     counts = {state.value: sum(job.state is state for job in jobs) for state in JobState}
     counts["total"] = len(jobs)
     return counts
+
+
+def slave_jobs(member_id: str, *, schedd: str | None = None, collector: str | None = None) -> list[Job]:
+    """A computation's slave jobs in the schedd's queue (raises :class:`CondorError` without a schedd)."""
+    return CondorBackend(member_id, schedd=schedd, collector=collector).jobs()

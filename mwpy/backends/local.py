@@ -40,17 +40,19 @@ class _LocalJob:
     start_at: float = 0.0
     #: The exit status of the last run, None before the first one ended.
     last_status: int | None = None
+    #: When (Unix time) the job last became idle or running, like Condor's EnteredCurrentStatus.
+    since: float = attrs.Factory(time.time)
 
     def view(self) -> Job:
         """The job as the overseer and ``mwpy local`` see it."""
         state = JobState.RUNNING if self.process is not None else JobState.IDLE
         status = self.last_status
         if not status:  # not exited yet, or exited 0 (and about to leave the queue)
-            return Job(self.job_id, state, exit_code=status)
+            return Job(self.job_id, state, exit_code=status, since=self.since)
         how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
         last = last_line(self.sandbox / "slave.err")
         reason = f"{how}: {last}" if last else how
-        return Job(self.job_id, state, exit_code=status if status > 0 else None, reason=reason)
+        return Job(self.job_id, state, exit_code=status if status > 0 else None, reason=reason, since=self.since)
 
 
 class LocalBackend:
@@ -131,6 +133,7 @@ class LocalBackend:
             return False
         job.process = None
         job.last_status = status
+        job.since = time.time()
         if status == 0:
             del self._jobs[job.job_id]
         else:
@@ -146,6 +149,7 @@ class LocalBackend:
                 link.symlink_to(Path(file).resolve())
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
         with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
+            job.since = time.time()
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],
                 cwd=job.sandbox,

@@ -1,0 +1,240 @@
+"""mwpy across two Condor nodes, a remote schedd, and held slaves in ``mwpy status``, on the real pool.
+
+``tools/condor_pool.py up --nodes 2`` adds a second execute node in its own
+network namespace (10.251.7.2, ``node2.mwpy.pool``, startd and schedd); the
+submit node's daemons then listen on 10.251.7.1. Until now every daemon and
+job shared loopback, so nothing showed that a slave on another machine can
+reach its master: here the master listens on the submit node's non-loopback
+address (``--mw-master-host``) and the slaves run on node 2 only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mwpy.backends import JobState
+from mwpy.backends.htcondor import CondorBackend
+from mwpy.overseer import Limits, Overseer, Verdict
+from tests.condor_support import (
+    COMPLETED,
+    HELD,
+    POOL_TOOL,
+    RESOURCE,
+    Pool,
+    computation,
+    job_states,
+    logs,
+    member_id,
+    retried,
+    setup_workdir,
+    submit_master,
+    wait_master_done,
+    wait_resource,
+)
+from tests.support import wait_until
+
+pytestmark = pytest.mark.condor
+
+#: Seconds `up --nodes 2` may take on a built root (a pip install of a changed project included).
+UP_TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def two_nodes(condor_pool: Pool) -> Iterator[Pool]:
+    """The pool with its second node; brought up here when the session's pool has one node."""
+    import htcondor2  # noqa: PLC0415 (conftest configured it)
+
+    if int(condor_pool.facts.get("nodes") or 1) >= 2:
+        yield condor_pool
+        return
+    up = subprocess.run(
+        [sys.executable, str(POOL_TOOL), "up", "--base", condor_pool.facts["base"], "--nodes", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=UP_TIMEOUT,
+        check=False,
+    )
+    assert up.returncode == 0, f"condor_pool up --nodes 2 failed: {up.stderr}"
+    htcondor2.reload_config()  # the client config now names 10.251.7.1 instead of loopback
+    yield Pool(json.loads(up.stdout))
+
+
+def node2(pool: Pool) -> dict[str, Any]:
+    facts: dict[str, Any] = pool.facts["node2"]
+    return facts
+
+
+def slave_history(workdir: Path, schedd: Any = None) -> list[Any]:
+    """History ads of the computation's slave jobs (from ``schedd``, else the local one)."""
+    import htcondor2  # noqa: PLC0415
+
+    projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "LastRemoteHost", "MachineAttrMwpyNode0"]
+    return retried(
+        lambda: list((schedd or htcondor2.Schedd()).history(computation(workdir, "slave"), projection=projection))
+    )
+
+
+def test_slaves_on_the_second_node_reach_a_master_listening_on_the_submit_node_s_address(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    address = two_nodes.facts["address"]
+    other = node2(two_nodes)
+    setup_workdir(two_nodes, condor_workdir)
+    master = submit_master(
+        two_nodes,
+        condor_workdir,
+        f"master_options=--mw-master-host {address}",
+        "program_args=--seed 7 --max-trial-sets 12 --trials-per-set 20000 --target 3",
+    )
+    two_nodes.condor_submit(
+        condor_workdir,
+        "submit/slaves.sub",
+        "slaves=2",
+        "requirements = (MwpyNode =?= 2)",
+        "job_machine_attrs = MwpyNode",
+    )
+    out = wait_master_done(condor_workdir, master)
+    assert "from 240000 points" in out, logs(condor_workdir)
+    wait_until(lambda: not job_states(condor_workdir), 60, "the slave jobs to leave the queue", interval=0.5)
+    ads = wait_until(
+        lambda: found if len(found := slave_history(condor_workdir)) >= 2 else [],
+        30,
+        "both slave jobs in the history",
+        interval=0.5,
+    )
+    for ad in ads:
+        assert (ad["JobStatus"], ad["ExitCode"]) == (COMPLETED, 0), ad
+        assert str(ad["LastRemoteHost"]).endswith(f"@{other['hostname']}"), ad  # ran on node 2, nowhere else
+        assert ad["MachineAttrMwpyNode0"] == 2, ad
+    audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")
+    assert f"MASTER READY {address}:" in audit
+    assert re.search(rf"NEW-CLIENT -> .*{re.escape(other['address'])}", audit), audit  # the slave's own address
+
+
+def test_the_overseer_and_mwpy_status_use_a_remote_schedd_named_through_the_collector(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    import htcondor2  # noqa: PLC0415
+
+    schedd_name = node2(two_nodes)["schedd"]
+    collector = two_nodes.facts["collector"]
+    remote_options = ["--schedd", schedd_name, "--collector", collector]
+    setup_workdir(two_nodes, condor_workdir)
+    master = submit_master(
+        two_nodes,
+        condor_workdir,
+        f"master_options=--mw-master-host {two_nodes.facts['address']}",
+        f"slave_python={two_nodes.job_python}",
+        "program_args=--seed 3 --max-trial-sets 8 --trials-per-set 20000 --target 2",
+    )
+    backend = CondorBackend(member_id(condor_workdir), schedd=schedd_name, collector=collector)
+    overseer = Overseer(condor_workdir / RESOURCE, backend, Limits(max_jobs=2, max_idle=2, batch=2))
+    wait_resource(condor_workdir, lambda record: record.slaves_needed >= 2, "the master to ask for slaves")
+    decision = overseer.reconcile()
+    assert decision.submitted == 2, decision
+    assert job_states(condor_workdir) == {}  # not in the local schedd: in node 2's
+
+    status = subprocess.run(
+        [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--json", "--condor", *remote_options],
+        capture_output=True,
+        text=True,
+        env=two_nodes.env(),
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["slave_jobs"]["total"] == 2, report
+    assert {job["state"] for job in report["slave_job_list"]} <= {"idle", "running"}
+
+    wait_until(
+        lambda: overseer.reconcile().verdict is Verdict.FINISHED and not backend.jobs(),
+        120,
+        "the computation to finish and its remote slave jobs to leave",
+        interval=1.0,
+    )
+    assert "from 160000 points" in wait_master_done(condor_workdir, master), logs(condor_workdir)
+    remote = htcondor2.Schedd(htcondor2.Collector(collector).locate(htcondor2.DaemonType.Schedd, schedd_name))
+    assert len(slave_history(condor_workdir, remote)) >= 2
+
+    wrong = subprocess.run(
+        [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--condor", "--schedd", "nosuch"],
+        capture_output=True,
+        text=True,
+        env=two_nodes.env(),
+        timeout=60,
+        check=False,
+    )
+    assert wrong.returncode == 1
+    assert "cannot find the schedd nosuch" in wrong.stdout + wrong.stderr
+    assert "Traceback" not in wrong.stderr
+
+
+def test_mwpy_status_shows_a_slave_held_because_its_program_file_is_missing_with_the_hold_reason(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    setup_workdir(condor_pool, condor_workdir)
+    submit_master(condor_pool, condor_workdir)
+    condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "slaves=1", "program=examples/gone.py")
+    wait_until(lambda: list(job_states(condor_workdir).values()) == [HELD], 60, "the slave job held", interval=0.5)
+
+    def status(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), *extra],
+            capture_output=True,
+            text=True,
+            env=condor_pool.env(),
+            timeout=60,
+            check=False,
+        )
+
+    shown = status("--json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["slave_jobs"] == {"idle": 0, "running": 0, "held": 1, "total": 1}  # unchanged keys
+    [job] = report["slave_job_list"]
+    assert job["state"] == JobState.HELD.value
+    assert "gone.py" in job["reason"], job
+    assert job["state_seconds"] is not None
+    assert job["state_seconds"] >= 0
+    text = status().stdout
+    assert re.search(rf"{re.escape(job['job_id'])} held for \d+ s: .*gone\.py", text), text
+
+
+def test_a_master_address_the_execute_node_cannot_reach_gives_a_clear_slave_error_and_a_requeued_job(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """The master listens on (and advertises) loopback only: from node 2 nothing answers there.
+
+    What a site sees when the master's address or port is blocked from its execute nodes: no hang,
+    but a slave that says it cannot reach the master, exits 3, and is queued again (on_exit_remove).
+    """
+    setup_workdir(two_nodes, condor_workdir)
+    submit_master(two_nodes, condor_workdir, "master_options=--mw-master-host 127.0.0.1")
+    two_nodes.condor_submit(condor_workdir, "submit/slaves.sub", "slaves=1", "requirements = (MwpyNode =?= 2)")
+    [job] = wait_until(
+        lambda: [ad for ad in retried(lambda: _slave_ads(condor_workdir)) if int(ad.get("NumJobStarts", 0)) >= 2],
+        120,
+        "the slave to fail, be requeued and start again",
+        interval=1.0,
+    )
+    assert job["ExitCode"] == 3, job  # UNREACHABLE (docs/exit-codes.md)
+    err = next(condor_workdir.glob("slave.*.err")).read_text(encoding="utf-8", errors="replace")
+    assert "127.0.0.1" in err, err
+    audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")
+    assert "NEW-CLIENT" not in audit  # nobody got through
+
+
+def _slave_ads(workdir: Path) -> list[Any]:
+    import htcondor2  # noqa: PLC0415
+
+    projection = ["ClusterId", "ProcId", "JobStatus", "NumJobStarts", "ExitCode"]
+    return list(htcondor2.Schedd().query(computation(workdir, "slave"), projection=projection))
