@@ -224,6 +224,9 @@ class Master:
             self._engine.step(TICK)
 
     def _on_tick(self, now: float) -> None:
+        # Ticks run only inside loop passes, which the master algorithm asks for once it has submitted
+        # what it wants (and replayed its journal): from then on slaves_needed is its word.
+        self._publisher.demand_stated = True
         self._publisher.maybe_write(now, finished=self._finished)
 
     # ------------------------------------------------------------------ what the algorithm drains

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
+from mwpy.resource_file import ABANDON_AFTER
 
 Role = Literal["master", "slave"]
 
@@ -47,6 +48,7 @@ class Options:
     secret_file: str | None = None
     task_attempts: int = 3
     journal: str | None = None
+    abandon_after: float = ABANDON_AFTER
     events: str | None = None
     metrics_port: int | None = None
     tls_cert: str | None = None
@@ -259,6 +261,15 @@ _SPECS: dict[str, _Spec] = {
         "from it without running, so a restarted master resumes.",
         _non_empty,
         "a file name",
+    ),
+    "--mw-abandon-after": _Spec(
+        "abandon_after",
+        "SECONDS",
+        "mwpy: a slave whose resource file has been stale for longer than this (beyond its update "
+        "interval and grace) takes the master for gone for good and exits 0 with one line, so Condor's "
+        "on_exit_remove takes its job out of the queue. Default 3600, as the overseer's --abandon-after.",
+        positive_float,
+        "a positive number of seconds",
     ),
     "--mw-events": _Spec(
         "events",

@@ -69,7 +69,7 @@ FINISH_GRACE = 10.0
 #: Seconds a stale resource file is tolerated beyond the stale point before the master counts as gone
 #: for good and its jobs are removed (``--abandon-after``). Slaves use the same default: a master
 #: restarted within this time finds its queue intact.
-ABANDON_AFTER = 3600.0
+ABANDON_AFTER = resource_file.ABANDON_AFTER
 #: Idle jobs waiting longer than this many seconds are reported as unmatched ("no slot matched").
 LONG_IDLE = 60.0
 #: At most this many held jobs are named, each with its hold reason, in one decision line.
@@ -199,7 +199,7 @@ class Overseer:
 
     def _stale(self, record: resource_file.ResourceFile, jobs: list[Job], counts: dict[str, int]) -> Decision:
         """Keep the queue for a master that may come back; remove it once the master is gone for good."""
-        overdue = record.age() - (record.update_interval + _stale_grace(record))
+        overdue = record.overdue()
         if overdue <= self.abandon_after:
             self._note(
                 f"master silent for {record.age():.0f} s (update interval {record.update_interval:g} s): "
@@ -227,6 +227,7 @@ class Overseer:
         """
         identity = (record.master_pid, record.master_port, record.master_host)
         now = time.monotonic()
+
         if identity != self._master:
             if self._master is not None:
                 self._log(
@@ -237,6 +238,8 @@ class Overseer:
             self._master = identity
             self._master_first_file = record.timestamp
             self._master_seen_at = now
+        if not record.demand_stated:  # the master says so itself, however long that takes (a long journal replay)
+            return f"pid {record.master_pid} at {record.master_host}:{record.master_port}"
         if record.timestamp != self._master_first_file or now - self._master_seen_at >= record.update_interval:
             return ""
         return f"pid {record.master_pid} at {record.master_host}:{record.master_port}"
@@ -326,11 +329,6 @@ def _held_because(jobs: list[Job]) -> str:
     """`` (REASON)`` of the first held job that has one, else "": held jobs serve nobody until someone acts."""
     reason = next((job.reason for job in jobs if job.state is JobState.HELD and job.reason), None)
     return f" ({reason})" if reason else ""
-
-
-def _stale_grace(record: resource_file.ResourceFile) -> float:
-    """The grace after the update interval past which a file is stale (as ``ResourceFile.stale`` computes it)."""
-    return max(resource_file.MIN_STALE_GRACE, resource_file.STALE_GRACE_FACTOR * record.update_interval)
 
 
 def _capped(submitted: int, short: int) -> str:

@@ -254,6 +254,13 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
         secret = bytes.fromhex(record.secret)
     else:
         raise SlaveExit(ExitCode.USAGE, "no secret: give --mw-secret-file or a resource file that carries one")
+    if record is not None and record.abandoned(options.abandon_after):
+        reason = (
+            f"the master is gone for good: its resource file was written {record.age():.0f} s ago, "
+            f"stale for over --mw-abandon-after {options.abandon_after:g} s; leaving the queue"
+        )
+        print(f"{_program_name()}: {reason}", file=sys.stderr)
+        raise SlaveExit(ExitCode.OK, reason)
     stale = None
     if record is not None and record.stale():
         stale = (

@@ -41,6 +41,9 @@ FINISHED: Final = "finished"
 #: should have rewritten it by then.
 STALE_GRACE_FACTOR = 0.5
 MIN_STALE_GRACE = 10.0
+#: Seconds a stale file may stay stale before its master counts as gone for good: its slaves
+#: leave the queue (``--mw-abandon-after``) and the overseer removes its jobs (``--abandon-after``).
+ABANDON_AFTER = 3600.0
 #: A resource file is a few hundred bytes (a few KiB with many slave files);
 #: anything bigger than this is refused unread.
 MAX_SIZE = 1 << 20
@@ -94,6 +97,9 @@ class ResourceFile:
     slaves_connected: dict[str, int] = attrs.Factory(dict)
     secret: str | None = attrs.field(default=None, validator=_hex(None))
     tls_fingerprint: str | None = attrs.field(default=None, validator=_hex(32))
+    #: False until the master algorithm has run the loop: before that ``slaves_needed`` is not its word yet
+    #: (a restarted master replays its journal first), so an overseer must not shrink on it.
+    demand_stated: bool = True
     format: str = FORMAT
     version: int = VERSION
 
@@ -104,10 +110,18 @@ class ResourceFile:
     def age(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.timestamp
 
+    def overdue(self, now: float | None = None) -> float:
+        """Seconds past the point where the file counts as stale (negative while it is fresh)."""
+        grace = max(MIN_STALE_GRACE, STALE_GRACE_FACTOR * self.update_interval)
+        return self.age(now) - (self.update_interval + grace)
+
     def stale(self, now: float | None = None) -> bool:
         """True once the master is overdue for a rewrite (it is probably gone)."""
-        grace = max(MIN_STALE_GRACE, STALE_GRACE_FACTOR * self.update_interval)
-        return not self.finished and self.age(now) > self.update_interval + grace
+        return not self.finished and self.overdue(now) > 0
+
+    def abandoned(self, limit: float, now: float | None = None) -> bool:
+        """True once the master has been overdue for more than ``limit`` seconds: gone for good."""
+        return not self.finished and self.overdue(now) > limit
 
 
 def _strict(*types: type) -> Callable[[Any, Any], Any]:
@@ -154,6 +168,7 @@ _converter = cattrs.Converter(forbid_extra_keys=False)
 _converter.register_structure_hook(str, _strict(str))
 _converter.register_structure_hook(int, _strict(int))
 _converter.register_structure_hook(float, _finite)
+_converter.register_structure_hook(bool, _strict(bool))
 _converter.register_structure_hook_func(lambda t: t == list[str], _str_list)
 _converter.register_structure_hook_func(lambda t: t == dict[str, int], _int_dict)
 
