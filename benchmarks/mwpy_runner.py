@@ -62,19 +62,9 @@ def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
         profile = settings.profile_dir if run.profile_name else None
         checkout = run.checkout or Checkout(Checkout.this().root, settings.python)
         events = tmp / "events.jsonl"
-        master_cmd = [
-            *_python(checkout.python, profile / f"{run.profile_name}-master.prof" if profile else None),
-            str(checkout.program),
-            "--mw-master",
-            "--mw-master-host", "127.0.0.1",
-            "--mw-resource-file", str(resource_file),
-            "--mw-audit-file", "/dev/null",
-            "--mw-slave-task-group", str(run.task_group),
-            "--mw-slave-result-group", str(run.result_group),
-            *(["--mw-events", str(events)] if run.events else []),
-            json.dumps(params),
-            str(out),
-        ]  # fmt: skip
+        master_cmd = _master_command(
+            checkout, run, profile=profile, params=params, resource_file=resource_file, events=events, out=out
+        )
         env = checkout.env()
         logs: list[Path] = []
         children: list[subprocess.Popen[bytes]] = []
@@ -107,18 +97,48 @@ def run_mwpy(settings: Settings, run: MwpyRun) -> dict[str, Any]:
                     slave.wait(30)
                 except subprocess.TimeoutExpired:
                     raise BenchError("a slave did not exit after the master's shutdown") from None
-            report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-            report["checkout"] = str(checkout.root)  # which tree's mwpy produced these figures
-            if sampled is not None:
-                report["sampled_peak_rss_mb"] = sampled
-            if run.events:
-                if not events.exists():
-                    raise BenchError("--mw-events was given but the master wrote no event log")
-                report["events_bytes"] = events.stat().st_size
-            return report
+            return _report(out, checkout, sampled, events if run.events else None)
         finally:
             for child in children:
                 stop(child)
+
+
+def _master_command(
+    checkout: Checkout,
+    run: MwpyRun,
+    *,
+    profile: Path | None,
+    params: dict[str, Any],
+    resource_file: Path,
+    events: Path,
+    out: Path,
+) -> list[str]:
+    return [
+        *_python(checkout.python, profile / f"{run.profile_name}-master.prof" if profile else None),
+        str(checkout.program),
+        "--mw-master",
+        "--mw-master-host", "127.0.0.1",
+        "--mw-resource-file", str(resource_file),
+        "--mw-audit-file", "/dev/null",
+        "--mw-slave-task-group", str(run.task_group),
+        "--mw-slave-result-group", str(run.result_group),
+        *(["--mw-events", str(events)] if run.events else []),
+        json.dumps(params),
+        str(out),
+    ]  # fmt: skip
+
+
+def _report(out: Path, checkout: Checkout, sampled: float | None, events: Path | None) -> dict[str, Any]:
+    """The master's JSON report, with which checkout ran, the sampled RSS and the event log's size (when asked for)."""
+    report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    report["checkout"] = str(checkout.root)  # which tree's mwpy produced these figures
+    if sampled is not None:
+        report["sampled_peak_rss_mb"] = sampled
+    if events is not None:
+        if not events.exists():
+            raise BenchError("--mw-events was given but the master wrote no event log")
+        report["events_bytes"] = events.stat().st_size
+    return report
 
 
 def _start_slaves(

@@ -19,7 +19,8 @@ from its last answered task (or its connection) until it vanished.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 import attrs
 
@@ -101,40 +102,63 @@ class Accountant:
             totals.first = t
         if totals.last is None or t > totals.last:
             totals.last = t
-        if isinstance(event, TasksFinished):
-            seconds = sum(event.run_us) / 1e6
-            if event.outcome == "ok":
-                totals.good += seconds
-                totals.tasks_ok += event.n
-            elif event.outcome == "error":
-                totals.failed += seconds
-                totals.tasks_failed += event.n
-            else:
-                totals.retried += seconds
-                totals.tasks_retried += event.n
-            slot = self._open.get(event.slave)
-            if slot is not None:
-                slot.last_active = max(slot.last_active, t)
-        elif isinstance(event, SlaveConnected):
-            self._open[event.slave] = _Slot(start=t, last_active=t)
-            totals.slaves += 1
-        elif isinstance(event, SlaveDisconnected):
-            slot = self._open.pop(event.slave, None)
-            if slot is None:
-                return
-            totals.slot += max(0.0, t - slot.start)
-            if event.in_flight:
-                lost = max(0.0, t - slot.last_active)
-                if event.cause == "timeout":
-                    totals.timed_out += lost
-                else:
-                    totals.evicted += lost
-        elif isinstance(event, (MasterStart, MasterStop)):
-            # Slave ids start again with each master run; a master that died left its slaves' ends unrecorded,
-            # so they end at the last event before the new start (a stop is the end for the slaves anyway).
-            self._close_all(t if isinstance(event, MasterStop) else self._before_start)
+        handler = self._HANDLERS.get(type(event))  # event kinds are never subclassed: the exact type is the kind
+        if handler is not None and handler(self, event) is False:
+            return  # the disconnect of a slave not connected: it does not move the last moment before a start
         if not isinstance(event, MasterStart):
             self._before_start = t
+
+    def _finished(self, event: TasksFinished) -> None:
+        totals = self.totals
+        seconds = sum(event.run_us) / 1e6
+        if event.outcome == "ok":
+            totals.good += seconds
+            totals.tasks_ok += event.n
+        elif event.outcome == "error":
+            totals.failed += seconds
+            totals.tasks_failed += event.n
+        else:
+            totals.retried += seconds
+            totals.tasks_retried += event.n
+        slot = self._open.get(event.slave)
+        if slot is not None:
+            slot.last_active = max(slot.last_active, event.t)
+
+    def _connected(self, event: SlaveConnected) -> None:
+        self._open[event.slave] = _Slot(start=event.t, last_active=event.t)
+        self.totals.slaves += 1
+
+    def _disconnected(self, event: SlaveDisconnected) -> bool:
+        """Close the slave's slot; False when it had none (a slave not connected)."""
+        slot = self._open.pop(event.slave, None)
+        if slot is None:
+            return False
+        totals, t = self.totals, event.t
+        totals.slot += max(0.0, t - slot.start)
+        if event.in_flight:
+            lost = max(0.0, t - slot.last_active)
+            if event.cause == "timeout":
+                totals.timed_out += lost
+            else:
+                totals.evicted += lost
+        return True
+
+    def _master_start(self, event: MasterStart) -> None:
+        # Slave ids start again with each master run; a master that died left its slaves' ends unrecorded,
+        # so they end at the last event before the new start.
+        self._close_all(self._before_start)
+
+    def _master_stop(self, event: MasterStop) -> None:
+        self._close_all(event.t)  # a stop is the end for the slaves anyway
+
+    #: What each kind of event does to the totals (kinds not listed only move the clock).
+    _HANDLERS: ClassVar[dict[type[Event], Callable[[Accountant, Any], bool | None]]] = {
+        TasksFinished: _finished,
+        SlaveConnected: _connected,
+        SlaveDisconnected: _disconnected,
+        MasterStart: _master_start,
+        MasterStop: _master_stop,
+    }
 
     def _close_all(self, end: float) -> None:
         for slot in self._open.values():

@@ -15,7 +15,8 @@ imported: masters without the option, and slaves, never load it.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from mwpy.errors import ConfigurationError
 from mwpy.events import (
@@ -89,40 +90,71 @@ class MetricsExporter:
         return int(self._server.server_port)
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, TasksFinished):
-            self.tasks.labels(event.algorithm, event.outcome).inc(len(event.run_us))
-            self.run_seconds.labels(event.algorithm, event.outcome).inc(sum(event.run_us) / 1e6)
-            self.wait_seconds.labels(event.algorithm).inc(sum(event.wait_us) / 1e6)
-        elif isinstance(event, TasksDispatched):
-            self.dispatched.inc(event.n)
-        elif isinstance(event, ResourceFileWritten):
-            for group, count in event.slaves_connected.items():
-                self.connected.labels(group).set(count)
-            self.needed.set(event.slaves_needed)
-            self.done.set(event.tasks_done)
-            self.pending.set(event.tasks_pending)
-            self.running.set(event.tasks_running)
-        elif isinstance(event, SlaveConnected):
-            self.connections.inc()
-        elif isinstance(event, SlaveDisconnected):
-            self.disconnections.labels(event.cause).inc()
-        elif isinstance(event, TaskFailed):
-            self.failures.labels(event.algorithm, event.error).inc()
-        elif isinstance(event, TasksRequeued):
-            self.requeued.inc(event.n)
-        elif isinstance(event, TasksUnrunnable):
-            self.unrunnable.inc(event.n)
-        elif isinstance(event, TasksCancelled):
-            self.cancelled.inc(event.n)
-        elif isinstance(event, CondorJobs):
-            for state in ("idle", "running", "held"):
-                self.condor.labels(state).set(getattr(event, state))
-        elif isinstance(event, MasterStart):
-            self.run.set(event.run)
-            self.started.set(event.t)
-            self.finished.set(0)
-        elif isinstance(event, MasterStop):
-            self.finished.set(1)
+        handler = self._HANDLERS.get(type(event))  # event kinds are never subclassed: the exact type is the kind
+        if handler is not None:
+            handler(self, event)
+
+    def _finished(self, event: TasksFinished) -> None:
+        self.tasks.labels(event.algorithm, event.outcome).inc(len(event.run_us))
+        self.run_seconds.labels(event.algorithm, event.outcome).inc(sum(event.run_us) / 1e6)
+        self.wait_seconds.labels(event.algorithm).inc(sum(event.wait_us) / 1e6)
+
+    def _dispatched(self, event: TasksDispatched) -> None:
+        self.dispatched.inc(event.n)
+
+    def _resource_file(self, event: ResourceFileWritten) -> None:
+        for group, count in event.slaves_connected.items():
+            self.connected.labels(group).set(count)
+        self.needed.set(event.slaves_needed)
+        self.done.set(event.tasks_done)
+        self.pending.set(event.tasks_pending)
+        self.running.set(event.tasks_running)
+
+    def _connected(self, event: SlaveConnected) -> None:
+        self.connections.inc()
+
+    def _disconnected(self, event: SlaveDisconnected) -> None:
+        self.disconnections.labels(event.cause).inc()
+
+    def _failed(self, event: TaskFailed) -> None:
+        self.failures.labels(event.algorithm, event.error).inc()
+
+    def _requeued(self, event: TasksRequeued) -> None:
+        self.requeued.inc(event.n)
+
+    def _unrunnable(self, event: TasksUnrunnable) -> None:
+        self.unrunnable.inc(event.n)
+
+    def _cancelled(self, event: TasksCancelled) -> None:
+        self.cancelled.inc(event.n)
+
+    def _condor_jobs(self, event: CondorJobs) -> None:
+        for state in ("idle", "running", "held"):
+            self.condor.labels(state).set(getattr(event, state))
+
+    def _master_start(self, event: MasterStart) -> None:
+        self.run.set(event.run)
+        self.started.set(event.t)
+        self.finished.set(0)
+
+    def _master_stop(self, event: MasterStop) -> None:
+        self.finished.set(1)
+
+    #: The metrics each kind of event updates (one method per kind).
+    _HANDLERS: ClassVar[dict[type[Event], Callable[[MetricsExporter, Any], None]]] = {
+        TasksFinished: _finished,
+        TasksDispatched: _dispatched,
+        ResourceFileWritten: _resource_file,
+        SlaveConnected: _connected,
+        SlaveDisconnected: _disconnected,
+        TaskFailed: _failed,
+        TasksRequeued: _requeued,
+        TasksUnrunnable: _unrunnable,
+        TasksCancelled: _cancelled,
+        CondorJobs: _condor_jobs,
+        MasterStart: _master_start,
+        MasterStop: _master_stop,
+    }
 
     def close(self) -> None:
         """Stop serving (the port is free again when this returns)."""

@@ -24,9 +24,9 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -34,6 +34,7 @@ from mwpy import goodput
 from mwpy.errors import EventLogError
 from mwpy.events import (
     CondorJobs,
+    Event,
     MasterStart,
     MasterStop,
     ResourceFileWritten,
@@ -157,76 +158,124 @@ class Digest:
     goodput: goodput.Goodput = attrs.Factory(goodput.Goodput)
 
 
-def digest(path: str | os.PathLike[str]) -> Digest:
-    """Read the log once and aggregate it; :class:`EventLogError` at its first bad line."""
-    d = Digest()
-    grid = d.grid
-    d.ok, d.failed, d.retried = grid.series(), grid.series(), grid.series()
-    outcomes = {"ok": d.ok, "error": d.failed, "retried": d.retried}
-    accountant = goodput.Accountant()
-    live: dict[str, _Slave] = {}
-    log10 = math.log10
-    for event in iter_events(path):
-        accountant.add(event)
+class _Digester:
+    """Builds a :class:`Digest` from events fed in file order (:meth:`add`): one method per kind of event."""
+
+    def __init__(self) -> None:
+        self.digest = d = Digest()
+        d.ok, d.failed, d.retried = d.grid.series(), d.grid.series(), d.grid.series()
+        self.outcomes = {"ok": d.ok, "error": d.failed, "retried": d.retried}
+        self.accountant = goodput.Accountant()
+        self.live: dict[str, _Slave] = {}
+        #: The last moment a master that died was known alive (the time of the event before the current one).
+        self.before: float | None = None
+
+    def add(self, event: Event) -> None:
+        self.accountant.add(event)
+        d = self.digest
         t = event.t
-        before = d.last  # the last moment a master that died was known alive
+        self.before = d.last
         if d.first is None:
             d.first = t
         if d.last is None or t > d.last:
             d.last = t
-        if isinstance(event, TasksFinished):
-            n = len(event.run_us)
-            outcomes[event.outcome][grid.index(t)] += n
-            algorithm = d.algorithms[event.algorithm]
-            algorithm.count += n
-            algorithm.total_us += sum(event.run_us)
-            longest = max(event.run_us)
-            algorithm.max_us = max(algorithm.max_us, longest)
-            buckets = algorithm.buckets
-            for us in event.run_us:
-                buckets[int(log10(us) * BUCKETS_PER_DECADE) if us > 0 else -1] += 1
-            slave = live.get(event.slave)
-            if slave is not None:
-                grid.spread(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
-        elif isinstance(event, SlaveConnected):
-            grid.index(t)
-            slave = _Slave(name=event.slave, host=event.host, start=t, busy=grid.series())
-            if event.slave in live:  # the same id again without a disconnect: close the old one
-                live[event.slave].end = t
-            live[event.slave] = slave
-            d.slaves.append(slave)
-            d.connected.append((t, len(live)))
-        elif isinstance(event, SlaveDisconnected):
-            gone = live.pop(event.slave, None)
-            if gone is not None:
-                gone.end = t
-            d.causes[event.cause] += 1
-            d.connected.append((t, len(live)))
-        elif isinstance(event, ResourceFileWritten):
-            d.needed.append((t, event.slaves_needed))
-        elif isinstance(event, CondorJobs):
-            d.condor.append((t, event.idle, event.running))
-        elif isinstance(event, TaskFailed):
-            if len(d.failures) < MAX_FAILURES:
-                d.failures.append(event)
-            else:
-                d.more_failures += 1
-        elif isinstance(event, MasterStart):
-            for slave in live.values():  # slaves of a master that died (or stopped) end with it
-                slave.end = before if before is not None else t
-            live.clear()
-            d.starts.append(event)
-            d.connected.append((t, 0))
-        elif isinstance(event, MasterStop):
-            d.stops.append(event)
-        elif isinstance(event, (TasksDispatched, TasksRequeued, TasksUnrunnable, TasksCancelled)):
-            d.counts[event.KIND] += event.n
-    d.goodput = accountant.result()
-    if len(d.starts) > 1:  # slave ids start again with each master run
-        for slave in d.slaves:
-            run = sum(1 for s in d.starts if s.t <= slave.start)
-            slave.name = f"run {run}: {slave.name}"
-    return d
+        handler = self._HANDLERS.get(type(event))  # event kinds are never subclassed: the exact type is the kind
+        if handler is not None:
+            handler(self, event)
+
+    def result(self) -> Digest:
+        d = self.digest
+        d.goodput = self.accountant.result()
+        if len(d.starts) > 1:  # slave ids start again with each master run
+            for slave in d.slaves:
+                run = sum(1 for s in d.starts if s.t <= slave.start)
+                slave.name = f"run {run}: {slave.name}"
+        return d
+
+    def _finished(self, event: TasksFinished) -> None:
+        d, t = self.digest, event.t
+        n = len(event.run_us)
+        self.outcomes[event.outcome][d.grid.index(t)] += n
+        algorithm = d.algorithms[event.algorithm]
+        algorithm.count += n
+        algorithm.total_us += sum(event.run_us)
+        longest = max(event.run_us)
+        algorithm.max_us = max(algorithm.max_us, longest)
+        buckets = algorithm.buckets
+        log10 = math.log10
+        for us in event.run_us:
+            buckets[int(log10(us) * BUCKETS_PER_DECADE) if us > 0 else -1] += 1
+        slave = self.live.get(event.slave)
+        if slave is not None:
+            d.grid.spread(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
+
+    def _connected(self, event: SlaveConnected) -> None:
+        d, t, live = self.digest, event.t, self.live
+        d.grid.index(t)
+        slave = _Slave(name=event.slave, host=event.host, start=t, busy=d.grid.series())
+        if event.slave in live:  # the same id again without a disconnect: close the old one
+            live[event.slave].end = t
+        live[event.slave] = slave
+        d.slaves.append(slave)
+        d.connected.append((t, len(live)))
+
+    def _disconnected(self, event: SlaveDisconnected) -> None:
+        d, t = self.digest, event.t
+        gone = self.live.pop(event.slave, None)
+        if gone is not None:
+            gone.end = t
+        d.causes[event.cause] += 1
+        d.connected.append((t, len(self.live)))
+
+    def _resource_file(self, event: ResourceFileWritten) -> None:
+        self.digest.needed.append((event.t, event.slaves_needed))
+
+    def _condor_jobs(self, event: CondorJobs) -> None:
+        self.digest.condor.append((event.t, event.idle, event.running))
+
+    def _failed(self, event: TaskFailed) -> None:
+        d = self.digest
+        if len(d.failures) < MAX_FAILURES:
+            d.failures.append(event)
+        else:
+            d.more_failures += 1
+
+    def _master_start(self, event: MasterStart) -> None:
+        d, t = self.digest, event.t
+        for slave in self.live.values():  # slaves of a master that died (or stopped) end with it
+            slave.end = self.before if self.before is not None else t
+        self.live.clear()
+        d.starts.append(event)
+        d.connected.append((t, 0))
+
+    def _master_stop(self, event: MasterStop) -> None:
+        self.digest.stops.append(event)
+
+    def _count(self, event: TasksDispatched | TasksRequeued | TasksUnrunnable | TasksCancelled) -> None:
+        self.digest.counts[event.KIND] += event.n
+
+    _HANDLERS: ClassVar[dict[type[Event], Callable[[_Digester, Any], None]]] = {
+        TasksFinished: _finished,
+        SlaveConnected: _connected,
+        SlaveDisconnected: _disconnected,
+        ResourceFileWritten: _resource_file,
+        CondorJobs: _condor_jobs,
+        TaskFailed: _failed,
+        MasterStart: _master_start,
+        MasterStop: _master_stop,
+        TasksDispatched: _count,
+        TasksRequeued: _count,
+        TasksUnrunnable: _count,
+        TasksCancelled: _count,
+    }
+
+
+def digest(path: str | os.PathLike[str]) -> Digest:
+    """Read the log once and aggregate it; :class:`EventLogError` at its first bad line."""
+    digester = _Digester()
+    for event in iter_events(path):
+        digester.add(event)
+    return digester.result()
 
 
 # ---------------------------------------------------------------------------------------------- figures

@@ -141,8 +141,34 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
     wrong place, a marathon task never finishes, or the stopped slave is
     never dropped.
     """
-    (tmp_path / "running").mkdir()
     audit = MasterAudit(tmp_path / "master.audit")
+    master, chaos = _soak_under_chaos(tmp_path, audit)
+
+    lines = master.json_lines()
+    assert lines[-1]["end"] is True
+    submitted = {line["submitted"]: line for line in lines if "submitted" in line}
+    results = [line for line in lines if "result" in line]
+    unrunnable = [line for line in lines if "unrunnable" in line]
+    unrunnable_ids = [line["unrunnable"] for line in unrunnable]
+
+    _check_exactly_once(submitted, results, unrunnable_ids)
+    fragile_lost = _check_lost_tasks(submitted, unrunnable_ids)
+    _check_ordered_tasks(submitted, results)
+    _check_dropped_slaves(chaos, audit, results)
+
+    for slave in chaos.running:
+        assert slave.wait(DEADLINE) == 0, slave.err()
+    summary: dict[str, Any] = {
+        "churn_short": sum(1 for line in results if line["algorithm"] == "churn_short"),
+        "killed": len(chaos.killed),
+        "fragile_lost": len(fragile_lost),
+    }
+    print(summary)
+
+
+def _soak_under_chaos(tmp_path: Path, audit: MasterAudit) -> tuple[Proc, Chaos]:
+    """Run the soak master while Chaos harms its slaves, then stop it; it must end with status 0."""
+    (tmp_path / "running").mkdir()
     master = spawn_master(
         CHURN,
         tmp_path,
@@ -173,16 +199,14 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
 
     wait_until(ended, DEADLINE, "the master to end")
     assert master.wait() == 0, master.err()
+    return master, chaos
 
-    lines = master.json_lines()
-    assert lines[-1]["end"] is True
-    submitted = {line["submitted"]: line for line in lines if "submitted" in line}
-    results = [line for line in lines if "result" in line]
-    unrunnable = [line for line in lines if "unrunnable" in line]
+
+def _check_exactly_once(
+    submitted: dict[int, dict[str, Any]], results: list[dict[str, Any]], unrunnable_ids: list[int]
+) -> None:
+    """Exactly once, and nothing lost; every result right."""
     result_ids = [line["result"] for line in results]
-    unrunnable_ids = [line["unrunnable"] for line in unrunnable]
-
-    # exactly once, and nothing lost
     assert len(result_ids) == len(set(result_ids)), "a result reached the master algorithm twice"
     assert len(unrunnable_ids) == len(set(unrunnable_ids)), "a task came back unrunnable twice"
     assert not set(result_ids) & set(unrunnable_ids)
@@ -193,7 +217,12 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
         if task["algorithm"] != "churn_step":
             assert line["value"] == expected(task["algorithm"], tuple(task["args"])), (task, line)
 
-    # retry=True tasks always come back with a result; lost retry=False ones come back unrunnable
+
+def _check_lost_tasks(submitted: dict[int, dict[str, Any]], unrunnable_ids: list[int]) -> list[int]:
+    """retry=True tasks always come back with a result; lost retry=False ones come back unrunnable.
+
+    Returns the fragile (retry=False) tasks that were lost: there must be some.
+    """
     for task_id in unrunnable_ids:
         task = submitted[task_id]
         assert task["algorithm"] in ("churn_fragile", "churn_step"), task
@@ -201,8 +230,11 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
             assert not task["tag"][2], f"an ordered do_it_anyway task became unrunnable: {task}"
     fragile_lost = [t for t in unrunnable_ids if submitted[t]["algorithm"] == "churn_fragile"]
     assert fragile_lost, "no fragile task was lost, though slaves were killed inside them"
+    return fragile_lost
 
-    # ordered tasks: on their slave, in submission order; do_it_anyway ones may move
+
+def _check_ordered_tasks(submitted: dict[int, dict[str, Any]], results: list[dict[str, Any]]) -> None:
+    """Ordered tasks: on their slave, in submission order; do_it_anyway ones may move."""
     ran_on_own_slave: dict[str, list[list[int]]] = defaultdict(list)
     for line in results:
         task = submitted[line["result"]]
@@ -220,7 +252,9 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
         executed = [count for _, count, _ in values]
         assert executed == sorted(executed), f"{sid} ran its ordered tasks out of order: {values}"
 
-    # the slave stopped past the client timeout was dropped, and nothing it sent later was taken
+
+def _check_dropped_slaves(chaos: Chaos, audit: MasterAudit, results: list[dict[str, Any]]) -> None:
+    """The slave stopped past the client timeout was dropped, and nothing it sent later was taken."""
     for slave, sid in chaos.continued:
         reason = audit.slave_dropped(sid)
         assert reason.startswith(f"silent for {CLIENT_TIMEOUT} s (client timeout)"), reason
@@ -228,12 +262,3 @@ def test_results_survive_churn_exactly_once(tmp_path: Path) -> None:
         received = int(reason.split(" results back")[0].rsplit(" ", 1)[1])
         delivered = sum(1 for line in results if line["slave_id"] == sid)
         assert delivered == received, f"{sid}: {delivered} results delivered, {received} received before the drop"
-
-    for slave in chaos.running:
-        assert slave.wait(DEADLINE) == 0, slave.err()
-    summary: dict[str, Any] = {
-        "churn_short": sum(1 for line in results if line["algorithm"] == "churn_short"),
-        "killed": len(chaos.killed),
-        "fragile_lost": len(fragile_lost),
-    }
-    print(summary)

@@ -532,39 +532,49 @@ def seal_raw(session: Session, body: bytes) -> bytes:
 def play_insider(live: Live, insider: Insider) -> None:
     session = authenticate(live.port, live.secret)
     with session.sock:
-        held: dict[int, int] = {}
-        if insider.hello == "good":
-            session.send(protocol.Hello(live.record.member_id, "fuzz", os.getpid(), "0", 1 << 20))
-            assert isinstance(session.receive(), protocol.Welcome)
-            tasks = session.receive()  # the master always has work queued: one task (window 1)
-            assert isinstance(tasks, protocol.Tasks)
-            for task_id, _, payload in tasks.items:
-                held[task_id] = pickle.loads(payload)[0][0]
-        elif insider.hello == "bad":
-            session.sock.sendall(seal_raw(session, bytes([protocol.Hello.kind]) + pickle.dumps(insider.bad_hello)))
+        held = _insider_hello(live, session, insider)
         near = max(held, default=0)
         try:
             for what, detail in insider.actions:
-                if what == "results":
-                    items = [
-                        (near + item[0], *item[1:]) if type(item) is tuple and len(item) == 4 else item
-                        for item in detail
-                    ]  # task ids near the ones real slaves hold right now
-                    items = [i for i in items if not (type(i) is tuple and i and type(i[0]) is int and i[0] in held)]
-                    session.sock.sendall(seal_raw(session, bytes([protocol.Results.kind]) + pickle.dumps((items,))))
-                elif what == "message":
-                    session.sock.sendall(seal_raw(session, bytes([detail[0]]) + pickle.dumps(detail[1])))
-                elif what == "sealed junk":
-                    session.sock.sendall(seal_raw(session, bytes([detail[0]]) + detail[1]))
-                elif what == "bad tag":
-                    session.sock.sendall(forged_frame(protocol.Results.kind, detail))
-                else:
-                    session.send(protocol.Heartbeat())
+                _insider_act(session, what, detail, near, held)
             if held and insider.answer_time is not None:
                 answers = [(t, True, pickle.dumps(expected(i)), insider.answer_time) for t, i in held.items()]
                 session.send(protocol.Results(answers))
         except OSError:
             pass  # the master hung up on us: that is its right
+
+
+def _insider_hello(live: Live, session: Session, insider: Insider) -> dict[int, int]:
+    """Say hello as the insider chose (well, badly or not at all); the tasks it was given (id: argument)."""
+    held: dict[int, int] = {}
+    if insider.hello == "good":
+        session.send(protocol.Hello(live.record.member_id, "fuzz", os.getpid(), "0", 1 << 20))
+        assert isinstance(session.receive(), protocol.Welcome)
+        tasks = session.receive()  # the master always has work queued: one task (window 1)
+        assert isinstance(tasks, protocol.Tasks)
+        for task_id, _, payload in tasks.items:
+            held[task_id] = pickle.loads(payload)[0][0]
+    elif insider.hello == "bad":
+        session.sock.sendall(seal_raw(session, bytes([protocol.Hello.kind]) + pickle.dumps(insider.bad_hello)))
+    return held
+
+
+def _insider_act(session: Session, what: str, detail: Any, near: int, held: dict[int, int]) -> None:
+    """One misdeed of the insider after its hello."""
+    if what == "results":
+        items = [
+            (near + item[0], *item[1:]) if type(item) is tuple and len(item) == 4 else item for item in detail
+        ]  # task ids near the ones real slaves hold right now
+        items = [i for i in items if not (type(i) is tuple and i and type(i[0]) is int and i[0] in held)]
+        session.sock.sendall(seal_raw(session, bytes([protocol.Results.kind]) + pickle.dumps((items,))))
+    elif what == "message":
+        session.sock.sendall(seal_raw(session, bytes([detail[0]]) + pickle.dumps(detail[1])))
+    elif what == "sealed junk":
+        session.sock.sendall(seal_raw(session, bytes([detail[0]]) + detail[1]))
+    elif what == "bad tag":
+        session.sock.sendall(forged_frame(protocol.Results.kind, detail))
+    else:
+        session.send(protocol.Heartbeat())
 
 
 #: Wrong results for the 25 task ids around the one the insider holds (those the real slaves run among them).

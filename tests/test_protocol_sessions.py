@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import event, settings
@@ -470,26 +470,42 @@ class Conversation(RuleBasedStateMachine):
 
     def _attack_stream(self, attack: str, at_master: bool, garbage: bytes) -> bytes | None:
         """The bytes of ``attack`` against one side now, or None if it does not apply in this state."""
-        target: MasterSession | SlaveSession = self.master if at_master else self.s
-        sender: MasterSession | SlaveSession = self.s if at_master else self.master
-        limit = protocol.MAX_HANDSHAKE_FRAME if target._channel is None else LIMIT
-        if attack == "garbage":
-            return protocol.HEADER.pack(len(garbage)) + garbage
-        if attack == "oversize":
-            return protocol.HEADER.pack(limit + 1)
-        if attack == "replay":
-            log = self.to_master_log if at_master else self.to_slave_log
-            if not log or len(log[-1]) - protocol.HEADER.size > limit:
-                return None
-            return log[-1]
-        if attack == "reorder":
-            if (sender.state, Heartbeat.kind) not in (SLAVE_SENDS if at_master else MASTER_SENDS):
-                return None
-            first, second = sender.send(Heartbeat()), sender.send(Heartbeat())
-            return second + first
-        if attack == "forged":
-            return frame_with_tag(bytes([Tasks.kind if not at_master else Results.kind]) + TRAP)
-        # out of order: a correctly tagged message the target may not receive now
+        return self._ATTACK_BUILDERS[attack](self, at_master, garbage)
+
+    def _sides(self, at_master: bool) -> tuple[MasterSession | SlaveSession, MasterSession | SlaveSession]:
+        """(target, sender) of an attack on the master's side or on the slave's."""
+        return (self.master, self.s) if at_master else (self.s, self.master)
+
+    def _limit(self, at_master: bool) -> int:
+        """The largest frame the target accepts now (the handshake's limit until it has a channel)."""
+        target, _ = self._sides(at_master)
+        return protocol.MAX_HANDSHAKE_FRAME if target._channel is None else LIMIT
+
+    def _garbage(self, at_master: bool, garbage: bytes) -> bytes | None:
+        return protocol.HEADER.pack(len(garbage)) + garbage
+
+    def _oversize(self, at_master: bool, garbage: bytes) -> bytes | None:
+        return protocol.HEADER.pack(self._limit(at_master) + 1)
+
+    def _replay(self, at_master: bool, garbage: bytes) -> bytes | None:
+        log = self.to_master_log if at_master else self.to_slave_log
+        if not log or len(log[-1]) - protocol.HEADER.size > self._limit(at_master):
+            return None
+        return log[-1]
+
+    def _reorder(self, at_master: bool, garbage: bytes) -> bytes | None:
+        _, sender = self._sides(at_master)
+        if (sender.state, Heartbeat.kind) not in (SLAVE_SENDS if at_master else MASTER_SENDS):
+            return None
+        first, second = sender.send(Heartbeat()), sender.send(Heartbeat())
+        return second + first
+
+    def _forged(self, at_master: bool, garbage: bytes) -> bytes | None:
+        return frame_with_tag(bytes([Tasks.kind if not at_master else Results.kind]) + TRAP)
+
+    def _out_of_order(self, at_master: bool, garbage: bytes) -> bytes | None:
+        """A correctly tagged message the target may not receive now."""
+        target, sender = self._sides(at_master)
         channel = sender._channel
         if channel is None or target._channel is None:
             return None
@@ -504,6 +520,16 @@ class Conversation(RuleBasedStateMachine):
         ]
         illegal = [m for m in candidates if (target.state, m.kind) not in table]
         return channel.seal(illegal[len(garbage) % len(illegal)])
+
+    #: How to build each attack in ATTACKS: (self, at_master, garbage) -> the bytes, or None when it does not apply.
+    _ATTACK_BUILDERS: ClassVar[dict[str, Callable[[Conversation, bool, bytes], bytes | None]]] = {
+        "garbage": _garbage,
+        "oversize": _oversize,
+        "replay": _replay,
+        "reorder": _reorder,
+        "forged": _forged,
+        "out of order": _out_of_order,
+    }
 
     @precondition(lambda self: self.dead)
     @rule()

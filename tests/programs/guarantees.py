@@ -22,6 +22,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,42 +101,64 @@ def echo_value(i: int) -> int:
     return i
 
 
+def _loop_until(mw: mwpy.Master, stop: Path) -> None:
+    while not stop.exists():
+        mw.loop(timeout=0.05)
+
+
+def _wait(mw: mwpy.Master, argv: list[str]) -> int:
+    _loop_until(mw, Path(argv[1]))
+    return 0
+
+
+def _one_then_wait(mw: mwpy.Master, argv: list[str]) -> int:
+    """One task (so its slave is surely in its loop), then as ``wait``."""
+    echo_value.submit(1)
+    while not mw.results():
+        mw.loop(timeout=0.05)
+    print(json.dumps({"answered": True}), flush=True)
+    _loop_until(mw, Path(argv[1]))
+    return 0
+
+
+def _run(mw: mwpy.Master, argv: list[str]) -> int:
+    count = int(argv[1])
+    for i in range(count):
+        echo_value.submit(i)
+    seen = 0
+    while seen < count:
+        mw.loop()
+        for result in mw.results():
+            seen += 1
+            print(json.dumps({"value": result.value, "slave_id": result.slave_id}), flush=True)
+    return 0
+
+
+def _keyed_failure(mw: mwpy.Master, argv: list[str]) -> int:
+    task_id = ordered_fail.with_policy(key="always-fails").submit(argv[1], "keyed")
+    while True:
+        mw.loop()
+        for result in mw.results():
+            assert result.task_id == task_id
+            print(json.dumps({"ok": result.ok, "journaled": result.journaled}), flush=True)
+            return 0
+
+
+#: The master's commands (the module docstring says what each does).
+_COMMANDS: dict[str, Callable[[mwpy.Master, list[str]], int]] = {
+    "wait": _wait,
+    "one-then-wait": _one_then_wait,
+    "run": _run,
+    "keyed-failure": _keyed_failure,
+}
+
+
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
-    if argv[0] == "wait":
-        stop = Path(argv[1])
-        while not stop.exists():
-            mw.loop(timeout=0.05)
-        return 0
-    if argv[0] == "one-then-wait":  # one task (so its slave is surely in its loop), then as "wait"
-        echo_value.submit(1)
-        while not mw.results():
-            mw.loop(timeout=0.05)
-        print(json.dumps({"answered": True}), flush=True)
-        stop = Path(argv[1])
-        while not stop.exists():
-            mw.loop(timeout=0.05)
-        return 0
-    if argv[0] == "run":
-        count = int(argv[1])
-        for i in range(count):
-            echo_value.submit(i)
-        seen = 0
-        while seen < count:
-            mw.loop()
-            for result in mw.results():
-                seen += 1
-                print(json.dumps({"value": result.value, "slave_id": result.slave_id}), flush=True)
-        return 0
-    if argv[0] == "keyed-failure":
-        task_id = ordered_fail.with_policy(key="always-fails").submit(argv[1], "keyed")
-        while True:
-            mw.loop()
-            for result in mw.results():
-                assert result.task_id == task_id
-                print(json.dumps({"ok": result.ok, "journaled": result.journaled}), flush=True)
-                return 0
-    raise ValueError(f"unknown command {argv!r}")
+    command = _COMMANDS.get(argv[0])
+    if command is None:
+        raise ValueError(f"unknown command {argv!r}")
+    return command(mw, argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,46 @@ def submit(algorithm: mwpy.TaskAlgorithm[..., Any], *args: Any, **policy: Any) -
     emit({"submitted": task_id, "algorithm": algorithm.name, "args": list(args), "tag": policy.get("tag")})
 
 
+def _top_up(mw: mwpy.Master, counter: Iterator[int], folder: str) -> None:
+    """Submit short, long and fragile tasks until each has its number pending."""
+    for algorithm, wanted, policy in (
+        (churn_short, SHORT, {}),
+        (churn_long, LONG, {}),
+        (churn_fragile, FRAGILE, {"retry": False}),
+    ):
+        for _ in range(wanted - mw.pending_tasks_for(algorithm.name)):
+            args = (next(counter), folder) if algorithm is churn_fragile else (next(counter),)
+            submit(algorithm, *args, **policy)
+
+
+def _give_steps(mw: mwpy.Master, stopping: bool) -> int:
+    """``STEPS`` ordered tasks for each ordered slave that connected (none once stopping); how many slaves got them."""
+    rounds = 0
+    for sid in mw.connected_ordered_slaves():
+        if stopping:
+            continue
+        rounds += 1
+        for k in range(STEPS):
+            submit(churn_step, k, sid=sid, do_it_anyway=k % 2 == 1, tag=[sid, k, k % 2 == 1])
+    return rounds
+
+
+def _emit_outcomes(mw: mwpy.Master) -> None:
+    """One line per result and per unrunnable task of this loop pass."""
+    for result in mw.results():
+        emit(
+            {
+                "result": result.task_id,
+                "algorithm": result.algorithm,
+                "slave_id": result.slave_id,
+                "value": result.value,
+                "error": None if result.error is None else result.error.type,
+            }
+        )
+    for task in mw.unrunnable_tasks():
+        emit({"unrunnable": task.task_id, "algorithm": task.algorithm, "attempts": task.attempts})
+
+
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     _, stop, folder = argv
@@ -112,36 +153,13 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
     while True:
         stopping = stopping or stop_file.exists()
         if not stopping:
-            for algorithm, wanted, policy in (
-                (churn_short, SHORT, {}),
-                (churn_long, LONG, {}),
-                (churn_fragile, FRAGILE, {"retry": False}),
-            ):
-                for _ in range(wanted - mw.pending_tasks_for(algorithm.name)):
-                    args = (next(counter), folder) if algorithm is churn_fragile else (next(counter),)
-                    submit(algorithm, *args, **policy)
+            _top_up(mw, counter, folder)
         elif not mw.pending_tasks():
             break
         mw.loop(timeout=0.1)
-        for sid in mw.connected_ordered_slaves():
-            if stopping:
-                continue
-            ordered_rounds += 1
-            for k in range(STEPS):
-                submit(churn_step, k, sid=sid, do_it_anyway=k % 2 == 1, tag=[sid, k, k % 2 == 1])
+        ordered_rounds += _give_steps(mw, stopping)
         mw.disconnected_ordered_slaves()
-        for result in mw.results():
-            emit(
-                {
-                    "result": result.task_id,
-                    "algorithm": result.algorithm,
-                    "slave_id": result.slave_id,
-                    "value": result.value,
-                    "error": None if result.error is None else result.error.type,
-                }
-            )
-        for task in mw.unrunnable_tasks():
-            emit({"unrunnable": task.task_id, "algorithm": task.algorithm, "attempts": task.attempts})
+        _emit_outcomes(mw)
     emit({"end": True, "ordered_rounds": ordered_rounds})
     return 0
 
