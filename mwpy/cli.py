@@ -13,7 +13,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
@@ -126,31 +126,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mwpy overseer: error: {exc}", file=sys.stderr)
             return 2 if isinstance(exc, ConfigurationError) else 1
     options = _parser(backend).parse_args(args)
-    if options.command == "local":
-        return run_local(
-            options.program, options.slaves, program_args, workdir=options.workdir, progress=options.progress
-        )
-    if options.command == "overseer":
-        assert backend is not None
-        return _overseer(options, backend)
-    if options.command == "bundle":
-        print(bundle.build(options.output))
-        return 0
-    if options.command == "report":
-        from mwpy import report  # noqa: PLC0415 (plotly is heavy and optional)
+    options.program_args, options.backend_factory = program_args, backend
+    command: Callable[[argparse.Namespace], int] = _COMMANDS[options.command]
+    return command(options)
 
-        return report.main([options.events, "-o", options.output])
-    if options.watch:
-        from mwpy.statusview import watch  # noqa: PLC0415 (rich is only needed here)
 
-        return watch(
-            options.resource_file,
-            interval=options.interval,
-            total=options.total,
-            events=options.events,
-            condor=options.condor,
-        )
-    return _status(options)
+def _local(options: argparse.Namespace) -> int:
+    return run_local(
+        options.program, options.slaves, options.program_args, workdir=options.workdir, progress=options.progress
+    )
+
+
+def _overseer_command(options: argparse.Namespace) -> int:
+    assert options.backend_factory is not None
+    return _overseer(options, options.backend_factory)
+
+
+def _bundle(options: argparse.Namespace) -> int:
+    print(bundle.build(options.output))
+    return 0
+
+
+def _report(options: argparse.Namespace) -> int:
+    from mwpy import report  # noqa: PLC0415 (plotly is heavy and optional)
+
+    return report.main([options.events, "-o", options.output])
+
+
+def _status_command(options: argparse.Namespace) -> int:
+    if not options.watch:
+        return _status(options)
+    from mwpy.statusview import watch  # noqa: PLC0415 (rich is only needed here)
+
+    return watch(
+        options.resource_file,
+        interval=options.interval,
+        total=options.total,
+        events=options.events,
+        condor=options.condor,
+    )
 
 
 def _log(text: str) -> None:
@@ -268,3 +282,13 @@ def _job_line(job: Job) -> str:
     how_long = job.in_state_for()
     line = f"{job.job_id} {job.state.value}" + ("" if how_long is None else f" for {how_long:.0f} s")
     return f"{line}: {job.reason}" if job.reason else line
+
+
+#: What each subcommand runs, by name.
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "local": _local,
+    "overseer": _overseer_command,
+    "bundle": _bundle,
+    "report": _report,
+    "status": _status_command,
+}

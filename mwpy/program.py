@@ -254,22 +254,27 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
         secret = bytes.fromhex(record.secret)
     else:
         raise SlaveExit(ExitCode.USAGE, "no secret: give --mw-secret-file or a resource file that carries one")
-    if record is not None and record.abandoned(options.abandon_after):
+    stale = None if record is None else _staleness(record, options, audit)
+    fingerprint = options.tls_fingerprint or (record.tls_fingerprint if record else None)
+    return Endpoint(host, port, member_id, secret, fingerprint), stale
+
+
+def _staleness(record: resource_file.ResourceFile, options: Options, audit: Audit) -> str | None:
+    """Why the file is stale (the slave then tries its master once), or None; SlaveExit(0) past abandonment."""
+    if record.abandoned(options.abandon_after):
         reason = (
             f"the master is gone for good: its resource file was written {record.age():.0f} s ago, "
             f"stale for over --mw-abandon-after {options.abandon_after:g} s; leaving the queue"
         )
-        print(f"{_program_name()}: {reason}", file=sys.stderr)
+        print(f"{_program_name()}: {reason}", file=sys.stderr)  # exit 0 is quiet otherwise: say why the job ends
         raise SlaveExit(ExitCode.OK, reason)
-    stale = None
-    if record is not None and record.stale():
-        stale = (
-            f"the resource file is stale: written {record.age():.0f} s ago, "
-            f"update interval {record.update_interval:g} s"
-        )
-        audit(f"STALE RESOURCE FILE ({stale})")
-    fingerprint = options.tls_fingerprint or (record.tls_fingerprint if record else None)
-    return Endpoint(host, port, member_id, secret, fingerprint), stale
+    if not record.stale():
+        return None
+    stale = (
+        f"the resource file is stale: written {record.age():.0f} s ago, update interval {record.update_interval:g} s"
+    )
+    audit(f"STALE RESOURCE FILE ({stale})")
+    return stale
 
 
 def _read_secret_for_slave(path: str) -> bytes:
