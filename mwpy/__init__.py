@@ -18,6 +18,7 @@ from mwpy.errors import (
     ResourceFileError,
     UsageError,
 )
+from mwpy.executor import Executor
 from mwpy.master import LoopEvents, Master
 from mwpy.program import exit_status, main, master, run, slave
 from mwpy.protocol import ExitCode
@@ -38,6 +39,7 @@ __all__ = [
     "BackendError",
     "ComputationFinishedError",
     "ConfigurationError",
+    "Executor",
     "ExitCode",
     "JournalError",
     "LoopEvents",

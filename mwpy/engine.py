@@ -15,6 +15,7 @@ nor of how results reach the master algorithm (a delivery callback does).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import resource
 import selectors
@@ -43,6 +44,8 @@ _NOT_RETRIED = frozenset({"ResultTooLarge", "ResultDecodeError"})
 SHUTDOWN_GRACE = 5.0
 
 Deliver = Callable[[Task, Result], None]
+#: The selector's mark for the wake-up socket (see Engine.wake).
+_WAKE = object()
 
 
 class _Peer:
@@ -118,6 +121,11 @@ class Engine:
         self._selector = selectors.DefaultSelector()
         self._listener = self._listen()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
+        # Another thread (mwpy.Executor's submitters) can cut a select short through this pair.
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
+        self._selector.register(self._wake_reader, selectors.EVENT_READ, _WAKE)
         self.host = options.master_host or socket.gethostname()
         self.port: int = self._listener.getsockname()[1]
 
@@ -133,6 +141,9 @@ class Engine:
             if peer is None:
                 self._accept()
                 continue
+            if peer is _WAKE:
+                self._drain_wakeups()
+                continue
             if peer.handshaking:
                 self._tls_handshake(peer)
                 continue
@@ -147,6 +158,16 @@ class Engine:
         if self._journal is not None:
             self._journal.commit()  # durable before the master algorithm sees the results
         self._audit.flush()
+
+    def wake(self) -> None:
+        """Cut the current (or next) ``select`` short; the only method safe to call from another thread."""
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed (nothing to wake)
+            self._wake_writer.send(b"\0")
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._wake_reader.recv(4096):
+                pass
 
     def tick_soon(self) -> None:
         """Look at timers (and the resource file) on the next pass: something they report changed."""
@@ -453,6 +474,8 @@ class Engine:
         self._closed = True
         self._selector.close()
         self._listener.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
 
 
 def _raise_file_limit() -> None:

@@ -151,14 +151,21 @@ class Master:
     ) -> int:
         if self._finished:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
-        algorithm.check_arguments(args, kwargs)
-        payload = encode_arguments(algorithm.name, args, kwargs)
-        if not protocol.fits(len(payload), self._options.max_write_buffer_size):
-            raise ConfigurationError(
-                f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "
-                f"of --mw-max-write-buffer-size {self._options.max_write_buffer_size} bytes can carry"
-            )
-        task = Task(self._sched.new_id(), algorithm.name, payload, policy, sink=sink)
+        payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
+        return self._enqueue(algorithm.name, payload, policy, sink)
+
+    def _enqueue(
+        self,
+        name: str,
+        payload: bytes,
+        policy: Policy,
+        sink: Callable[[Result], None] | None = None,
+        start: Callable[[], bool] | None = None,
+    ) -> int:
+        """Queue a task whose arguments :func:`encode_task` already checked and pickled (maybe in another thread)."""
+        if self._finished:
+            raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
+        task = Task(self._sched.new_id(), name, payload, policy, sink=sink, start=start)
         entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
@@ -380,6 +387,20 @@ class Master:
         self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
         self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
         self._audit.flush()
+
+
+def encode_task(
+    algorithm: TaskAlgorithm[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int
+) -> bytes:
+    """Check and pickle a task's arguments at the call site: a wrong or unsendable argument fails here."""
+    algorithm.check_arguments(args, kwargs)
+    payload = encode_arguments(algorithm.name, args, kwargs)
+    if not protocol.fits(len(payload), max_frame):
+        raise ConfigurationError(
+            f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "
+            f"of --mw-max-write-buffer-size {max_frame} bytes can carry"
+        )
+    return payload
 
 
 def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:

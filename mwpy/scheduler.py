@@ -84,6 +84,7 @@ class Scheduler:
         self.pending_total = 0
         self.running_total = 0
         self.done_total = 0
+        self.cancelled_total = 0
         # What the master algorithm has yet to be told; the master drains these, never touches them.
         self._unrunnable: list[Task] = []
         self._connected_ordered: list[str] = []
@@ -229,7 +230,9 @@ class Scheduler:
         if slot.kind is not SlaveKind.UNORDERED:
             queue = slot.ordered
             while queue and len(batch) < room:
-                batch.append(queue.popleft())
+                task = queue.popleft()
+                if task.start is None or self._starts(task):
+                    batch.append(task)
             if not queue:
                 self._with_ordered_work.discard(sid)
         if slot.kind is not SlaveKind.ORDERED:
@@ -240,7 +243,7 @@ class Scheduler:
                 task = queue.popleft()
                 if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
                     skipped.append(task)  # leave it to a slave it has not failed on, for a while
-                else:
+                elif task.start is None or self._starts(task):
                     batch.append(task)
             queue.extendleft(reversed(skipped))
         for task in batch:
@@ -250,6 +253,15 @@ class Scheduler:
         if len(slot.in_flight) + self.task_group > window:
             self._hungry.discard(sid)
         return batch
+
+    def _starts(self, task: Task) -> bool:
+        """Ask the task's start hook whether it still runs; a cancelled task leaves without a result."""
+        assert task.start is not None
+        if task.start():
+            return True
+        self._forget(task)
+        self.cancelled_total += 1
+        return False
 
     @staticmethod
     def _failed_here(task: Task, sid: str) -> bool:

@@ -84,6 +84,8 @@ class Task:
     retry_after: float = attrs.field(default=0.0, repr=False)
     #: Where the result goes; ``None`` is the master's result list.
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
+    #: Called as the task leaves for a slave; False means it was cancelled and is dropped unsent.
+    start: Callable[[], bool] | None = attrs.field(default=None, repr=False)
 
     @property
     def sid(self) -> str | None:

@@ -1,0 +1,56 @@
+"""Module-level functions that tests/test_executor.py runs through ``mwpy.Executor`` (slaves import this module)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import mwpy
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def add(x: int, y: int = 0, *, scale: int = 1) -> int:
+    return (x + y) * scale
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+class Odd(ValueError):
+    """A user's own exception type: it must come back as itself."""
+
+
+def fail_on_odd(x: int) -> int:
+    if x % 2:
+        raise Odd(f"{x} is odd")
+    return x
+
+
+def wait_for(path: str, value: int = 0) -> int:
+    """Block until ``path`` exists (a gate a test opens), then return ``value``."""
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return value
+
+
+def touch_then_wait(started: str, release: str, value: int = 0) -> int:
+    """Say we started (create ``started``), then wait for ``release``."""
+    with open(started, "w"):
+        pass
+    return wait_for(release, value)
+
+
+@mwpy.task
+def cube(x: int) -> int:
+    return x**3
+
+
+def nested_factory() -> object:
+    def inner(x: int) -> int:
+        return x
+
+    return inner

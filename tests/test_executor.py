@@ -1,0 +1,227 @@
+"""``mwpy.Executor``: a ``concurrent.futures.Executor`` on real slave processes and real sockets.
+
+The behaviours a ``concurrent.futures`` user relies on (map order, exception
+propagation, cancel, shutdown) are written here from the documented semantics
+of ``Executor``/``Future`` and run against ``mwpy.Executor`` with the local
+back end. Functions live in tests/programs/executor_work.py, a module the
+slaves import as ProcessPoolExecutor's workers would.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import subprocess
+import textwrap
+import threading
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+import mwpy
+from tests.programs import executor_work as work
+from tests.support import PYTHON, wait_until
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[mwpy.Executor]:
+    with mwpy.Executor(max_workers=2) as ex:
+        yield ex
+
+
+def test_submit_returns_a_future_with_the_value(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.square, 7)
+    assert isinstance(future, cf.Future)
+    assert future.result(timeout=60) == 49
+    assert future.done()
+    assert not future.running()
+    assert not future.cancelled()
+
+
+def test_arguments_and_keywords_reach_the_function(executor: mwpy.Executor) -> None:
+    assert executor.submit(work.add, 1, y=2, scale=10).result(timeout=60) == 30
+
+
+def test_decorated_functions_work_too(executor: mwpy.Executor) -> None:
+    assert executor.submit(work.cube, 3).result(timeout=60) == 27
+    assert list(executor.map(work.cube, range(5), chunksize=2)) == [0, 1, 8, 27, 64]
+
+
+def test_tasks_run_in_slave_processes(executor: mwpy.Executor) -> None:
+    pids = {f.result(timeout=60) for f in [executor.submit(work.pid) for _ in range(20)]}
+    assert os.getpid() not in pids
+
+
+def test_map_yields_in_input_order(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.square, range(200))) == [x * x for x in range(200)]
+
+
+def test_map_zips_several_iterables_and_stops_at_the_shortest(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.add, [1, 2, 3], [10, 20])) == [11, 22]
+
+
+def test_map_with_chunks_keeps_the_order(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.square, range(101), chunksize=7)) == [x * x for x in range(101)]
+
+
+def test_map_of_nothing_is_empty(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.square, [])) == []
+
+
+def test_map_raises_the_first_failure_in_input_order(executor: mwpy.Executor) -> None:
+    values = executor.map(work.fail_on_odd, [0, 2, 3, 4])
+    assert next(values) == 0
+    assert next(values) == 2
+    with pytest.raises(mwpy.MwpyError):
+        next(values)
+
+
+def test_a_failure_is_not_retried_and_lands_on_its_future(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.fail_on_odd, 1)
+    error = future.exception(timeout=60)
+    assert error is not None
+    assert "1 is odd" in str(error)
+
+
+def test_as_completed_and_wait_work_on_its_futures(executor: mwpy.Executor) -> None:
+    futures = [executor.submit(work.square, x) for x in range(30)]
+    assert sorted(f.result() for f in cf.as_completed(futures, timeout=60)) == [x * x for x in range(30)]
+    done, not_done = cf.wait(futures, timeout=60)
+    assert len(done) == 30
+    assert not not_done
+
+
+def test_results_can_be_awaited_from_other_threads(executor: mwpy.Executor) -> None:
+    futures = [executor.submit(work.square, x) for x in range(10)]
+    with cf.ThreadPoolExecutor(4) as threads:
+        assert list(threads.map(lambda f: f.result(timeout=60), futures)) == [x * x for x in range(10)]
+
+
+def test_a_nested_function_or_lambda_is_refused_at_submit(executor: mwpy.Executor) -> None:
+    with pytest.raises(TypeError, match="module level"):
+        executor.submit(work.nested_factory(), 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="module level"):
+        executor.submit(lambda: 1)
+
+
+def test_an_unpicklable_argument_fails_at_submit(executor: mwpy.Executor) -> None:
+    with pytest.raises(TypeError, match="cannot send"):
+        executor.submit(work.square, threading.Lock())  # type: ignore[arg-type]
+
+
+def gated_executor(tmp_path: Path) -> mwpy.Executor:
+    """One slave that runs one task at a time: what is submitted behind a blocking task stays pending."""
+    return mwpy.Executor(max_workers=1, options=["--mw-slave-window", "1"], workdir=tmp_path / "work")
+
+
+def test_cancel_succeeds_before_a_task_starts_and_not_after(tmp_path: Path) -> None:
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    with gated_executor(tmp_path) as ex:
+        blocker = ex.submit(work.touch_then_wait, started, release, 1)
+        behind = [ex.submit(work.square, x) for x in range(3)]
+        wait_until(blocker.running, 60, "the blocking task to start")
+        assert not blocker.cancel()  # running: too late
+        assert behind[1].cancel()
+        assert behind[1].cancelled()
+        assert behind[1].done()
+        Path(release).touch()
+        assert blocker.result(timeout=60) == 1
+        assert behind[0].result(timeout=60) == 0
+        assert behind[2].result(timeout=60) == 4
+        with pytest.raises(cf.CancelledError):
+            behind[1].result()
+
+
+def test_closing_map_early_cancels_what_has_not_started(tmp_path: Path) -> None:
+    release = str(tmp_path / "release")
+    with gated_executor(tmp_path) as ex:
+        values = ex.map(work.wait_for, [release] * 5, range(5))
+        Path(release).touch()
+        assert next(values) == 0
+        cast(Generator[int, None, None], values).close()  # like breaking out of a for loop
+    # shutdown(wait=True) returned: nothing was left running for ever.
+
+
+def test_shutdown_waits_for_every_future(tmp_path: Path) -> None:
+    ex = mwpy.Executor(max_workers=2, workdir=tmp_path / "work")
+    futures = [ex.submit(work.square, x) for x in range(20)]
+    ex.shutdown(wait=True)
+    assert all(f.done() for f in futures)
+    assert [f.result() for f in futures] == [x * x for x in range(20)]
+
+
+def test_no_submission_after_shutdown(tmp_path: Path) -> None:
+    ex = mwpy.Executor(max_workers=1, workdir=tmp_path / "work")
+    ex.shutdown()
+    with pytest.raises(RuntimeError, match="shutdown"):
+        ex.submit(work.square, 1)
+
+
+def test_shutdown_cancel_futures_cancels_the_pending_and_keeps_the_running(tmp_path: Path) -> None:
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    ex = gated_executor(tmp_path)
+    blocker = ex.submit(work.touch_then_wait, started, release, 5)
+    behind = [ex.submit(work.square, x) for x in range(5)]
+    wait_until(blocker.running, 60, "the blocking task to start")
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert all(f.cancelled() for f in behind)
+    Path(release).touch()
+    assert blocker.result(timeout=60) == 5
+    ex.shutdown(wait=True)
+
+
+def test_the_work_folder_is_removed_at_shutdown() -> None:
+    ex = mwpy.Executor(max_workers=1)
+    folder = ex._workdir
+    assert ex.submit(work.square, 2).result(timeout=60) == 4
+    ex.shutdown()
+    assert not folder.exists()
+
+
+SCRIPT = """\
+    import concurrent.futures
+    import mwpy
+
+
+    def double(x):
+        return 2 * x
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=2) as ex:
+            futures = [ex.submit(double, x) for x in range(10)]
+            print(sorted(f.result() for f in concurrent.futures.as_completed(futures)))
+            print(list(ex.map(double, range(5))))
+"""
+
+
+def test_a_plain_script_s_main_functions_run_on_slaves(tmp_path: Path) -> None:
+    """No @mwpy.master, no mwpy.run(), no --mw-* options: the script is loaded by the slaves as __mp_main__."""
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    done = subprocess.run(
+        check=False, args=[PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str([2 * x for x in range(10)]), "[0, 2, 4, 6, 8]"]
+
+
+def test_a_function_of_an_interactive_session_is_refused_with_the_fix(tmp_path: Path) -> None:
+    code = textwrap.dedent("""\
+        import mwpy
+        def f(x):
+            return x
+        with mwpy.Executor(max_workers=1) as ex:
+            try:
+                ex.submit(f, 1)
+            except TypeError as exc:
+                print(exc)
+    """)
+    done = subprocess.run(
+        check=False, args=[PYTHON, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "interactive session" in done.stdout
+    assert "put it in a module" in done.stdout
