@@ -15,7 +15,9 @@ from mwpy.errors import (
     MwpyError,
     NotInMasterError,
     ProtocolError,
+    RemoteTraceback,
     ResourceFileError,
+    UnrunnableTaskError,
     UsageError,
 )
 from mwpy.executor import Executor
@@ -32,6 +34,8 @@ from mwpy.task import (
     TaskAlgorithm,
     TaskError,
     TaskFailedError,
+    TaskFuture,
+    TaskRaisedError,
     task,
 )
 
@@ -49,6 +53,7 @@ __all__ = [
     "NotInMasterError",
     "Policy",
     "ProtocolError",
+    "RemoteTraceback",
     "ResourceFileError",
     "Result",
     "Slave",
@@ -59,6 +64,9 @@ __all__ = [
     "TaskAlgorithm",
     "TaskError",
     "TaskFailedError",
+    "TaskFuture",
+    "TaskRaisedError",
+    "UnrunnableTaskError",
     "UsageError",
     "__version__",
     "exit_status",

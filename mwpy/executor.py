@@ -63,7 +63,7 @@ from mwpy.errors import ConfigurationError
 from mwpy.master import Master, encode_task
 from mwpy.options import Options, parse
 from mwpy.overseer import Limits, Overseer
-from mwpy.task import DEFAULT_POLICY, Result, TaskAlgorithm, TaskError, TaskFailedError, registry, task
+from mwpy.task import DEFAULT_POLICY, Result, TaskAlgorithm, TaskError, registry, task, task_exception
 
 __all__ = ["Executor"]
 
@@ -126,6 +126,9 @@ class Executor(concurrent.futures.Executor):
         if max_workers < 1:
             raise ConfigurationError("max_workers must be at least 1")
         self._max_workers = max_workers
+        # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
+        if "__main__" in sys.modules:
+            sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
         self._own_workdir = workdir is None
         self._workdir = Path(tempfile.mkdtemp(prefix="mwpy-executor-") if workdir is None else workdir).resolve()
         self._workdir.mkdir(parents=True, exist_ok=True)
@@ -352,7 +355,7 @@ def _settler(future: Future[Any]) -> Callable[[Result], None]:
         if result.error is None:
             future.set_result(result.value)
         else:
-            future.set_exception(TaskFailedError(result))
+            future.set_exception(task_exception(result))
 
     return settle
 

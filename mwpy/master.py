@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -40,9 +41,10 @@ from mwpy.task import (
     Result,
     Task,
     TaskAlgorithm,
-    TaskFailedError,
+    TaskFuture,
     encode_arguments,
     reset_master,
+    task_exception,
     use_master,
 )
 
@@ -83,6 +85,7 @@ class Master:
             black_hole_failures=options.slave_max_failures,
         )
         self._results: list[Result] = []
+        self._owner = threading.get_ident()  # the thread that runs the master (and its loop)
         self._finished = False
         self._tokens: list[contextvars.Token[Master | None]] = []
         self._journal = Journal(options.journal) if options.journal else None
@@ -126,8 +129,12 @@ class Master:
     # ------------------------------------------------------------------ being the current master
 
     def __enter__(self) -> Master:
-        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends."""
+        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends.
+
+        The thread that enters is the one whose ``future.result()`` drives the loop.
+        """
         self._tokens.append(use_master(self))
+        self._owner = threading.get_ident()
         return self
 
     def __exit__(
@@ -154,6 +161,30 @@ class Master:
         payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
         return self._enqueue(algorithm.name, payload, policy, sink)
 
+    def _submit_future(
+        self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskFuture[Any]:
+        """``submit()``: queue a task whose result goes to :meth:`results` and settles the returned future."""
+        if self._finished:
+            raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
+        payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
+        future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
+        self._add(Task(future.task_id, algorithm.name, payload, policy, start=future._start, future=future))
+        return future
+
+    def _wait_for(self, future: TaskFuture[Any], timeout: float | None) -> None:
+        """Drive the loop until ``future`` is done or ``timeout`` passes (only in the thread that runs the master)."""
+        if future.done() or threading.get_ident() != self._owner:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not future.done():
+            if self._finished:
+                raise ComputationFinishedError(f"the computation finished before task {future.task_id} had a result")
+            wait = TICK if deadline is None else min(TICK, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            self._engine.step(wait)
+
     def _enqueue(
         self,
         name: str,
@@ -166,19 +197,25 @@ class Master:
         if self._finished:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
         task = Task(self._sched.new_id(), name, payload, policy, sink=sink, start=start)
+        self._add(task)
+        return task.task_id
+
+    def _add(self, task: Task) -> None:
+        policy = task.policy
         entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
             self._deliver(task, replay)
         else:
             self._sched.add(task)
-        return task.task_id
 
     def _deliver(self, task: Task, result: Result) -> None:
         if task.sink is None:
             self._results.append(result)
         else:
             task.sink(result)
+        if task.future is not None:
+            task.future._settle(result)
 
     # ------------------------------------------------------------------ the event loop
 
@@ -330,7 +367,9 @@ class Master:
     ) -> Iterator[Any]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
-        A task that raised makes the iterator raise :class:`TaskFailedError`.
+        A task that raised makes the iterator raise that exception, as itself
+        (the slave's traceback is its ``__cause__``); one the master cannot
+        rebuild raises :class:`~mwpy.task.TaskRaisedError`, which names its type.
         """
         early: dict[int, Result] = {}
         next_index = 0
@@ -340,7 +379,7 @@ class Master:
                 ready = early.pop(next_index)
                 next_index += 1
                 if ready.error is not None:
-                    raise TaskFailedError(ready)
+                    raise task_exception(ready)
                 yield ready.value
 
     def _stream(

@@ -36,7 +36,8 @@ import attrs
 
 from mwpy.errors import ConfigurationError, ProtocolError
 
-PROTOCOL_VERSION = 1
+#: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
+PROTOCOL_VERSION = 2
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -256,8 +257,10 @@ def derive_channel(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is
 # --------------------------------------------------------------------------
 # Results: how a task's value or exception travels (the slave encodes, the master decodes)
 
-#: What a decoded failure is: (exception type name, message, traceback text).
-Failure = tuple[str, str, str]
+#: What a decoded failure is: (exception type name, message, traceback text, pickled exception or None).
+Failure = tuple[str, str, str, bytes | None]
+#: A pickled exception bigger than this travels as text only (its type, message and traceback).
+MAX_PICKLED_EXCEPTION = 1024 * 1024
 
 
 def encode_value(value: Any) -> bytes:
@@ -265,19 +268,33 @@ def encode_value(value: Any) -> bytes:
     return pickle.dumps(value, PICKLE_PROTOCOL)
 
 
-def encode_failure(kind: str, message: str, trace: str = "") -> bytes:
-    """A failure on the wire: three strings, so it always unpickles on the master."""
-    return pickle.dumps((kind, message, trace), PICKLE_PROTOCOL)
+def encode_failure(kind: str, message: str, trace: str = "", exception: bytes | None = None) -> bytes:
+    """A failure on the wire: three strings (so it always unpickles on the master) and maybe the exception."""
+    return pickle.dumps((kind, message, trace, exception), PICKLE_PROTOCOL)
 
 
 def encode_error(exc: BaseException) -> bytes:
-    """The exception being handled as a failure (call from inside ``except``)."""
+    """The exception being handled as a failure (call from inside ``except``).
+
+    The exception itself goes along, pickled on its own, when it is an
+    ``Exception`` that pickles (a ``SystemExit`` raised on the master by
+    ``future.result()`` would end the wrong program): the master raises it as
+    itself when it can unpickle it, and falls back to the three strings.
+    """
     kind = type(exc).__qualname__
     try:
         message = str(exc)
     except Exception:
         message = f"<unprintable {kind}>"
-    return encode_failure(kind, message, traceback.format_exc())
+    pickled = None
+    if isinstance(exc, Exception):
+        try:
+            pickled = pickle.dumps(exc, PICKLE_PROTOCOL)
+        except Exception:
+            pickled = None
+        if pickled is not None and len(pickled) > MAX_PICKLED_EXCEPTION:
+            pickled = None
+    return encode_failure(kind, message, traceback.format_exc(), pickled)
 
 
 def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
@@ -285,12 +302,22 @@ def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
     try:
         decoded = pickle.loads(blob)
     except Exception as exc:
-        return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "")
+        return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "", None)
     if ok:
         return decoded, None
-    if type(decoded) is tuple and len(decoded) == 3 and all(type(part) is str for part in decoded):
+    if (
+        type(decoded) is tuple
+        and len(decoded) == 4
+        and all(type(part) is str for part in decoded[:3])
+        and (decoded[3] is None or type(decoded[3]) is bytes)
+    ):
         return None, decoded
-    return None, ("ResultDecodeError", "the slave sent a failure that is not (type, message, traceback)", "")
+    return None, (
+        "ResultDecodeError",
+        "the slave sent a failure that is not (type, message, traceback, exception)",
+        "",
+        None,
+    )
 
 
 # --------------------------------------------------------------------------

@@ -138,6 +138,8 @@ class Scheduler:
     def _drop(self, task: Task) -> None:
         self._forget(task)
         self._unrunnable.append(task)
+        if task.future is not None:
+            task.future._unrunnable()
 
     def _forget(self, task: Task) -> None:
         self._pending[task.algorithm] -= 1

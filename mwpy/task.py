@@ -19,6 +19,7 @@ Two pieces of process state live here, both explicit objects:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
 import inspect
 import math
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
-from mwpy.errors import MwpyError, NotInMasterError
+from mwpy.errors import MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
 from mwpy.protocol import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class Task:
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
     #: Called as the task leaves for a slave; False means it was cancelled and is dropped unsent.
     start: Callable[[], bool] | None = attrs.field(default=None, repr=False)
+    #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable).
+    future: TaskFuture[Any] | None = attrs.field(default=None, repr=False)
 
     @property
     def sid(self) -> str | None:
@@ -106,11 +109,17 @@ class Task:
 
 @attrs.frozen
 class TaskError:
-    """Why a task produced no value: the exception as text, so it always travels."""
+    """Why a task produced no value: the exception as text, so it always travels.
+
+    ``pickled`` is the exception itself, pickled on the slave when it could
+    be: :meth:`exception` rebuilds it for futures, ``mw.map`` and
+    ``Executor.map``, which raise it as itself.
+    """
 
     type: str
     message: str
     traceback: str
+    pickled: bytes | None = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen
@@ -132,6 +141,55 @@ class Result:
         return self.error is None
 
 
+class TaskFuture(concurrent.futures.Future[R]):
+    """What ``submit()`` returns in a master algorithm: a ``concurrent.futures.Future`` with the task's id.
+
+    ``result()`` and ``exception()`` called in the master's thread drive the
+    master loop until the task is answered (nobody else would), so a master
+    algorithm can simply write ``hello.submit(x).result()``. From another
+    thread they wait like any future. ``cancel()`` succeeds until the task
+    leaves for a slave; a cancelled task never reaches ``mw.results()``.
+    Every other result still appears in ``mw.results()`` as well: the loop
+    API is unchanged, and the future is a second view of the same result.
+    """
+
+    def __init__(self, task_id: int, master: Master) -> None:
+        super().__init__()
+        self.task_id = task_id
+        self._master = master
+
+    def __repr__(self) -> str:
+        return f"<TaskFuture task {self.task_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
+
+    def result(self, timeout: float | None = None) -> R:
+        """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``)."""
+        self._master._wait_for(self, timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The task's exception as itself, or None; waits like :meth:`result`."""
+        self._master._wait_for(self, timeout)
+        return super().exception(timeout)
+
+    def _start(self) -> bool:
+        """The task's start hook (see :attr:`Task.start`): running from now on, unless it was cancelled."""
+        return self.running() or self.set_running_or_notify_cancel()
+
+    def _settle(self, result: Result) -> None:
+        if self.done():
+            return
+        if result.error is None:
+            self.set_result(result.value)
+        else:
+            self.set_exception(task_exception(result))
+
+    def _unrunnable(self) -> None:
+        if not self.done():
+            self.set_exception(
+                UnrunnableTaskError(f"task {self.task_id}: its slave vanished and its policy forbids running it again")
+            )
+
+
 class TaskFailedError(MwpyError):
     """Raised by the convenience API when a task raised on its slave."""
 
@@ -142,6 +200,41 @@ class TaskFailedError(MwpyError):
             f"task {result.algorithm!r} failed on {result.slave_id}: "
             f"{result.error.type}: {result.error.message}\n{result.error.traceback}"
         )
+
+
+class TaskRaisedError(TaskFailedError):
+    """A task raised an exception the master cannot rebuild (its class does not unpickle here).
+
+    ``type_name`` names the exception's type as the slave saw it; the
+    message and the slave's traceback are in the text, as for
+    :class:`TaskFailedError`.
+    """
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result)
+        assert result.error is not None
+        self.type_name = result.error.type
+
+
+def task_exception(result: Result) -> BaseException:
+    """The exception to raise for a failed ``result``: the task's own when it unpickles, else a TaskFailedError.
+
+    The slave's traceback is attached as ``__cause__`` (a
+    :class:`~mwpy.errors.RemoteTraceback`, as ``concurrent.futures`` attaches
+    its ``_RemoteTraceback``), so an uncaught one prints both.
+    """
+    error = result.error
+    assert error is not None
+    exc: BaseException | None = None
+    if error.pickled is not None:
+        try:
+            exc = pickle.loads(error.pickled)
+        except Exception:
+            exc = None
+    if not isinstance(exc, Exception):
+        return TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
+    exc.__cause__ = RemoteTraceback(error.traceback, result)
+    return exc
 
 
 def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -215,9 +308,9 @@ class TaskAlgorithm(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
-    def submit(self, *args: P.args, **kwargs: P.kwargs) -> int:
-        """Queue one task with the default policy; returns its task id."""
-        return _current_master(f"{self.name}.submit()")._submit(self, DEFAULT_POLICY, args, kwargs)
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
+        """Queue one task with the default policy; returns its future (``.task_id`` is its id)."""
+        return _current_master(f"{self.name}.submit()")._submit_future(self, DEFAULT_POLICY, args, kwargs)
 
     def with_policy(
         self,
@@ -275,9 +368,10 @@ class Submitter(Generic[P, R]):
     algorithm: TaskAlgorithm[P, R]
     policy: Policy
 
-    def submit(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
+        """Queue one task under this policy; returns its future (``.task_id`` is its id)."""
         name = self.algorithm.name
-        return _current_master(f"{name}.submit()")._submit(self.algorithm, self.policy, args, kwargs)
+        return _current_master(f"{name}.submit()")._submit_future(self.algorithm, self.policy, args, kwargs)
 
     __call__ = submit
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import mwpy
-from mwpy import NotInMasterError, Submitter, TaskFailedError
+from mwpy import NotInMasterError, RemoteTraceback, Result, Submitter
 from mwpy.task import Policy, lookup
 from tests.programs.workload import (
     checked,
@@ -55,7 +55,7 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 
 def test_every_kind_of_parameter_arrives_intact_on_the_slave(lm: LocalMaster) -> None:
     lm.start_slave()
-    ids = [signature.submit(*args, **kwargs) for args, kwargs in CALLS]
+    ids = [signature.submit(*args, **kwargs).task_id for args, kwargs in CALLS]
     for task_id, (args, kwargs) in zip(ids, CALLS, strict=True):
         result = lm.result_of(task_id)
         assert result.ok, result.error
@@ -85,9 +85,9 @@ def test_a_task_that_raises_gives_a_failed_result_and_the_slave_keeps_working(
     lm: LocalMaster, kind: str, message: str, shown: str
 ) -> None:
     slave = lm.start_slave()
-    before = lm.result_of(whoami.submit())
-    failed = lm.result_of(fail.with_policy(tag="t").submit(kind, message))
-    after = lm.result_of(whoami.submit())
+    before = lm.result_of(whoami.submit().task_id)
+    failed = lm.result_of(fail.with_policy(tag="t").submit(kind, message).task_id)
+    after = lm.result_of(whoami.submit().task_id)
 
     assert not failed.ok
     assert failed.value is None
@@ -105,16 +105,16 @@ def test_a_task_that_raises_gives_a_failed_result_and_the_slave_keeps_working(
 
 def test_a_result_that_cannot_be_pickled_fails_cleanly(lm: LocalMaster) -> None:
     slave = lm.start_slave()
-    failed = lm.result_of(unpicklable_result.submit())
+    failed = lm.result_of(unpicklable_result.submit().task_id)
     assert failed.error is not None
     assert "pickle" in (failed.error.type + failed.error.message).lower()
-    assert lm.result_of(square.submit(3)).value == 9
+    assert lm.result_of(square.submit(3).task_id).value == 9
     assert slave.alive()
 
 
 def test_submit_on_a_slave_fails_the_task_with_not_in_master_error(lm: LocalMaster) -> None:
     lm.start_slave()
-    failed = lm.result_of(nested_submit.submit())
+    failed = lm.result_of(nested_submit.submit().task_id)
     assert failed.error is not None
     assert failed.error.type == "NotInMasterError"
     assert "square.submit()" in failed.error.message
@@ -147,7 +147,7 @@ def test_arguments_bigger_than_the_write_buffer_raise_at_submit(tmp_path: Path) 
         with pytest.raises(ValueError, match=r"--mw-max-write-buffer-size 4096"):
             size_of.submit(b"x" * 10_000)
         assert lm.mw.pending_tasks() == 0
-        assert size_of.submit(b"x" * 100) > 0
+        assert size_of.submit(b"x" * 100).task_id > 0
 
 
 # ---------------------------------------------------------------------- task policy
@@ -159,8 +159,8 @@ def test_tags_come_back_unchanged_and_with_policy_submits_under_a_fixed_policy(l
     submitter = square.with_policy(tag=tag)
     assert isinstance(submitter, Submitter)
     assert submitter.policy == Policy(tag=tag)
-    ids = [submitter(i) for i in range(5)] + [submitter.submit(10)]
-    plain = square.submit(4)
+    ids = [submitter(i).task_id for i in range(5)] + [submitter.submit(10).task_id]
+    plain = square.submit(4).task_id
     values = {lm.result_of(t).task_id: lm.result_of(t) for t in [*ids, plain]}
     assert [values[t].value for t in ids] == [0, 1, 4, 9, 16, 100]
     assert all(values[t].tag == tag for t in ids)
@@ -178,7 +178,7 @@ def test_target_numbers_per_algorithm_and_general(lm: LocalMaster) -> None:
     assert square.upto_target_number() == 5
     assert mw.upto_target_number() == 10
 
-    first = [square.submit(i) for i in range(3)]
+    first = [square.submit(i).task_id for i in range(3)]
     whoami.submit()
     assert (square.pending_tasks(), square.upto_target_number()) == (3, 2)
     assert (whoami.pending_tasks(), whoami.upto_target_number()) == (1, 1)
@@ -213,16 +213,19 @@ def test_map_yields_values_in_input_order(lm: LocalMaster) -> None:
     assert lm.mw.results() == []  # map's results go only to map
 
 
-def test_map_raises_task_failed_error_at_the_failed_input(lm: LocalMaster) -> None:
+def test_map_raises_the_task_s_own_exception_at_the_failed_input(lm: LocalMaster) -> None:
     lm.start_slave()
     values = lm.mw.map(checked, [1, 2, -3, 4])
     assert [next(values), next(values)] == [1, 2]
-    with pytest.raises(TaskFailedError) as caught:
+    with pytest.raises(ValueError, match="negative: -3") as caught:
         next(values)
-    result = caught.value.result
+    cause = caught.value.__cause__
+    assert isinstance(cause, RemoteTraceback)  # the slave's traceback, as concurrent.futures attaches it
+    assert "ValueError: negative: -3" in str(cause)
+    result = cause.result
+    assert isinstance(result, Result)
     assert result.error is not None
     assert (result.error.type, result.error.message) == ("ValueError", "negative: -3")
-    assert "ValueError: negative: -3" in str(caught.value)
 
 
 @pytest.mark.timeout(60)  # an eager as_completed would read the endless input forever

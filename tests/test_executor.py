@@ -70,19 +70,38 @@ def test_map_of_nothing_is_empty(executor: mwpy.Executor) -> None:
     assert list(executor.map(work.square, [])) == []
 
 
-def test_map_raises_the_first_failure_in_input_order(executor: mwpy.Executor) -> None:
+def test_map_raises_the_first_failure_in_input_order_as_itself(executor: mwpy.Executor) -> None:
     values = executor.map(work.fail_on_odd, [0, 2, 3, 4])
     assert next(values) == 0
     assert next(values) == 2
-    with pytest.raises(mwpy.MwpyError):
+    with pytest.raises(work.Odd, match="3 is odd"):
         next(values)
 
 
-def test_a_failure_is_not_retried_and_lands_on_its_future(executor: mwpy.Executor) -> None:
+def test_a_task_s_exception_comes_back_as_itself_with_the_slave_s_traceback(executor: mwpy.Executor) -> None:
     future = executor.submit(work.fail_on_odd, 1)
-    error = future.exception(timeout=60)
-    assert error is not None
-    assert "1 is odd" in str(error)
+    with pytest.raises(ValueError, match="1 is odd") as caught:  # except ValueError: can be written
+        future.result(timeout=60)
+    assert type(caught.value) is work.Odd
+    cause = caught.value.__cause__
+    assert isinstance(cause, mwpy.RemoteTraceback)
+    assert "in fail_on_odd" in str(cause)
+    assert 'raise Odd(f"{x} is odd")' in str(cause)
+
+
+def test_an_exception_the_master_cannot_rebuild_names_its_type(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.raise_unpicklable)
+    with pytest.raises(mwpy.TaskRaisedError) as caught:
+        future.result(timeout=60)
+    assert caught.value.type_name == "Unpicklable"
+    assert "Unpicklable: carries a lock" in str(caught.value)
+
+
+def test_a_failure_is_not_retried(executor: mwpy.Executor, tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    future = executor.submit(work.count_and_fail, str(counter))
+    assert isinstance(future.exception(timeout=60), RuntimeError)
+    assert counter.read_text() == "x"  # one run: a task that raises is a result
 
 
 def test_as_completed_and_wait_work_on_its_futures(executor: mwpy.Executor) -> None:

@@ -252,11 +252,15 @@ def test_results_round_trip_through_the_protocol_encoders() -> None:
     assert failure is not None
     assert failure[:2] == ("KeyError", "'k'")
     assert "raise KeyError" in failure[2]
+    assert failure[3] is not None
+    assert repr(pickle.loads(failure[3])) == "KeyError('k')"  # the exception itself travels too
     undecodable = protocol.decode_outcome(True, b"garbage")[1]
     assert undecodable is not None
     assert undecodable[0] == "ResultDecodeError"
     assert undecodable[1].startswith("the master cannot unpickle the result: UnpicklingError")
-    assert protocol.decode_outcome(False, protocol.encode_value(42))[1] is not None  # a failure must be 3 strings
+    assert (
+        protocol.decode_outcome(False, protocol.encode_value(42))[1] is not None
+    )  # a failure must be 3 strings and bytes
 
 
 def test_a_tls_certificate_that_cannot_be_read_is_a_configuration_error(tmp_path: Path) -> None:
@@ -554,7 +558,7 @@ def test_with_master_makes_it_current_and_restores_the_previous_one(tmp_path: Pa
             assert current_master() is outer
             with Master(options, audit=audit, secret=b"s" * 32, program=str(program)) as inner:
                 assert current_master() is inner
-                assert double.submit(1) == 1
+                assert double.submit(1).task_id == 1
             assert current_master() is outer
             with pytest.raises(ComputationFinishedError):
                 inner._submit(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import mwpy
@@ -28,6 +29,25 @@ def fail_on_odd(x: int) -> int:
     if x % 2:
         raise Odd(f"{x} is odd")
     return x
+
+
+class Unpicklable(Exception):
+    """Its lock cannot be pickled, so only its type name, message and traceback reach the master."""
+
+    def __init__(self) -> None:
+        super().__init__("carries a lock")
+        self.lock = threading.Lock()
+
+
+def raise_unpicklable() -> None:
+    raise Unpicklable
+
+
+def count_and_fail(path: str) -> None:
+    """Append one mark to ``path`` per run, then fail: the marks count the runs."""
+    with open(path, "a") as out:
+        out.write("x")
+    raise RuntimeError("always")
 
 
 def wait_for(path: str, value: int = 0) -> int:

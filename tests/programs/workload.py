@@ -81,7 +81,7 @@ def unpicklable_result() -> Any:
 @mwpy.task
 def nested_submit() -> int:
     """Try to submit from inside a task (on a slave, where no master runs)."""
-    return square.submit(1)
+    return square.submit(1).task_id
 
 
 @mwpy.task
@@ -125,7 +125,7 @@ def tiny(x: int) -> int:
 
 
 def _run(count: int) -> int:
-    ids = {square.submit(i): i for i in range(count)}
+    ids = {square.submit(i).task_id: i for i in range(count)}
     seen = 0
     while seen < count:
         mwpy_master.loop()
