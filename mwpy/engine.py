@@ -32,7 +32,7 @@ from mwpy.options import Options
 from mwpy.protocol import ExitCode, Results
 from mwpy.scheduler import Scheduler
 from mwpy.session import HandshakeReply, MasterSession, MasterState, Refused
-from mwpy.task import Result, Task, TaskError
+from mwpy.task import Result, Task, TaskError, task_exception
 
 #: Bytes read from a socket per call.
 RECV_SIZE = 256 * 1024
@@ -79,6 +79,15 @@ def decode_result(
     if failure is None:
         return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))
+
+
+def _retryable(task: Task, result: Result) -> bool:
+    """Whether the policy's ``retry_on`` (if any) covers the exception the task raised."""
+    kinds = task.policy.retry_on
+    if kinds is None:
+        return True
+    exc = task_exception(result)
+    return isinstance(exc, kinds)
 
 
 class Engine:
@@ -330,7 +339,7 @@ class Engine:
                 holes += sched.succeeded(sid, task)
                 if task.policy.key is not None and self._journal is not None:
                     self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
-            elif result.error.type not in _NOT_RETRIED and sched.failed(sid, task):
+            elif result.error.type not in _NOT_RETRIED and _retryable(task, result) and sched.failed(sid, task):
                 self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
                 continue
             sched.complete(task)

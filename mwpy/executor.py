@@ -30,8 +30,8 @@ How it is built, and why:
 * A future is *running* from the moment its task leaves for a slave (the
   scheduler asks the task's start hook); ``cancel()`` succeeds before that,
   and a cancelled task is dropped unsent.
-* A task that raises is a result (its future raises), never run again: the
-  executor sets ``--mw-task-attempts 1``. A slave that vanishes still has its
+* A task that raises is a result (its future raises its exception), run again
+  only when ``@mwpy.task(retries=N)`` asks. A slave that vanishes still has its
   tasks run elsewhere.
 """
 
@@ -63,7 +63,7 @@ from mwpy.errors import ConfigurationError
 from mwpy.master import Master, encode_task
 from mwpy.options import Options, parse
 from mwpy.overseer import Limits, Overseer
-from mwpy.task import DEFAULT_POLICY, Result, TaskAlgorithm, TaskError, registry, task, task_exception
+from mwpy.task import DEFAULT_POLICY, Policy, Result, TaskAlgorithm, TaskError, registry, task, task_exception
 
 __all__ = ["Executor"]
 
@@ -97,6 +97,7 @@ class _Submission:
     future: Future[Any]
     name: str
     payload: bytes
+    policy: Policy
 
 
 class Executor(concurrent.futures.Executor):
@@ -177,6 +178,7 @@ class Executor(concurrent.futures.Executor):
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         name, payload = self._encode(fn, args, kwargs)
+        policy = fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY  # @mwpy.task(retries=...) holds
         future: Future[R] = Future()
         with self._lock:
             if self._broken is not None:
@@ -185,7 +187,7 @@ class Executor(concurrent.futures.Executor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._unfinished += 1
             self._waiting.add(future)
-            self._incoming.append(_Submission(future, name, payload))
+            self._incoming.append(_Submission(future, name, payload, policy))
         future.add_done_callback(self._one_done)
         self._master._engine.wake()
         return future
@@ -269,7 +271,7 @@ class Executor(concurrent.futures.Executor):
             master._enqueue(
                 item.name,
                 item.payload,
-                DEFAULT_POLICY,
+                item.policy,
                 sink=_settler(future),
                 start=_starter(future),
             )
@@ -378,8 +380,6 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Optio
         member_id=f"executor-{os.getpid()}-{next(_numbers)}",
         slave_executable=parsed.slave_executable or sys.executable,
         slave_arguments=(*parsed.slave_arguments, _script(), os.getcwd()),
-        # A task that raises is a result, not a reason to run it again, unless the user asks.
-        task_attempts=parsed.task_attempts if any(o.startswith("--mw-task-attempts") for o in extra) else 1,
     )
 
 

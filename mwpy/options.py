@@ -45,7 +45,7 @@ class Options:
     slave_arguments: tuple[str, ...] = ()
     slave_bundle: bool = False
     secret_file: str | None = None
-    task_attempts: int = 3
+    task_attempts: int = 1
     journal: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -237,7 +237,8 @@ _SPECS: dict[str, _Spec] = {
         "task_attempts",
         "N",
         "mwpy: runs a task that raised gets (on other slaves where possible) before its failure "
-        "is handed to the master algorithm. Default 3; 1 hands over the first failure.",
+        "is handed to the master algorithm, for tasks without retries= of their own. Default 1: "
+        "a task that raises is a result, not retried.",
         positive_int,
         "a positive integer",
     ),

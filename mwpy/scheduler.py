@@ -168,7 +168,7 @@ class Scheduler:
         slot = self._slots.get(sid)
         if slot is not None:
             task.failed_on.append((sid, slot.streak))
-        if len(task.failed_on) >= self.task_attempts or task.policy.sid is not None:
+        if len(task.failed_on) >= task.policy.attempts(self.task_attempts) or task.policy.sid is not None:
             return False
         task.retry_after = time.monotonic() + RETRY_DELAY * len(task.failed_on)
         self._unordered.append(task)  # at the back: most likely another slave takes it

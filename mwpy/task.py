@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
-from mwpy.errors import MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
+from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
 from mwpy.protocol import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
@@ -53,6 +53,10 @@ class Policy:
     unordered pool instead of becoming unrunnable.
     ``key``: a stable name for the task; with a journal, a task whose key
     already has a journaled result is answered from the journal.
+    ``retries``: how many more times a task that *raised* runs (on other
+    slaves where possible) before its failure is handed over; ``None``: the
+    master's ``--mw-task-attempts`` (default: none), or none at all when
+    ``retry=False``. ``retry_on``: retry only exceptions of these types.
     """
 
     sid: str | None = None
@@ -60,6 +64,14 @@ class Policy:
     retry: bool = True
     do_it_anyway: bool = False
     key: str | None = None
+    retries: int | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+
+    def attempts(self, default: int) -> int:
+        """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
+        if self.retries is not None:
+            return 1 + self.retries
+        return default if self.retry else 1
 
 
 DEFAULT_POLICY = Policy()
@@ -283,9 +295,11 @@ class TaskAlgorithm(Generic[P, R]):
     memory.
     """
 
-    def __init__(self, fn: Callable[P, R], name: str) -> None:
+    def __init__(self, fn: Callable[P, R], name: str, policy: Policy = DEFAULT_POLICY) -> None:
         self.fn = fn
         self.name = name
+        #: The policy ``submit()`` uses, and the defaults ``with_policy()`` starts from.
+        self.policy = policy
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self._signature, self._positional = _arity(fn)
@@ -310,7 +324,7 @@ class TaskAlgorithm(Generic[P, R]):
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
         """Queue one task with the default policy; returns its future (``.task_id`` is its id)."""
-        return _current_master(f"{self.name}.submit()")._submit_future(self, DEFAULT_POLICY, args, kwargs)
+        return _current_master(f"{self.name}.submit()")._submit_future(self, self.policy, args, kwargs)
 
     def with_policy(
         self,
@@ -320,9 +334,24 @@ class TaskAlgorithm(Generic[P, R]):
         retry: bool = True,
         do_it_anyway: bool = False,
         key: str | None = None,
+        retries: int | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
     ) -> Submitter[P, R]:
-        """A submitter that queues tasks of this algorithm under one fixed policy."""
-        return Submitter(self, Policy(sid, tag, retry, do_it_anyway, key))
+        """A submitter that queues tasks of this algorithm under one fixed policy.
+
+        ``retries``/``retry_on`` left out keep what ``@mwpy.task(...)`` declared.
+        """
+        base = self.policy
+        policy = Policy(
+            sid,
+            tag,
+            retry,
+            do_it_anyway,
+            key,
+            base.retries if retries is None else _check_retries(retries),
+            base.retry_on if retry_on is None else _check_retry_on(retry_on),
+        )
+        return Submitter(self, policy)
 
     @property
     def target_number(self) -> int:
@@ -376,23 +405,61 @@ class Submitter(Generic[P, R]):
     __call__ = submit
 
 
+def _check_retries(retries: int) -> int:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigurationError(f"retries must be a non-negative int, not {retries!r}")
+    return retries
+
+
+def _check_retry_on(retry_on: object) -> tuple[type[BaseException], ...]:
+    kinds = (retry_on,) if isinstance(retry_on, type) else retry_on
+    if not isinstance(kinds, tuple) or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+        raise ConfigurationError(f"retry_on must be a tuple of exception classes, not {retry_on!r}")
+    return kinds
+
+
 @overload
 def task(fn: Callable[P, R], /) -> TaskAlgorithm[P, R]: ...
 @overload
-def task(*, name: str | None = None) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
+def task(
+    *,
+    name: str | None = None,
+    retries: int | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
 def task(
-    fn: Callable[P, R] | None = None, /, *, name: str | None = None
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
-    """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...")``.
+    """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
     Slaves look algorithms up by name, so each name must be unique in the
-    program; the default name is the function's qualified name.
+    program; the default name is the function's qualified name. A task that
+    raises is a result unless ``retries`` asks for more runs (only for
+    ``retry_on`` exceptions, when given). The function must be defined at
+    module level, where slaves can find it: a nested function or a lambda is
+    refused here rather than failing on the slave.
     """
+    policy = Policy(
+        retries=None if retries is None else _check_retries(retries),
+        retry_on=None if retry_on is None else _check_retry_on(retry_on),
+    )
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:
-        algorithm = TaskAlgorithm(f, name or f.__qualname__)
+        qualname = getattr(f, "__qualname__", "")
+        if name is None and ("<locals>" in qualname or "<lambda>" in qualname):
+            raise ConfigurationError(
+                f"@mwpy.task on {qualname}: slaves find task algorithms by name when they import the "
+                "program, so a nested function or a lambda cannot be one; define it with def at module "
+                "level (or give it a name= and define it at import time)"
+            )
+        algorithm = TaskAlgorithm(f, name or f.__qualname__, policy)
         registry.add(algorithm)
         return algorithm
 

@@ -121,6 +121,35 @@ def tiny(x: int) -> int:
     return x
 
 
+def _count_run(path: str) -> int:
+    """Append one mark to ``path``; the number of marks (this run included) counts the runs."""
+    with open(path, "a") as out:
+        out.write("x")
+    return len(Path(path).read_text())
+
+
+@mwpy.task
+def raise_counted(path: str, kind: str) -> None:
+    """Count the run, then raise ``kind`` (OSError or ValueError): a task without a retries= of its own."""
+    _count_run(path)
+    raise OSError("os") if kind == "OSError" else ValueError("value")
+
+
+@mwpy.task(retries=2)
+def fail_then_succeed(path: str, failures: int) -> int:
+    """Raise on the first ``failures`` runs, then return the run's number."""
+    run = _count_run(path)
+    if run <= failures:
+        raise RuntimeError(f"run {run} fails")
+    return run
+
+
+@mwpy.task(retries=3, retry_on=(OSError,))
+def retried_on_oserror(path: str, kind: str) -> None:
+    _count_run(path)
+    raise OSError("os") if kind == "OSError" else ValueError("value")
+
+
 # ---------------------------------------------------------------------- master algorithm
 
 
