@@ -41,6 +41,7 @@ import argparse
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import os
 import secrets
@@ -198,13 +199,17 @@ class Executor(concurrent.futures.Executor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
+        **kwargs: Any,
     ) -> Iterator[R]:
         """Like ``ProcessPoolExecutor.map``: values in input order; ``chunksize`` arguments per task.
 
-        Closing the iterator early (``break``, an exception) cancels every task not started.
+        ``kwargs`` go to every call (as with dask's ``client.map``). Closing the
+        iterator early (``break``, an exception) cancels every task not started.
         """
         if chunksize < 1:
             raise ValueError("chunksize must be at least 1")
+        if kwargs:
+            fn = functools.partial(_unwrap(fn), **kwargs)
         if chunksize == 1:
             return super().map(fn, *iterables, timeout=timeout)
         chunks = _chunks(zip(*iterables, strict=False), chunksize)
@@ -292,6 +297,9 @@ class Executor(concurrent.futures.Executor):
         if isinstance(fn, TaskAlgorithm):
             _check_travels(fn.fn)
             return fn.name, encode_task(fn, args, kwargs, limit)
+        if isinstance(fn, functools.partial):
+            _check_travels(fn.func)
+            return _call.name, encode_task(_call, (fn, args, kwargs), {}, limit)
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
         _check_travels(fn)

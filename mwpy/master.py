@@ -346,6 +346,7 @@ class Master:
         *iterables: Iterable[Any],
         window: int = 10_000,
         key: Callable[..., str] | None = None,
+        **kwargs: Any,
     ) -> Iterator[Result]:
         """Run ``algorithm`` over the zipped ``iterables``; yield each Result as it arrives.
 
@@ -354,9 +355,11 @@ class Master:
         these tasks go only to this iterator, never to :meth:`results`.
         Each result's ``tag`` is the position of its arguments in the input;
         ``key(*args)`` names each task for the journal (``--mw-journal``).
+        ``kwargs`` go to every call, as with dask's ``client.map``. Closing the
+        iterator (``break``) cancels every task that has not left for a slave.
         """
-        for _, result in self._stream(algorithm, iterables, window, key):
-            yield result
+        stream = self._stream(_check_algorithm("as_completed", algorithm), iterables, window, key, kwargs)
+        return _as_they_come(stream)
 
     def map(
         self,
@@ -364,23 +367,17 @@ class Master:
         *iterables: Iterable[Any],
         window: int = 10_000,
         key: Callable[..., str] | None = None,
+        **kwargs: Any,
     ) -> Iterator[Any]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
         A task that raised makes the iterator raise that exception, as itself
         (the slave's traceback is its ``__cause__``); one the master cannot
         rebuild raises :class:`~mwpy.task.TaskRaisedError`, which names its type.
+        ``kwargs`` go to every call; closing the iterator cancels what has not started.
         """
-        early: dict[int, Result] = {}
-        next_index = 0
-        for index, result in self._stream(algorithm, iterables, window, key):
-            early[index] = result
-            while next_index in early:
-                ready = early.pop(next_index)
-                next_index += 1
-                if ready.error is not None:
-                    raise task_exception(ready)
-                yield ready.value
+        stream = self._stream(_check_algorithm("map", algorithm), iterables, window, key, kwargs)
+        return _in_order(stream)
 
     def _stream(
         self,
@@ -388,30 +385,50 @@ class Master:
         iterables: tuple[Iterable[Any], ...],
         window: int,
         key: Callable[..., str] | None,
+        kwargs: dict[str, Any],
     ) -> Iterator[tuple[int, Result]]:
         """Submit lazily, at most ``window`` outstanding; yield (input position, result)."""
         if window < 1:
             raise ConfigurationError("window must be at least 1")
+        return self._streaming(algorithm, iterables, window, key, kwargs)
+
+    def _streaming(
+        self,
+        algorithm: TaskAlgorithm[..., Any],
+        iterables: tuple[Iterable[Any], ...],
+        window: int,
+        key: Callable[..., str] | None,
+        kwargs: dict[str, Any],
+    ) -> Iterator[tuple[int, Result]]:
         arrived: deque[tuple[int, Result]] = deque()
         items = enumerate(zip(*iterables, strict=False))
         outstanding = 0
         exhausted = False
-        while True:
-            while not exhausted and outstanding < window:
-                item = next(items, None)
-                if item is None:
-                    exhausted = True
-                    break
-                index, args = item
-                policy = Policy(tag=index, key=None if key is None else key(*args))
-                self._submit(algorithm, policy, args, {}, sink=functools.partial(_put, arrived, index))
-                outstanding += 1
-            if not arrived:
-                if exhausted and not outstanding:
-                    return
-                self._run_until(lambda: bool(arrived))
-            outstanding -= 1
-            yield arrived.popleft()
+        open_ = [True]  # cleared when the consumer closes the iterator: queued tasks are then dropped unsent
+
+        def start() -> bool:
+            return open_[0]
+
+        try:
+            while True:
+                while not exhausted and outstanding < window:
+                    item = next(items, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    index, args = item
+                    policy = attrs.evolve(algorithm.policy, tag=index, key=None if key is None else key(*args))
+                    payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
+                    self._enqueue(algorithm.name, payload, policy, functools.partial(_put, arrived, index), start)
+                    outstanding += 1
+                if not arrived:
+                    if exhausted and not outstanding:
+                        return
+                    self._run_until(lambda: bool(arrived))
+                outstanding -= 1
+                yield arrived.popleft()
+        finally:
+            open_[0] = False
 
     # ------------------------------------------------------------------ the end
 
@@ -440,6 +457,46 @@ def encode_task(
             f"of --mw-max-write-buffer-size {max_frame} bytes can carry"
         )
     return payload
+
+
+def _check_algorithm(form: str, algorithm: object) -> TaskAlgorithm[Any, Any]:
+    """A plain function given to ``mw.map``: say what to do instead of failing deep inside."""
+    if not isinstance(algorithm, TaskAlgorithm):
+        name = getattr(algorithm, "__qualname__", type(algorithm).__name__)
+        raise TypeError(
+            f"mw.{form}() runs task algorithms: decorate {name} with @mwpy.task "
+            "(or use mwpy.Executor, which takes plain module-level functions)"
+        )
+    return algorithm
+
+
+def _as_they_come(stream: Iterator[tuple[int, Result]]) -> Iterator[Result]:
+    try:
+        for _, result in stream:
+            yield result
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # cancels what has not started
+
+
+def _in_order(stream: Iterator[tuple[int, Result]]) -> Iterator[Any]:
+    """Values of (position, result) pairs in input order; a failure raises the task's exception."""
+    early: dict[int, Result] = {}
+    next_index = 0
+    try:
+        for index, result in stream:
+            early[index] = result
+            while next_index in early:
+                ready = early.pop(next_index)
+                next_index += 1
+                if ready.error is not None:
+                    raise task_exception(ready)
+                yield ready.value
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # cancels what has not started
 
 
 def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:

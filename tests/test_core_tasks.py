@@ -37,6 +37,11 @@ from tests.support import PROGRAMS, LocalMaster, local_master
 WORKLOAD = PROGRAMS / "workload.py"
 
 
+def plain_square(x: int) -> int:
+    """Not decorated: not a task algorithm."""
+    return x * x
+
+
 @pytest.fixture
 def lm(tmp_path: Path) -> Iterator[LocalMaster]:
     # one attempt per task: a task that raises is answered at once (mwpy retries it elsewhere by default)
@@ -267,3 +272,30 @@ def test_a_program_imported_a_second_time_under_another_name_keeps_its_task_algo
 
     with pytest.raises(mwpy.MwpyError, match="defined twice"):
         mwpy.task(name="square")(square)
+
+
+def test_a_plain_function_given_to_map_is_a_type_error_naming_the_fix(lm: LocalMaster) -> None:
+    with pytest.raises(TypeError, match=r"decorate plain_square with @mwpy\.task"):
+        lm.mw.map(plain_square, [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"mwpy\.Executor"):
+        lm.mw.as_completed(plain_square, [1, 2])  # type: ignore[arg-type]
+
+
+def test_keyword_arguments_go_to_every_call_of_the_map_forms(lm: LocalMaster) -> None:
+    lm.start_slave()
+    values = list(lm.mw.map(signature, ["x", "y"], c="same c", extra=1))
+    assert [v["a"] for v in values] == ["x", "y"]
+    assert all(v["c"] == "same c" and v["kwargs"] == {"extra": 1} for v in values)
+    results = list(lm.mw.as_completed(signature, ["z"], c="c again"))
+    assert results[0].value["c"] == "c again"
+
+
+def test_breaking_out_of_as_completed_cancels_what_has_not_started(tmp_path: Path) -> None:
+    with local_master(WORKLOAD, tmp_path, "--mw-slave-window", "1") as lm:
+        lm.start_slave()
+        mw = lm.mw
+        for _ in mw.as_completed(nap, [0.0] * 200, range(200), window=100):
+            break  # one result is enough
+        lm.drive_until(lambda: mw.pending_tasks() == 0, "the rest to be dropped", timeout=60)
+        assert mw._sched.cancelled_total >= 90  # at most the one in the slave's window still ran
+        assert mw.results() == []

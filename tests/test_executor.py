@@ -244,3 +244,8 @@ def test_a_function_of_an_interactive_session_is_refused_with_the_fix(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "interactive session" in done.stdout
     assert "put it in a module" in done.stdout
+
+
+def test_keyword_arguments_go_to_every_call_of_map(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.add, [1, 2], scale=10)) == [10, 20]
+    assert list(executor.map(work.add, [1, 2, 3], chunksize=2, y=1)) == [2, 3, 4]
