@@ -13,6 +13,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks import condor, peers
@@ -289,10 +290,63 @@ def fanin(settings: Settings) -> Outcome:
     return rows, checks
 
 
+# ---------------------------------------------------------------------- 6. mwpy.Executor
+
+
+EXECUTOR_PROGRAM = Path(__file__).with_name("executor_program.py")
+
+
+def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
+    """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
+    settings.log(f"{scenario}: {label}")
+    argv = [settings.python, str(EXECUTOR_PROGRAM), json.dumps({**params, "workers": settings.workers})]
+    try:
+        report = run_child_json(argv, timeout=900, name="executor")
+    except BenchError as exc:
+        return Row(scenario, label, skipped=f"failed: {exc}")
+    return Row(
+        scenario,
+        label,
+        tasks=report["tasks"],
+        seconds=report["seconds"],
+        tasks_per_s=report["tasks_per_s"],
+        peak_rss_mb=report["peak_rss_mb"],
+        note=f"start-up {report['startup_seconds']:.1f} s, not counted",
+        extra=report,
+    )
+
+
+def executor(settings: Settings) -> Outcome:
+    """``mwpy.Executor.map`` over no-op tasks against the master algorithm API, same slaves, same run.
+
+    The Executor pays for a future per task, a thread hand-over per submission
+    and a second thread owning the engine; this ratio says what that costs.
+    """
+    name = "6 executor"
+    n = settings.sizes.throughput_tasks
+    params = {"mode": "throughput", "tasks": n, "warmup": settings.sizes.warmup_tasks}
+    rows = _rounds(
+        settings,
+        [
+            lambda: _executor(settings, name, f"mwpy.Executor.map, {settings.workers} local slaves", params),
+            lambda: _mwpy(
+                settings, name, "mwpy master algorithm API (default)", MwpyRun(params, slaves=settings.workers)
+            ),
+        ],
+        "tasks_per_s",
+        larger_is_better=True,
+    )
+    executor_row, master_row = rows
+    return rows, [
+        _ratio("6. no-op, mwpy.Executor.map vs master algorithm API", executor_row, master_row, "tasks_per_s", None)
+    ]
+
+
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
     "streaming": streaming,
     "fanin": fanin,
     "condor": condor.run,
+    "executor": executor,
 }

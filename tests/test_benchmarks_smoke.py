@@ -56,7 +56,7 @@ def _rows(report: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
 
 def test_every_mwpy_measurement_ran(quick_report: dict[str, Any]) -> None:
     mwpy_rows = [row for row in quick_report["rows"] if row["system"].startswith("mwpy") and row["scenario"][0] != "5"]
-    assert len(mwpy_rows) == 7
+    assert len(mwpy_rows) == 9  # 7 in scenarios 1-4, and scenario 6's two (Executor and master API)
     for row in mwpy_rows:
         assert row["skipped"] is None, row
         assert row["peak_rss_mb"] > 0
@@ -78,6 +78,14 @@ def test_latency_is_measured_beside_the_floor(quick_report: dict[str, Any]) -> N
     assert check["measured"] is not None
 
 
+def test_the_executor_is_measured_beside_the_master_api(quick_report: dict[str, Any]) -> None:
+    rows = _rows(quick_report, "6")
+    assert [row["system"].split(",")[0] for row in rows] == ["mwpy.Executor.map", "mwpy master algorithm API (default)"]
+    assert all(row["tasks_per_s"] > 0 for row in rows)
+    check = next(c for c in quick_report["checks"] if c["target"].startswith("6."))
+    assert check["measured"] is not None
+
+
 def test_fanin_reports_idle_cpu(quick_report: dict[str, Any]) -> None:
     rows = _rows(quick_report, "4")
     assert len(rows) == 2
@@ -88,7 +96,7 @@ def test_json_describes_the_run(quick_report: dict[str, Any]) -> None:
     assert quick_report["workers"] == 2
     assert quick_report["machine"]["cpus"] >= 1
     assert "--quick" in quick_report["command"]
-    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5"}
+    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "6"}
 
 
 def test_condor_is_skipped_with_a_reason_without_a_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 import mwpy
 from tests.programs import executor_work as work
-from tests.support import PYTHON, wait_until
+from tests.support import PYTHON, ROOT, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +249,16 @@ def test_a_function_of_an_interactive_session_is_refused_with_the_fix(tmp_path: 
 def test_keyword_arguments_go_to_every_call_of_map(executor: mwpy.Executor) -> None:
     assert list(executor.map(work.add, [1, 2], scale=10)) == [10, 20]
     assert list(executor.map(work.add, [1, 2, 3], chunksize=2, y=1)) == [2, 3, 4]
+
+
+def test_the_readme_s_first_example_runs_as_a_user_would_run_it(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Coming from `concurrent.futures`") :]
+    code = section[section.index("```python\n") + len("```python\n") : section.index("```\n", 10)]
+    script = tmp_path / "readme_example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        check=False, args=[PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str([x * x for x in range(10)]), "144"]
