@@ -17,6 +17,7 @@ from mwpy.errors import (
     ProtocolError,
     RemoteTraceback,
     ResourceFileError,
+    TaskTimeoutError,
     UnrunnableTaskError,
     UsageError,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "TaskFailedError",
     "TaskFuture",
     "TaskRaisedError",
+    "TaskTimeoutError",
     "UnrunnableTaskError",
     "UsageError",
     "__version__",

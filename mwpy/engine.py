@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import pickle
 import resource
 import selectors
 import socket
@@ -26,7 +27,7 @@ from collections.abc import Callable
 
 from mwpy import protocol
 from mwpy.audit import Audit
-from mwpy.errors import ProtocolError
+from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.journal import Journal
 from mwpy.options import Options
 from mwpy.protocol import ExitCode, Results
@@ -40,6 +41,9 @@ RECV_SIZE = 256 * 1024
 TICK = 0.25
 #: Failures that would recur on any slave: handed over at once, never retried.
 _NOT_RETRIED = frozenset({"ResultTooLarge", "ResultDecodeError"})
+#: Beyond a task's timeout and the slave's own grace (slave.TIMEOUT_GRACE), how long the master waits
+#: before it gives up on the slave running the task (stopped, or stuck and its watchdog too).
+MASTER_TIMEOUT_GRACE = 10.0
 #: How long the master waits for slaves to acknowledge a shutdown.
 SHUTDOWN_GRACE = 5.0
 
@@ -68,6 +72,12 @@ class _Peer:
         self.results_in = 0
         self.writing = False
         self.handshaking = False  # TLS handshake still under way
+
+
+def timeout_error(message: str) -> TaskError:
+    """A TaskTimeoutError as a task failure: what a future raises for a task that ran too long."""
+    exc = TaskTimeoutError(message)
+    return TaskError("TaskTimeoutError", message, "", pickle.dumps(exc, protocol.PICKLE_PROTOCOL))
 
 
 def decode_result(
@@ -382,11 +392,38 @@ class Engine:
             sizes = [len(t.payload) for t in tasks]
         group = self._sched.task_group
         for start, stop in protocol.pack(sizes, group, peer.max_out):
-            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in tasks[start:stop]])
+            batch = tasks[start:stop]
+            timeouts = self._timeouts(batch)
+            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
             if self._audit.packets:
                 self._audit(f"{sid} <- {stop - start} tasks ({group} grouping)")
         peer.tasks_out += len(tasks)
         self._send(peer)  # one system call for the whole batch, not one per frame
+
+    def _timeouts(self, tasks: list[Task]) -> dict[int, float] | None:
+        """The timeouts of the tasks that have one, by task id (None, and nothing on the wire, when none has)."""
+        sched = self._sched
+        if not sched.may_time_out:
+            return None
+        timeouts = {}
+        for task in tasks:
+            timeout = sched.timeout_of(task)
+            if timeout is not None:
+                timeouts[task.task_id] = timeout
+        return timeouts
+
+    def _time_out(self, now: float) -> None:
+        """Fail each task past its timeout (and grace) and drop the slave that holds it."""
+        for sid, task in self._sched.overdue(now, MASTER_TIMEOUT_GRACE):
+            peer = self._by_sid.get(sid)
+            timeout = self._sched.timeout_of(task)
+            self._sched.abandon(sid, task)
+            self._sched.complete(task)
+            message = f"the task ran past its timeout of {timeout:g} s on {sid}, which stopped answering for it"
+            self._deliver(task, Result(task.task_id, task.algorithm, sid, task.policy.tag, now - task.sent_at,
+                                       error=timeout_error(message)))  # fmt: skip
+            if peer is not None:
+                self._lose(peer, f"task {task.task_id} ran past its timeout of {timeout:g} s")
 
     def _fits_or_fail(self, sid: str, max_frame: int, task: Task) -> bool:
         """A task too big for this slave's frames fails with a clear error instead of being sent."""
@@ -458,6 +495,7 @@ class Engine:
         silent_since = now - self._options.client_timeout
         for peer in [p for p in self._peers if p.last_heard < silent_since]:
             self._lose(peer, f"silent for {self._options.client_timeout:g} s (client timeout)")
+        self._time_out(now)
         self._on_tick(now)
 
     # ------------------------------------------------------------------ the end

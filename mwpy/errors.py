@@ -21,6 +21,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── BackendError (RuntimeError)       a batch system refused or cannot be reached
     ├── NotInMasterError (RuntimeError)   the master API used outside a running master
     ├── ComputationFinishedError (RuntimeError)  a task submitted after finish()
+    ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
     └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)
@@ -73,6 +74,15 @@ class NotInMasterError(MwpyError, RuntimeError):
 
 class ComputationFinishedError(MwpyError, RuntimeError):
     """A task was submitted after the computation finished."""
+
+
+class TaskTimeoutError(MwpyError, TimeoutError):
+    """A task ran past its timeout (``@mwpy.task(timeout=...)``, ``with_policy(timeout=...)``, ``--mw-task-timeout``).
+
+    The slave interrupts the task with it; if the task does not yield, the
+    slave exits (status 8) and the master fails the task with it all the same.
+    It derives from the built-in ``TimeoutError`` so ``except TimeoutError:`` catches it.
+    """
 
 
 class UnrunnableTaskError(MwpyError):

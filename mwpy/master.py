@@ -83,6 +83,7 @@ class Master:
             fixed_window=options.slave_window,
             task_attempts=options.task_attempts,
             black_hole_failures=options.slave_max_failures,
+            task_timeout=options.task_timeout,
         )
         self._results: list[Result] = []
         self._owner = threading.get_ident()  # the thread that runs the master (and its loop)

@@ -46,6 +46,7 @@ class Options:
     slave_bundle: bool = False
     secret_file: str | None = None
     task_attempts: int = 1
+    task_timeout: float | None = None
     journal: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -232,6 +233,15 @@ _SPECS: dict[str, _Spec] = {
         "mwpy: build mwpy.pyz (mwpy and its dependencies) next to the resource file and start "
         "slaves through it, so execute nodes need only a Python (default /usr/bin/python3).",
         None,
+    ),
+    "--mw-task-timeout": _Spec(
+        "task_timeout",
+        "SECONDS",
+        "mwpy: the timeout of tasks without a timeout= of their own. A task past it fails with "
+        "mwpy.TaskTimeoutError; the slave interrupts it, and exits (status 8, to be replaced) if "
+        "it does not stop within 5 s. Default: none.",
+        positive_float,
+        "a positive number of seconds",
     ),
     "--mw-task-attempts": _Spec(
         "task_attempts",

@@ -68,6 +68,7 @@ class ExitCode(enum.IntEnum):
     REFUSED = 5  # the master refused us, or failed to prove it is our master
     BAD_RESOURCE_FILE = 6  # missing, unreadable or invalid resource file
     TOLD_TO_LEAVE = 7  # the master sent this slave away (too many failed tasks)
+    TASK_STUCK = 8  # a task ignored its timeout for the grace period: the slave exits to be replaced
     ALGORITHM_ERROR = 255  # the slave algorithm raised or returned a non-status
 
 
@@ -118,6 +119,8 @@ class Tasks:
 
     kind: ClassVar[int] = 4
     items: list[TaskItem]
+    #: Seconds each run may take, by task id, for the tasks that have a timeout (absent from the wire when empty).
+    timeouts: dict[int, float] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -390,9 +393,10 @@ _TASKS_KIND = bytes([Tasks.kind])
 _RESULTS_KIND = bytes([Results.kind])
 
 
-def tasks_body(items: list[TaskItem]) -> bytes:
+def tasks_body(items: list[TaskItem], timeouts: dict[int, float] | None = None) -> bytes:
     """The body of a Tasks message, encoded directly (no record object on the hot path)."""
-    return _TASKS_KIND + pickle.dumps((items,), PICKLE_PROTOCOL)
+    fields = (items, timeouts) if timeouts else (items,)
+    return _TASKS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 
 def results_body(items: list[ResultItem]) -> bytes:

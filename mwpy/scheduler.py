@@ -56,6 +56,7 @@ class _Slot:
     in_flight: dict[int, Task] = attrs.Factory(dict)
     freeing: bool = False
     compute_time: float | None = None  # moving average, seconds per task
+    last_result_at: float = 0.0  # monotonic clock: the next task in flight started no earlier
     streak: int = 0  # numbers this slave's runs of failures; a success starts a new one
     proven: int = 0  # failures of the current streak that later succeeded elsewhere
 
@@ -64,8 +65,17 @@ class Scheduler:
     """Task queues, slave groups and target numbers of one master."""
 
     def __init__(
-        self, *, task_group: int = 1, fixed_window: int = 0, task_attempts: int = 1, black_hole_failures: int = 0
+        self,
+        *,
+        task_group: int = 1,
+        fixed_window: int = 0,
+        task_attempts: int = 1,
+        black_hole_failures: int = 0,
+        task_timeout: float | None = None,
     ) -> None:
+        self.task_timeout = task_timeout
+        #: Whether any task may have a timeout (else timeouts cost nothing: not on the wire, not in overdue()).
+        self.may_time_out = task_timeout is not None
         self.task_group = task_group
         self.fixed_window = fixed_window
         self.task_attempts = task_attempts
@@ -94,6 +104,8 @@ class Scheduler:
 
     def add(self, task: Task) -> None:
         """Take in a new task (its id already assigned by :meth:`new_id`)."""
+        if task.policy.timeout is not None:
+            self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
         self._place(task)
@@ -156,6 +168,7 @@ class Scheduler:
         if task is None:
             return None
         self.running_total -= 1
+        slot.last_result_at = time.monotonic()
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
@@ -248,7 +261,9 @@ class Scheduler:
                 elif task.start is None or self._starts(task):
                     batch.append(task)
             queue.extendleft(reversed(skipped))
+        sent_at = time.monotonic()
         for task in batch:
+            task.sent_at = sent_at
             slot.in_flight[task.task_id] = task
             task.attempts += 1
         self.running_total += len(batch)
@@ -264,6 +279,38 @@ class Scheduler:
         self._forget(task)
         self.cancelled_total += 1
         return False
+
+    def timeout_of(self, task: Task) -> float | None:
+        """The task's timeout: its policy's, else the master's ``--mw-task-timeout``."""
+        timeout = task.policy.timeout
+        return self.task_timeout if timeout is None else timeout
+
+    def overdue(self, now: float, grace: float) -> list[tuple[str, Task]]:
+        """(slave, task) for each slave whose running task is past its timeout by more than ``grace``.
+
+        A slave runs its tasks in the order they were sent, so the first in
+        flight is the running one, and it started when it was sent or when the
+        slave's previous result came back, whichever is later. Heartbeats do
+        not enter into it: a slave that is stopped (SIGSTOP) or stuck in a task
+        that ignores its interruption is overdue all the same.
+        """
+        if not self.may_time_out:
+            return []
+        found = []
+        for sid, slot in self._slots.items():
+            if not slot.in_flight:
+                continue
+            head = next(iter(slot.in_flight.values()))
+            timeout = self.timeout_of(head)
+            if timeout is not None and now - max(head.sent_at, slot.last_result_at) > timeout + grace:
+                found.append((sid, head))
+        return found
+
+    def abandon(self, sid: str, task: Task) -> None:
+        """Take ``task`` off ``sid`` without a result (it timed out there): it will not be re-queued."""
+        slot = self._slots.get(sid)
+        if slot is not None and slot.in_flight.pop(task.task_id, None) is not None:
+            self.running_total -= 1
 
     @staticmethod
     def _failed_here(task: Task, sid: str) -> bool:

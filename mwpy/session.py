@@ -249,12 +249,12 @@ class MasterSession:
         self._to(after)
         return data
 
-    def send_tasks(self, items: list[protocol.TaskItem]) -> bytes:
+    def send_tasks(self, items: list[protocol.TaskItem], timeouts: dict[int, float] | None = None) -> bytes:
         """A Tasks frame, encoded directly: the dispatch hot path (the caller packs items to fit ``max_send``)."""
         channel = self._channel
         if self.state is not MasterState.READY or channel is None:
             raise ProtocolError(f"the master cannot send Tasks while {self.state.value}")
-        return channel.seal_body(protocol.tasks_body(items))
+        return channel.seal_body(protocol.tasks_body(items, timeouts))
 
 
 class SlaveSession:
@@ -307,7 +307,7 @@ class SlaveSession:
         if after is None:
             raise ProtocolError(f"unexpected {type(msg).__name__} from the master ({self.state.value})")
         if type(msg) is Tasks:  # the hot path: no state change
-            if type(msg.items) is not list:
+            if type(msg.items) is not list or type(msg.timeouts) is not dict:
                 raise ProtocolError("malformed Tasks message")
             return msg
         return self._move(msg, after)

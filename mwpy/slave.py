@@ -18,11 +18,14 @@ a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
+import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
@@ -32,7 +35,7 @@ import attrs
 from mwpy import protocol
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.errors import ProtocolError
+from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.session import HandshakeReply, SlaveSession, SlaveState
 from mwpy.task import registry
@@ -40,6 +43,8 @@ from mwpy.task import registry
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
 _RECV_SIZE = 256 * 1024
+#: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
+TIMEOUT_GRACE = 5.0
 
 
 class SlaveExit(Exception):
@@ -94,6 +99,11 @@ class Slave:
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
+        self._timeouts: dict[int, float] = {}  # task id -> seconds, for queued tasks that have a timeout
+        self._timing: tuple[int, float] | None = None  # (task id, timeout) of the running task, if it has one
+        self._deadline: float | None = None  # when the watchdog gives up on the running task
+        self._watch = threading.Condition()
+        self._watchdog: threading.Thread | None = None
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
         # One lock for reads and writes: the heartbeat thread writes while the main thread
@@ -170,6 +180,17 @@ class Slave:
         return self._shutdown is None and self._lost is None
 
     def _run(self, item: TaskItem) -> ResultItem:
+        task_id = item[0]
+        timeout = self._timeouts.pop(task_id, None) if self._timeouts else None
+        if timeout is None:
+            return self._call(item)
+        self._arm(task_id, timeout)
+        try:
+            return self._call(item)
+        finally:
+            self._disarm()
+
+    def _call(self, item: TaskItem) -> ResultItem:
         task_id, name, blob = item
         started = time.perf_counter()
         try:
@@ -187,6 +208,68 @@ class Slave:
             reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
             return (task_id, False, protocol.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
+
+    # ------------------------------------------------------------------ timeouts
+
+    def _arm(self, task_id: int, timeout: float) -> None:
+        """Interrupt the task after ``timeout`` s (SIGALRM) and exit if it has not stopped ``TIMEOUT_GRACE`` s later."""
+        self._timing = (task_id, timeout)
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            signal.signal(signal.SIGALRM, self._interrupt)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        with self._watch:
+            self._deadline = time.monotonic() + timeout + TIMEOUT_GRACE
+            self._watch.notify()
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._guard, name="mwpy-watchdog", daemon=True)
+            self._watchdog.start()
+
+    def _disarm(self) -> None:
+        self._timing = None  # first: an alarm that fires now finds nothing to interrupt
+        if threading.current_thread() is threading.main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        with self._watch:
+            self._deadline = None
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        timing = self._timing
+        if timing is not None:
+            raise TaskTimeoutError(f"the task ran past its timeout of {timing[1]:g} s (interrupted on {self.slave_id})")
+
+    def _guard(self) -> None:
+        """The watchdog: a task that ignored its interruption for the grace period ends this process."""
+        with self._watch:
+            while not self._stop.is_set():
+                deadline = self._deadline
+                if deadline is None:
+                    self._watch.wait(1.0)
+                    continue
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._watch.wait(left)
+                    continue
+                timing = self._timing
+                if timing is None:  # it just finished
+                    self._deadline = None
+                    continue
+                self._give_up(*timing)
+
+    def _give_up(self, task_id: int, timeout: float) -> None:
+        """Report the stuck task as timed out (best effort), then exit so a fresh slave replaces this one."""
+        reason = (
+            f"the task ran past its timeout of {timeout:g} s and did not stop within {TIMEOUT_GRACE:g} s "
+            f"of being interrupted; slave {self.slave_id} exits (status {int(ExitCode.TASK_STUCK)}) to be replaced"
+        )
+        try:
+            raise TaskTimeoutError(reason)
+        except TaskTimeoutError as exc:
+            failure = protocol.encode_error(exc)
+        with contextlib.suppress(Exception):
+            self._send_results([(task_id, False, failure, timeout + TIMEOUT_GRACE)])
+        self._audit(f"TASK {task_id} STUCK: {reason}")
+        self._audit.flush()
+        print(f"mwpy slave: {reason}", file=sys.stderr, flush=True)
+        os._exit(int(ExitCode.TASK_STUCK))
 
     def _flush(self) -> None:
         results, self._results = self._results, []
@@ -253,6 +336,8 @@ class Slave:
         """A message the session let through in the READY state: Tasks, Shutdown or Heartbeat."""
         if isinstance(msg, protocol.Tasks):
             self._queue.extend(msg.items)
+            if msg.timeouts:
+                self._timeouts.update(msg.timeouts)
             if self._audit.packets:
                 self._audit(f"MASTER -> {len(msg.items)} tasks")
         elif isinstance(msg, protocol.Shutdown):

@@ -66,6 +66,8 @@ class Policy:
     key: str | None = None
     retries: int | None = None
     retry_on: tuple[type[BaseException], ...] | None = None
+    #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
+    timeout: float | None = None
 
     def attempts(self, default: int) -> int:
         """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
@@ -99,6 +101,8 @@ class Task:
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
     #: Called as the task leaves for a slave; False means it was cancelled and is dropped unsent.
     start: Callable[[], bool] | None = attrs.field(default=None, repr=False)
+    #: When the task last left for a slave (monotonic clock): with the slave's last result, when it started.
+    sent_at: float = attrs.field(default=0.0, repr=False)
     #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable).
     future: TaskFuture[Any] | None = attrs.field(default=None, repr=False)
 
@@ -336,6 +340,7 @@ class TaskAlgorithm(Generic[P, R]):
         key: str | None = None,
         retries: int | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
+        timeout: float | None = None,
     ) -> Submitter[P, R]:
         """A submitter that queues tasks of this algorithm under one fixed policy.
 
@@ -350,6 +355,7 @@ class TaskAlgorithm(Generic[P, R]):
             key,
             base.retries if retries is None else _check_retries(retries),
             base.retry_on if retry_on is None else _check_retry_on(retry_on),
+            base.timeout if timeout is None else _check_timeout(timeout),
         )
         return Submitter(self, policy)
 
@@ -411,6 +417,12 @@ def _check_retries(retries: int) -> int:
     return retries
 
 
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
 def _check_retry_on(retry_on: object) -> tuple[type[BaseException], ...]:
     kinds = (retry_on,) if isinstance(retry_on, type) else retry_on
     if not isinstance(kinds, tuple) or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
@@ -426,6 +438,7 @@ def task(
     name: str | None = None,
     retries: int | None = None,
     retry_on: tuple[type[BaseException], ...] | None = None,
+    timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
@@ -436,19 +449,22 @@ def task(
     name: str | None = None,
     retries: int | None = None,
     retry_on: tuple[type[BaseException], ...] | None = None,
+    timeout: float | None = None,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
     """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
     Slaves look algorithms up by name, so each name must be unique in the
     program; the default name is the function's qualified name. A task that
     raises is a result unless ``retries`` asks for more runs (only for
-    ``retry_on`` exceptions, when given). The function must be defined at
+    ``retry_on`` exceptions, when given); ``timeout`` seconds bound each run
+    (past it the run fails with :class:`~mwpy.errors.TaskTimeoutError`). The function must be defined at
     module level, where slaves can find it: a nested function or a lambda is
     refused here rather than failing on the slave.
     """
     policy = Policy(
         retries=None if retries is None else _check_retries(retries),
         retry_on=None if retry_on is None else _check_retry_on(retry_on),
+        timeout=None if timeout is None else _check_timeout(timeout),
     )
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:

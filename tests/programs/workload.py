@@ -19,6 +19,7 @@ Master usage (after the ``--mw-*`` options, which mwpy strips)::
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import sys
@@ -142,6 +143,23 @@ def fail_then_succeed(path: str, failures: int) -> int:
     if run <= failures:
         raise RuntimeError(f"run {run} fails")
     return run
+
+
+@mwpy.task
+def sleepy(seconds: float) -> int:
+    """Sleep (interruptibly), then return this slave's pid."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@mwpy.task
+def stubborn(seconds: float) -> int:
+    """Swallow the timeout's interruption and go on sleeping: a task stuck past its timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(mwpy.TaskTimeoutError):
+            time.sleep(0.05)
+    return os.getpid()
 
 
 @mwpy.task(retries=3, retry_on=(OSError,))
