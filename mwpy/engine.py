@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import pickle
 import resource
 import selectors
@@ -34,6 +35,8 @@ from mwpy.protocol import ExitCode, Results
 from mwpy.scheduler import Scheduler
 from mwpy.session import HandshakeReply, MasterSession, MasterState, Refused
 from mwpy.task import Result, Task, TaskError, task_exception
+
+log = logging.getLogger(__name__)
 
 #: Bytes read from a socket per call.
 RECV_SIZE = 256 * 1024
@@ -325,6 +328,7 @@ class Engine:
         self._by_sid[sid] = peer
         kind = self._sched.join(sid)
         self._queue(peer, data)
+        log.info("%s connected from %s (host %s, pid %s) as %s", sid, peer.address, hello.host, hello.pid, kind.value)
         self._audit(
             f'{sid} {peer.address} -> ["{hello.member_id}"] connecting [{kind.value}] '
             f"(host {hello.host}, pid {hello.pid}, mwpy {hello.mwpy_version})"
@@ -422,6 +426,7 @@ class Engine:
             message = f"the task ran past its timeout of {timeout:g} s on {sid}, which stopped answering for it"
             self._deliver(task, Result(task.task_id, task.algorithm, sid, task.policy.tag, now - task.sent_at,
                                        error=timeout_error(message)))  # fmt: skip
+            log.warning("task %d ran past its timeout of %g s on %s: failed, slave dropped", task.task_id, timeout, sid)
             if peer is not None:
                 self._lose(peer, f"task {task.task_id} ran past its timeout of {timeout:g} s")
 
@@ -482,6 +487,9 @@ class Engine:
             return
         del self._by_sid[sid]
         lost = self._sched.leave(sid)
+        log.log(
+            logging.WARNING if lost else logging.INFO, "%s disconnected (%s); %d tasks in flight", sid, why, len(lost)
+        )
         self._audit(
             f"{sid} -> disconnected ({why}; {peer.tasks_out} tasks sent, {peer.results_in} results back"
             f"{f', {len(lost)} in flight' if lost else ''})"

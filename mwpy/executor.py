@@ -43,6 +43,7 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import secrets
 import shutil
@@ -57,7 +58,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
-from mwpy import backends
+from mwpy import backends, logs
 from mwpy.audit import Audit
 from mwpy.engine import TICK
 from mwpy.errors import ConfigurationError
@@ -79,6 +80,7 @@ OVERSEER_INTERVAL = 0.5
 UPDATE_INTERVAL = 1.0
 
 _numbers = itertools.count()
+log = logging.getLogger(__name__)
 
 
 @task(name="mwpy.call")
@@ -137,6 +139,7 @@ class Executor(concurrent.futures.Executor):
         resource = self._workdir / "resource.json"
         resource.unlink(missing_ok=True)
         self._options = _master_options(options, resource, backend)
+        logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
         self._audit = Audit(str(self._workdir / "master.audit"), packets=self._options.audit_packets)
         factory = backends.lookup(backend)
         parser = argparse.ArgumentParser(
@@ -172,6 +175,10 @@ class Executor(concurrent.futures.Executor):
         self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
         self._overseer_thread.start()
         self._thread.start()
+        log.info(
+            "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
+            self._options.member_id, self._master.host, self._master.port, max_workers, backend, self._workdir,
+        )  # fmt: skip
         atexit.register(self.shutdown)
 
     # ------------------------------------------------------------------ submitting
@@ -259,6 +266,7 @@ class Executor(concurrent.futures.Executor):
                         if lost.sink is not None:
                             lost.sink(_unrunnable_result(lost.task_id, lost.algorithm))
         except BaseException as exc:
+            log.error("executor %s stopped: %r", self._options.member_id, exc)
             self._break(exc)
         finally:
             self._stop_overseer.set()

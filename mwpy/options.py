@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
+from mwpy.logs import level_name
 
 Role = Literal["master", "slave"]
 
@@ -47,6 +48,7 @@ class Options:
     secret_file: str | None = None
     task_attempts: int = 1
     task_timeout: float | None = None
+    log_level: str | None = None
     journal: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -159,6 +161,14 @@ _SPECS: dict[str, _Spec] = {
         "",
         "mwpy: also audit every packet and idle/busy change (verbose; slows a fast master).",
         None,
+    ),
+    "--mw-log-level": _Spec(
+        "log_level",
+        "LEVEL",
+        "mwpy: level of the mwpy.* loggers on stderr (DEBUG, INFO, WARNING, ERROR, CRITICAL); "
+        "the MWPY_LOG_LEVEL environment variable does the same. The [A] audit is not affected.",
+        level_name,
+        "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
     ),
     "--mw-resource-file": _Spec(
         "resource_file",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mwpy import resource_file, safe_files
+from mwpy import logs, resource_file, safe_files
 from mwpy._version import __version__
 from mwpy.audit import Audit
 from mwpy.errors import (
@@ -68,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options, rest = parse(args)
     except UsageError as exc:
+        print(f"{_program_name()}: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        logs.configure(options.log_level)
+    except ConfigurationError as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     if options.show_help:

@@ -19,6 +19,7 @@ a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import select
@@ -41,6 +42,8 @@ from mwpy.session import HandshakeReply, SlaveSession, SlaveState
 from mwpy.task import registry
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
+
+log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
@@ -266,6 +269,7 @@ class Slave:
             failure = protocol.encode_error(exc)
         with contextlib.suppress(Exception):
             self._send_results([(task_id, False, failure, timeout + TIMEOUT_GRACE)])
+        log.error("task %d: %s", task_id, reason)
         self._audit(f"TASK {task_id} STUCK: {reason}")
         self._audit.flush()
         print(f"mwpy slave: {reason}", file=sys.stderr, flush=True)
