@@ -49,6 +49,7 @@ class Options:
     task_attempts: int = 1
     task_timeout: float | None = None
     log_level: str | None = None
+    connect_timeout: float = 10.0
     journal: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -161,6 +162,14 @@ _SPECS: dict[str, _Spec] = {
         "",
         "mwpy: also audit every packet and idle/busy change (verbose; slows a fast master).",
         None,
+    ),
+    "--mw-connect-timeout": _Spec(
+        "connect_timeout",
+        "SECONDS",
+        "mwpy: how long a slave waits for its resource file to appear and then for the master to "
+        "answer before it exits (status 6 or 3). Default 10.",
+        positive_float,
+        "a positive number of seconds",
     ),
     "--mw-log-level": _Spec(
         "log_level",
