@@ -199,17 +199,31 @@ class _LocalRun:
     def wait(self) -> int:
         """Wait for the master (or Ctrl-C, or SIGTERM), clean up, and return its status as a shell reports it."""
         previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        interrupted = False
         try:
             self._watch()
-        except (KeyboardInterrupt, _Terminated):
+        except (KeyboardInterrupt, _Terminated) as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)
             if self.master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
                 self.master.terminate()
-            self.master.wait()
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while it stops
+                self.master.wait()
         finally:
             signal.signal(signal.SIGTERM, previous)
-            self._clean_up()
+            published = self.work.resource_file.exists()  # a master that ran wrote it, and leaves it finished
+            self._clean_up(quiet=interrupted)
+        if interrupted:  # whatever the master made of its own SIGINT: one line, and the shell's 130
+            print(f"mwpy local: interrupted (logs in {self.work.path})", file=sys.stderr)
+            return 130
         # A master killed by a signal reports -N; a shell reports 128 + N, and so does mwpy local.
         status = self.master.returncode
+        if status == 0 and not published:
+            print(
+                "mwpy local: error: the program exited without starting a master (did you call mwpy.run() "
+                'under if __name__ == "__main__"? a script using mwpy.Executor runs with plain python)',
+                file=sys.stderr,
+            )
+            return 1
         return status if status >= 0 else 128 - status
 
     def _watch(self) -> None:
@@ -232,7 +246,7 @@ class _LocalRun:
                 text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
                 self.console.line(text.encode(), sys.stderr)
 
-    def _clean_up(self) -> None:
+    def _clean_up(self, *, quiet: bool = False) -> None:
         """Stop the overseer and the slaves, drain the master's output, remove or point at the folder."""
         self.stop.set()
         self.watcher.join()
@@ -241,7 +255,8 @@ class _LocalRun:
         for pump in self.pumps:
             pump.join()
         self.console.done()
-        self.work.clean_up(self.master.returncode)
+        if not quiet:
+            self.work.clean_up(self.master.returncode)
 
 
 class _Terminated(Exception):

@@ -7,6 +7,7 @@ import os
 import pty
 import select
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -136,3 +137,40 @@ def test_the_resource_file_copies_in_slave_sandboxes_are_private(tmp_path: Path)
     assert copies
     assert {oct(copy.stat().st_mode & 0o777) for copy in copies} == {oct(0o600)}
     assert oct((work / "resource.json").stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_a_program_that_never_starts_a_master_is_an_error_naming_the_fix(tmp_path: Path) -> None:
+    program = tmp_path / "forgot.py"
+    program.write_text("import mwpy\n\n\n@mwpy.task\ndef f() -> int:\n    return 1\n")  # no mwpy.run()
+    done = subprocess.run(
+        mwpy_command("local", str(program), "--slaves", "1", "--no-progress", "--workdir", str(tmp_path / "work")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "did you call mwpy.run()" in done.stderr
+
+
+def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    command = mwpy_command(
+        "local", str(PING), "--slaves", "1", "--no-progress", "--workdir", str(work), "--", "--max-tasks", "0"
+    )
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        wait_until((work / "resource.json").exists, 60, "the master's resource file")
+        wait_until(lambda: any(work.glob("local.*/slave.err")), 60, "a slave to start")
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mwpy local: interrupted")
