@@ -26,6 +26,8 @@ import ssl
 import time
 from collections.abc import Callable
 
+import attrs
+
 from mwpy import protocol
 from mwpy.audit import Audit
 from mwpy.errors import ProtocolError, TaskTimeoutError
@@ -92,6 +94,20 @@ def decode_result(
     if failure is None:
         return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))
+
+
+def _log_failed_output(result: Result) -> None:
+    """A failed task's output is worth seeing where the master runs (``mwpy local`` shows the master's stderr)."""
+    assert result.error is not None
+    printed = "".join(
+        f"\n--- its {name}:\n{text.rstrip()}"
+        for name, text in (("stdout", result.stdout), ("stderr", result.stderr))
+        if text
+    )
+    log.warning(
+        "task %d (%s) failed on %s with %s: %s%s",
+        result.task_id, result.algorithm, result.slave_id, result.error.type, result.error.message, printed,
+    )  # fmt: skip
 
 
 def _retryable(task: Task, result: Result) -> bool:
@@ -349,6 +365,9 @@ class Engine:
                 self._audit(f"{sid} -> result for task {task_id} it does not hold (ignored)")
                 continue
             result = decode_result(task, sid, ok, blob, compute_time)
+            if msg.outputs and task_id in msg.outputs:
+                stdout, stderr = msg.outputs[task_id]
+                result = attrs.evolve(result, stdout=stdout, stderr=stderr)
             if result.error is None:
                 holes += sched.succeeded(sid, task)
                 if task.policy.key is not None and self._journal is not None:
@@ -357,6 +376,8 @@ class Engine:
                 self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
                 continue
             sched.complete(task)
+            if result.error is not None and (result.stdout or result.stderr):
+                _log_failed_output(result)
             self._deliver(task, result)
         for hole in holes:
             self._expel(hole)

@@ -129,6 +129,8 @@ class Results:
 
     kind: ClassVar[int] = 5
     items: list[ResultItem]
+    #: What tasks printed, by task id: (stdout, stderr), for the tasks that printed (absent when none did).
+    outputs: dict[int, tuple[str, str]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -197,6 +199,18 @@ def check_results(msg: Results) -> None:
             or not item[3] >= 0.0  # NaN would poison the window arithmetic and crash the master
         ):
             raise ProtocolError("malformed result in a Results message")
+    outputs = msg.outputs
+    if type(outputs) is not dict:
+        raise ProtocolError("malformed Results message")
+    for task_id, streams in outputs.items():
+        if (
+            type(task_id) is not int
+            or type(streams) is not tuple
+            or len(streams) != 2
+            or type(streams[0]) is not str
+            or type(streams[1]) is not str
+        ):
+            raise ProtocolError("malformed output in a Results message")
 
 
 def check_hello(msg: Hello) -> None:
@@ -399,9 +413,10 @@ def tasks_body(items: list[TaskItem], timeouts: dict[int, float] | None = None) 
     return _TASKS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 
-def results_body(items: list[ResultItem]) -> bytes:
-    """The body of a Results message, encoded directly."""
-    return _RESULTS_KIND + pickle.dumps((items,), PICKLE_PROTOCOL)
+def results_body(items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None = None) -> bytes:
+    """The body of a Results message, encoded directly (``outputs`` only when a task printed)."""
+    fields = (items, outputs) if outputs else (items,)
+    return _RESULTS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 
 class Channel:

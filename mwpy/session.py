@@ -356,12 +356,14 @@ class SlaveSession:
         self._to(after)
         return data
 
-    def send_results(self, items: list[protocol.ResultItem]) -> bytes:
+    def send_results(
+        self, items: list[protocol.ResultItem], outputs: dict[int, tuple[str, str]] | None = None
+    ) -> bytes:
         """A Results frame, encoded directly (the caller packs items to fit ``max_send``)."""
         channel = self._channel
         if (self.state is not SlaveState.READY and self.state is not SlaveState.SHUTDOWN) or channel is None:
             raise ProtocolError(f"the slave cannot send Results while {self.state.value}")
-        return channel.seal_body(protocol.results_body(items))
+        return channel.seal_body(protocol.results_body(items, outputs))
 
 
 def _check_welcome(msg: Welcome) -> None:

@@ -19,6 +19,7 @@ a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import pickle
@@ -46,6 +47,9 @@ __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+#: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.
+MAX_OUTPUT = 64 * 1024
+
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
 
@@ -99,6 +103,7 @@ class Slave:
         self._view = memoryview(self._buffer)
         self._queue: deque[TaskItem] = deque()
         self._results: list[ResultItem] = []
+        self._outputs: dict[int, tuple[str, str]] = {}  # what the tasks in _results printed, if anything
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
@@ -201,7 +206,13 @@ class Slave:
             if algorithm is None:
                 raise LookupError(f"this program has no task algorithm named {name!r}")
             args, kwargs = pickle.loads(blob)
-            value = algorithm.fn(*args, **kwargs)
+            printed, warned = _Capture(), _Capture()
+            try:
+                with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(warned):
+                    value = algorithm.fn(*args, **kwargs)
+            finally:
+                if printed.size or warned.size:
+                    self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
             out = protocol.encode_value(value)
         except (Exception, SystemExit) as exc:
@@ -277,13 +288,16 @@ class Slave:
 
     def _flush(self) -> None:
         results, self._results = self._results, []
+        outputs, self._outputs = self._outputs, {}
         if not results or self._lost is not None:
             return
-        if len(results) == 1:  # _run made sure every single result fits in a frame
-            self._send_results(results)
+        if len(results) == 1:  # _run made sure every single result fits in a frame (and output is capped)
+            self._send_results(results, outputs)
         else:
-            for start, stop in protocol.pack([len(r[2]) for r in results], self.result_group, self._max_out):
-                self._send_results(results[start:stop])
+            sizes = [len(r[2]) + _output_size(outputs.get(r[0])) for r in results]
+            for start, stop in protocol.pack(sizes, self.result_group, self._max_out):
+                part = results[start:stop]
+                self._send_results(part, {r[0]: outputs[r[0]] for r in part if r[0] in outputs} if outputs else None)
         self._done += len(results)
         if self._audit.packets:
             self._audit(f"MASTER <- {len(results)} results")
@@ -354,9 +368,9 @@ class Slave:
         self._lost = reason
         self._audit(f"MASTER LOST ({reason})")
 
-    def _send_results(self, items: list[ResultItem]) -> None:
+    def _send_results(self, items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None = None) -> None:
         with self._io_lock:  # the session's sequence number and the socket are shared with the heartbeat thread
-            self._write(self._session.send_results(items))
+            self._write(self._session.send_results(items, outputs))
 
     def _write(self, data: bytes) -> None:
         """Send a sealed frame (the caller holds the I/O lock)."""
@@ -373,6 +387,31 @@ class Slave:
             if time.monotonic() - self._last_send >= interval and self._lost is None:
                 with self._io_lock:
                     self._write(self._session.send(protocol.Heartbeat()))
+
+
+class _Capture(io.StringIO):
+    """One stream of one task's output, kept up to MAX_OUTPUT characters (the rest is counted, not kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        room = MAX_OUTPUT - self.size
+        self.size += len(text)
+        if room > 0:
+            super().write(text[:room])
+        return len(text)
+
+    def text(self) -> str:
+        kept = self.getvalue()
+        if self.size > len(kept):
+            kept += f"\n[mwpy: {self.size - len(kept)} more characters not kept]\n"
+        return kept
+
+
+def _output_size(streams: tuple[str, str] | None) -> int:
+    return 0 if streams is None else 4 * (len(streams[0]) + len(streams[1])) + 16  # UTF-8: at most 4 bytes a char
 
 
 def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float, patience: float) -> Slave:

@@ -151,6 +151,9 @@ class Result:
     error: TaskError | None = None
     #: True when the value came from the result journal instead of a run.
     journaled: bool = False
+    #: What the task printed on the slave (each stream capped at 64 KiB characters; "" when nothing).
+    stdout: str = ""
+    stderr: str = ""
 
     @property
     def ok(self) -> bool:
@@ -248,9 +251,19 @@ def task_exception(result: Result) -> BaseException:
         except Exception:
             exc = None
     if not isinstance(exc, Exception):
-        return TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
+        failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
+        _add_output_notes(failed, result)
+        return failed
     exc.__cause__ = RemoteTraceback(error.traceback, result)
+    _add_output_notes(exc, result)
     return exc
+
+
+def _add_output_notes(exc: BaseException, result: Result) -> None:
+    """What the task printed goes with its exception (PEP 678 notes: shown under the traceback)."""
+    for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            exc.add_note(f"[task {result.task_id} {name} on {result.slave_id}]\n{text.rstrip()}")
 
 
 def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:

@@ -262,3 +262,15 @@ def test_the_readme_s_first_example_runs_as_a_user_would_run_it(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [str([x * x for x in range(10)]), "144"]
+
+
+def test_what_a_failing_task_printed_comes_with_its_exception(executor: mwpy.Executor) -> None:
+    with pytest.raises(ValueError, match="negative -1") as caught:
+        executor.submit(work.noisy, -1).result(timeout=60)
+    notes = "\n".join(caught.value.__notes__)
+    assert "working on -1" in notes
+    assert "careful with -1" in notes
+
+
+def test_output_is_capped(executor: mwpy.Executor) -> None:
+    assert executor.submit(work.chatty, 200_000).result(timeout=60) == 200_000  # the value is not disturbed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -74,3 +75,18 @@ def nested_factory() -> object:
         return x
 
     return inner
+
+
+def noisy(x: int) -> int:
+    """Print on both streams, then fail when ``x`` is negative."""
+    print(f"working on {x}")
+    print(f"careful with {x}", file=sys.stderr)
+    if x < 0:
+        raise ValueError(f"negative {x}")
+    return x
+
+
+def chatty(size: int) -> int:
+    """Print ``size`` characters: more than a result keeps."""
+    print("x" * size, end="")
+    return size
