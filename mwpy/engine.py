@@ -322,6 +322,8 @@ class Engine:
                     self._greet(peer, event)
                 elif isinstance(event, Refused):
                     self._refuse(peer, event)
+                elif type(event) is protocol.Cancelled:
+                    self._take_back(peer, event)
                 # Heartbeat: hearing from the slave (last_heard) was the point
         except ProtocolError as exc:
             self._lose(peer, f"protocol error: {exc}")
@@ -381,6 +383,21 @@ class Engine:
             self._deliver(task, result)
         for hole in holes:
             self._expel(hole)
+
+    def cancel(self, sid: str, task_ids: list[int]) -> None:
+        """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""
+        peer = self._by_sid.get(sid)
+        if peer is None or peer.session.state is not MasterState.READY:
+            return  # gone or leaving: whatever comes back is dropped by the cancelled futures
+        self._audit(f"{sid} <- CANCEL {len(task_ids)} tasks")
+        self._queue(peer, peer.session.send(protocol.Cancel(task_ids)))
+
+    def _take_back(self, peer: _Peer, msg: protocol.Cancelled) -> None:
+        sid = peer.sid
+        if sid is None:
+            return
+        taken = [task_id for task_id in msg.task_ids if self._sched.withdraw(sid, task_id) is not None]
+        self._audit(f"{sid} -> CANCELLED {len(taken)} tasks unstarted")
 
     def _expel(self, sid: str) -> None:
         """Send a black-hole slave away with a non-zero status; its tasks go to others."""

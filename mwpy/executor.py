@@ -168,6 +168,8 @@ class Executor(concurrent.futures.Executor):
         )
         self._lock = threading.Lock()
         self._incoming: deque[_Submission] = deque()
+        self._cancelled: list[int] = []  # tasks of cancelled futures, which may sit in a slave's window
+        self._task_ids: dict[Future[Any], int] = {}  # the task of each future handed to the master, until done
         self._unfinished = 0  # futures submitted and not done (done includes cancelled)
         self._waiting: set[Future[Any]] = set()  # futures not yet done, for shutdown(cancel_futures=True)
         self._closing = False
@@ -247,7 +249,12 @@ class Executor(concurrent.futures.Executor):
             self._unfinished -= 1
             self._waiting.discard(future)
             last = self._closing and not self._unfinished
-        if last:
+            task_id = self._task_ids.pop(future, None)
+            pull_back = False
+            if task_id is not None and future.cancelled():
+                pull_back = True
+                self._cancelled.append(task_id)  # the engine's thread asks its slave to give it back
+        if last or pull_back:
             self._master._engine.wake()
 
     def _serve(self) -> None:
@@ -258,6 +265,7 @@ class Executor(concurrent.futures.Executor):
             with master:
                 while True:
                     self._take_submissions(master)
+                    self._pull_back(master)
                     with self._lock:
                         if self._closing and not self._unfinished and not self._incoming:
                             break
@@ -276,18 +284,27 @@ class Executor(concurrent.futures.Executor):
             if self._own_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
 
+    def _pull_back(self, master: Master) -> None:
+        """Cancelled futures: ask their slaves to give back tasks waiting in their windows (engine thread)."""
+        with self._lock:
+            ids, self._cancelled = self._cancelled, []
+        if ids:
+            master._cancel(ids)
+
     def _take_submissions(self, master: Master) -> None:
         incoming = self._incoming
         while incoming:
             item = incoming.popleft()
             future = item.future
-            master._enqueue(
-                item.name,
-                item.payload,
-                item.policy,
-                sink=_settler(future),
-                start=_starter(future),
-            )
+            if future.cancelled():
+                continue  # cancelled before the engine saw it
+            task_id = master._enqueue(
+                item.name, item.payload, item.policy, sink=_settler(future), start=_starter(future),
+                begin=_beginner(future),
+            )  # fmt: skip
+            with self._lock:
+                if not future.done():
+                    self._task_ids[future] = task_id
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:
@@ -358,12 +375,21 @@ def _chunks(items: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[
 
 
 def _starter(future: Future[Any]) -> Callable[[], bool]:
-    """The task's start hook: the future is running once the task leaves; False if it was cancelled."""
+    """The task's start hook: it may leave for a slave unless its future was cancelled."""
 
     def start() -> bool:
-        return future.running() or future.set_running_or_notify_cancel()
+        return not future.cancelled()
 
     return start
+
+
+def _beginner(future: Future[Any]) -> Callable[[], object]:
+    """The task is first in flight on its slave: its future is running (no longer cancellable)."""
+
+    def begin() -> object:
+        return future.running() or future.set_running_or_notify_cancel()
+
+    return begin
 
 
 def _settler(future: Future[Any]) -> Callable[[Result], None]:

@@ -160,7 +160,7 @@ class Master:
         if self._finished:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
         payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
-        return self._enqueue(algorithm.name, payload, policy, sink)
+        return self._enqueue(algorithm.name, payload, policy, sink=sink)
 
     def _submit_future(
         self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -170,7 +170,11 @@ class Master:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
         payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
         future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
-        self._add(Task(future.task_id, algorithm.name, payload, policy, start=future._start, future=future))
+        self._add(
+            Task(
+                future.task_id, algorithm.name, payload, policy, start=future._start, begin=future._begin, future=future
+            )
+        )
         return future
 
     def _wait_for(self, future: TaskFuture[Any], timeout: float | None) -> None:
@@ -191,13 +195,15 @@ class Master:
         name: str,
         payload: bytes,
         policy: Policy,
+        *,
         sink: Callable[[Result], None] | None = None,
         start: Callable[[], bool] | None = None,
+        begin: Callable[[], object] | None = None,
     ) -> int:
         """Queue a task whose arguments :func:`encode_task` already checked and pickled (maybe in another thread)."""
         if self._finished:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
-        task = Task(self._sched.new_id(), name, payload, policy, sink=sink, start=start)
+        task = Task(self._sched.new_id(), name, payload, policy, sink=sink, start=start, begin=begin)
         self._add(task)
         return task.task_id
 
@@ -210,7 +216,20 @@ class Master:
         else:
             self._sched.add(task)
 
+    def _cancel(self, task_ids: list[int]) -> None:
+        """Cancelled futures: tasks still queued here are dropped when they would leave (their start hook);
+        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books."""
+        by_slave: dict[str, list[int]] = {}
+        for task_id in task_ids:
+            sid = self._sched.holder(task_id)
+            if sid is not None:
+                by_slave.setdefault(sid, []).append(task_id)
+        for sid, ids in by_slave.items():
+            self._engine.cancel(sid, ids)
+
     def _deliver(self, task: Task, result: Result) -> None:
+        if task.future is not None and task.future.cancelled():
+            return  # no result of a cancelled task reaches the user
         if task.sink is None:
             self._results.append(result)
         else:
@@ -420,7 +439,9 @@ class Master:
                     index, args = item
                     policy = attrs.evolve(algorithm.policy, tag=index, key=None if key is None else key(*args))
                     payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
-                    self._enqueue(algorithm.name, payload, policy, functools.partial(_put, arrived, index), start)
+                    self._enqueue(
+                        algorithm.name, payload, policy, sink=functools.partial(_put, arrived, index), start=start
+                    )
                     outstanding += 1
                 if not arrived:
                     if exhausted and not outstanding:

@@ -148,9 +148,32 @@ class Shutdown:
     exit_code: int = 0
 
 
-Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown
+@attrs.frozen
+class Cancel:
+    """Master -> slave: drop these tasks if they are still queued (their futures were cancelled)."""
+
+    kind: ClassVar[int] = 8
+    task_ids: list[int]
+
+
+@attrs.frozen
+class Cancelled:
+    """Slave -> master: these tasks were dropped unstarted; the others named in a Cancel ran (or run)."""
+
+    kind: ClassVar[int] = 9
+    task_ids: list[int]
+
+
+def check_task_ids(msg: Cancel | Cancelled) -> None:
+    """Reject a Cancel or Cancelled whose task ids are not a list of ints."""
+    ids = msg.task_ids
+    if type(ids) is not list or not all(type(task_id) is int for task_id in ids):
+        raise ProtocolError(f"malformed {type(msg).__name__} message")
+
+
+Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown | Cancel | Cancelled
 _BY_KIND: dict[int, type[Any]] = {
-    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown)
+    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown, Cancel, Cancelled)
 }
 
 

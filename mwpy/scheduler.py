@@ -169,6 +169,8 @@ class Scheduler:
             return None
         self.running_total -= 1
         slot.last_result_at = time.monotonic()
+        if slot.in_flight:
+            self._begin_head(slot)
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
@@ -261,12 +263,15 @@ class Scheduler:
                 elif task.start is None or self._starts(task):
                     batch.append(task)
             queue.extendleft(reversed(skipped))
+        idle = not slot.in_flight
         sent_at = time.monotonic()
         for task in batch:
             task.sent_at = sent_at
             slot.in_flight[task.task_id] = task
             task.attempts += 1
         self.running_total += len(batch)
+        if idle and batch:
+            self._begin_head(slot)
         if len(slot.in_flight) + self.task_group > window:
             self._hungry.discard(sid)
         return batch
@@ -305,6 +310,34 @@ class Scheduler:
             if timeout is not None and now - max(head.sent_at, slot.last_result_at) > timeout + grace:
                 found.append((sid, head))
         return found
+
+    @staticmethod
+    def _begin_head(slot: _Slot) -> None:
+        """The first task in flight on a slave is the one it runs: tell it (its future becomes running)."""
+        head = next(iter(slot.in_flight.values()))
+        if head.begin is not None:
+            head.begin()
+
+    def holder(self, task_id: int) -> str | None:
+        """The slave that holds ``task_id`` in flight, if any (a scan: cancelling is rare)."""
+        for sid, slot in self._slots.items():
+            if task_id in slot.in_flight:
+                return sid
+        return None
+
+    def withdraw(self, sid: str, task_id: int) -> Task | None:
+        """``sid`` gave back ``task_id`` unstarted (it was cancelled): it leaves the master's books."""
+        slot = self._slots.get(sid)
+        task = None if slot is None else slot.in_flight.pop(task_id, None)
+        if slot is None or task is None:
+            return None
+        self.running_total -= 1
+        self._forget(task)
+        self.cancelled_total += 1
+        self._hungry.add(sid)
+        if slot.in_flight:
+            self._begin_head(slot)
+        return task
 
     def abandon(self, sid: str, task: Task) -> None:
         """Take ``task`` off ``sid`` without a result (it timed out there): it will not be re-queued."""

@@ -358,11 +358,25 @@ class Slave:
                 self._timeouts.update(msg.timeouts)
             if self._audit.packets:
                 self._audit(f"MASTER -> {len(msg.items)} tasks")
+        elif isinstance(msg, protocol.Cancel):
+            self._cancel(msg.task_ids)
         elif isinstance(msg, protocol.Shutdown):
             self._audit("MASTER -> SHUTDOWN" if msg.exit_code == 0 else f"MASTER -> LEAVE (exit {msg.exit_code})")
             self._flush()
             self._shutdown = msg.exit_code
             self._queue.clear()
+
+    def _cancel(self, task_ids: list[int]) -> None:
+        """Drop the named tasks still queued here and tell the master which ones (the others ran or run)."""
+        doomed = set(task_ids)
+        kept = [item for item in self._queue if item[0] not in doomed]
+        dropped = [item[0] for item in self._queue if item[0] in doomed]
+        self._queue = deque(kept)
+        for task_id in dropped:
+            self._timeouts.pop(task_id, None)
+        self._audit(f"MASTER -> CANCEL {len(task_ids)} tasks ({len(dropped)} dropped unstarted)")
+        with self._io_lock:
+            self._write(self._session.send(protocol.Cancelled(dropped)))
 
     def _lose(self, reason: str) -> None:
         self._lost = reason

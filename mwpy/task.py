@@ -101,6 +101,8 @@ class Task:
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
     #: Called as the task leaves for a slave; False means it was cancelled and is dropped unsent.
     start: Callable[[], bool] | None = attrs.field(default=None, repr=False)
+    #: Called when the task becomes the first in flight on its slave: it is running (its future says so).
+    begin: Callable[[], object] | None = attrs.field(default=None, repr=False)
     #: When the task last left for a slave (monotonic clock): with the slave's last result, when it started.
     sent_at: float = attrs.field(default=0.0, repr=False)
     #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable).
@@ -190,8 +192,22 @@ class TaskFuture(concurrent.futures.Future[R]):
         self._master._wait_for(self, timeout)
         return super().exception(timeout)
 
+    def cancel(self) -> bool:
+        """Cancel the task if it has not started: queued here, or waiting in a slave's window (pulled back).
+
+        Call it from the master's thread (the engine is not thread-safe).
+        """
+        if not super().cancel():
+            return False
+        self._master._cancel([self.task_id])
+        return True
+
     def _start(self) -> bool:
-        """The task's start hook (see :attr:`Task.start`): running from now on, unless it was cancelled."""
+        """The task's start hook (see :attr:`Task.start`): it may leave for a slave unless it was cancelled."""
+        return not self.cancelled()
+
+    def _begin(self) -> object:
+        """The task is first in flight on its slave: running, so no longer cancellable."""
         return self.running() or self.set_running_or_notify_cancel()
 
     def _settle(self, result: Result) -> None:

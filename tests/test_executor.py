@@ -274,3 +274,26 @@ def test_what_a_failing_task_printed_comes_with_its_exception(executor: mwpy.Exe
 
 def test_output_is_capped(executor: mwpy.Executor) -> None:
     assert executor.submit(work.chatty, 200_000).result(timeout=60) == 200_000  # the value is not disturbed
+
+
+def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) -> None:
+    """The slave reads the Cancel before it starts its next queued task, and gives that task back unrun."""
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    marks = [tmp_path / f"ran-{i}" for i in range(3)]
+    with mwpy.Executor(max_workers=1, options=["--mw-slave-window", "4"], workdir=tmp_path / "work") as ex:
+        try:
+            blocker = ex.submit(work.touch_then_wait, started, release, 1)
+            behind = [ex.submit(work.mark, str(mark)) for mark in marks]  # all three sent along: window 4
+            wait_until(blocker.running, 60, "the blocking task to start")
+            wait_until(lambda: ex._master._sched.running_total == 4, 60, "the three to reach the slave's window")
+            assert not any(f.running() for f in behind)  # queued on the slave, not started
+            assert behind[1].cancel()
+        finally:
+            Path(release).touch()
+        assert blocker.result(timeout=60) == 1
+        assert behind[0].result(timeout=60) == str(marks[0])
+        assert behind[2].result(timeout=60) == str(marks[2])
+        wait_until(lambda: ex._master._sched.cancelled_total == 1, 60, "the slave to give the task back")
+    assert marks[0].exists()
+    assert marks[2].exists()
+    assert not marks[1].exists()  # given back unstarted: it never ran

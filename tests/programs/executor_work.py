@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import mwpy
 
@@ -90,3 +91,9 @@ def chatty(size: int) -> int:
     """Print ``size`` characters: more than a result keeps."""
     print("x" * size, end="")
     return size
+
+
+def mark(path: str) -> str:
+    """Leave a file behind (proof that this task ran); return its path."""
+    Path(path).touch()
+    return path
