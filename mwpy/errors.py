@@ -22,6 +22,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── NotInMasterError (RuntimeError)   the master API used outside a running master
     ├── ComputationFinishedError (RuntimeError)  a task submitted after finish()
     ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
+    ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
     └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)
@@ -82,6 +83,13 @@ class TaskTimeoutError(MwpyError, TimeoutError):
     The slave interrupts the task with it; if the task does not yield, the
     slave exits (status 8) and the master fails the task with it all the same.
     It derives from the built-in ``TimeoutError`` so ``except TimeoutError:`` catches it.
+    """
+
+
+class SlavesFailError(MwpyError):
+    """Slaves keep failing before any task had a result (their set-up fails): the computation gives up.
+
+    The message names the count and the last failure (the slave's last error line).
     """
 
 

@@ -50,6 +50,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -61,7 +62,8 @@ import attrs
 from mwpy import backends, logs
 from mwpy.audit import Audit
 from mwpy.engine import TICK
-from mwpy.errors import ConfigurationError
+from mwpy.errors import ConfigurationError, SlavesFailError
+from mwpy.failing_slaves import SetupFailures
 from mwpy.master import Master, encode_task
 from mwpy.options import Options, parse
 from mwpy.overseer import Limits, Overseer
@@ -78,6 +80,9 @@ SPAWN_PROGRAM = str(Path(__file__).with_name("_spawn.py"))
 OVERSEER_INTERVAL = 0.5
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
+
+#: Seconds between two looks at the back end's jobs (for slaves that fail to start).
+JOB_LOOK_INTERVAL = 1.0
 
 _numbers = itertools.count()
 log = logging.getLogger(__name__)
@@ -174,6 +179,8 @@ class Executor(concurrent.futures.Executor):
         self._waiting: set[Future[Any]] = set()  # futures not yet done, for shutdown(cancel_futures=True)
         self._closing = False
         self._broken: BaseException | None = None
+        self._setup = SetupFailures()
+        self._next_job_look = 0.0
         self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
         self._overseer_thread.start()
         self._thread.start()
@@ -270,6 +277,7 @@ class Executor(concurrent.futures.Executor):
                         if self._closing and not self._unfinished and not self._incoming:
                             break
                     step(TICK)
+                    self._check_slaves(master)
                     for lost in master.unrunnable_tasks():  # only sid=/retry=False policies make these
                         if lost.sink is not None:
                             lost.sink(_unrunnable_result(lost.task_id, lost.algorithm))
@@ -290,6 +298,17 @@ class Executor(concurrent.futures.Executor):
             ids, self._cancelled = self._cancelled, []
         if ids:
             master._cancel(ids)
+
+    def _check_slaves(self, master: Master) -> None:
+        """Slaves that cannot start (the script fails on them, say) would be restarted for ever: give up."""
+        now = time.monotonic()
+        if now < self._next_job_look:
+            return
+        self._next_job_look = now + JOB_LOOK_INTERVAL
+        self._setup.look(self._backend.jobs())
+        problem = self._setup.problem(master._sched.done_total)
+        if problem is not None:
+            raise SlavesFailError(problem)
 
     def _take_submissions(self, master: Master) -> None:
         incoming = self._incoming
@@ -312,7 +331,7 @@ class Executor(concurrent.futures.Executor):
             doomed = list(self._waiting)
         for future in doomed:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
-                future.set_exception(concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc!r}"))
+                future.set_exception(concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
 
     # ------------------------------------------------------------------ functions
 

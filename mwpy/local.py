@@ -27,6 +27,7 @@ import attrs
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
+from mwpy.failing_slaves import SetupFailures
 from mwpy.overseer import Limits, Overseer
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
@@ -193,6 +194,7 @@ class _LocalRun:
         limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves)
         overseer = Overseer(work.resource_file, self.backend, limits, finish_grace=0.0)
         self.stop = threading.Event()
+        self.gave_up = False  # slaves kept failing at set-up: the master was stopped
         self.watcher = threading.Thread(target=overseer.run, args=(self.stop,), kwargs={"interval": 0.5}, daemon=True)
         self.watcher.start()
 
@@ -215,6 +217,8 @@ class _LocalRun:
         if interrupted:  # whatever the master made of its own SIGINT: one line, and the shell's 130
             print(f"mwpy local: interrupted (logs in {self.work.path})", file=sys.stderr)
             return 130
+        if self.gave_up:
+            return 1
         # A master killed by a signal reports -N; a shell reports 128 + N, and so does mwpy local.
         status = self.master.returncode
         if status == 0 and not published:
@@ -230,12 +234,27 @@ class _LocalRun:
         """Wait for the master, drawing the progress line and saying when a slave fails."""
         started = time.monotonic()
         reported: set[str] = set()
+        setup = SetupFailures()
         while self.master.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.master.wait(0.5)
             if self.console.progress:
                 self.console.status(_progress_text(self.work.resource_file, self.slaves, time.monotonic() - started))
             self._report_failures(reported)
+            self._give_up_on_failing_slaves(setup)
+
+    def _give_up_on_failing_slaves(self, setup: SetupFailures) -> None:
+        """Slaves that fail before any result (a slave algorithm raising at set-up) would restart for ever."""
+        setup.look(self.backend.jobs())
+        try:
+            done = resource_file.read(self.work.resource_file).tasks_done
+        except ResourceFileError:
+            done = 0
+        problem = setup.problem(done)
+        if problem is not None and self.master.poll() is None:
+            self.console.line(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
+            self.master.terminate()
+            self.gave_up = True
 
     def _report_failures(self, reported: set[str]) -> None:
         """One line per slave whose run failed, once per slave: one that keeps failing would flood the terminal."""

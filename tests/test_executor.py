@@ -297,3 +297,36 @@ def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) ->
     assert marks[0].exists()
     assert marks[2].exists()
     assert not marks[1].exists()  # given back unstarted: it never ran
+
+
+BROKEN_ON_SLAVES = """\
+    import concurrent.futures
+    import mwpy
+
+    if __name__ != "__main__":  # on the slaves (loaded as __mp_main__): as a node without numpy would
+        raise ImportError("no module named numpy on this node")
+
+
+    def one():
+        return 1
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=1) as ex:
+            try:
+                ex.submit(one).result(timeout=120)
+            except concurrent.futures.BrokenExecutor as exc:
+                print("broken:", exc)
+"""
+
+
+def test_slaves_that_cannot_start_break_the_executor_instead_of_restarting_for_ever(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text(textwrap.dedent(BROKEN_ON_SLAVES))
+    done = subprocess.run(
+        check=False, args=[PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("broken: ")
+    assert "slave runs failed before any task had a result" in done.stdout
+    assert "ImportError: no module named numpy" in done.stdout
