@@ -330,3 +330,73 @@ def test_slaves_that_cannot_start_break_the_executor_instead_of_restarting_for_e
     assert done.stdout.startswith("broken: ")
     assert "slave runs failed before any task had a result" in done.stdout
     assert "ImportError: no module named numpy" in done.stdout
+
+
+# ---------------------------------------------------------------------- more of the documented Executor semantics
+
+
+def test_result_with_a_timeout_raises_timeout_error_while_the_task_runs(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    with gated_executor(tmp_path) as ex:
+        future = ex.submit(work.wait_for, str(release), 3)
+        try:
+            with pytest.raises(cf.TimeoutError):
+                future.result(timeout=0.2)
+            with pytest.raises(cf.TimeoutError):
+                future.exception(timeout=0.2)
+        finally:
+            release.touch()
+        assert future.result(timeout=60) == 3
+
+
+def test_map_timeout_raises_timeout_error_for_a_late_value(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    with gated_executor(tmp_path) as ex:
+        values = ex.map(work.wait_for, [str(release)], [7], timeout=0.5)
+        try:
+            with pytest.raises(cf.TimeoutError):
+                next(values)
+        finally:
+            release.touch()
+
+
+def test_done_callbacks_run_once_with_the_future(executor: mwpy.Executor) -> None:
+    seen: list[cf.Future[int]] = []
+    arrived = threading.Event()
+    future = executor.submit(work.square, 6)
+
+    def callback(done: cf.Future[int]) -> None:
+        seen.append(done)
+        arrived.set()
+
+    future.add_done_callback(callback)
+    assert arrived.wait(60)
+    assert seen == [future]
+    assert future.result() == 36
+    late: list[cf.Future[int]] = []
+    future.add_done_callback(late.append)  # on a done future: called at once
+    assert late == [future]
+
+
+def test_exception_returns_the_exception_without_raising(executor: mwpy.Executor) -> None:
+    error = executor.submit(work.fail_on_odd, 5).exception(timeout=60)
+    assert isinstance(error, work.Odd)
+    assert executor.submit(work.fail_on_odd, 4).exception(timeout=60) is None
+
+
+def test_shutdown_without_waiting_returns_at_once_and_the_work_still_completes(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    ex = gated_executor(tmp_path)
+    future = ex.submit(work.wait_for, str(release), 9)
+    ex.shutdown(wait=False)  # returns while the task still waits for its gate
+    assert not future.done()
+    release.touch()
+    assert future.result(timeout=60) == 9
+    ex.shutdown(wait=True)
+
+
+def test_leaving_the_with_block_waits_for_every_future(tmp_path: Path) -> None:
+    with mwpy.Executor(max_workers=2, workdir=tmp_path / "work") as ex:
+        futures = [ex.submit(work.square, x) for x in range(10)]
+    assert all(f.done() for f in futures)
+    assert [f.result() for f in futures] == [x * x for x in range(10)]
