@@ -219,12 +219,9 @@ class Master:
     def _cancel(self, task_ids: list[int]) -> None:
         """Cancelled futures: tasks still queued here are dropped when they would leave (their start hook);
         those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books."""
-        by_slave: dict[str, list[int]] = {}
-        for task_id in task_ids:
-            sid = self._sched.holder(task_id)
-            if sid is not None:
-                by_slave.setdefault(sid, []).append(task_id)
-        for sid, ids in by_slave.items():
+        if self._finished:
+            return  # every slave has been told to shut down
+        for sid, ids in self._sched.holders(task_ids).items():
             self._engine.cancel(sid, ids)
 
     def _deliver(self, task: Task, result: Result) -> None:
@@ -425,6 +422,7 @@ class Master:
         outstanding = 0
         exhausted = False
         open_ = [True]  # cleared when the consumer closes the iterator: queued tasks are then dropped unsent
+        live: set[int] = set()  # tasks submitted and not answered: on close, slaves are asked to give them back
 
         def start() -> bool:
             return open_[0]
@@ -439,9 +437,10 @@ class Master:
                     index, args = item
                     policy = attrs.evolve(algorithm.policy, tag=index, key=None if key is None else key(*args))
                     payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
-                    self._enqueue(
-                        algorithm.name, payload, policy, sink=functools.partial(_put, arrived, index), start=start
-                    )
+                    sink = functools.partial(_put, arrived, live, index)
+                    task_id = self._enqueue(algorithm.name, payload, policy, sink=sink, start=start)
+                    if not arrived or arrived[-1][0] != index:  # not answered at once from the journal
+                        live.add(task_id)
                     outstanding += 1
                 if not arrived:
                     if exhausted and not outstanding:
@@ -451,6 +450,8 @@ class Master:
                 yield arrived.popleft()
         finally:
             open_[0] = False
+            if live:
+                self._cancel(list(live))  # those waiting in a slave's window come back unrun
 
     # ------------------------------------------------------------------ the end
 
@@ -521,5 +522,6 @@ def _in_order(stream: Iterator[tuple[int, Result]]) -> Iterator[Any]:
             close()  # cancels what has not started
 
 
-def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:
+def _put(queue: deque[tuple[int, Result]], live: set[int], index: int, result: Result) -> None:
+    live.discard(result.task_id)
     queue.append((index, result))

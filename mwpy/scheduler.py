@@ -318,12 +318,15 @@ class Scheduler:
         if head.begin is not None:
             head.begin()
 
-    def holder(self, task_id: int) -> str | None:
-        """The slave that holds ``task_id`` in flight, if any (a scan: cancelling is rare)."""
+    def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
+        """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
+        wanted = set(task_ids)
+        found: dict[str, list[int]] = {}
         for sid, slot in self._slots.items():
-            if task_id in slot.in_flight:
-                return sid
-        return None
+            held = [task_id for task_id in slot.in_flight if task_id in wanted]
+            if held:
+                found[sid] = held
+        return found
 
     def withdraw(self, sid: str, task_id: int) -> Task | None:
         """``sid`` gave back ``task_id`` unstarted (it was cancelled): it leaves the master's books."""
