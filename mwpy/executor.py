@@ -18,6 +18,10 @@ How it is built, and why:
   socket (:meth:`mwpy.engine.Engine.wake`) that cuts its ``select`` short.
 * Arguments are checked and pickled in ``submit()``, in the caller's thread:
   an argument that cannot travel raises there, as everywhere in mwpy.
+* With ``backend="condor"`` the script is shipped with the slave job and
+  named by its base name; the slave's Python is ``sys.executable`` unless
+  ``options=["--mw-slave-executable", ...]`` or ``["--mw-slave-bundle"]`` say
+  otherwise. That path has not been run on a pool yet.
 * Slaves are started the way ``mwpy local`` (or the overseer) starts them: the
   master publishes a resource file in a private work folder and an
   :class:`~mwpy.overseer.Overseer` with a back end (``local`` processes by
@@ -433,6 +437,11 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Optio
     parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
     if rest:
         raise ConfigurationError(f"options: not --mw-* options: {rest}")
+    script, folder = _script(), os.getcwd()
+    shipped: tuple[str, ...] = ()
+    if backend != "local" and script != "-":
+        # A batch system's slaves run in a sandbox elsewhere: ship the script, name it as it lands there.
+        script, folder, shipped = os.path.basename(script), ".", (script,)
     return attrs.evolve(
         parsed,
         master_host=parsed.master_host or ("127.0.0.1" if backend == "local" else None),
@@ -440,7 +449,8 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Optio
         resource_file_update_interval=UPDATE_INTERVAL,
         member_id=f"executor-{os.getpid()}-{next(_numbers)}",
         slave_executable=parsed.slave_executable or sys.executable,
-        slave_arguments=(*parsed.slave_arguments, _script(), os.getcwd()),
+        slave_files=(*parsed.slave_files, *shipped),
+        slave_arguments=(*parsed.slave_arguments, script, folder),
     )
 
 

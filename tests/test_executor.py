@@ -21,6 +21,7 @@ from typing import cast
 import pytest
 
 import mwpy
+from mwpy.executor import _master_options, _script
 from tests.programs import executor_work as work
 from tests.support import PYTHON, ROOT, wait_until
 
@@ -400,3 +401,16 @@ def test_leaving_the_with_block_waits_for_every_future(tmp_path: Path) -> None:
         futures = [ex.submit(work.square, x) for x in range(10)]
     assert all(f.done() for f in futures)
     assert [f.result() for f in futures] == [x * x for x in range(10)]
+
+
+def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> None:
+    """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
+    options = _master_options([], Path("/tmp/rf.json"), "condor")
+    script = _script()
+    if script != "-":
+        assert options.slave_files == (script,)
+        assert options.slave_arguments[-2:] == (os.path.basename(script), ".")
+    assert options.master_host is None  # listen on every interface, as execute nodes must reach it
+    local = _master_options([], Path("/tmp/rf.json"), "local")
+    assert local.master_host == "127.0.0.1"
+    assert local.slave_arguments[-1] == os.getcwd()
