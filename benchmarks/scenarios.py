@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks import condor, peers
@@ -524,6 +525,55 @@ def baseline(settings: Settings) -> Outcome:
     return run_rounds(settings, name, systems, targets)
 
 
+# ---------------------------------------------------------------------- 6. mwpy.Executor
+
+
+EXECUTOR_PROGRAM = Path(__file__).with_name("executor_program.py")
+
+
+def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
+    """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
+    settings.log(f"{scenario}: {label}")
+    argv = [settings.python, str(EXECUTOR_PROGRAM), json.dumps({**params, "workers": settings.workers})]
+    try:
+        report = run_child_json(argv, timeout=900, name="executor")
+    except BenchError as exc:
+        return Row(scenario, label, skipped=f"failed: {exc}")
+    return Row(
+        scenario,
+        label,
+        tasks=report["tasks"],
+        seconds=report["seconds"],
+        tasks_per_s=report["tasks_per_s"],
+        peak_rss_mb=report["peak_rss_mb"],
+        note=f"start-up {report['startup_seconds']:.1f} s, not counted",
+        extra=report,
+    )
+
+
+def executor(settings: Settings) -> Outcome:
+    """``mwpy.Executor.map`` over no-op tasks against the master algorithm API, same slaves, same round.
+
+    The Executor pays for a future per task, a thread hand-over per submission
+    and a second thread owning the engine; this ratio says what that costs.
+    """
+    name = "6 executor"
+    n = settings.sizes.throughput_tasks
+    params = {"mode": "throughput", "tasks": n, "warmup": settings.sizes.warmup_tasks}
+    executor_label = f"mwpy.Executor.map, {settings.workers} local slaves"
+    master_label = "mwpy master algorithm API (default)"
+    systems = [
+        System("executor", executor_label, functools.partial(_executor, settings, name, executor_label, params)),
+        System(
+            "master",
+            master_label,
+            functools.partial(_mwpy, settings, name, master_label, MwpyRun(params, slaves=settings.workers)),
+        ),
+    ]
+    targets = [ratio("6. no-op, mwpy.Executor.map vs master algorithm API", "executor", "master", "tasks_per_s", 0.8)]
+    return run_rounds(settings, name, systems, targets)
+
+
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -532,6 +582,7 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "condor": _once(condor.run),
     "events": event_log,
     "baseline": baseline,
+    "executor": executor,
 }
 
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).

@@ -62,20 +62,20 @@ def everything(a: int, /, b: int, c: int = 3, *more: int, d: int, e: int = 5, **
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     labels = {
-        required.submit(1, 2, 3): "required",
-        optional.submit(4, 5, 6, 7): "optional, d given",
-        optional.submit(4, 5, 6): "optional, defaults",
-        optional.submit(4, 5, 6, e=8): "optional, e by keyword",
-        keyword_only.submit(10, 20, 30, f=50, e=40): "keyword-only",
-        keyword_only.submit(a=11, b=21, c=31, d=200): "keyword-only, all by keyword",
-        positional_only.submit(1, 2): "positional-only, default",
-        positional_only.submit(1, 2, c=30): "positional-only, c by keyword",
-        rest.submit(100, 102, 103, 104, 105, 106, 107): "rest",
-        rest.submit(100, 102, 103): "rest, empty",
-        keywords.submit(1, colour="blue", size=3): "keywords",
-        everything.submit(1, 2, d=4): "everything, minimal",
-        everything.submit(1, 2, 30, 31, 32, d=4, e=50, f=60, g=70): "everything, full",
-        everything.submit(1, b=2, d=4, f=6): "everything, b by keyword",
+        required.submit(1, 2, 3).task_id: "required",
+        optional.submit(4, 5, 6, 7).task_id: "optional, d given",
+        optional.submit(4, 5, 6).task_id: "optional, defaults",
+        optional.submit(4, 5, 6, e=8).task_id: "optional, e by keyword",
+        keyword_only.submit(10, 20, 30, f=50, e=40).task_id: "keyword-only",
+        keyword_only.submit(a=11, b=21, c=31, d=200).task_id: "keyword-only, all by keyword",
+        positional_only.submit(1, 2).task_id: "positional-only, default",
+        positional_only.submit(1, 2, c=30).task_id: "positional-only, c by keyword",
+        rest.submit(100, 102, 103, 104, 105, 106, 107).task_id: "rest",
+        rest.submit(100, 102, 103).task_id: "rest, empty",
+        keywords.submit(1, colour="blue", size=3).task_id: "keywords",
+        everything.submit(1, 2, d=4).task_id: "everything, minimal",
+        everything.submit(1, 2, 30, 31, 32, d=4, e=50, f=60, g=70).task_id: "everything, full",
+        everything.submit(1, b=2, d=4, f=6).task_id: "everything, b by keyword",
     }
     answered = failed = 0
     while labels:

@@ -3,7 +3,7 @@
 ``times10.with_policy(tag="a-times10-task")`` is a plain callable that
 submits ``times10`` tasks, each carrying that tag, which comes back unchanged
 on every result. Being an ordinary function, it maps over any iterable like
-one; it returns the task id of each task it submits. Any policy field works
+one; it returns the future of each task it submits (``.task_id`` is its id). Any policy field works
 the same way (``sid``, ``retry``, ``do_it_anyway``, ``key``).
 
 Run it on local slaves:
@@ -28,7 +28,7 @@ TAG = "a-times10-task"
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     times10_task = times10.with_policy(tag=TAG)
-    waiting = set(map(times10_task, range(1, 101)))
+    waiting = {future.task_id for future in map(times10_task, range(1, 101))}
     received = tagged = 0
     while waiting:
         mw.loop()

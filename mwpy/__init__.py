@@ -15,9 +15,13 @@ from mwpy.errors import (
     MwpyError,
     NotInMasterError,
     ProtocolError,
+    RemoteTraceback,
     ResourceFileError,
+    TaskTimeoutError,
+    UnrunnableTaskError,
     UsageError,
 )
+from mwpy.executor import Executor
 from mwpy.master import LoopEvents, Master
 from mwpy.program import exit_status, main, master, run, slave
 from mwpy.protocol import ExitCode
@@ -31,6 +35,8 @@ from mwpy.task import (
     TaskAlgorithm,
     TaskError,
     TaskFailedError,
+    TaskFuture,
+    TaskRaisedError,
     task,
 )
 
@@ -38,6 +44,7 @@ __all__ = [
     "BackendError",
     "ComputationFinishedError",
     "ConfigurationError",
+    "Executor",
     "ExitCode",
     "JournalError",
     "LoopEvents",
@@ -47,6 +54,7 @@ __all__ = [
     "NotInMasterError",
     "Policy",
     "ProtocolError",
+    "RemoteTraceback",
     "ResourceFileError",
     "Result",
     "Slave",
@@ -57,6 +65,10 @@ __all__ = [
     "TaskAlgorithm",
     "TaskError",
     "TaskFailedError",
+    "TaskFuture",
+    "TaskRaisedError",
+    "TaskTimeoutError",
+    "UnrunnableTaskError",
     "UsageError",
     "__version__",
     "exit_status",

@@ -40,7 +40,12 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         "(--mw-* options among them go to mwpy).",
     )
     local.add_argument("program", help="the mwpy program (a .py file)")
-    local.add_argument("--slaves", type=positive_int, default=2, help="number of slave processes (default 2)")
+    local.add_argument(
+        "--slaves",
+        type=positive_int,
+        default=2,
+        help="most slave processes at once (default 2): slaves start as the master asks for them",
+    )
     local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
     local.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"

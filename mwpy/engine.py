@@ -15,7 +15,10 @@ nor of how results reach the master algorithm (a delivery callback does).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
+import pickle
 import resource
 import selectors
 import socket
@@ -23,16 +26,20 @@ import ssl
 import time
 from collections.abc import Callable
 
+import attrs
+
 from mwpy import events as ev
 from mwpy import protocol
 from mwpy.audit import Audit
-from mwpy.errors import ProtocolError
+from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.journal import Journal
 from mwpy.options import Options
 from mwpy.protocol import ExitCode, Results
 from mwpy.scheduler import Scheduler
 from mwpy.session import HandshakeReply, MasterSession, MasterState, Refused
-from mwpy.task import Result, Task, TaskError
+from mwpy.task import Result, Task, TaskError, task_exception
+
+log = logging.getLogger(__name__)
 
 #: Bytes read from a socket per call.
 RECV_SIZE = 256 * 1024
@@ -40,10 +47,15 @@ RECV_SIZE = 256 * 1024
 TICK = 0.25
 #: Failures that would recur on any slave: handed over at once, never retried.
 _NOT_RETRIED = frozenset({"ResultTooLarge", "ResultDecodeError"})
+#: Beyond a task's timeout and the slave's own grace (slave.TIMEOUT_GRACE), how long the master waits
+#: before it gives up on the slave running the task (stopped, or stuck and its watchdog too).
+MASTER_TIMEOUT_GRACE = 10.0
 #: How long the master waits for slaves to acknowledge a shutdown.
 SHUTDOWN_GRACE = 5.0
 
 Deliver = Callable[[Task, Result], None]
+#: The selector's mark for the wake-up socket (see Engine.wake).
+_WAKE = object()
 
 
 class _Peer:
@@ -68,6 +80,12 @@ class _Peer:
         self.handshaking = False  # TLS handshake still under way
 
 
+def timeout_error(message: str) -> TaskError:
+    """A TaskTimeoutError as a task failure: what a future raises for a task that ran too long."""
+    exc = TaskTimeoutError(message)
+    return TaskError("TaskTimeoutError", message, "", pickle.dumps(exc, protocol.PICKLE_PROTOCOL))
+
+
 def decode_result(
     task: Task, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False
 ) -> Result:
@@ -77,6 +95,29 @@ def decode_result(
     if failure is None:
         return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))
+
+
+def _log_failed_output(result: Result) -> None:
+    """A failed task's output is worth seeing where the master runs (``mwpy local`` shows the master's stderr)."""
+    assert result.error is not None
+    printed = "".join(
+        f"\n--- its {name}:\n{text.rstrip()}"
+        for name, text in (("stdout", result.stdout), ("stderr", result.stderr))
+        if text
+    )
+    log.warning(
+        "task %d (%s) failed on %s with %s: %s%s",
+        result.task_id, result.algorithm, result.slave_id, result.error.type, result.error.message, printed,
+    )  # fmt: skip
+
+
+def _retryable(task: Task, result: Result) -> bool:
+    """Whether the policy's ``retry_on`` (if any) covers the exception the task raised."""
+    kinds = task.policy.retry_on
+    if kinds is None:
+        return True
+    exc = task_exception(result)
+    return isinstance(exc, kinds)
 
 
 class Engine:
@@ -121,6 +162,11 @@ class Engine:
         self._selector = selectors.DefaultSelector()
         self._listener = self._listen()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
+        # Another thread (mwpy.Executor's submitters) can cut a select short through this pair.
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
+        self._selector.register(self._wake_reader, selectors.EVENT_READ, _WAKE)
         self.host = options.master_host or socket.gethostname()
         self.port: int = self._listener.getsockname()[1]
 
@@ -135,6 +181,9 @@ class Engine:
             peer = key.data
             if peer is None:
                 self._accept()
+                continue
+            if peer is _WAKE:
+                self._drain_wakeups()
                 continue
             if peer.handshaking:
                 self._tls_handshake(peer)
@@ -152,6 +201,16 @@ class Engine:
         if self._events is not None:
             self._events.flush()  # a clock read, a write at most every FLUSH_INTERVAL
         self._audit.flush()
+
+    def wake(self) -> None:
+        """Cut the current (or next) ``select`` short; the only method safe to call from another thread."""
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed (nothing to wake)
+            self._wake_writer.send(b"\0")
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._wake_reader.recv(4096):
+                pass
 
     def tick_soon(self) -> None:
         """Look at timers (and the resource file) on the next pass: something they report changed."""
@@ -268,6 +327,8 @@ class Engine:
                     self._greet(peer, event)
                 elif isinstance(event, Refused):
                     self._refuse(peer, event)
+                elif type(event) is protocol.Cancelled:
+                    self._take_back(peer, event)
                 # Heartbeat: hearing from the slave (last_heard) was the point
         except ProtocolError as exc:
             self._lose(peer, f"protocol error: {exc}")
@@ -290,6 +351,7 @@ class Engine:
         self._by_sid[sid] = peer
         kind = self._sched.join(sid)
         self._queue(peer, data)
+        log.info("%s connected from %s (host %s, pid %s) as %s", sid, peer.address, hello.host, hello.pid, kind.value)
         self._audit(
             f'{sid} {peer.address} -> ["{hello.member_id}"] connecting [{kind.value}] '
             f"(host {hello.host}, pid {hello.pid}, mwpy {hello.mwpy_version})"
@@ -317,13 +379,16 @@ class Engine:
                 self._audit(f"{sid} -> result for task {task_id} it does not hold (ignored)")
                 continue
             result = decode_result(task, sid, ok, blob, compute_time)
+            if msg.outputs and task_id in msg.outputs:
+                stdout, stderr = msg.outputs[task_id]
+                result = attrs.evolve(result, stdout=stdout, stderr=stderr)
             if result.error is None:
                 holes += sched.succeeded(sid, task)
                 if task.policy.key is not None and self._journal is not None:
                     self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
                 if events is not None:
                     events.task_finished(sid, task.algorithm, "ok", compute_time, task.sent_at - task.queued_at)
-            elif result.error.type not in _NOT_RETRIED and sched.failed(sid, task):
+            elif result.error.type not in _NOT_RETRIED and _retryable(task, result) and sched.failed(sid, task):
                 self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
                 if events is not None:
                     self._record_failure(sid, task, result.error, compute_time, retried=True)
@@ -331,6 +396,8 @@ class Engine:
             elif events is not None:
                 self._record_failure(sid, task, result.error, compute_time, retried=False)
             sched.complete(task)
+            if result.error is not None and (result.stdout or result.stderr):
+                _log_failed_output(result)
             self._deliver(task, result)
         for hole in holes:
             self._expel(hole)
@@ -360,6 +427,21 @@ class Engine:
             events.emit(ev.TasksRequeued(t=now, slave=sid, n=len(lost) - unrunnable))
         if unrunnable:
             events.emit(ev.TasksUnrunnable(t=now, n=unrunnable, reason=f"{sid} vanished", slave=sid))
+
+    def cancel(self, sid: str, task_ids: list[int]) -> None:
+        """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""
+        peer = self._by_sid.get(sid)
+        if peer is None or peer.session.state is not MasterState.READY:
+            return  # gone or leaving: whatever comes back is dropped by the cancelled futures
+        self._audit(f"{sid} <- CANCEL {len(task_ids)} tasks")
+        self._queue(peer, peer.session.send(protocol.Cancel(task_ids)))
+
+    def _take_back(self, peer: _Peer, msg: protocol.Cancelled) -> None:
+        sid = peer.sid
+        if sid is None:
+            return
+        taken = [task_id for task_id in msg.task_ids if self._sched.withdraw(sid, task_id) is not None]
+        self._audit(f"{sid} -> CANCELLED {len(taken)} tasks unstarted")
 
     def _expel(self, sid: str) -> None:
         """Send a black-hole slave away with a non-zero status; its tasks go to others."""
@@ -397,16 +479,41 @@ class Engine:
             sizes = [len(t.payload) for t in tasks]
         group = self._sched.task_group
         for start, stop in protocol.pack(sizes, group, peer.max_out):
-            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in tasks[start:stop]])
+            batch = tasks[start:stop]
+            timeouts = self._timeouts(batch)
+            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
             if self._audit.packets:
                 self._audit(f"{sid} <- {stop - start} tasks ({group} grouping)")
         peer.tasks_out += len(tasks)
         if self._events is not None:
-            now = time.monotonic()
-            for task in tasks:
-                task.sent_at = now
             self._events.tasks_dispatched(sid, len(tasks))
         self._send(peer)  # one system call for the whole batch, not one per frame
+
+    def _timeouts(self, tasks: list[Task]) -> dict[int, float] | None:
+        """The timeouts of the tasks that have one, by task id (None, and nothing on the wire, when none has)."""
+        sched = self._sched
+        if not sched.may_time_out:
+            return None
+        timeouts = {}
+        for task in tasks:
+            timeout = sched.timeout_of(task)
+            if timeout is not None:
+                timeouts[task.task_id] = timeout
+        return timeouts
+
+    def _time_out(self, now: float) -> None:
+        """Fail each task past its timeout (and grace) and drop the slave that holds it."""
+        for sid, task in self._sched.overdue(now, MASTER_TIMEOUT_GRACE):
+            peer = self._by_sid.get(sid)
+            timeout = self._sched.timeout_of(task)
+            self._sched.abandon(sid, task)
+            self._sched.complete(task)
+            message = f"the task ran past its timeout of {timeout:g} s on {sid}, which stopped answering for it"
+            self._deliver(task, Result(task.task_id, task.algorithm, sid, task.policy.tag, now - task.sent_at,
+                                       error=timeout_error(message)))  # fmt: skip
+            log.warning("task %d ran past its timeout of %g s on %s: failed, slave dropped", task.task_id, timeout, sid)
+            if peer is not None:
+                self._lose(peer, f"task {task.task_id} ran past its timeout of {timeout:g} s")
 
     def _fits_or_fail(self, sid: str, max_frame: int, task: Task) -> bool:
         """A task too big for this slave's frames fails with a clear error instead of being sent."""
@@ -466,6 +573,9 @@ class Engine:
         del self._by_sid[sid]
         unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
+        log.log(
+            logging.WARNING if lost else logging.INFO, "%s disconnected (%s); %d tasks in flight", sid, why, len(lost)
+        )
         self._audit(
             f"{sid} -> disconnected ({why}; {peer.tasks_out} tasks sent, {peer.results_in} results back"
             f"{f', {len(lost)} in flight' if lost else ''})"
@@ -482,6 +592,7 @@ class Engine:
         silent_since = now - self._options.client_timeout
         for peer in [p for p in self._peers if p.last_heard < silent_since]:
             self._lose(peer, f"silent for {self._options.client_timeout:g} s (client timeout)")
+        self._time_out(now)
         self._on_tick(now)
 
     # ------------------------------------------------------------------ the end
@@ -507,6 +618,8 @@ class Engine:
         self._closed = True
         self._selector.close()
         self._listener.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
 
 
 def _raise_file_limit() -> None:

@@ -22,7 +22,14 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── BackendError (RuntimeError)       a batch system refused or cannot be reached
     ├── NotInMasterError (RuntimeError)   the master API used outside a running master
     ├── ComputationFinishedError (RuntimeError)  a task submitted after finish()
-    └── TaskFailedError                   a task raised (or could not run)
+    ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
+    ├── SlavesFailError                   slaves keep failing before any task had a result
+    ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
+    └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
+        └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)
+
+    RemoteTraceback (Exception, not an MwpyError)  the ``__cause__`` of a task's exception re-raised
+                                          on the master: the slave's traceback, and the Result
 
 Exit statuses stay as docs/exit-codes.md says; where an error ends a process,
 the module that owns the process maps it to its status.
@@ -86,6 +93,29 @@ class ComputationFinishedError(MwpyError, RuntimeError):
     """A task was submitted after the computation finished."""
 
 
+class TaskTimeoutError(MwpyError, TimeoutError):
+    """A task ran past its timeout (``@mwpy.task(timeout=...)``, ``with_policy(timeout=...)``, ``--mw-task-timeout``).
+
+    The slave interrupts the task with it; if the task does not yield, the
+    slave exits (status 8) and the master fails the task with it all the same.
+    It derives from the built-in ``TimeoutError`` so ``except TimeoutError:`` catches it.
+    """
+
+
+class SlavesFailError(MwpyError):
+    """Slaves keep failing before any task had a result (their set-up fails): the computation gives up.
+
+    The message names the count and the last failure (the slave's last error line).
+    """
+
+
+class UnrunnableTaskError(MwpyError):
+    """A future's task became unrunnable: its slave vanished and its policy forbade running it again.
+
+    The task is also in ``mw.unrunnable_tasks()``, as CL-MW's loop API has it.
+    """
+
+
 class InvalidResourceFileError(ResourceFileError):
     """The resource file is there but unusable as it is: waiting for the master will not fix it.
 
@@ -112,3 +142,21 @@ class UnsafeFileError(MwpyError):
         self.problem = problem
         self.permanent = permanent
         self.errno = errno
+
+
+class RemoteTraceback(Exception):
+    """The slave's traceback, attached as ``__cause__`` of a task's exception raised on the master.
+
+    Not an :class:`MwpyError`: nobody catches it; it is there so that an
+    uncaught task exception prints where on the slave it happened (as
+    ``concurrent.futures`` does with its ``_RemoteTraceback``). ``result`` is
+    the task's :class:`~mwpy.task.Result` (slave id, tag, compute time).
+    """
+
+    def __init__(self, traceback: str, result: object = None) -> None:
+        super().__init__(traceback)
+        self.traceback = traceback
+        self.result = result
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.traceback.rstrip()}\n"""'

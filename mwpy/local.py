@@ -27,6 +27,7 @@ import attrs
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
+from mwpy.failing_slaves import SetupFailures
 from mwpy.overseer import Limits, Overseer
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
@@ -201,35 +202,67 @@ class _LocalRun:
         limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves)
         overseer = Overseer(work.resource_file, self.backend, limits, finish_grace=0.0)
         self.stop = threading.Event()
+        self.gave_up = False  # slaves kept failing at set-up: the master was stopped
         self.watcher = threading.Thread(target=overseer.run, args=(self.stop,), kwargs={"interval": 0.5}, daemon=True)
         self.watcher.start()
 
     def wait(self) -> int:
         """Wait for the master (or Ctrl-C, or SIGTERM), clean up, and return its status as a shell reports it."""
         previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        interrupted = False
         try:
             self._watch()
-        except (KeyboardInterrupt, _Terminated):
+        except (KeyboardInterrupt, _Terminated) as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)
             if self.master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
                 self.master.terminate()
-            self.master.wait()
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while it stops
+                self.master.wait()
         finally:
             signal.signal(signal.SIGTERM, previous)
-            self._clean_up()
+            published = self.work.resource_file.exists()  # a master that ran wrote it, and leaves it finished
+            self._clean_up(quiet=interrupted)
+        if interrupted:  # whatever the master made of its own SIGINT: one line, and the shell's 130
+            print(f"mwpy local: interrupted (logs in {self.work.path})", file=sys.stderr)
+            return 130
+        if self.gave_up:
+            return 1
         # A master killed by a signal reports -N; a shell reports 128 + N, and so does mwpy local.
         status = self.master.returncode
+        if status == 0 and not published:
+            print(
+                "mwpy local: error: the program exited without starting a master (did you call mwpy.run() "
+                'under if __name__ == "__main__"? a script using mwpy.Executor runs with plain python)',
+                file=sys.stderr,
+            )
+            return 1
         return status if status >= 0 else 128 - status
 
     def _watch(self) -> None:
         """Wait for the master, drawing the progress line and saying when a slave fails."""
         started = time.monotonic()
         reported: set[str] = set()
+        setup = SetupFailures()
         while self.master.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.master.wait(0.5)
             if self.console.progress:
                 self.console.status(_progress_text(self.work.resource_file, self.slaves, time.monotonic() - started))
             self._report_failures(reported)
+            self._give_up_on_failing_slaves(setup)
+
+    def _give_up_on_failing_slaves(self, setup: SetupFailures) -> None:
+        """Slaves that fail before any result (a slave algorithm raising at set-up) would restart for ever."""
+        setup.look(self.backend.jobs())
+        try:
+            done = resource_file.read(self.work.resource_file).tasks_done
+        except ResourceFileError:
+            done = 0
+        problem = setup.problem(done)
+        if problem is not None and self.master.poll() is None:
+            self.console.line(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
+            self.master.terminate()
+            self.gave_up = True
 
     def _report_failures(self, reported: set[str]) -> None:
         """One line per slave whose run failed, once per slave: one that keeps failing would flood the terminal."""
@@ -240,7 +273,7 @@ class _LocalRun:
                 text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
                 self.console.line(text.encode(), sys.stderr)
 
-    def _clean_up(self) -> None:
+    def _clean_up(self, *, quiet: bool = False) -> None:
         """Stop the overseer and the slaves, drain the master's output, remove or point at the folder."""
         self.stop.set()
         self.watcher.join()
@@ -249,7 +282,8 @@ class _LocalRun:
         for pump in self.pumps:
             pump.join()
         self.console.done()
-        self.work.clean_up(self.master.returncode)
+        if not quiet:
+            self.work.clean_up(self.master.returncode)
 
 
 class _Terminated(Exception):

@@ -21,6 +21,7 @@ import contextvars
 import functools
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -43,9 +44,10 @@ from mwpy.task import (
     Result,
     Task,
     TaskAlgorithm,
-    TaskFailedError,
+    TaskFuture,
     encode_arguments,
     reset_master,
+    task_exception,
     use_master,
 )
 
@@ -84,8 +86,10 @@ class Master:
             fixed_window=options.slave_window,
             task_attempts=options.task_attempts,
             black_hole_failures=options.slave_max_failures,
+            task_timeout=options.task_timeout,
         )
         self._results: list[Result] = []
+        self._owner = threading.get_ident()  # the thread that runs the master (and its loop)
         self._finished = False
         self._tokens: list[contextvars.Token[Master | None]] = []
         self._observers = _Observers.open(options)
@@ -140,8 +144,12 @@ class Master:
     # ------------------------------------------------------------------ being the current master
 
     def __enter__(self) -> Master:
-        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends."""
+        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends.
+
+        The thread that enters is the one whose ``future.result()`` drives the loop.
+        """
         self._tokens.append(use_master(self))
+        self._owner = threading.get_ident()
         return self
 
     def __exit__(
@@ -165,27 +173,81 @@ class Master:
     ) -> int:
         if self._finished:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
-        algorithm.check_arguments(args, kwargs)
-        payload = encode_arguments(algorithm.name, args, kwargs)
-        if not protocol.fits(len(payload), self._options.max_write_buffer_size):
-            raise ConfigurationError(
-                f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "
-                f"of --mw-max-write-buffer-size {self._options.max_write_buffer_size} bytes can carry"
+        payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
+        return self._enqueue(algorithm.name, payload, policy, sink=sink)
+
+    def _submit_future(
+        self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskFuture[Any]:
+        """``submit()``: queue a task whose result goes to :meth:`results` and settles the returned future."""
+        if self._finished:
+            raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
+        payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
+        future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
+        self._add(
+            Task(
+                future.task_id, algorithm.name, payload, policy, start=future._start, begin=future._begin, future=future
             )
-        task = Task(self._sched.new_id(), algorithm.name, payload, policy, sink=sink, queued_at=time.monotonic())
+        )
+        return future
+
+    def _wait_for(self, future: TaskFuture[Any], timeout: float | None) -> None:
+        """Drive the loop until ``future`` is done or ``timeout`` passes (only in the thread that runs the master)."""
+        if future.done() or threading.get_ident() != self._owner:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not future.done():
+            if self._finished:
+                raise ComputationFinishedError(f"the computation finished before task {future.task_id} had a result")
+            wait = TICK if deadline is None else min(TICK, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            self._engine.step(wait)
+
+    def _enqueue(
+        self,
+        name: str,
+        payload: bytes,
+        policy: Policy,
+        *,
+        sink: Callable[[Result], None] | None = None,
+        start: Callable[[], bool] | None = None,
+        begin: Callable[[], object] | None = None,
+    ) -> int:
+        """Queue a task whose arguments :func:`encode_task` already checked and pickled (maybe in another thread)."""
+        if self._finished:
+            raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
+        task = Task(self._sched.new_id(), name, payload, policy, sink=sink, start=start, begin=begin)
+        self._add(task)
+        return task.task_id
+
+    def _add(self, task: Task) -> None:
+        task.queued_at = time.monotonic()  # the event log's queue wait starts here
+        policy = task.policy
         entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
             self._deliver(task, replay)
         else:
             self._sched.add(task)
-        return task.task_id
+
+    def _cancel(self, task_ids: list[int]) -> None:
+        """Cancelled futures: tasks still queued here are dropped when they would leave (their start hook);
+        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books."""
+        if self._finished:
+            return  # every slave has been told to shut down
+        for sid, ids in self._sched.holders(task_ids).items():
+            self._engine.cancel(sid, ids)
 
     def _deliver(self, task: Task, result: Result) -> None:
+        if task.future is not None and task.future.cancelled():
+            return  # no result of a cancelled task reaches the user
         if task.sink is None:
             self._results.append(result)
         else:
             task.sink(result)
+        if task.future is not None:
+            task.future._settle(result)
 
     # ------------------------------------------------------------------ the event loop
 
@@ -319,6 +381,7 @@ class Master:
         *iterables: Iterable[Any],
         window: int = 10_000,
         key: Callable[..., str] | None = None,
+        **kwargs: Any,
     ) -> Iterator[Result]:
         """Run ``algorithm`` over the zipped ``iterables``; yield each Result as it arrives.
 
@@ -327,9 +390,11 @@ class Master:
         these tasks go only to this iterator, never to :meth:`results`.
         Each result's ``tag`` is the position of its arguments in the input;
         ``key(*args)`` names each task for the journal (``--mw-journal``).
+        ``kwargs`` go to every call, as with dask's ``client.map``. Closing the
+        iterator (``break``) cancels every task that has not left for a slave.
         """
-        for _, result in self._stream(algorithm, iterables, window, key):
-            yield result
+        stream = self._stream(_check_algorithm("as_completed", algorithm), iterables, window, key, kwargs)
+        return _as_they_come(stream)
 
     def map(
         self,
@@ -337,21 +402,17 @@ class Master:
         *iterables: Iterable[Any],
         window: int = 10_000,
         key: Callable[..., str] | None = None,
+        **kwargs: Any,
     ) -> Iterator[Any]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
-        A task that raised makes the iterator raise :class:`TaskFailedError`.
+        A task that raised makes the iterator raise that exception, as itself
+        (the slave's traceback is its ``__cause__``); one the master cannot
+        rebuild raises :class:`~mwpy.task.TaskRaisedError`, which names its type.
+        ``kwargs`` go to every call; closing the iterator cancels what has not started.
         """
-        early: dict[int, Result] = {}
-        next_index = 0
-        for index, result in self._stream(algorithm, iterables, window, key):
-            early[index] = result
-            while next_index in early:
-                ready = early.pop(next_index)
-                next_index += 1
-                if ready.error is not None:
-                    raise TaskFailedError(ready)
-                yield ready.value
+        stream = self._stream(_check_algorithm("map", algorithm), iterables, window, key, kwargs)
+        return _in_order(stream)
 
     def _stream(
         self,
@@ -359,30 +420,56 @@ class Master:
         iterables: tuple[Iterable[Any], ...],
         window: int,
         key: Callable[..., str] | None,
+        kwargs: dict[str, Any],
     ) -> Iterator[tuple[int, Result]]:
         """Submit lazily, at most ``window`` outstanding; yield (input position, result)."""
         if window < 1:
             raise ConfigurationError("window must be at least 1")
+        return self._streaming(algorithm, iterables, window, key, kwargs)
+
+    def _streaming(
+        self,
+        algorithm: TaskAlgorithm[..., Any],
+        iterables: tuple[Iterable[Any], ...],
+        window: int,
+        key: Callable[..., str] | None,
+        kwargs: dict[str, Any],
+    ) -> Iterator[tuple[int, Result]]:
         arrived: deque[tuple[int, Result]] = deque()
         items = enumerate(zip(*iterables, strict=False))
         outstanding = 0
         exhausted = False
-        while True:
-            while not exhausted and outstanding < window:
-                item = next(items, None)
-                if item is None:
-                    exhausted = True
-                    break
-                index, args = item
-                policy = Policy(tag=index, key=None if key is None else key(*args))
-                self._submit(algorithm, policy, args, {}, sink=functools.partial(_put, arrived, index))
-                outstanding += 1
-            if not arrived:
-                if exhausted and not outstanding:
-                    return
-                self._run_until(lambda: bool(arrived))
-            outstanding -= 1
-            yield arrived.popleft()
+        open_ = [True]  # cleared when the consumer closes the iterator: queued tasks are then dropped unsent
+        live: set[int] = set()  # tasks submitted and not answered: on close, slaves are asked to give them back
+
+        def start() -> bool:
+            return open_[0]
+
+        try:
+            while True:
+                while not exhausted and outstanding < window:
+                    item = next(items, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    index, args = item
+                    policy = attrs.evolve(algorithm.policy, tag=index, key=None if key is None else key(*args))
+                    payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
+                    sink = functools.partial(_put, arrived, live, index)
+                    task_id = self._enqueue(algorithm.name, payload, policy, sink=sink, start=start)
+                    if not arrived or arrived[-1][0] != index:  # not answered at once from the journal
+                        live.add(task_id)
+                    outstanding += 1
+                if not arrived:
+                    if exhausted and not outstanding:
+                        return
+                    self._run_until(lambda: bool(arrived))
+                outstanding -= 1
+                yield arrived.popleft()
+        finally:
+            open_[0] = False
+            if live:
+                self._cancel(list(live))  # those waiting in a slave's window come back unrun
 
     # ------------------------------------------------------------------ the end
 
@@ -455,5 +542,60 @@ class _Observers:
             self._exporter.close()
 
 
-def _put(queue: deque[tuple[int, Result]], index: int, result: Result) -> None:
+def encode_task(
+    algorithm: TaskAlgorithm[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int
+) -> bytes:
+    """Check and pickle a task's arguments at the call site: a wrong or unsendable argument fails here."""
+    algorithm.check_arguments(args, kwargs)
+    payload = encode_arguments(algorithm.name, args, kwargs)
+    if not protocol.fits(len(payload), max_frame):
+        raise ConfigurationError(
+            f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "
+            f"of --mw-max-write-buffer-size {max_frame} bytes can carry"
+        )
+    return payload
+
+
+def _check_algorithm(form: str, algorithm: object) -> TaskAlgorithm[Any, Any]:
+    """A plain function given to ``mw.map``: say what to do instead of failing deep inside."""
+    if not isinstance(algorithm, TaskAlgorithm):
+        name = getattr(algorithm, "__qualname__", type(algorithm).__name__)
+        raise TypeError(
+            f"mw.{form}() runs task algorithms: decorate {name} with @mwpy.task "
+            "(or use mwpy.Executor, which takes plain module-level functions)"
+        )
+    return algorithm
+
+
+def _as_they_come(stream: Iterator[tuple[int, Result]]) -> Iterator[Result]:
+    try:
+        for _, result in stream:
+            yield result
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # cancels what has not started
+
+
+def _in_order(stream: Iterator[tuple[int, Result]]) -> Iterator[Any]:
+    """Values of (position, result) pairs in input order; a failure raises the task's exception."""
+    early: dict[int, Result] = {}
+    next_index = 0
+    try:
+        for index, result in stream:
+            early[index] = result
+            while next_index in early:
+                ready = early.pop(next_index)
+                next_index += 1
+                if ready.error is not None:
+                    raise task_exception(ready)
+                yield ready.value
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # cancels what has not started
+
+
+def _put(queue: deque[tuple[int, Result]], live: set[int], index: int, result: Result) -> None:
+    live.discard(result.task_id)
     queue.append((index, result))

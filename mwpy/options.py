@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
+from mwpy.logs import level_name
 from mwpy.resource_file import ABANDON_AFTER
 
 Role = Literal["master", "slave"]
@@ -46,7 +47,10 @@ class Options:
     slave_arguments: tuple[str, ...] = ()
     slave_bundle: bool = False
     secret_file: str | None = None
-    task_attempts: int = 3
+    task_attempts: int = 1
+    task_timeout: float | None = None
+    log_level: str | None = None
+    connect_timeout: float = 10.0
     journal: str | None = None
     abandon_after: float = ABANDON_AFTER
     events: str | None = None
@@ -163,6 +167,22 @@ _SPECS: dict[str, _Spec] = {
         "mwpy: also audit every packet and idle/busy change (verbose; slows a fast master).",
         None,
     ),
+    "--mw-connect-timeout": _Spec(
+        "connect_timeout",
+        "SECONDS",
+        "mwpy: how long a slave waits for its resource file to appear and then for the master to "
+        "answer before it exits (status 6 or 3). Default 10.",
+        positive_float,
+        "a positive number of seconds",
+    ),
+    "--mw-log-level": _Spec(
+        "log_level",
+        "LEVEL",
+        "mwpy: level of the mwpy.* loggers on stderr (DEBUG, INFO, WARNING, ERROR, CRITICAL); "
+        "the MWPY_LOG_LEVEL environment variable does the same. The [A] audit is not affected.",
+        level_name,
+        "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
+    ),
     "--mw-resource-file": _Spec(
         "resource_file",
         "FILE",
@@ -237,11 +257,21 @@ _SPECS: dict[str, _Spec] = {
         "slaves through it, so execute nodes need only a Python (default /usr/bin/python3).",
         None,
     ),
+    "--mw-task-timeout": _Spec(
+        "task_timeout",
+        "SECONDS",
+        "mwpy: the timeout of tasks without a timeout= of their own. A task past it fails with "
+        "mwpy.TaskTimeoutError; the slave interrupts it, and exits (status 8, to be replaced) if "
+        "it does not stop within 5 s. Default: none.",
+        positive_float,
+        "a positive number of seconds",
+    ),
     "--mw-task-attempts": _Spec(
         "task_attempts",
         "N",
         "mwpy: runs a task that raised gets (on other slaves where possible) before its failure "
-        "is handed to the master algorithm. Default 3; 1 hands over the first failure.",
+        "is handed to the master algorithm, for tasks without retries= of their own. Default 1: "
+        "a task that raises is a result, not retried.",
         positive_int,
         "a positive integer",
     ),

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mwpy import resource_file, safe_files
+from mwpy import logs, resource_file, safe_files
 from mwpy._version import __version__
 from mwpy.audit import Audit
 from mwpy.errors import (
@@ -36,8 +37,6 @@ from mwpy.slave import Endpoint, Slave, SlaveExit, connect
 MasterAlgorithm = Callable[[Master, list[str]], Any]
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
 
-#: How long a slave keeps trying to connect when the resource file is fresh.
-CONNECT_PATIENCE = 10.0
 #: A secret file is a few dozen bytes; anything past this is not one.
 SECRET_MAX_SIZE = 4096
 
@@ -69,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options, rest = parse(args)
     except UsageError as exc:
+        print(f"{_program_name()}: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        logs.configure(options.log_level)
+    except ConfigurationError as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     if options.show_help:
@@ -177,6 +181,10 @@ def _read_secret(path: Path) -> bytes:
 
 def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     try:
+        waited = _wait_for_resource_file(options)
+    except KeyboardInterrupt:  # Ctrl-C while waiting for the master: 130, as everywhere else
+        return 130
+    try:
         endpoint, stale = _endpoint(options, audit)
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
@@ -187,7 +195,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
             audit=audit,
             max_frame=options.max_read_buffer_size,
             timeout=options.client_timeout,
-            patience=0.0 if stale else CONNECT_PATIENCE,
+            patience=0.0 if stale else max(0.0, options.connect_timeout - waited),
         )
     except SlaveExit as exc:
         if stale:
@@ -211,6 +219,23 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         worker.close()
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
+
+
+def _wait_for_resource_file(options: Options) -> float:
+    """A slave started before its master (by hand, or by a quick batch system) waits for the file to appear.
+
+    Only while the file does not exist, and at most ``--mw-connect-timeout``
+    seconds; a file that is there but wrong is reported at once by the reader.
+    Returns the seconds spent, which count against the same timeout.
+    """
+    path = options.resource_file
+    if path is None or (options.master_host and options.master_port):
+        return 0.0
+    started = time.monotonic()
+    deadline = started + options.connect_timeout
+    while not os.path.lexists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return time.monotonic() - started
 
 
 def _slave_exit(exc: SlaveExit, audit: Audit, member_id: str) -> int:

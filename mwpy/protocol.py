@@ -36,7 +36,8 @@ import attrs
 
 from mwpy.errors import ConfigurationError, ProtocolError
 
-PROTOCOL_VERSION = 1
+#: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
+PROTOCOL_VERSION = 2
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -67,6 +68,7 @@ class ExitCode(enum.IntEnum):
     REFUSED = 5  # the master refused us, or failed to prove it is our master
     BAD_RESOURCE_FILE = 6  # missing, unreadable or invalid resource file
     TOLD_TO_LEAVE = 7  # the master sent this slave away (too many failed tasks)
+    TASK_STUCK = 8  # a task ignored its timeout for the grace period: the slave exits to be replaced
     ALGORITHM_ERROR = 255  # the slave algorithm raised or returned a non-status
 
 
@@ -117,6 +119,8 @@ class Tasks:
 
     kind: ClassVar[int] = 4
     items: list[TaskItem]
+    #: Seconds each run may take, by task id, for the tasks that have a timeout (absent from the wire when empty).
+    timeouts: dict[int, float] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -125,6 +129,8 @@ class Results:
 
     kind: ClassVar[int] = 5
     items: list[ResultItem]
+    #: What tasks printed, by task id: (stdout, stderr), for the tasks that printed (absent when none did).
+    outputs: dict[int, tuple[str, str]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -142,9 +148,32 @@ class Shutdown:
     exit_code: int = 0
 
 
-Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown
+@attrs.frozen
+class Cancel:
+    """Master -> slave: drop these tasks if they are still queued (their futures were cancelled)."""
+
+    kind: ClassVar[int] = 8
+    task_ids: list[int]
+
+
+@attrs.frozen
+class Cancelled:
+    """Slave -> master: these tasks were dropped unstarted; the others named in a Cancel ran (or run)."""
+
+    kind: ClassVar[int] = 9
+    task_ids: list[int]
+
+
+def check_task_ids(msg: Cancel | Cancelled) -> None:
+    """Reject a Cancel or Cancelled whose task ids are not a list of ints."""
+    ids = msg.task_ids
+    if type(ids) is not list or not all(type(task_id) is int for task_id in ids):
+        raise ProtocolError(f"malformed {type(msg).__name__} message")
+
+
+Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown | Cancel | Cancelled
 _BY_KIND: dict[int, type[Any]] = {
-    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown)
+    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown, Cancel, Cancelled)
 }
 
 
@@ -193,6 +222,18 @@ def check_results(msg: Results) -> None:
             or not item[3] >= 0.0  # NaN would poison the window arithmetic and crash the master
         ):
             raise ProtocolError("malformed result in a Results message")
+    outputs = msg.outputs
+    if type(outputs) is not dict:
+        raise ProtocolError("malformed Results message")
+    for task_id, streams in outputs.items():
+        if (
+            type(task_id) is not int
+            or type(streams) is not tuple
+            or len(streams) != 2
+            or type(streams[0]) is not str
+            or type(streams[1]) is not str
+        ):
+            raise ProtocolError("malformed output in a Results message")
 
 
 def check_hello(msg: Hello) -> None:
@@ -256,8 +297,10 @@ def derive_channel(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is
 # --------------------------------------------------------------------------
 # Results: how a task's value or exception travels (the slave encodes, the master decodes)
 
-#: What a decoded failure is: (exception type name, message, traceback text).
-Failure = tuple[str, str, str]
+#: What a decoded failure is: (exception type name, message, traceback text, pickled exception or None).
+Failure = tuple[str, str, str, bytes | None]
+#: A pickled exception bigger than this travels as text only (its type, message and traceback).
+MAX_PICKLED_EXCEPTION = 1024 * 1024
 
 
 def encode_value(value: Any) -> bytes:
@@ -265,19 +308,33 @@ def encode_value(value: Any) -> bytes:
     return pickle.dumps(value, PICKLE_PROTOCOL)
 
 
-def encode_failure(kind: str, message: str, trace: str = "") -> bytes:
-    """A failure on the wire: three strings, so it always unpickles on the master."""
-    return pickle.dumps((kind, message, trace), PICKLE_PROTOCOL)
+def encode_failure(kind: str, message: str, trace: str = "", exception: bytes | None = None) -> bytes:
+    """A failure on the wire: three strings (so it always unpickles on the master) and maybe the exception."""
+    return pickle.dumps((kind, message, trace, exception), PICKLE_PROTOCOL)
 
 
 def encode_error(exc: BaseException) -> bytes:
-    """The exception being handled as a failure (call from inside ``except``)."""
+    """The exception being handled as a failure (call from inside ``except``).
+
+    The exception itself goes along, pickled on its own, when it is an
+    ``Exception`` that pickles (a ``SystemExit`` raised on the master by
+    ``future.result()`` would end the wrong program): the master raises it as
+    itself when it can unpickle it, and falls back to the three strings.
+    """
     kind = type(exc).__qualname__
     try:
         message = str(exc)
     except Exception:
         message = f"<unprintable {kind}>"
-    return encode_failure(kind, message, traceback.format_exc())
+    pickled = None
+    if isinstance(exc, Exception):
+        try:
+            pickled = pickle.dumps(exc, PICKLE_PROTOCOL)
+        except Exception:
+            pickled = None
+        if pickled is not None and len(pickled) > MAX_PICKLED_EXCEPTION:
+            pickled = None
+    return encode_failure(kind, message, traceback.format_exc(), pickled)
 
 
 def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
@@ -285,12 +342,22 @@ def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
     try:
         decoded = pickle.loads(blob)
     except Exception as exc:
-        return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "")
+        return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "", None)
     if ok:
         return decoded, None
-    if type(decoded) is tuple and len(decoded) == 3 and all(type(part) is str for part in decoded):
+    if (
+        type(decoded) is tuple
+        and len(decoded) == 4
+        and all(type(part) is str for part in decoded[:3])
+        and (decoded[3] is None or type(decoded[3]) is bytes)
+    ):
         return None, decoded
-    return None, ("ResultDecodeError", "the slave sent a failure that is not (type, message, traceback)", "")
+    return None, (
+        "ResultDecodeError",
+        "the slave sent a failure that is not (type, message, traceback, exception)",
+        "",
+        None,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -363,14 +430,16 @@ _TASKS_KIND = bytes([Tasks.kind])
 _RESULTS_KIND = bytes([Results.kind])
 
 
-def tasks_body(items: list[TaskItem]) -> bytes:
+def tasks_body(items: list[TaskItem], timeouts: dict[int, float] | None = None) -> bytes:
     """The body of a Tasks message, encoded directly (no record object on the hot path)."""
-    return _TASKS_KIND + pickle.dumps((items,), PICKLE_PROTOCOL)
+    fields = (items, timeouts) if timeouts else (items,)
+    return _TASKS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 
-def results_body(items: list[ResultItem]) -> bytes:
-    """The body of a Results message, encoded directly."""
-    return _RESULTS_KIND + pickle.dumps((items,), PICKLE_PROTOCOL)
+def results_body(items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None = None) -> bytes:
+    """The body of a Results message, encoded directly (``outputs`` only when a task printed)."""
+    fields = (items, outputs) if outputs else (items,)
+    return _RESULTS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 
 class Channel:

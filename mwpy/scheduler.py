@@ -56,6 +56,7 @@ class _Slot:
     in_flight: dict[int, Task] = attrs.Factory(dict)
     freeing: bool = False
     compute_time: float | None = None  # moving average, seconds per task
+    last_result_at: float = 0.0  # monotonic clock: the next task in flight started no earlier
     streak: int = 0  # numbers this slave's runs of failures; a success starts a new one
     proven: int = 0  # failures of the current streak that later succeeded elsewhere
 
@@ -64,8 +65,17 @@ class Scheduler:
     """Task queues, slave groups and target numbers of one master."""
 
     def __init__(
-        self, *, task_group: int = 1, fixed_window: int = 0, task_attempts: int = 1, black_hole_failures: int = 0
+        self,
+        *,
+        task_group: int = 1,
+        fixed_window: int = 0,
+        task_attempts: int = 1,
+        black_hole_failures: int = 0,
+        task_timeout: float | None = None,
     ) -> None:
+        self.task_timeout = task_timeout
+        #: Whether any task may have a timeout (else timeouts cost nothing: not on the wire, not in overdue()).
+        self.may_time_out = task_timeout is not None
         self.task_group = task_group
         self.fixed_window = fixed_window
         self.task_attempts = task_attempts
@@ -84,6 +94,7 @@ class Scheduler:
         self.pending_total = 0
         self.running_total = 0
         self.done_total = 0
+        self.cancelled_total = 0
         # What the master algorithm has yet to be told; the master drains these, never touches them.
         self._unrunnable: list[Task] = []
         self._connected_ordered: list[str] = []
@@ -93,6 +104,8 @@ class Scheduler:
 
     def add(self, task: Task) -> None:
         """Take in a new task (its id already assigned by :meth:`new_id`)."""
+        if task.policy.timeout is not None:
+            self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
         self._place(task)
@@ -137,6 +150,8 @@ class Scheduler:
     def _drop(self, task: Task) -> None:
         self._forget(task)
         self._unrunnable.append(task)
+        if task.future is not None:
+            task.future._unrunnable()
 
     def _forget(self, task: Task) -> None:
         self._pending[task.algorithm] -= 1
@@ -153,6 +168,9 @@ class Scheduler:
         if task is None:
             return None
         self.running_total -= 1
+        slot.last_result_at = time.monotonic()
+        if slot.in_flight:
+            self._begin_head(slot)
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
@@ -165,7 +183,7 @@ class Scheduler:
         slot = self._slots.get(sid)
         if slot is not None:
             task.failed_on.append((sid, slot.streak))
-        if len(task.failed_on) >= self.task_attempts or task.policy.sid is not None:
+        if len(task.failed_on) >= task.policy.attempts(self.task_attempts) or task.policy.sid is not None:
             return False
         task.retry_after = time.monotonic() + RETRY_DELAY * len(task.failed_on)
         self._unordered.append(task)  # at the back: most likely another slave takes it
@@ -229,7 +247,9 @@ class Scheduler:
         if slot.kind is not SlaveKind.UNORDERED:
             queue = slot.ordered
             while queue and len(batch) < room:
-                batch.append(queue.popleft())
+                task = queue.popleft()
+                if task.start is None or self._starts(task):
+                    batch.append(task)
             if not queue:
                 self._with_ordered_work.discard(sid)
         if slot.kind is not SlaveKind.ORDERED:
@@ -240,16 +260,93 @@ class Scheduler:
                 task = queue.popleft()
                 if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
                     skipped.append(task)  # leave it to a slave it has not failed on, for a while
-                else:
+                elif task.start is None or self._starts(task):
                     batch.append(task)
             queue.extendleft(reversed(skipped))
+        idle = not slot.in_flight
+        sent_at = time.monotonic()
         for task in batch:
+            task.sent_at = sent_at
             slot.in_flight[task.task_id] = task
             task.attempts += 1
         self.running_total += len(batch)
+        if idle and batch:
+            self._begin_head(slot)
         if len(slot.in_flight) + self.task_group > window:
             self._hungry.discard(sid)
         return batch
+
+    def _starts(self, task: Task) -> bool:
+        """Ask the task's start hook whether it still runs; a cancelled task leaves without a result."""
+        assert task.start is not None
+        if task.start():
+            return True
+        self._forget(task)
+        self.cancelled_total += 1
+        return False
+
+    def timeout_of(self, task: Task) -> float | None:
+        """The task's timeout: its policy's, else the master's ``--mw-task-timeout``."""
+        timeout = task.policy.timeout
+        return self.task_timeout if timeout is None else timeout
+
+    def overdue(self, now: float, grace: float) -> list[tuple[str, Task]]:
+        """(slave, task) for each slave whose running task is past its timeout by more than ``grace``.
+
+        A slave runs its tasks in the order they were sent, so the first in
+        flight is the running one, and it started when it was sent or when the
+        slave's previous result came back, whichever is later. Heartbeats do
+        not enter into it: a slave that is stopped (SIGSTOP) or stuck in a task
+        that ignores its interruption is overdue all the same.
+        """
+        if not self.may_time_out:
+            return []
+        found = []
+        for sid, slot in self._slots.items():
+            if not slot.in_flight:
+                continue
+            head = next(iter(slot.in_flight.values()))
+            timeout = self.timeout_of(head)
+            if timeout is not None and now - max(head.sent_at, slot.last_result_at) > timeout + grace:
+                found.append((sid, head))
+        return found
+
+    @staticmethod
+    def _begin_head(slot: _Slot) -> None:
+        """The first task in flight on a slave is the one it runs: tell it (its future becomes running)."""
+        head = next(iter(slot.in_flight.values()))
+        if head.begin is not None:
+            head.begin()
+
+    def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
+        """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
+        wanted = set(task_ids)
+        found: dict[str, list[int]] = {}
+        for sid, slot in self._slots.items():
+            held = [task_id for task_id in slot.in_flight if task_id in wanted]
+            if held:
+                found[sid] = held
+        return found
+
+    def withdraw(self, sid: str, task_id: int) -> Task | None:
+        """``sid`` gave back ``task_id`` unstarted (it was cancelled): it leaves the master's books."""
+        slot = self._slots.get(sid)
+        task = None if slot is None else slot.in_flight.pop(task_id, None)
+        if slot is None or task is None:
+            return None
+        self.running_total -= 1
+        self._forget(task)
+        self.cancelled_total += 1
+        self._hungry.add(sid)
+        if slot.in_flight:
+            self._begin_head(slot)
+        return task
+
+    def abandon(self, sid: str, task: Task) -> None:
+        """Take ``task`` off ``sid`` without a result (it timed out there): it will not be re-queued."""
+        slot = self._slots.get(sid)
+        if slot is not None and slot.in_flight.pop(task.task_id, None) is not None:
+            self.running_total -= 1
 
     @staticmethod
     def _failed_here(task: Task, sid: str) -> bool:

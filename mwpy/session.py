@@ -41,6 +41,8 @@ import attrs
 from mwpy import protocol
 from mwpy.errors import MembershipError, ProtocolError
 from mwpy.protocol import (
+    Cancel,
+    Cancelled,
     Channel,
     FrameReader,
     Heartbeat,
@@ -84,8 +86,10 @@ MASTER_RECEIVES: dict[tuple[MasterState, int], MasterState] = {
     (_M.GREETING, Hello.kind): _M.GREETED,
     (_M.READY, Results.kind): _M.READY,
     (_M.READY, Heartbeat.kind): _M.READY,
+    (_M.READY, Cancelled.kind): _M.READY,
     (_M.CLOSING, Results.kind): _M.CLOSING,
     (_M.CLOSING, Heartbeat.kind): _M.CLOSING,
+    (_M.CLOSING, Cancelled.kind): _M.CLOSING,
 }
 #: (state, kind of a message the master sends) -> next state.
 MASTER_SENDS: dict[tuple[MasterState, int], MasterState] = {
@@ -93,6 +97,7 @@ MASTER_SENDS: dict[tuple[MasterState, int], MasterState] = {
     (_M.GREETED, Refuse.kind): _M.CLOSED,
     (_M.READY, Tasks.kind): _M.READY,
     (_M.READY, Heartbeat.kind): _M.READY,
+    (_M.READY, Cancel.kind): _M.READY,
     (_M.READY, Shutdown.kind): _M.CLOSING,
 }
 #: (state, kind of a message the slave receives) -> next state.
@@ -101,12 +106,14 @@ SLAVE_RECEIVES: dict[tuple[SlaveState, int], SlaveState] = {
     (_S.GREETING, Refuse.kind): _S.CLOSED,
     (_S.READY, Tasks.kind): _S.READY,
     (_S.READY, Heartbeat.kind): _S.READY,
+    (_S.READY, Cancel.kind): _S.READY,
     (_S.READY, Shutdown.kind): _S.SHUTDOWN,
 }
 #: (state, kind of a message the slave sends) -> next state. Hello goes out as part of the handshake.
 SLAVE_SENDS: dict[tuple[SlaveState, int], SlaveState] = {
     (_S.READY, Results.kind): _S.READY,
     (_S.READY, Heartbeat.kind): _S.READY,
+    (_S.READY, Cancelled.kind): _S.READY,
     (_S.SHUTDOWN, Results.kind): _S.SHUTDOWN,  # results finished before the Shutdown arrived
     (_S.SHUTDOWN, Heartbeat.kind): _S.SHUTDOWN,  # the heartbeat thread may race the Shutdown
 }
@@ -210,6 +217,8 @@ class MasterSession:
         """Apply a message that changes (or may change) the state; ``None`` for one to drop."""
         if after is not self.state:
             self._to(after)
+        if isinstance(msg, Cancelled):
+            protocol.check_task_ids(msg)
         if after is MasterState.CLOSING:
             return None
         if isinstance(msg, Hello):
@@ -249,12 +258,12 @@ class MasterSession:
         self._to(after)
         return data
 
-    def send_tasks(self, items: list[protocol.TaskItem]) -> bytes:
+    def send_tasks(self, items: list[protocol.TaskItem], timeouts: dict[int, float] | None = None) -> bytes:
         """A Tasks frame, encoded directly: the dispatch hot path (the caller packs items to fit ``max_send``)."""
         channel = self._channel
         if self.state is not MasterState.READY or channel is None:
             raise ProtocolError(f"the master cannot send Tasks while {self.state.value}")
-        return channel.seal_body(protocol.tasks_body(items))
+        return channel.seal_body(protocol.tasks_body(items, timeouts))
 
 
 class SlaveSession:
@@ -307,7 +316,7 @@ class SlaveSession:
         if after is None:
             raise ProtocolError(f"unexpected {type(msg).__name__} from the master ({self.state.value})")
         if type(msg) is Tasks:  # the hot path: no state change
-            if type(msg.items) is not list:
+            if type(msg.items) is not list or type(msg.timeouts) is not dict:
                 raise ProtocolError("malformed Tasks message")
             return msg
         return self._move(msg, after)
@@ -332,6 +341,8 @@ class SlaveSession:
             raise MembershipError(f"the master refused this slave: {msg.reason}")
         elif isinstance(msg, Shutdown) and not (isinstance(msg.exit_code, int) and 0 <= msg.exit_code <= 255):
             raise ProtocolError("malformed Shutdown message")
+        elif isinstance(msg, Cancel):
+            protocol.check_task_ids(msg)
         return msg
 
     def _to(self, state: SlaveState) -> None:
@@ -356,12 +367,14 @@ class SlaveSession:
         self._to(after)
         return data
 
-    def send_results(self, items: list[protocol.ResultItem]) -> bytes:
+    def send_results(
+        self, items: list[protocol.ResultItem], outputs: dict[int, tuple[str, str]] | None = None
+    ) -> bytes:
         """A Results frame, encoded directly (the caller packs items to fit ``max_send``)."""
         channel = self._channel
         if (self.state is not SlaveState.READY and self.state is not SlaveState.SHUTDOWN) or channel is None:
             raise ProtocolError(f"the slave cannot send Results while {self.state.value}")
-        return channel.seal_body(protocol.results_body(items))
+        return channel.seal_body(protocol.results_body(items, outputs))
 
 
 def _check_welcome(msg: Welcome) -> None:

@@ -18,11 +18,16 @@ a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import pickle
 import select
+import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
@@ -32,14 +37,21 @@ import attrs
 from mwpy import protocol
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.errors import ProtocolError
+from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.session import HandshakeReply, SlaveSession, SlaveState
 from mwpy.task import registry
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
+log = logging.getLogger(__name__)
+
 _RECV_SIZE = 256 * 1024
+#: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.
+MAX_OUTPUT = 64 * 1024
+
+#: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
+TIMEOUT_GRACE = 5.0
 
 
 class SlaveExit(Exception):
@@ -91,9 +103,15 @@ class Slave:
         self._view = memoryview(self._buffer)
         self._queue: deque[TaskItem] = deque()
         self._results: list[ResultItem] = []
+        self._outputs: dict[int, tuple[str, str]] = {}  # what the tasks in _results printed, if anything
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
+        self._timeouts: dict[int, float] = {}  # task id -> seconds, for queued tasks that have a timeout
+        self._timing: tuple[int, float] | None = None  # (task id, timeout) of the running task, if it has one
+        self._deadline: float | None = None  # when the watchdog gives up on the running task
+        self._watch = threading.Condition()
+        self._watchdog: threading.Thread | None = None
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
         # One lock for reads and writes: the heartbeat thread writes while the main thread
@@ -170,6 +188,17 @@ class Slave:
         return self._shutdown is None and self._lost is None
 
     def _run(self, item: TaskItem) -> ResultItem:
+        task_id = item[0]
+        timeout = self._timeouts.pop(task_id, None) if self._timeouts else None
+        if timeout is None:
+            return self._call(item)
+        self._arm(task_id, timeout)
+        try:
+            return self._call(item)
+        finally:
+            self._disarm()
+
+    def _call(self, item: TaskItem) -> ResultItem:
         task_id, name, blob = item
         started = time.perf_counter()
         try:
@@ -177,7 +206,13 @@ class Slave:
             if algorithm is None:
                 raise LookupError(f"this program has no task algorithm named {name!r}")
             args, kwargs = pickle.loads(blob)
-            value = algorithm.fn(*args, **kwargs)
+            printed, warned = _Capture(), _Capture()
+            try:
+                with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(warned):
+                    value = algorithm.fn(*args, **kwargs)
+            finally:
+                if printed.size or warned.size:
+                    self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
             out = protocol.encode_value(value)
         except (Exception, SystemExit) as exc:
@@ -188,15 +223,81 @@ class Slave:
             return (task_id, False, protocol.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
 
+    # ------------------------------------------------------------------ timeouts
+
+    def _arm(self, task_id: int, timeout: float) -> None:
+        """Interrupt the task after ``timeout`` s (SIGALRM) and exit if it has not stopped ``TIMEOUT_GRACE`` s later."""
+        self._timing = (task_id, timeout)
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            signal.signal(signal.SIGALRM, self._interrupt)
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        with self._watch:
+            self._deadline = time.monotonic() + timeout + TIMEOUT_GRACE
+            self._watch.notify()
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._guard, name="mwpy-watchdog", daemon=True)
+            self._watchdog.start()
+
+    def _disarm(self) -> None:
+        self._timing = None  # first: an alarm that fires now finds nothing to interrupt
+        if threading.current_thread() is threading.main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        with self._watch:
+            self._deadline = None
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        timing = self._timing
+        if timing is not None:
+            raise TaskTimeoutError(f"the task ran past its timeout of {timing[1]:g} s (interrupted on {self.slave_id})")
+
+    def _guard(self) -> None:
+        """The watchdog: a task that ignored its interruption for the grace period ends this process."""
+        with self._watch:
+            while not self._stop.is_set():
+                deadline = self._deadline
+                if deadline is None:
+                    self._watch.wait(1.0)
+                    continue
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._watch.wait(left)
+                    continue
+                timing = self._timing
+                if timing is None:  # it just finished
+                    self._deadline = None
+                    continue
+                self._give_up(*timing)
+
+    def _give_up(self, task_id: int, timeout: float) -> None:
+        """Report the stuck task as timed out (best effort), then exit so a fresh slave replaces this one."""
+        reason = (
+            f"the task ran past its timeout of {timeout:g} s and did not stop within {TIMEOUT_GRACE:g} s "
+            f"of being interrupted; slave {self.slave_id} exits (status {int(ExitCode.TASK_STUCK)}) to be replaced"
+        )
+        try:
+            raise TaskTimeoutError(reason)
+        except TaskTimeoutError as exc:
+            failure = protocol.encode_error(exc)
+        with contextlib.suppress(Exception):
+            self._send_results([(task_id, False, failure, timeout + TIMEOUT_GRACE)])
+        log.error("task %d: %s", task_id, reason)
+        self._audit(f"TASK {task_id} STUCK: {reason}")
+        self._audit.flush()
+        print(f"mwpy slave: {reason}", file=sys.stderr, flush=True)
+        os._exit(int(ExitCode.TASK_STUCK))
+
     def _flush(self) -> None:
         results, self._results = self._results, []
+        outputs, self._outputs = self._outputs, {}
         if not results or self._lost is not None:
             return
-        if len(results) == 1:  # _run made sure every single result fits in a frame
-            self._send_results(results)
+        if len(results) == 1:  # _run made sure every single result fits in a frame (and output is capped)
+            self._send_results(results, outputs)
         else:
-            for start, stop in protocol.pack([len(r[2]) for r in results], self.result_group, self._max_out):
-                self._send_results(results[start:stop])
+            sizes = [len(r[2]) + _output_size(outputs.get(r[0])) for r in results]
+            for start, stop in protocol.pack(sizes, self.result_group, self._max_out):
+                part = results[start:stop]
+                self._send_results(part, {r[0]: outputs[r[0]] for r in part if r[0] in outputs} if outputs else None)
         self._done += len(results)
         if self._audit.packets:
             self._audit(f"MASTER <- {len(results)} results")
@@ -253,21 +354,37 @@ class Slave:
         """A message the session let through in the READY state: Tasks, Shutdown or Heartbeat."""
         if isinstance(msg, protocol.Tasks):
             self._queue.extend(msg.items)
+            if msg.timeouts:
+                self._timeouts.update(msg.timeouts)
             if self._audit.packets:
                 self._audit(f"MASTER -> {len(msg.items)} tasks")
+        elif isinstance(msg, protocol.Cancel):
+            self._cancel(msg.task_ids)
         elif isinstance(msg, protocol.Shutdown):
             self._audit("MASTER -> SHUTDOWN" if msg.exit_code == 0 else f"MASTER -> LEAVE (exit {msg.exit_code})")
             self._flush()
             self._shutdown = msg.exit_code
             self._queue.clear()
 
+    def _cancel(self, task_ids: list[int]) -> None:
+        """Drop the named tasks still queued here and tell the master which ones (the others ran or run)."""
+        doomed = set(task_ids)
+        kept = [item for item in self._queue if item[0] not in doomed]
+        dropped = [item[0] for item in self._queue if item[0] in doomed]
+        self._queue = deque(kept)
+        for task_id in dropped:
+            self._timeouts.pop(task_id, None)
+        self._audit(f"MASTER -> CANCEL {len(task_ids)} tasks ({len(dropped)} dropped unstarted)")
+        with self._io_lock:
+            self._write(self._session.send(protocol.Cancelled(dropped)))
+
     def _lose(self, reason: str) -> None:
         self._lost = reason
         self._audit(f"MASTER LOST ({reason})")
 
-    def _send_results(self, items: list[ResultItem]) -> None:
+    def _send_results(self, items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None = None) -> None:
         with self._io_lock:  # the session's sequence number and the socket are shared with the heartbeat thread
-            self._write(self._session.send_results(items))
+            self._write(self._session.send_results(items, outputs))
 
     def _write(self, data: bytes) -> None:
         """Send a sealed frame (the caller holds the I/O lock)."""
@@ -284,6 +401,31 @@ class Slave:
             if time.monotonic() - self._last_send >= interval and self._lost is None:
                 with self._io_lock:
                     self._write(self._session.send(protocol.Heartbeat()))
+
+
+class _Capture(io.StringIO):
+    """One stream of one task's output, kept up to MAX_OUTPUT characters (the rest is counted, not kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        room = MAX_OUTPUT - self.size
+        self.size += len(text)
+        if room > 0:
+            super().write(text[:room])
+        return len(text)
+
+    def text(self) -> str:
+        kept = self.getvalue()
+        if self.size > len(kept):
+            kept += f"\n[mwpy: {self.size - len(kept)} more characters not kept]\n"
+        return kept
+
+
+def _output_size(streams: tuple[str, str] | None) -> int:
+    return 0 if streams is None else 4 * (len(streams[0]) + len(streams[1])) + 16  # UTF-8: at most 4 bytes a char
 
 
 def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float, patience: float) -> Slave:

@@ -19,6 +19,7 @@ Two pieces of process state live here, both explicit objects:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
 import inspect
 import math
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
-from mwpy.errors import MwpyError, NotInMasterError
+from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
 from mwpy.protocol import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ class Policy:
     unordered pool instead of becoming unrunnable.
     ``key``: a stable name for the task; with a journal, a task whose key
     already has a journaled result is answered from the journal.
+    ``retries``: how many more times a task that *raised* runs (on other
+    slaves where possible) before its failure is handed over; ``None``: the
+    master's ``--mw-task-attempts`` (default: none), or none at all when
+    ``retry=False``. ``retry_on``: retry only exceptions of these types.
     """
 
     sid: str | None = None
@@ -59,6 +64,16 @@ class Policy:
     retry: bool = True
     do_it_anyway: bool = False
     key: str | None = None
+    retries: int | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+    #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
+    timeout: float | None = None
+
+    def attempts(self, default: int) -> int:
+        """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
+        if self.retries is not None:
+            return 1 + self.retries
+        return default if self.retry else 1
 
 
 DEFAULT_POLICY = Policy()
@@ -84,9 +99,16 @@ class Task:
     retry_after: float = attrs.field(default=0.0, repr=False)
     #: Where the result goes; ``None`` is the master's result list.
     sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
-    #: When it was submitted and when it was last sent to a slave (monotonic clock), for the event log.
-    queued_at: float = attrs.field(default=0.0, repr=False)
+    #: Called as the task leaves for a slave; False means it was cancelled and is dropped unsent.
+    start: Callable[[], bool] | None = attrs.field(default=None, repr=False)
+    #: Called when the task becomes the first in flight on its slave: it is running (its future says so).
+    begin: Callable[[], object] | None = attrs.field(default=None, repr=False)
+    #: When the task last left for a slave (monotonic clock): with the slave's last result, when it started.
     sent_at: float = attrs.field(default=0.0, repr=False)
+    #: When it was submitted (monotonic clock): the event log's queue wait is ``sent_at - queued_at``.
+    queued_at: float = attrs.field(default=0.0, repr=False)
+    #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable).
+    future: TaskFuture[Any] | None = attrs.field(default=None, repr=False)
 
     @property
     def sid(self) -> str | None:
@@ -107,11 +129,17 @@ class Task:
 
 @attrs.frozen
 class TaskError:
-    """Why a task produced no value: the exception as text, so it always travels."""
+    """Why a task produced no value: the exception as text, so it always travels.
+
+    ``pickled`` is the exception itself, pickled on the slave when it could
+    be: :meth:`exception` rebuilds it for futures, ``mw.map`` and
+    ``Executor.map``, which raise it as itself.
+    """
 
     type: str
     message: str
     traceback: str
+    pickled: bytes | None = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen
@@ -127,10 +155,76 @@ class Result:
     error: TaskError | None = None
     #: True when the value came from the result journal instead of a run.
     journaled: bool = False
+    #: What the task printed on the slave (each stream capped at 64 KiB characters; "" when nothing).
+    stdout: str = ""
+    stderr: str = ""
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+class TaskFuture(concurrent.futures.Future[R]):
+    """What ``submit()`` returns in a master algorithm: a ``concurrent.futures.Future`` with the task's id.
+
+    ``result()`` and ``exception()`` called in the master's thread drive the
+    master loop until the task is answered (nobody else would), so a master
+    algorithm can simply write ``hello.submit(x).result()``. From another
+    thread they wait like any future. ``cancel()`` succeeds until the task
+    leaves for a slave; a cancelled task never reaches ``mw.results()``.
+    Every other result still appears in ``mw.results()`` as well: the loop
+    API is unchanged, and the future is a second view of the same result.
+    """
+
+    def __init__(self, task_id: int, master: Master) -> None:
+        super().__init__()
+        self.task_id = task_id
+        self._master = master
+
+    def __repr__(self) -> str:
+        return f"<TaskFuture task {self.task_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
+
+    def result(self, timeout: float | None = None) -> R:
+        """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``)."""
+        self._master._wait_for(self, timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The task's exception as itself, or None; waits like :meth:`result`."""
+        self._master._wait_for(self, timeout)
+        return super().exception(timeout)
+
+    def cancel(self) -> bool:
+        """Cancel the task if it has not started: queued here, or waiting in a slave's window (pulled back).
+
+        Call it from the master's thread (the engine is not thread-safe).
+        """
+        if not super().cancel():
+            return False
+        self._master._cancel([self.task_id])
+        return True
+
+    def _start(self) -> bool:
+        """The task's start hook (see :attr:`Task.start`): it may leave for a slave unless it was cancelled."""
+        return not self.cancelled()
+
+    def _begin(self) -> object:
+        """The task is first in flight on its slave: running, so no longer cancellable."""
+        return self.running() or self.set_running_or_notify_cancel()
+
+    def _settle(self, result: Result) -> None:
+        if self.done():
+            return
+        if result.error is None:
+            self.set_result(result.value)
+        else:
+            self.set_exception(task_exception(result))
+
+    def _unrunnable(self) -> None:
+        if not self.done():
+            self.set_exception(
+                UnrunnableTaskError(f"task {self.task_id}: its slave vanished and its policy forbids running it again")
+            )
 
 
 class TaskFailedError(MwpyError):
@@ -143,6 +237,51 @@ class TaskFailedError(MwpyError):
             f"task {result.algorithm!r} failed on {result.slave_id}: "
             f"{result.error.type}: {result.error.message}\n{result.error.traceback}"
         )
+
+
+class TaskRaisedError(TaskFailedError):
+    """A task raised an exception the master cannot rebuild (its class does not unpickle here).
+
+    ``type_name`` names the exception's type as the slave saw it; the
+    message and the slave's traceback are in the text, as for
+    :class:`TaskFailedError`.
+    """
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(result)
+        assert result.error is not None
+        self.type_name = result.error.type
+
+
+def task_exception(result: Result) -> BaseException:
+    """The exception to raise for a failed ``result``: the task's own when it unpickles, else a TaskFailedError.
+
+    The slave's traceback is attached as ``__cause__`` (a
+    :class:`~mwpy.errors.RemoteTraceback`, as ``concurrent.futures`` attaches
+    its ``_RemoteTraceback``), so an uncaught one prints both.
+    """
+    error = result.error
+    assert error is not None
+    exc: BaseException | None = None
+    if error.pickled is not None:
+        try:
+            exc = pickle.loads(error.pickled)
+        except Exception:
+            exc = None
+    if not isinstance(exc, Exception):
+        failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
+        _add_output_notes(failed, result)
+        return failed
+    exc.__cause__ = RemoteTraceback(error.traceback, result)
+    _add_output_notes(exc, result)
+    return exc
+
+
+def _add_output_notes(exc: BaseException, result: Result) -> None:
+    """What the task printed goes with its exception (PEP 678 notes: shown under the traceback)."""
+    for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            exc.add_note(f"[task {result.task_id} {name} on {result.slave_id}]\n{text.rstrip()}")
 
 
 def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -191,9 +330,11 @@ class TaskAlgorithm(Generic[P, R]):
     memory.
     """
 
-    def __init__(self, fn: Callable[P, R], name: str) -> None:
+    def __init__(self, fn: Callable[P, R], name: str, policy: Policy = DEFAULT_POLICY) -> None:
         self.fn = fn
         self.name = name
+        #: The policy ``submit()`` uses, and the defaults ``with_policy()`` starts from.
+        self.policy = policy
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self._signature, self._positional = _arity(fn)
@@ -216,9 +357,9 @@ class TaskAlgorithm(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
-    def submit(self, *args: P.args, **kwargs: P.kwargs) -> int:
-        """Queue one task with the default policy; returns its task id."""
-        return _current_master(f"{self.name}.submit()")._submit(self, DEFAULT_POLICY, args, kwargs)
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
+        """Queue one task with the default policy; returns its future (``.task_id`` is its id)."""
+        return _current_master(f"{self.name}.submit()")._submit_future(self, self.policy, args, kwargs)
 
     def with_policy(
         self,
@@ -228,9 +369,26 @@ class TaskAlgorithm(Generic[P, R]):
         retry: bool = True,
         do_it_anyway: bool = False,
         key: str | None = None,
+        retries: int | None = None,
+        retry_on: tuple[type[BaseException], ...] | None = None,
+        timeout: float | None = None,
     ) -> Submitter[P, R]:
-        """A submitter that queues tasks of this algorithm under one fixed policy."""
-        return Submitter(self, Policy(sid, tag, retry, do_it_anyway, key))
+        """A submitter that queues tasks of this algorithm under one fixed policy.
+
+        ``retries``/``retry_on`` left out keep what ``@mwpy.task(...)`` declared.
+        """
+        base = self.policy
+        policy = Policy(
+            sid,
+            tag,
+            retry,
+            do_it_anyway,
+            key,
+            base.retries if retries is None else _check_retries(retries),
+            base.retry_on if retry_on is None else _check_retry_on(retry_on),
+            base.timeout if timeout is None else _check_timeout(timeout),
+        )
+        return Submitter(self, policy)
 
     @property
     def target_number(self) -> int:
@@ -276,30 +434,79 @@ class Submitter(Generic[P, R]):
     algorithm: TaskAlgorithm[P, R]
     policy: Policy
 
-    def submit(self, *args: P.args, **kwargs: P.kwargs) -> int:
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
+        """Queue one task under this policy; returns its future (``.task_id`` is its id)."""
         name = self.algorithm.name
-        return _current_master(f"{name}.submit()")._submit(self.algorithm, self.policy, args, kwargs)
+        return _current_master(f"{name}.submit()")._submit_future(self.algorithm, self.policy, args, kwargs)
 
     __call__ = submit
+
+
+def _check_retries(retries: int) -> int:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigurationError(f"retries must be a non-negative int, not {retries!r}")
+    return retries
+
+
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
+def _check_retry_on(retry_on: object) -> tuple[type[BaseException], ...]:
+    kinds = (retry_on,) if isinstance(retry_on, type) else retry_on
+    if not isinstance(kinds, tuple) or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+        raise ConfigurationError(f"retry_on must be a tuple of exception classes, not {retry_on!r}")
+    return kinds
 
 
 @overload
 def task(fn: Callable[P, R], /) -> TaskAlgorithm[P, R]: ...
 @overload
-def task(*, name: str | None = None) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
+def task(
+    *,
+    name: str | None = None,
+    retries: int | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    timeout: float | None = None,
+) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
 def task(
-    fn: Callable[P, R] | None = None, /, *, name: str | None = None
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    timeout: float | None = None,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
-    """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...")``.
+    """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
     Slaves look algorithms up by name, so each name must be unique in the
-    program; the default name is the function's qualified name.
+    program; the default name is the function's qualified name. A task that
+    raises is a result unless ``retries`` asks for more runs (only for
+    ``retry_on`` exceptions, when given); ``timeout`` seconds bound each run
+    (past it the run fails with :class:`~mwpy.errors.TaskTimeoutError`). The function must be defined at
+    module level, where slaves can find it: a nested function or a lambda is
+    refused here rather than failing on the slave.
     """
+    policy = Policy(
+        retries=None if retries is None else _check_retries(retries),
+        retry_on=None if retry_on is None else _check_retry_on(retry_on),
+        timeout=None if timeout is None else _check_timeout(timeout),
+    )
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:
-        algorithm = TaskAlgorithm(f, name or f.__qualname__)
+        qualname = getattr(f, "__qualname__", "")
+        if name is None and ("<locals>" in qualname or "<lambda>" in qualname):
+            raise ConfigurationError(
+                f"@mwpy.task on {qualname}: slaves find task algorithms by name when they import the "
+                "program, so a nested function or a lambda cannot be one; define it with def at module "
+                "level (or give it a name= and define it at import time)"
+            )
+        algorithm = TaskAlgorithm(f, name or f.__qualname__, policy)
         registry.add(algorithm)
         return algorithm
 

@@ -66,7 +66,7 @@ def _median(row: dict[str, Any], field: str) -> float:
 
 def test_every_mwpy_measurement_ran_in_every_round(quick_report: dict[str, Any]) -> None:
     mwpy_rows = [row for row in quick_report["rows"] if row["system"].startswith("mwpy") and row["scenario"][0] != "5"]
-    assert len(mwpy_rows) == 9  # throughput 2, latency 1, streaming 2, fan-in 2, event log 2
+    assert len(mwpy_rows) == 11  # throughput 2, latency 1, streaming 2, fan-in 2, event log 2, executor 2
     for row in mwpy_rows:
         assert row["skipped"] is None, row
         assert [run["round"] for run in row["runs"]] == [0, 1]
@@ -140,6 +140,14 @@ def test_the_report_prints_median_and_range(quick_report: dict[str, Any]) -> Non
     assert "\N{EN DASH}" in quick_report["stdout"]  # some figure differed between the rounds and shows its range
 
 
+def test_the_executor_is_measured_beside_the_master_api(quick_report: dict[str, Any]) -> None:
+    rows = _rows(quick_report, "6")
+    assert [row["system"].split(",")[0] for row in rows] == ["mwpy.Executor.map", "mwpy master algorithm API (default)"]
+    assert all(row["tasks_per_s"] > 0 for row in rows)
+    check = next(c for c in quick_report["checks"] if c["target"].startswith("6."))
+    assert check["measured"] is not None
+
+
 def test_fanin_reports_idle_cpu(quick_report: dict[str, Any]) -> None:
     rows = _rows(quick_report, "4")
     assert len(rows) == 2
@@ -162,7 +170,7 @@ def test_json_describes_the_run(quick_report: dict[str, Any]) -> None:
     assert "--quick" in quick_report["command"]
     assert quick_report["checkouts"]["new"]["mwpy"].startswith(str(REPO))
     assert "baseline" not in quick_report["checkouts"]
-    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "E"}
+    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "6", "E"}
 
 
 @pytest.mark.skipif(

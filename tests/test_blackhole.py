@@ -53,7 +53,7 @@ def test_black_hole_is_told_to_leave_and_its_tasks_complete_elsewhere(
     with local_master(BLACK_HOLE, tmp_path, "--mw-slave-max-failures", "3", "--mw-task-attempts", "3") as lm:
         good, _ = start(lm, monkeypatch)
         hole, hole_sid = start(lm, monkeypatch, broken=True)
-        keys = {careful.submit(f"k{i}", str(folder)): f"k{i}" for i in range(30)}
+        keys = {careful.submit(f"k{i}", str(folder)).task_id: f"k{i}" for i in range(30)}
         lm.drive_until(lambda: not hole.alive(), "the black hole to leave", DEADLINE)
         assert hole.returncode == ExitCode.TOLD_TO_LEAVE
         lm.drive_until(lambda: len(lm.results) >= len(keys), "every result", DEADLINE)
@@ -88,13 +88,13 @@ def test_task_failing_everywhere_comes_back_failed_after_its_attempts(
     with local_master(BLACK_HOLE, tmp_path, "--mw-task-attempts", "2") as lm:
         first, _ = start(lm, monkeypatch)
         second, _ = start(lm, monkeypatch)
-        task_id = doomed.submit("d", str(folder))
+        task_id = doomed.submit("d", str(folder)).task_id
         result = lm.result_of(task_id, DEADLINE)
         assert result.error is not None
         assert result.error.type == "ValueError"
         assert "d cannot be done anywhere" in result.error.message
         assert sorted(attempts(folder, "d")) == sorted([first.pid, second.pid])  # once on each
-        assert lm.result_of(careful.submit("after", str(folder))).value == "AFTER"
+        assert lm.result_of(careful.submit("after", str(folder)).task_id).value == "AFTER"
         assert len(lm.results_of(task_id)) == 1
     assert first.wait(DEADLINE) == 0
     assert second.wait(DEADLINE) == 0
@@ -111,7 +111,7 @@ def test_tasks_failing_everywhere_expel_nobody(tmp_path: Path, monkeypatch: pyte
     folder.mkdir()
     with local_master(BLACK_HOLE, tmp_path, "--mw-slave-max-failures", "2", "--mw-task-attempts", "3") as lm:
         slaves = [start(lm, monkeypatch)[0] for _ in range(2)]
-        keys = {doomed.submit(f"d{i}", str(folder)): f"d{i}" for i in range(10)}
+        keys = {doomed.submit(f"d{i}", str(folder)).task_id: f"d{i}" for i in range(10)}
         lm.drive_until(
             lambda: len(lm.results) >= len(keys) or not all(slave.alive() for slave in slaves),
             "every failed result",

@@ -65,14 +65,14 @@ def test_slave_with_the_wrong_secret_is_refused(tmp_path: Path) -> None:
 def test_task_bigger_than_the_slave_s_read_buffer_fails_as_task_too_large(tmp_path: Path) -> None:
     with local_master(WORKLOAD, tmp_path) as lm:
         slave = lm.start_slave("--mw-max-read-buffer-size", "4096")
-        big = size_of.submit(b"x" * 100_000)
-        small = size_of.submit(b"x" * 100)
+        big = size_of.submit(b"x" * 100_000).task_id
+        small = size_of.submit(b"x" * 100).task_id
         failed = lm.result_of(big)
         assert failed.error is not None
         assert failed.error.type == "TaskTooLarge"
         assert "4096" in failed.error.message
         assert lm.result_of(small).value == 100
-        assert lm.result_of(square.submit(5)).value == 25
+        assert lm.result_of(square.submit(5).task_id).value == 25
         assert slave.alive()
 
 
@@ -82,12 +82,12 @@ def test_result_bigger_than_the_master_s_read_buffer_fails_as_result_too_large_w
     # default attempts (3): a failure that would recur on any slave must still be handed over at once
     with local_master(WORKLOAD, tmp_path, "--mw-max-read-buffer-size", "4096") as lm:
         slave = lm.start_slave()
-        failed = lm.result_of(blob.submit(100_000))
+        failed = lm.result_of(blob.submit(100_000).task_id)
         assert failed.error is not None
         assert failed.error.type == "ResultTooLarge"
         assert "4096" in failed.error.message
         assert "queued to run again" not in lm.audit_text()
-        assert lm.result_of(blob.submit(100)).value == b"x" * 100
+        assert lm.result_of(blob.submit(100).task_id).value == b"x" * 100
         assert slave.alive()
         assert set(lm.mw.connected_slaves().values()) == {mwpy.SlaveKind.UNORDERED}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import mwpy
 from mwpy import ExitCode, LoopEvents, SlaveKind
 from tests.programs.workload import block, nap, whoami
 from tests.support import PROGRAMS, LocalMaster, local_master, wait_until
@@ -50,7 +51,7 @@ def round_trip(lm: LocalMaster) -> int:
     With one slave taking unordered work, everything queued before it has been
     answered by then: a later duplicate of an earlier task cannot slip by.
     """
-    result = lm.result_of(whoami.submit())
+    result = lm.result_of(whoami.submit().task_id)
     assert result.ok, result.error
     value: int = result.value
     return value
@@ -59,7 +60,7 @@ def round_trip(lm: LocalMaster) -> int:
 def test_killed_slave_s_task_runs_again_on_another_slave_and_answers_exactly_once(lm: LocalMaster) -> None:
     first = lm.start_slave()
     assert round_trip(lm) == first.pid
-    task_id = block.submit(str(lm.workdir), "k")
+    task_id = block.submit(str(lm.workdir), "k").task_id
     assert started_pid(lm, "k") == first.pid
 
     first.kill()
@@ -78,7 +79,8 @@ def test_killed_slave_s_task_runs_again_on_another_slave_and_answers_exactly_onc
 def test_killed_slave_s_task_without_retry_comes_back_unrunnable_exactly_once(lm: LocalMaster) -> None:
     mw = lm.mw
     first = lm.start_slave()
-    task_id = block.with_policy(retry=False, tag="no-retry").submit(str(lm.workdir), "k")
+    future = block.with_policy(retry=False, tag="no-retry").submit(str(lm.workdir), "k")
+    task_id = future.task_id
     assert started_pid(lm, "k") == first.pid
 
     first.kill()
@@ -87,6 +89,7 @@ def test_killed_slave_s_task_without_retry_comes_back_unrunnable_exactly_once(lm
     assert mw.num_unrunnable_tasks == 1
     [task] = mw.unrunnable_tasks()
     assert (task.task_id, task.tag, task.policy.retry) == (task_id, "no-retry", False)
+    assert isinstance(future.exception(timeout=0), mwpy.UnrunnableTaskError)  # its future says so too
     assert task.args == (str(lm.workdir), "k")
     assert mw.unrunnable_tasks() == []
     assert mw.num_unrunnable_tasks == 0
@@ -104,8 +107,8 @@ def test_ordered_tasks_of_a_killed_ordered_slave_become_unrunnable(lm: LocalMast
     slave = lm.start_slave()
     sid = lm.connected_slave()
     to_it = block.with_policy(sid=sid, tag="ordered")
-    running = to_it.submit(str(lm.workdir), "k")
-    queued = to_it.submit(str(lm.workdir), "never")
+    running = to_it.submit(str(lm.workdir), "k").task_id
+    queued = to_it.submit(str(lm.workdir), "never").task_id
     assert started_pid(lm, "k") == slave.pid
 
     slave.kill()
@@ -123,7 +126,7 @@ def test_ordered_task_with_do_it_anyway_moves_to_an_unordered_slave_when_its_sla
     sid = lm.connected_slave()
     unordered = lm.start_slave()
     assert round_trip(lm) == unordered.pid  # only the unordered slave takes unordered work
-    task_id = block.with_policy(sid=sid, do_it_anyway=True).submit(str(lm.workdir), "k")
+    task_id = block.with_policy(sid=sid, do_it_anyway=True).submit(str(lm.workdir), "k").task_id
     assert started_pid(lm, "k") == ordered.pid
 
     ordered.kill()
@@ -148,7 +151,7 @@ def test_busy_slave_outlives_the_client_timeout_thanks_to_heartbeats(tmp_path: P
     timeout = 3.0
     with local_master(WORKLOAD, tmp_path, "--mw-client-timeout", f"{timeout:g}") as lm:
         slave = lm.start_slave()
-        task_id = block.submit(str(lm.workdir), "k")
+        task_id = block.submit(str(lm.workdir), "k").task_id
         assert started_pid(lm, "k") == slave.pid
         until = time.monotonic() + 2 * timeout
         lm.drive_until(lambda: time.monotonic() > until, "two client timeouts to pass")
@@ -160,7 +163,7 @@ def test_busy_slave_outlives_the_client_timeout_thanks_to_heartbeats(tmp_path: P
 def test_silent_slave_is_dropped_after_the_client_timeout_and_its_task_runs_elsewhere(tmp_path: Path) -> None:
     with local_master(WORKLOAD, tmp_path, "--mw-client-timeout", "1") as lm:
         frozen = lm.start_slave()
-        task_id = block.submit(str(lm.workdir), "k")
+        task_id = block.submit(str(lm.workdir), "k").task_id
         assert started_pid(lm, "k") == frozen.pid
         os.kill(frozen.pid, signal.SIGSTOP)
         lm.drive_until(lambda: "(client timeout)" in lm.audit_text(), "the master to drop the silent slave")
@@ -213,9 +216,9 @@ def test_ordered_tasks_run_only_on_their_slave_in_submission_order_and_interming
     intermingle_proc = lm.start_slave()
     intermingle = lm.connected_slave()
 
-    to_ordered = [nap.with_policy(sid=ordered).submit(0.0, i) for i in range(30)]
-    unordered = [whoami.submit() for _ in range(15)]
-    to_intermingle = [nap.with_policy(sid=intermingle).submit(0.0, i) for i in range(10)]
+    to_ordered = [nap.with_policy(sid=ordered).submit(0.0, i).task_id for i in range(30)]
+    unordered = [whoami.submit().task_id for _ in range(15)]
+    to_intermingle = [nap.with_policy(sid=intermingle).submit(0.0, i).task_id for i in range(10)]
     everything = {*to_ordered, *unordered, *to_intermingle}
     lm.drive_until(lambda: {r.task_id for r in lm.results} >= everything, "every result")
 
@@ -234,8 +237,8 @@ def test_intermingle_slave_prefers_its_own_ordered_tasks(lm: LocalMaster) -> Non
     lm.mw.allocate_slaves(1, "intermingle")
     lm.start_slave()
     sid = lm.connected_slave()
-    unordered = [nap.submit(0.0, ("unordered", i)) for i in range(5)]
-    own = [nap.with_policy(sid=sid).submit(0.0, ("own", i)) for i in range(5)]
+    unordered = [nap.submit(0.0, ("unordered", i)).task_id for i in range(5)]
+    own = [nap.with_policy(sid=sid).submit(0.0, ("own", i)).task_id for i in range(5)]
     lm.drive_until(lambda: len(lm.results) == 10, "all ten results")
     assert [r.task_id for r in lm.results] == own + unordered
 
@@ -245,7 +248,7 @@ def test_free_slave_moves_an_ordered_slave_to_unordered_once_its_ordered_task_is
     mw.allocate_slaves(1, "ordered")
     slave = lm.start_slave()
     sid = lm.connected_slave()
-    task_id = block.with_policy(sid=sid).submit(str(lm.workdir), "k")
+    task_id = block.with_policy(sid=sid).submit(str(lm.workdir), "k").task_id
     assert started_pid(lm, "k") == slave.pid
 
     mw.free_slave(sid)

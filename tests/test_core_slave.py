@@ -16,12 +16,14 @@ import attrs
 import pytest
 
 from mwpy import ExitCode, resource_file
+from tests.programs.workload import whoami
 from tests.support import (
     PROGRAMS,
     PYTHON,
     Proc,
     audit_lines,
     free_port,
+    local_master,
     spawn,
     spawn_master,
     spawn_slave,
@@ -196,7 +198,8 @@ def test_bad_resource_file_exits_bad_resource_file(tmp_path: Path, content: str 
     rf = tmp_path / "resource.json"
     if content is not None:
         rf.write_text(content)
-    slave = slave_of(tmp_path, "--mw-resource-file", str(rf))
+    # a missing file is waited for (--mw-connect-timeout): one second, then the same one-line exit
+    slave = slave_of(tmp_path, "--mw-resource-file", str(rf), "--mw-connect-timeout", "1")
     assert slave.wait() == ExitCode.BAD_RESOURCE_FILE
     err = slave.err().strip()
     assert len(err.splitlines()) == 1
@@ -248,3 +251,12 @@ def test_missing_resource_file_is_only_a_warning_when_host_and_port_are_given(tm
     assert slave.wait() == 0
     assert sorted(line["value"] for line in master.json_lines()) == [0, 1, 4, 9]
     assert any(line.startswith("WARNING") and "missing.json" in line for line in audit_lines(slave.out()))
+
+
+def test_a_slave_started_before_its_master_waits_for_the_resource_file(tmp_path: Path) -> None:
+    """Started by hand before the master has written the file: it waits (--mw-connect-timeout), then works."""
+    slave = spawn_slave(WORKLOAD, tmp_path, "--mw-connect-timeout", "120", resource=tmp_path / "resource.json")
+    with local_master(WORKLOAD, tmp_path) as lm:
+        assert whoami.submit().result(timeout=120) == slave.pid
+        lm.finish()
+    assert slave.wait() == 0

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import mwpy
-from mwpy import NotInMasterError, Submitter, TaskFailedError
+from mwpy import NotInMasterError, RemoteTraceback, Result, Submitter
 from mwpy.task import Policy, lookup
 from tests.programs.workload import (
     checked,
@@ -35,6 +35,11 @@ from tests.programs.workload import (
 from tests.support import PROGRAMS, LocalMaster, local_master
 
 WORKLOAD = PROGRAMS / "workload.py"
+
+
+def plain_square(x: int) -> int:
+    """Not decorated: not a task algorithm."""
+    return x * x
 
 
 @pytest.fixture
@@ -55,7 +60,7 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 
 def test_every_kind_of_parameter_arrives_intact_on_the_slave(lm: LocalMaster) -> None:
     lm.start_slave()
-    ids = [signature.submit(*args, **kwargs) for args, kwargs in CALLS]
+    ids = [signature.submit(*args, **kwargs).task_id for args, kwargs in CALLS]
     for task_id, (args, kwargs) in zip(ids, CALLS, strict=True):
         result = lm.result_of(task_id)
         assert result.ok, result.error
@@ -85,9 +90,9 @@ def test_a_task_that_raises_gives_a_failed_result_and_the_slave_keeps_working(
     lm: LocalMaster, kind: str, message: str, shown: str
 ) -> None:
     slave = lm.start_slave()
-    before = lm.result_of(whoami.submit())
-    failed = lm.result_of(fail.with_policy(tag="t").submit(kind, message))
-    after = lm.result_of(whoami.submit())
+    before = lm.result_of(whoami.submit().task_id)
+    failed = lm.result_of(fail.with_policy(tag="t").submit(kind, message).task_id)
+    after = lm.result_of(whoami.submit().task_id)
 
     assert not failed.ok
     assert failed.value is None
@@ -105,16 +110,16 @@ def test_a_task_that_raises_gives_a_failed_result_and_the_slave_keeps_working(
 
 def test_a_result_that_cannot_be_pickled_fails_cleanly(lm: LocalMaster) -> None:
     slave = lm.start_slave()
-    failed = lm.result_of(unpicklable_result.submit())
+    failed = lm.result_of(unpicklable_result.submit().task_id)
     assert failed.error is not None
     assert "pickle" in (failed.error.type + failed.error.message).lower()
-    assert lm.result_of(square.submit(3)).value == 9
+    assert lm.result_of(square.submit(3).task_id).value == 9
     assert slave.alive()
 
 
 def test_submit_on_a_slave_fails_the_task_with_not_in_master_error(lm: LocalMaster) -> None:
     lm.start_slave()
-    failed = lm.result_of(nested_submit.submit())
+    failed = lm.result_of(nested_submit.submit().task_id)
     assert failed.error is not None
     assert failed.error.type == "NotInMasterError"
     assert "square.submit()" in failed.error.message
@@ -147,7 +152,7 @@ def test_arguments_bigger_than_the_write_buffer_raise_at_submit(tmp_path: Path) 
         with pytest.raises(ValueError, match=r"--mw-max-write-buffer-size 4096"):
             size_of.submit(b"x" * 10_000)
         assert lm.mw.pending_tasks() == 0
-        assert size_of.submit(b"x" * 100) > 0
+        assert size_of.submit(b"x" * 100).task_id > 0
 
 
 # ---------------------------------------------------------------------- task policy
@@ -159,8 +164,8 @@ def test_tags_come_back_unchanged_and_with_policy_submits_under_a_fixed_policy(l
     submitter = square.with_policy(tag=tag)
     assert isinstance(submitter, Submitter)
     assert submitter.policy == Policy(tag=tag)
-    ids = [submitter(i) for i in range(5)] + [submitter.submit(10)]
-    plain = square.submit(4)
+    ids = [submitter(i).task_id for i in range(5)] + [submitter.submit(10).task_id]
+    plain = square.submit(4).task_id
     values = {lm.result_of(t).task_id: lm.result_of(t) for t in [*ids, plain]}
     assert [values[t].value for t in ids] == [0, 1, 4, 9, 16, 100]
     assert all(values[t].tag == tag for t in ids)
@@ -178,7 +183,7 @@ def test_target_numbers_per_algorithm_and_general(lm: LocalMaster) -> None:
     assert square.upto_target_number() == 5
     assert mw.upto_target_number() == 10
 
-    first = [square.submit(i) for i in range(3)]
+    first = [square.submit(i).task_id for i in range(3)]
     whoami.submit()
     assert (square.pending_tasks(), square.upto_target_number()) == (3, 2)
     assert (whoami.pending_tasks(), whoami.upto_target_number()) == (1, 1)
@@ -214,16 +219,19 @@ def test_map_yields_values_in_input_order(lm: LocalMaster) -> None:
     assert lm.mw.results() == []  # map's results go only to map
 
 
-def test_map_raises_task_failed_error_at_the_failed_input(lm: LocalMaster) -> None:
+def test_map_raises_the_task_s_own_exception_at_the_failed_input(lm: LocalMaster) -> None:
     lm.start_slave()
     values = lm.mw.map(checked, [1, 2, -3, 4])
     assert [next(values), next(values)] == [1, 2]
-    with pytest.raises(TaskFailedError) as caught:
+    with pytest.raises(ValueError, match="negative: -3") as caught:
         next(values)
-    result = caught.value.result
+    cause = caught.value.__cause__
+    assert isinstance(cause, RemoteTraceback)  # the slave's traceback, as concurrent.futures attaches it
+    assert "ValueError: negative: -3" in str(cause)
+    result = cause.result
+    assert isinstance(result, Result)
     assert result.error is not None
     assert (result.error.type, result.error.message) == ("ValueError", "negative: -3")
-    assert "ValueError: negative: -3" in str(caught.value)
 
 
 @pytest.mark.timeout(60)  # an eager as_completed would read the endless input forever
@@ -265,3 +273,43 @@ def test_a_program_imported_a_second_time_under_another_name_keeps_its_task_algo
 
     with pytest.raises(mwpy.MwpyError, match="defined twice"):
         mwpy.task(name="square")(square)
+
+
+def test_a_plain_function_given_to_map_is_a_type_error_naming_the_fix(lm: LocalMaster) -> None:
+    with pytest.raises(TypeError, match=r"decorate plain_square with @mwpy\.task"):
+        lm.mw.map(plain_square, [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"mwpy\.Executor"):
+        lm.mw.as_completed(plain_square, [1, 2])  # type: ignore[arg-type]
+
+
+def test_keyword_arguments_go_to_every_call_of_the_map_forms(lm: LocalMaster) -> None:
+    lm.start_slave()
+    values = list(lm.mw.map(signature, ["x", "y"], c="same c", extra=1))
+    assert [v["a"] for v in values] == ["x", "y"]
+    assert all(v["c"] == "same c" and v["kwargs"] == {"extra": 1} for v in values)
+    results = list(lm.mw.as_completed(signature, ["z"], c="c again"))
+    assert results[0].value["c"] == "c again"
+
+
+def test_breaking_out_of_as_completed_cancels_what_has_not_started(tmp_path: Path) -> None:
+    with local_master(WORKLOAD, tmp_path, "--mw-slave-window", "1") as lm:
+        lm.start_slave()
+        mw = lm.mw
+        for _ in mw.as_completed(nap, [0.0] * 200, range(200), window=100):
+            break  # one result is enough
+        lm.drive_until(lambda: mw.pending_tasks() == 0, "the rest to be dropped", timeout=60)
+        assert mw._sched.cancelled_total >= 90  # at most the one in the slave's window still ran
+        assert mw.results() == []
+
+
+def test_breaking_out_of_map_pulls_back_what_waits_in_a_slave_s_window(tmp_path: Path) -> None:
+    with local_master(WORKLOAD, tmp_path, "--mw-slave-window", "50") as lm:
+        lm.start_slave()
+        mw = lm.mw
+        values = mw.map(nap, [0.05] * 200, range(200), window=100)
+        assert next(values) == 0
+        values.close()  # type: ignore[attr-defined]  # the slave holds up to 50 of them: asked back, never run
+        lm.drive_until(lambda: mw.pending_tasks() == 0, "the rest to be dropped or given back", timeout=60)
+        assert mw._sched.done_total < 20  # most of the window came back unrun
+        assert mw._sched.cancelled_total > 80  # of the 100 submitted (map keeps at most window=100)
+        assert mw.results() == []

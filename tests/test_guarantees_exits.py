@@ -327,12 +327,12 @@ def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_stale_file_does
 
 
 def test_documented_defaults() -> None:
-    """reliability.md / security.md / resource-file.md: client timeout 60 s, task attempts 3, slave max
+    """reliability.md / security.md / resource-file.md: client timeout 60 s, task attempts 1 (issue 9), slave max
     failures 5, resource file update interval 300 s, when no option says otherwise."""
     defaults, rest = mwpy_options.parse(["--mw-master", "--mw-resource-file", "resource.json"])
     assert rest == []
     assert defaults.client_timeout == 60.0
-    assert defaults.task_attempts == 3
+    assert defaults.task_attempts == 1  # issue 9: a task that raises is a result, not retried, unless asked
     assert defaults.slave_max_failures == 5
     assert defaults.resource_file_update_interval == 300.0
 

@@ -58,13 +58,13 @@ def test_failed_ordered_task_is_not_retried_and_never_runs_on_another_slave(tmp_
         sid = lm.connected_slave(DEADLINE)
         unordered = lm.start_slave()
         sid_of(lm, unordered)
-        task_id = ordered_fail.with_policy(sid=sid).submit(str(tmp_path), "o")
+        task_id = ordered_fail.with_policy(sid=sid).submit(str(tmp_path), "o").task_id
         result = lm.result_of(task_id, DEADLINE)
         assert result.error is not None
         assert result.error.type == "ValueError"
         assert result.slave_id == sid
         # an unordered round trip after it: anything re-queued before it has run by now
-        probe = hold_until_released.submit(str(tmp_path), "probe")
+        probe = hold_until_released.submit(str(tmp_path), "probe").task_id
         release(lm, "probe")
         assert lm.result_of(probe, DEADLINE).value == unordered.pid
         assert attempts(tmp_path, "o") == [ordered.pid]
@@ -83,11 +83,13 @@ def test_result_decode_error_is_not_retried(tmp_path: Path) -> None:
         slaves = [lm.start_slave() for _ in range(2)]
         for slave in slaves:
             sid_of(lm, slave)
-        task_id = undecodable.submit(str(tmp_path), "u")
+        task_id = undecodable.submit(str(tmp_path), "u").task_id
         result = lm.result_of(task_id, DEADLINE)
         assert result.error is not None
         assert result.error.type == "ResultDecodeError"
-        probes = [hold_until_released.submit(str(tmp_path), f"p{i}") for i in range(2)]  # both slaves answer once more
+        probes = [
+            hold_until_released.submit(str(tmp_path), f"p{i}").task_id for i in range(2)
+        ]  # both slaves answer once more
         for i in range(2):
             release(lm, f"p{i}")
         lm.drive_until(lambda: all(lm.results_of(p) for p in probes), "the probes", DEADLINE)
@@ -110,15 +112,15 @@ def test_black_hole_is_told_to_leave_at_exactly_max_failures_not_one_before(
     with local_master(PROGRAM, tmp_path, *options) as lm:
         good = lm.start_slave()
         sid_of(lm, good)
-        busy = hold_until_released.submit(str(tmp_path), "good")
+        busy = hold_until_released.submit(str(tmp_path), "good").task_id
         assert started(lm, "good") == good.pid
         with monkeypatch.context() as patch:
             patch.setenv(BROKEN, "1")
             hole = lm.start_slave()
         hole_sid = sid_of(lm, hole)
         keys = ["k0", "k1", "k2"]
-        ids = [gated_or_broken.submit(str(tmp_path), key) for key in keys]
-        parked = hold_until_released.submit(str(tmp_path), "hole")
+        ids = [gated_or_broken.submit(str(tmp_path), key).task_id for key in keys]
+        parked = hold_until_released.submit(str(tmp_path), "hole").task_id
         assert started(lm, "hole") == hole.pid
         assert all(attempts(tmp_path, key) == [hole.pid] for key in keys)
 
@@ -181,7 +183,7 @@ def test_busy_slave_beats_well_inside_the_client_timeout(tmp_path: Path) -> None
         with local_master(PROGRAM, tmp_path, "--mw-client-timeout", f"{timeout:g}") as lm:
             proxy.target = lm.mw.port
             slave = lm.start_slave("--mw-master-port", str(proxy.port))
-            task_id = hold_until_released.submit(str(tmp_path), "long")
+            task_id = hold_until_released.submit(str(tmp_path), "long").task_id
             assert started(lm, "long") == slave.pid
             first = len(seen)
             lm.drive_until(lambda: len(seen) >= first + 6, "six frames from the busy slave", DEADLINE)

@@ -7,12 +7,14 @@ import os
 import pty
 import select
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
 
+from mwpy.failing_slaves import SETUP_FAILURE_LIMIT
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
 
 PING = EXAMPLES / "ping.py"
@@ -81,32 +83,31 @@ def test_a_missing_program_is_one_line_and_status_2(tmp_path: Path) -> None:
     assert done.stderr.strip() == f"mwpy local: error: {tmp_path / 'nowhere.py'}: no such program file"
 
 
-def test_a_slave_that_fails_is_reported_once_with_its_last_error_line(tmp_path: Path) -> None:
+def test_a_slave_that_fails_is_reported_once_and_repeated_failures_stop_the_run(tmp_path: Path) -> None:
+    """A slave that cannot start is reported once, with its last error line; restarted, it fails again,
+    and after SETUP_FAILURE_LIMIT failed runs without a single result mwpy local stops, naming the failure,
+    instead of restarting it for ever."""
     program = tmp_path / "broken.py"  # a copy: no other test's process has this path on its command line
     shutil.copy(PROGRAMS / "broken_slaves.py", program)
-    errors = tmp_path / "stderr"
     work = tmp_path / "work"
-    with errors.open("wb") as err:
-        process = subprocess.Popen(
-            mwpy_command("local", str(program), "--slaves", "1", "--no-progress", "--workdir", str(work)),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        line = wait_until(
-            lambda: [x for x in errors.read_text(encoding="utf-8").splitlines() if "exited with status 1" in x],
-            60,
-            "mwpy local to report the failing slave",
-        )[0]
-        assert line.startswith("mwpy local: slave local.0 exited with status 1: ImportError: no module named numpy")
-        assert str(work / "local.0" / "slave.err") in line
-        wait_until(lambda: (work / "local.0" / "slave.err").read_text().count("ImportError") >= 3, 60, "restarts")
-        assert errors.read_text(encoding="utf-8").count("exited with status") == 1  # once, not once per restart
-    finally:
-        process.terminate()  # mwpy local stops its master and slaves on SIGTERM
-        status = process.wait(timeout=60)
-    assert status == 128 + 15  # the master was stopped by SIGTERM, reported as a shell would
+    done = subprocess.run(
+        mwpy_command("local", str(program), "--slaves", "1", "--no-progress", "--workdir", str(work)),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    reports = [line for line in lines if line.startswith("mwpy local: slave local.0 exited with status 1")]
+    assert len(reports) == 1, done.stderr  # once, not once per restart
+    assert "ImportError: no module named numpy" in reports[0]
+    assert str(work / "local.0" / "slave.err") in reports[0]
+    [stop] = [line for line in lines if "before any task had a result" in line]
+    assert stop.startswith(f"mwpy local: error: {SETUP_FAILURE_LIMIT} slave runs failed")
+    assert "ImportError: no module named numpy" in stop
+    assert (work / "local.0" / "slave.err").read_text().count("ImportError") >= SETUP_FAILURE_LIMIT
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(program) in " ".join(p.info["cmdline"] or [])]
 
 
@@ -136,3 +137,40 @@ def test_the_resource_file_copies_in_slave_sandboxes_are_private(tmp_path: Path)
     assert copies
     assert {oct(copy.stat().st_mode & 0o777) for copy in copies} == {oct(0o600)}
     assert oct((work / "resource.json").stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_a_program_that_never_starts_a_master_is_an_error_naming_the_fix(tmp_path: Path) -> None:
+    program = tmp_path / "forgot.py"
+    program.write_text("import mwpy\n\n\n@mwpy.task\ndef f() -> int:\n    return 1\n")  # no mwpy.run()
+    done = subprocess.run(
+        mwpy_command("local", str(program), "--slaves", "1", "--no-progress", "--workdir", str(tmp_path / "work")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "did you call mwpy.run()" in done.stderr
+
+
+def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    command = mwpy_command(
+        "local", str(PING), "--slaves", "1", "--no-progress", "--workdir", str(work), "--", "--max-tasks", "0"
+    )
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        wait_until((work / "resource.json").exists, 60, "the master's resource file")
+        wait_until(lambda: any(work.glob("local.*/slave.err")), 60, "a slave to start")
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mwpy local: interrupted")

@@ -31,7 +31,7 @@ from mwpy import protocol
 from mwpy.audit import Audit
 from mwpy.errors import ComputationFinishedError, ConfigurationError, MembershipError, NotInMasterError, ProtocolError
 from mwpy.master import Master
-from mwpy.protocol import Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
+from mwpy.protocol import Cancel, Cancelled, Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
 from mwpy.session import (
     MASTER_RECEIVES,
     MASTER_SENDS,
@@ -149,6 +149,47 @@ def test_a_whole_conversation_in_memory() -> None:
         master.send_tasks(items)
 
 
+def test_cancel_and_cancelled_pass_in_ready_and_are_checked() -> None:
+    master, slave = connected_pair()
+    items = [(1, "sq", b""), (2, "sq", b"")]
+    events(slave, master.send_tasks(items, {2: 1.5}))
+    assert events(slave, master.send(Cancel([2]))) == [Cancel([2])]
+    assert events(master, slave.send(Cancelled([2]))) == [Cancelled([2])]
+    events(slave, master.send(Cancel([1])))
+    shutdown = master.send(Shutdown(0))  # crosses the slave's answer on the wire
+    with pytest.raises(ProtocolError):
+        master.send(Cancel([1]))  # nothing is asked back from a slave told to leave
+    assert events(master, slave.send(Cancelled([]))) == []  # a late answer: authenticated, checked, dropped
+    assert events(slave, shutdown) == [Shutdown(0)]
+    for bad in (Cancel("1"), Cancel([1.0])):  # type: ignore[arg-type, list-item]
+        master, slave = connected_pair()
+        sender = master._channel
+        assert sender is not None
+        with pytest.raises(ProtocolError, match="malformed Cancel"):
+            events(slave, sender.seal(bad))
+    master, slave = connected_pair()
+    sender = slave._channel
+    assert sender is not None
+    with pytest.raises(ProtocolError, match="malformed Cancelled"):
+        events(master, sender.seal(Cancelled(["x"])))  # type: ignore[list-item]
+
+
+def test_timeouts_and_outputs_travel_only_when_present() -> None:
+    master, slave = connected_pair()
+    items = [(1, "sq", b"")]
+    [plain] = events(slave, master.send_tasks(items))
+    assert plain.timeouts == {}
+    [timed] = events(slave, master.send_tasks(items, {1: 2.5}))
+    assert timed.timeouts == {1: 2.5}
+    result = [(1, True, protocol.encode_value(1), 0.1)]
+    [printed] = events(master, slave.send_results(result, {1: ("out", "err")}))
+    assert printed.outputs == {1: ("out", "err")}
+    sender = slave._channel
+    assert sender is not None
+    with pytest.raises(ProtocolError, match="malformed output"):
+        events(master, sender.seal(Results(result, {1: ("out",)})))  # type: ignore[dict-item]
+
+
 def test_frames_split_anywhere_come_out_whole() -> None:
     master, slave = connected_pair()
     data = b"".join(master.send_tasks([(i, "sq", b"x" * i)]) for i in range(1, 20))
@@ -252,11 +293,15 @@ def test_results_round_trip_through_the_protocol_encoders() -> None:
     assert failure is not None
     assert failure[:2] == ("KeyError", "'k'")
     assert "raise KeyError" in failure[2]
+    assert failure[3] is not None
+    assert repr(pickle.loads(failure[3])) == "KeyError('k')"  # the exception itself travels too
     undecodable = protocol.decode_outcome(True, b"garbage")[1]
     assert undecodable is not None
     assert undecodable[0] == "ResultDecodeError"
     assert undecodable[1].startswith("the master cannot unpickle the result: UnpicklingError")
-    assert protocol.decode_outcome(False, protocol.encode_value(42))[1] is not None  # a failure must be 3 strings
+    assert (
+        protocol.decode_outcome(False, protocol.encode_value(42))[1] is not None
+    )  # a failure must be 3 strings and bytes
 
 
 def test_a_tls_certificate_that_cannot_be_read_is_a_configuration_error(tmp_path: Path) -> None:
@@ -580,7 +625,7 @@ def test_with_master_makes_it_current_and_restores_the_previous_one(tmp_path: Pa
             assert current_master() is outer
             with Master(options, audit=audit, secret=b"s" * 32, program=str(program)) as inner:
                 assert current_master() is inner
-                assert double.submit(1) == 1
+                assert double.submit(1).task_id == 1
             assert current_master() is outer
             with pytest.raises(ComputationFinishedError):
                 inner._submit(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable

@@ -135,7 +135,7 @@ def _run(mw: mwpy.Master, argv: list[str]) -> int:
 
 
 def _keyed_failure(mw: mwpy.Master, argv: list[str]) -> int:
-    task_id = ordered_fail.with_policy(key="always-fails").submit(argv[1], "keyed")
+    task_id = ordered_fail.with_policy(key="always-fails").submit(argv[1], "keyed").task_id
     while True:
         mw.loop()
         for result in mw.results():

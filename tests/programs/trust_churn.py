@@ -96,7 +96,7 @@ def emit(record: dict[str, Any]) -> None:
 
 
 def submit(algorithm: mwpy.TaskAlgorithm[..., Any], *args: Any, **policy: Any) -> None:
-    task_id = algorithm.with_policy(**policy).submit(*args)
+    task_id = algorithm.with_policy(**policy).submit(*args).task_id
     emit({"submitted": task_id, "algorithm": algorithm.name, "args": list(args), "tag": policy.get("tag")})
 
 

@@ -87,7 +87,7 @@ def stream(mw: mwpy.Master, stop: Path) -> int:
         stopping = stop.exists()
         if not stopping:
             for _ in range(PENDING - mw.pending_tasks()):
-                tally.inputs[scrambled.submit(next_input)] = next_input
+                tally.inputs[scrambled.submit(next_input).task_id] = next_input
                 next_input += 1
         elif not mw.pending_tasks():
             break
@@ -103,7 +103,7 @@ def stream(mw: mwpy.Master, stop: Path) -> int:
 def echo_all(mw: mwpy.Master, marker: str, count: int) -> int:
     tally = Tally()
     for i in range(count):
-        tally.inputs[echoed.submit(f"{marker}-{i}")] = f"{marker}-{i}"
+        tally.inputs[echoed.submit(f"{marker}-{i}").task_id] = f"{marker}-{i}"
     while mw.pending_tasks():
         mw.loop()
         tally.take(mw, lambda text: f"{text}:echoed")

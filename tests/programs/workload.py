@@ -19,6 +19,7 @@ Master usage (after the ``--mw-*`` options, which mwpy strips)::
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import sys
@@ -81,7 +82,7 @@ def unpicklable_result() -> Any:
 @mwpy.task
 def nested_submit() -> int:
     """Try to submit from inside a task (on a slave, where no master runs)."""
-    return square.submit(1)
+    return square.submit(1).task_id
 
 
 @mwpy.task
@@ -121,11 +122,57 @@ def tiny(x: int) -> int:
     return x
 
 
+def _count_run(path: str) -> int:
+    """Append one mark to ``path``; the number of marks (this run included) counts the runs."""
+    with open(path, "a") as out:
+        out.write("x")
+    return len(Path(path).read_text())
+
+
+@mwpy.task
+def raise_counted(path: str, kind: str) -> None:
+    """Count the run, then raise ``kind`` (OSError or ValueError): a task without a retries= of its own."""
+    _count_run(path)
+    raise OSError("os") if kind == "OSError" else ValueError("value")
+
+
+@mwpy.task(retries=2)
+def fail_then_succeed(path: str, failures: int) -> int:
+    """Raise on the first ``failures`` runs, then return the run's number."""
+    run = _count_run(path)
+    if run <= failures:
+        raise RuntimeError(f"run {run} fails")
+    return run
+
+
+@mwpy.task
+def sleepy(seconds: float) -> int:
+    """Sleep (interruptibly), then return this slave's pid."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@mwpy.task
+def stubborn(seconds: float) -> int:
+    """Swallow the timeout's interruption and go on sleeping: a task stuck past its timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(mwpy.TaskTimeoutError):
+            time.sleep(0.05)
+    return os.getpid()
+
+
+@mwpy.task(retries=3, retry_on=(OSError,))
+def retried_on_oserror(path: str, kind: str) -> None:
+    _count_run(path)
+    raise OSError("os") if kind == "OSError" else ValueError("value")
+
+
 # ---------------------------------------------------------------------- master algorithm
 
 
 def _run(count: int) -> int:
-    ids = {square.submit(i): i for i in range(count)}
+    ids = {square.submit(i).task_id: i for i in range(count)}
     seen = 0
     while seen < count:
         mwpy_master.loop()

@@ -1,0 +1,58 @@
+"""The program an :class:`mwpy.Executor`'s slaves run (by path, as a script).
+
+A user of ``concurrent.futures`` writes no ``@mwpy.master`` and no
+``mwpy.run()``, so the slaves cannot run the user's script as the program the
+way ``mwpy local`` does. Instead they run this file, which does what
+``multiprocessing``'s *spawn* start method does: it loads the user's script
+under the name ``__mp_main__`` (so its ``if __name__ == "__main__":`` block
+does not run), makes that module ``sys.modules["__main__"]`` too (so functions
+the master pickled as ``__main__.f`` are found), and then runs the ordinary
+slave role with the ``--mw-*`` options it was given.
+
+Its command line: ``_spawn.py --mw-slave --mw-resource-file F SCRIPT FOLDER``,
+where ``SCRIPT`` is the user's script (``-`` when the master had none: a
+REPL or a notebook) and ``FOLDER`` the master's working folder, put on
+``sys.path`` so that the user's own modules import as they did on the master.
+"""
+
+import os
+import sys
+import types
+
+# Python put this file's folder (the mwpy package itself) first on sys.path: its modules must not
+# shadow top-level ones. Its parent makes ``import mwpy`` work even from an uninstalled checkout.
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def _load_script(path: str) -> None:
+    """Run the user's script as module ``__mp_main__``, also known as ``__main__``."""
+    module = types.ModuleType("__mp_main__")
+    module.__file__ = path
+    sys.modules["__mp_main__"] = module
+    sys.modules["__main__"] = module
+    with open(path, "rb") as source:
+        code = compile(source.read(), path, "exec")
+    exec(code, module.__dict__)
+
+
+def _main() -> int:
+    # Imported only now: sys.path had to be fixed first (see the top of this file).
+    from mwpy.options import parse  # noqa: PLC0415
+    from mwpy.program import main  # noqa: PLC0415
+
+    arguments = sys.argv[1:]
+    _, rest = parse(arguments)
+    if len(rest) < 2:
+        print("mwpy: _spawn.py needs SCRIPT and FOLDER after the --mw-* options", file=sys.stderr)
+        return 2
+    script, folder = rest[-2], rest[-1]
+    sys.path.insert(1, folder)
+    if script != "-":
+        sys.path.insert(1, os.path.dirname(script))
+        sys.argv = [script]
+        _load_script(script)
+    return main(arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

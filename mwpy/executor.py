@@ -1,0 +1,468 @@
+"""``mwpy.Executor``: mwpy behind the ``concurrent.futures.Executor`` interface.
+
+For people who know ``ProcessPoolExecutor``: no ``@mwpy.master``, no
+``mwpy.run()``, no ``--mw-*`` options. A plain script guarded by
+``if __name__ == "__main__":`` creates an executor, submits module-level
+functions (decorated with ``@mwpy.task`` or not) and gets
+:class:`concurrent.futures.Future` objects back, which work with
+``concurrent.futures.wait`` and ``as_completed``.
+
+How it is built, and why:
+
+* The same engine as the master algorithm API: a :class:`~mwpy.master.Master`
+  created in the calling process (so a port already taken fails in the
+  constructor) and entered, in a ``with`` block, by one background thread
+  that owns it. Users of ``concurrent.futures`` call ``future.result()`` from
+  any thread, so the engine cannot be driven by whoever waits; it runs on its
+  own and submitters hand it work through a thread-safe queue and a wake-up
+  socket (:meth:`mwpy.engine.Engine.wake`) that cuts its ``select`` short.
+* Arguments are checked and pickled in ``submit()``, in the caller's thread:
+  an argument that cannot travel raises there, as everywhere in mwpy.
+* With ``backend="condor"`` the script is shipped with the slave job and
+  named by its base name; the slave's Python is ``sys.executable`` unless
+  ``options=["--mw-slave-executable", ...]`` or ``["--mw-slave-bundle"]`` say
+  otherwise. That path has not been run on a pool yet.
+* Slaves are started the way ``mwpy local`` (or the overseer) starts them: the
+  master publishes a resource file in a private work folder and an
+  :class:`~mwpy.overseer.Overseer` with a back end (``local`` processes by
+  default, ``condor`` through htcondor2) runs in a thread and keeps the slave
+  jobs matched to it, at most ``max_workers``. The slaves run
+  ``mwpy/_spawn.py``, which loads the user's script as ``__mp_main__`` like
+  ``multiprocessing``'s spawn start method, so functions of a script's
+  ``__main__`` work; functions of a REPL's or notebook's ``__main__`` cannot
+  (there is no file to load) and are refused at ``submit()`` with the fix.
+* A future is *running* from the moment its task leaves for a slave (the
+  scheduler asks the task's start hook); ``cancel()`` succeeds before that,
+  and a cancelled task is dropped unsent.
+* A task that raises is a result (its future raises its exception), run again
+  only when ``@mwpy.task(retries=N)`` asks. A slave that vanishes still has its
+  tasks run elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import concurrent.futures
+import contextlib
+import functools
+import itertools
+import logging
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import attrs
+
+from mwpy import backends, logs
+from mwpy.audit import Audit
+from mwpy.engine import TICK
+from mwpy.errors import ConfigurationError, SlavesFailError
+from mwpy.failing_slaves import SetupFailures
+from mwpy.master import Master, encode_task
+from mwpy.options import Options, parse
+from mwpy.overseer import Limits, Overseer
+from mwpy.task import DEFAULT_POLICY, Policy, Result, TaskAlgorithm, TaskError, registry, task, task_exception
+
+__all__ = ["Executor"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: The program slaves run: loads the user's script as ``__mp_main__``, then serves as a slave.
+SPAWN_PROGRAM = str(Path(__file__).with_name("_spawn.py"))
+#: How often the overseer reconciles without being woken by a resource-file write.
+OVERSEER_INTERVAL = 0.5
+#: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
+UPDATE_INTERVAL = 1.0
+
+#: Seconds between two looks at the back end's jobs (for slaves that fail to start).
+JOB_LOOK_INTERVAL = 1.0
+
+_numbers = itertools.count()
+log = logging.getLogger(__name__)
+
+
+@task(name="mwpy.call")
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The task an undecorated function travels in: the function itself is pickled by reference."""
+    return fn(*args, **kwargs)
+
+
+@task(name="mwpy.call_chunk")
+def _call_chunk(fn: Callable[..., Any], chunk: list[tuple[Any, ...]]) -> list[Any]:
+    """``Executor.map(..., chunksize=n)``: one task runs ``fn`` over n argument tuples."""
+    return [fn(*args) for args in chunk]
+
+
+@attrs.frozen
+class _Submission:
+    future: Future[Any]
+    name: str
+    payload: bytes
+    policy: Policy
+
+
+class Executor(concurrent.futures.Executor):
+    """Run functions on mwpy slaves; a ``concurrent.futures.Executor``.
+
+    ``max_workers``: at most this many slaves (default: ``os.cpu_count()``).
+    ``backend``: ``"local"`` (slave processes on this machine) or ``"condor"``
+    (slave jobs through htcondor2), or any name ``mwpy.backends.lookup``
+    knows; ``backend_arguments`` are that back end's ``mwpy overseer``
+    options (e.g. ``["--submit-file", "slaves.sub"]``). ``options``: extra
+    ``--mw-*`` options for the master (e.g. ``["--mw-slave-window", "8"]``).
+    ``workdir``: where the resource file, audit and slave sandboxes go
+    (default: a temporary folder, removed at shutdown).
+    """
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *,
+        backend: str = "local",
+        backend_arguments: Sequence[str] = (),
+        options: Sequence[str] = (),
+        workdir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if max_workers is None:
+            max_workers = os.cpu_count() or 1
+        if max_workers < 1:
+            raise ConfigurationError("max_workers must be at least 1")
+        self._max_workers = max_workers
+        # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
+        if "__main__" in sys.modules:
+            sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
+        self._own_workdir = workdir is None
+        self._workdir = Path(tempfile.mkdtemp(prefix="mwpy-executor-") if workdir is None else workdir).resolve()
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        resource = self._workdir / "resource.json"
+        resource.unlink(missing_ok=True)
+        self._options = _master_options(options, resource, backend)
+        logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
+        self._audit = Audit(str(self._workdir / "master.audit"), packets=self._options.audit_packets)
+        factory = backends.lookup(backend)
+        parser = argparse.ArgumentParser(
+            prog=f"mwpy.Executor(backend={backend!r})", add_help=False, conflict_handler="resolve"
+        )
+        parser.add_argument("--workdir", default=str(self._workdir))
+        factory.add_arguments(parser)
+        try:
+            namespace = parser.parse_args(list(backend_arguments))
+        except SystemExit:
+            raise ConfigurationError(f"backend_arguments {list(backend_arguments)!r} are not valid") from None
+        namespace.workdir = str(self._workdir)
+        self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=SPAWN_PROGRAM)
+        self._backend = factory.create(str(resource), namespace)
+        self._overseer = Overseer(
+            resource, self._backend, Limits(max_jobs=max_workers, max_idle=max_workers, batch=max_workers),
+            finish_grace=0.0,
+        )  # fmt: skip
+        self._stop_overseer = threading.Event()
+        self._overseer_thread = threading.Thread(
+            target=self._overseer.run,
+            args=(self._stop_overseer,),
+            kwargs={"interval": OVERSEER_INTERVAL},
+            name="mwpy-executor-overseer",
+            daemon=True,
+        )
+        self._lock = threading.Lock()
+        self._incoming: deque[_Submission] = deque()
+        self._cancelled: list[int] = []  # tasks of cancelled futures, which may sit in a slave's window
+        self._task_ids: dict[Future[Any], int] = {}  # the task of each future handed to the master, until done
+        self._unfinished = 0  # futures submitted and not done (done includes cancelled)
+        self._waiting: set[Future[Any]] = set()  # futures not yet done, for shutdown(cancel_futures=True)
+        self._closing = False
+        self._broken: BaseException | None = None
+        self._setup = SetupFailures()
+        self._next_job_look = 0.0
+        self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
+        self._overseer_thread.start()
+        self._thread.start()
+        log.info(
+            "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
+            self._options.member_id, self._master.host, self._master.port, max_workers, backend, self._workdir,
+        )  # fmt: skip
+        atexit.register(self.shutdown)
+
+    # ------------------------------------------------------------------ submitting
+
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
+        name, payload = self._encode(fn, args, kwargs)
+        policy = fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY  # @mwpy.task(retries=...) holds
+        future: Future[R] = Future()
+        with self._lock:
+            if self._broken is not None:
+                raise concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {self._broken}")
+            if self._closing:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._unfinished += 1
+            self._waiting.add(future)
+            self._incoming.append(_Submission(future, name, payload, policy))
+        future.add_done_callback(self._one_done)
+        self._master._engine.wake()
+        return future
+
+    def map(
+        self,
+        fn: Callable[..., R],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        **kwargs: Any,
+    ) -> Iterator[R]:
+        """Like ``ProcessPoolExecutor.map``: values in input order; ``chunksize`` arguments per task.
+
+        ``kwargs`` go to every call (as with dask's ``client.map``). Closing the
+        iterator early (``break``, an exception) cancels every task not started.
+        """
+        if chunksize < 1:
+            raise ValueError("chunksize must be at least 1")
+        if kwargs:
+            fn = functools.partial(_unwrap(fn), **kwargs)
+        if chunksize == 1:
+            return super().map(fn, *iterables, timeout=timeout)
+        chunks = _chunks(zip(*iterables, strict=False), chunksize)
+        results = super().map(_call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
+        return itertools.chain.from_iterable(results)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Take no more work; ``cancel_futures`` cancels what has not started; ``wait`` waits for the rest.
+
+        Once every future is done the master tells its slaves to shut down and
+        the work folder (our own) is removed.
+        """
+        with self._lock:
+            self._closing = True
+            doomed = list(self._waiting) if cancel_futures else []
+        for future in doomed:
+            future.cancel()
+        with contextlib.suppress(OSError):  # the engine may be closed already
+            self._master._engine.wake()
+        if wait:
+            self._thread.join()
+            atexit.unregister(self.shutdown)
+
+    # ------------------------------------------------------------------ the engine's thread
+
+    def _one_done(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._unfinished -= 1
+            self._waiting.discard(future)
+            last = self._closing and not self._unfinished
+            task_id = self._task_ids.pop(future, None)
+            pull_back = False
+            if task_id is not None and future.cancelled():
+                pull_back = True
+                self._cancelled.append(task_id)  # the engine's thread asks its slave to give it back
+        if last or pull_back:
+            self._master._engine.wake()
+
+    def _serve(self) -> None:
+        """Own the master: feed it submissions, run passes, finish when shut down and idle."""
+        master = self._master
+        step = master._engine.step
+        try:
+            with master:
+                while True:
+                    self._take_submissions(master)
+                    self._pull_back(master)
+                    with self._lock:
+                        if self._closing and not self._unfinished and not self._incoming:
+                            break
+                    step(TICK)
+                    self._check_slaves(master)
+                    for lost in master.unrunnable_tasks():  # only sid=/retry=False policies make these
+                        if lost.sink is not None:
+                            lost.sink(_unrunnable_result(lost.task_id, lost.algorithm))
+        except BaseException as exc:
+            log.error("executor %s stopped: %r", self._options.member_id, exc)
+            self._break(exc)
+        finally:
+            self._stop_overseer.set()
+            self._overseer_thread.join()
+            self._backend.close()
+            self._audit.close()
+            if self._own_workdir:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _pull_back(self, master: Master) -> None:
+        """Cancelled futures: ask their slaves to give back tasks waiting in their windows (engine thread)."""
+        with self._lock:
+            ids, self._cancelled = self._cancelled, []
+        if ids:
+            master._cancel(ids)
+
+    def _check_slaves(self, master: Master) -> None:
+        """Slaves that cannot start (the script fails on them, say) would be restarted for ever: give up."""
+        now = time.monotonic()
+        if now < self._next_job_look:
+            return
+        self._next_job_look = now + JOB_LOOK_INTERVAL
+        self._setup.look(self._backend.jobs())
+        problem = self._setup.problem(master._sched.done_total)
+        if problem is not None:
+            raise SlavesFailError(problem)
+
+    def _take_submissions(self, master: Master) -> None:
+        incoming = self._incoming
+        while incoming:
+            item = incoming.popleft()
+            future = item.future
+            if future.cancelled():
+                continue  # cancelled before the engine saw it
+            task_id = master._enqueue(
+                item.name, item.payload, item.policy, sink=_settler(future), start=_starter(future),
+                begin=_beginner(future),
+            )  # fmt: skip
+            with self._lock:
+                if not future.done():
+                    self._task_ids[future] = task_id
+
+    def _break(self, exc: BaseException) -> None:
+        with self._lock:
+            self._broken = exc
+            doomed = list(self._waiting)
+        for future in doomed:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
+
+    # ------------------------------------------------------------------ functions
+
+    def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes]:
+        """The task name and pickled arguments for ``fn(*args, **kwargs)``, checked here."""
+        limit = self._options.max_write_buffer_size
+        if isinstance(fn, TaskAlgorithm):
+            _check_travels(fn.fn)
+            return fn.name, encode_task(fn, args, kwargs, limit)
+        if isinstance(fn, functools.partial):
+            _check_travels(fn.func)
+            return _call.name, encode_task(_call, (fn, args, kwargs), {}, limit)
+        if not callable(fn):
+            raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
+        _check_travels(fn)
+        return _call.name, encode_task(_call, (fn, args, kwargs), {}, limit)
+
+
+def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The plain function inside a task algorithm (it pickles by reference; the wrapper does not)."""
+    if isinstance(fn, TaskAlgorithm):
+        _check_travels(fn.fn)
+        return _ByName(fn.name)  # a picklable stand-in: the slave finds the function by its task name
+    _check_travels(fn)
+    return fn
+
+
+@attrs.frozen
+class _ByName:
+    """Calls the task algorithm registered under ``name`` (pickles as its name)."""
+
+    name: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        algorithm = registry.get(self.name)
+        if algorithm is None:
+            raise LookupError(f"this program has no task algorithm named {self.name!r}")
+        return algorithm.fn(*args, **kwargs)
+
+
+def _check_travels(fn: Callable[..., Any]) -> None:
+    """Refuse, with the fix, a function that slaves could never find."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if module == "__main__" and getattr(sys.modules.get("__main__"), "__file__", None) is None:
+        raise TypeError(
+            f"{qualname}() is defined in an interactive session (a REPL or a notebook) and slaves cannot "
+            "import it; put it in a module (a .py file) and import it from there"
+        )
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise TypeError(
+            f"{qualname} is not defined at the top level of a module, so slaves cannot find it; "
+            "define it with def at module level (as ProcessPoolExecutor requires)"
+        )
+
+
+def _chunks(items: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+def _starter(future: Future[Any]) -> Callable[[], bool]:
+    """The task's start hook: it may leave for a slave unless its future was cancelled."""
+
+    def start() -> bool:
+        return not future.cancelled()
+
+    return start
+
+
+def _beginner(future: Future[Any]) -> Callable[[], object]:
+    """The task is first in flight on its slave: its future is running (no longer cancellable)."""
+
+    def begin() -> object:
+        return future.running() or future.set_running_or_notify_cancel()
+
+    return begin
+
+
+def _settler(future: Future[Any]) -> Callable[[Result], None]:
+    def settle(result: Result) -> None:
+        if future.done():  # cancelled before it started (a task dropped for a full frame, say)
+            return
+        if result.error is None:
+            future.set_result(result.value)
+        else:
+            future.set_exception(task_exception(result))
+
+    return settle
+
+
+def _unrunnable_result(task_id: int, algorithm: str) -> Result:
+    error = TaskError("Unrunnable", "the slave running the task vanished and its policy forbids a retry", "")
+    return Result(task_id, algorithm, "", None, 0.0, error=error)
+
+
+def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Options:
+    """The master's settings: the user's ``--mw-*`` options, then what an executor needs."""
+    parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
+    if rest:
+        raise ConfigurationError(f"options: not --mw-* options: {rest}")
+    script, folder = _script(), os.getcwd()
+    shipped: tuple[str, ...] = ()
+    if backend != "local" and script != "-":
+        # A batch system's slaves run in a sandbox elsewhere: ship the script, name it as it lands there.
+        script, folder, shipped = os.path.basename(script), ".", (script,)
+    return attrs.evolve(
+        parsed,
+        master_host=parsed.master_host or ("127.0.0.1" if backend == "local" else None),
+        resource_file=str(resource),
+        resource_file_update_interval=UPDATE_INTERVAL,
+        member_id=f"executor-{os.getpid()}-{next(_numbers)}",
+        slave_executable=parsed.slave_executable or sys.executable,
+        slave_files=(*parsed.slave_files, *shipped),
+        slave_arguments=(*parsed.slave_arguments, script, folder),
+    )
+
+
+def _script() -> str:
+    """The file slaves load as ``__mp_main__``: this process's ``__main__`` script, or ``-`` for none."""
+    main = sys.modules.get("__main__")
+    path: str | None = getattr(main, "__file__", None)
+    if path is None or not os.path.isfile(path):
+        return "-"
+    return os.path.abspath(path)
+
+
+#: Names of the two built-in task algorithms, for tests.
+BUILTIN_TASKS = (_call.name, _call_chunk.name)
+assert all(name in registry for name in BUILTIN_TASKS)

@@ -1,0 +1,99 @@
+"""Module-level functions that tests/test_executor.py runs through ``mwpy.Executor`` (slaves import this module)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import mwpy
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def add(x: int, y: int = 0, *, scale: int = 1) -> int:
+    return (x + y) * scale
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+class Odd(ValueError):
+    """A user's own exception type: it must come back as itself."""
+
+
+def fail_on_odd(x: int) -> int:
+    if x % 2:
+        raise Odd(f"{x} is odd")
+    return x
+
+
+class Unpicklable(Exception):
+    """Its lock cannot be pickled, so only its type name, message and traceback reach the master."""
+
+    def __init__(self) -> None:
+        super().__init__("carries a lock")
+        self.lock = threading.Lock()
+
+
+def raise_unpicklable() -> None:
+    raise Unpicklable
+
+
+def count_and_fail(path: str) -> None:
+    """Append one mark to ``path`` per run, then fail: the marks count the runs."""
+    with open(path, "a") as out:
+        out.write("x")
+    raise RuntimeError("always")
+
+
+def wait_for(path: str, value: int = 0) -> int:
+    """Block until ``path`` exists (a gate a test opens), then return ``value``."""
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return value
+
+
+def touch_then_wait(started: str, release: str, value: int = 0) -> int:
+    """Say we started (create ``started``), then wait for ``release``."""
+    with open(started, "w"):
+        pass
+    return wait_for(release, value)
+
+
+@mwpy.task
+def cube(x: int) -> int:
+    return x**3
+
+
+def nested_factory() -> object:
+    def inner(x: int) -> int:
+        return x
+
+    return inner
+
+
+def noisy(x: int) -> int:
+    """Print on both streams, then fail when ``x`` is negative."""
+    print(f"working on {x}")
+    print(f"careful with {x}", file=sys.stderr)
+    if x < 0:
+        raise ValueError(f"negative {x}")
+    return x
+
+
+def chatty(size: int) -> int:
+    """Print ``size`` characters: more than a result keeps."""
+    print("x" * size, end="")
+    return size
+
+
+def mark(path: str) -> str:
+    """Leave a file behind (proof that this task ran); return its path."""
+    Path(path).touch()
+    return path

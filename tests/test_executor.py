@@ -1,0 +1,416 @@
+"""``mwpy.Executor``: a ``concurrent.futures.Executor`` on real slave processes and real sockets.
+
+The behaviours a ``concurrent.futures`` user relies on (map order, exception
+propagation, cancel, shutdown) are written here from the documented semantics
+of ``Executor``/``Future`` and run against ``mwpy.Executor`` with the local
+back end. Functions live in tests/programs/executor_work.py, a module the
+slaves import as ProcessPoolExecutor's workers would.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import subprocess
+import textwrap
+import threading
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+import mwpy
+from mwpy.executor import _master_options, _script
+from tests.programs import executor_work as work
+from tests.support import PYTHON, ROOT, wait_until
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[mwpy.Executor]:
+    with mwpy.Executor(max_workers=2) as ex:
+        yield ex
+
+
+def test_submit_returns_a_future_with_the_value(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.square, 7)
+    assert isinstance(future, cf.Future)
+    assert future.result(timeout=60) == 49
+    assert future.done()
+    assert not future.running()
+    assert not future.cancelled()
+
+
+def test_arguments_and_keywords_reach_the_function(executor: mwpy.Executor) -> None:
+    assert executor.submit(work.add, 1, y=2, scale=10).result(timeout=60) == 30
+
+
+def test_decorated_functions_work_too(executor: mwpy.Executor) -> None:
+    assert executor.submit(work.cube, 3).result(timeout=60) == 27
+    assert list(executor.map(work.cube, range(5), chunksize=2)) == [0, 1, 8, 27, 64]
+
+
+def test_tasks_run_in_slave_processes(executor: mwpy.Executor) -> None:
+    pids = {f.result(timeout=60) for f in [executor.submit(work.pid) for _ in range(20)]}
+    assert os.getpid() not in pids
+
+
+def test_map_yields_in_input_order(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.square, range(200))) == [x * x for x in range(200)]
+
+
+def test_map_zips_several_iterables_and_stops_at_the_shortest(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.add, [1, 2, 3], [10, 20])) == [11, 22]
+
+
+def test_map_with_chunks_keeps_the_order(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.square, range(101), chunksize=7)) == [x * x for x in range(101)]
+
+
+def test_map_of_nothing_is_empty(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.square, [])) == []
+
+
+def test_map_raises_the_first_failure_in_input_order_as_itself(executor: mwpy.Executor) -> None:
+    values = executor.map(work.fail_on_odd, [0, 2, 3, 4])
+    assert next(values) == 0
+    assert next(values) == 2
+    with pytest.raises(work.Odd, match="3 is odd"):
+        next(values)
+
+
+def test_a_task_s_exception_comes_back_as_itself_with_the_slave_s_traceback(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.fail_on_odd, 1)
+    with pytest.raises(ValueError, match="1 is odd") as caught:  # except ValueError: can be written
+        future.result(timeout=60)
+    assert type(caught.value) is work.Odd
+    cause = caught.value.__cause__
+    assert isinstance(cause, mwpy.RemoteTraceback)
+    assert "in fail_on_odd" in str(cause)
+    assert 'raise Odd(f"{x} is odd")' in str(cause)
+
+
+def test_an_exception_the_master_cannot_rebuild_names_its_type(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.raise_unpicklable)
+    with pytest.raises(mwpy.TaskRaisedError) as caught:
+        future.result(timeout=60)
+    assert caught.value.type_name == "Unpicklable"
+    assert "Unpicklable: carries a lock" in str(caught.value)
+
+
+def test_a_failure_is_not_retried(executor: mwpy.Executor, tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    future = executor.submit(work.count_and_fail, str(counter))
+    assert isinstance(future.exception(timeout=60), RuntimeError)
+    assert counter.read_text() == "x"  # one run: a task that raises is a result
+
+
+def test_as_completed_and_wait_work_on_its_futures(executor: mwpy.Executor) -> None:
+    futures = [executor.submit(work.square, x) for x in range(30)]
+    assert sorted(f.result() for f in cf.as_completed(futures, timeout=60)) == [x * x for x in range(30)]
+    done, not_done = cf.wait(futures, timeout=60)
+    assert len(done) == 30
+    assert not not_done
+
+
+def test_results_can_be_awaited_from_other_threads(executor: mwpy.Executor) -> None:
+    futures = [executor.submit(work.square, x) for x in range(10)]
+    with cf.ThreadPoolExecutor(4) as threads:
+        assert list(threads.map(lambda f: f.result(timeout=60), futures)) == [x * x for x in range(10)]
+
+
+def test_a_nested_function_or_lambda_is_refused_at_submit(executor: mwpy.Executor) -> None:
+    with pytest.raises(TypeError, match="module level"):
+        executor.submit(work.nested_factory(), 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="module level"):
+        executor.submit(lambda: 1)
+
+
+def test_an_unpicklable_argument_fails_at_submit(executor: mwpy.Executor) -> None:
+    with pytest.raises(TypeError, match="cannot send"):
+        executor.submit(work.square, threading.Lock())  # type: ignore[arg-type]
+
+
+def gated_executor(tmp_path: Path) -> mwpy.Executor:
+    """One slave that runs one task at a time: what is submitted behind a blocking task stays pending."""
+    return mwpy.Executor(max_workers=1, options=["--mw-slave-window", "1"], workdir=tmp_path / "work")
+
+
+def test_cancel_succeeds_before_a_task_starts_and_not_after(tmp_path: Path) -> None:
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    with gated_executor(tmp_path) as ex:
+        blocker = ex.submit(work.touch_then_wait, started, release, 1)
+        behind = [ex.submit(work.square, x) for x in range(3)]
+        wait_until(blocker.running, 60, "the blocking task to start")
+        assert not blocker.cancel()  # running: too late
+        assert behind[1].cancel()
+        assert behind[1].cancelled()
+        assert behind[1].done()
+        Path(release).touch()
+        assert blocker.result(timeout=60) == 1
+        assert behind[0].result(timeout=60) == 0
+        assert behind[2].result(timeout=60) == 4
+        with pytest.raises(cf.CancelledError):
+            behind[1].result()
+
+
+def test_closing_map_early_cancels_what_has_not_started(tmp_path: Path) -> None:
+    release = str(tmp_path / "release")
+    with gated_executor(tmp_path) as ex:
+        values = ex.map(work.wait_for, [release] * 5, range(5))
+        Path(release).touch()
+        assert next(values) == 0
+        cast(Generator[int, None, None], values).close()  # like breaking out of a for loop
+    # shutdown(wait=True) returned: nothing was left running for ever.
+
+
+def test_shutdown_waits_for_every_future(tmp_path: Path) -> None:
+    ex = mwpy.Executor(max_workers=2, workdir=tmp_path / "work")
+    futures = [ex.submit(work.square, x) for x in range(20)]
+    ex.shutdown(wait=True)
+    assert all(f.done() for f in futures)
+    assert [f.result() for f in futures] == [x * x for x in range(20)]
+
+
+def test_no_submission_after_shutdown(tmp_path: Path) -> None:
+    ex = mwpy.Executor(max_workers=1, workdir=tmp_path / "work")
+    ex.shutdown()
+    with pytest.raises(RuntimeError, match="shutdown"):
+        ex.submit(work.square, 1)
+
+
+def test_shutdown_cancel_futures_cancels_the_pending_and_keeps_the_running(tmp_path: Path) -> None:
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    ex = gated_executor(tmp_path)
+    blocker = ex.submit(work.touch_then_wait, started, release, 5)
+    behind = [ex.submit(work.square, x) for x in range(5)]
+    wait_until(blocker.running, 60, "the blocking task to start")
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert all(f.cancelled() for f in behind)
+    Path(release).touch()
+    assert blocker.result(timeout=60) == 5
+    ex.shutdown(wait=True)
+
+
+def test_the_work_folder_is_removed_at_shutdown() -> None:
+    ex = mwpy.Executor(max_workers=1)
+    folder = ex._workdir
+    assert ex.submit(work.square, 2).result(timeout=60) == 4
+    ex.shutdown()
+    assert not folder.exists()
+
+
+SCRIPT = """\
+    import concurrent.futures
+    import mwpy
+
+
+    def double(x):
+        return 2 * x
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=2) as ex:
+            futures = [ex.submit(double, x) for x in range(10)]
+            print(sorted(f.result() for f in concurrent.futures.as_completed(futures)))
+            print(list(ex.map(double, range(5))))
+"""
+
+
+def test_a_plain_script_s_main_functions_run_on_slaves(tmp_path: Path) -> None:
+    """No @mwpy.master, no mwpy.run(), no --mw-* options: the script is loaded by the slaves as __mp_main__."""
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    done = subprocess.run(
+        check=False, args=[PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str([2 * x for x in range(10)]), "[0, 2, 4, 6, 8]"]
+
+
+def test_a_function_of_an_interactive_session_is_refused_with_the_fix(tmp_path: Path) -> None:
+    code = textwrap.dedent("""\
+        import mwpy
+        def f(x):
+            return x
+        with mwpy.Executor(max_workers=1) as ex:
+            try:
+                ex.submit(f, 1)
+            except TypeError as exc:
+                print(exc)
+    """)
+    done = subprocess.run(
+        check=False, args=[PYTHON, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "interactive session" in done.stdout
+    assert "put it in a module" in done.stdout
+
+
+def test_keyword_arguments_go_to_every_call_of_map(executor: mwpy.Executor) -> None:
+    assert list(executor.map(work.add, [1, 2], scale=10)) == [10, 20]
+    assert list(executor.map(work.add, [1, 2, 3], chunksize=2, y=1)) == [2, 3, 4]
+
+
+def test_the_readme_s_first_example_runs_as_a_user_would_run_it(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Coming from `concurrent.futures`") :]
+    code = section[section.index("```python\n") + len("```python\n") : section.index("```\n", 10)]
+    script = tmp_path / "readme_example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        check=False, args=[PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str([x * x for x in range(10)]), "144"]
+
+
+def test_what_a_failing_task_printed_comes_with_its_exception(executor: mwpy.Executor) -> None:
+    with pytest.raises(ValueError, match="negative -1") as caught:
+        executor.submit(work.noisy, -1).result(timeout=60)
+    notes = "\n".join(caught.value.__notes__)
+    assert "working on -1" in notes
+    assert "careful with -1" in notes
+
+
+def test_output_is_capped(executor: mwpy.Executor) -> None:
+    assert executor.submit(work.chatty, 200_000).result(timeout=60) == 200_000  # the value is not disturbed
+
+
+def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) -> None:
+    """The slave reads the Cancel before it starts its next queued task, and gives that task back unrun."""
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    marks = [tmp_path / f"ran-{i}" for i in range(3)]
+    with mwpy.Executor(max_workers=1, options=["--mw-slave-window", "4"], workdir=tmp_path / "work") as ex:
+        try:
+            blocker = ex.submit(work.touch_then_wait, started, release, 1)
+            behind = [ex.submit(work.mark, str(mark)) for mark in marks]  # all three sent along: window 4
+            wait_until(blocker.running, 60, "the blocking task to start")
+            wait_until(lambda: ex._master._sched.running_total == 4, 60, "the three to reach the slave's window")
+            assert not any(f.running() for f in behind)  # queued on the slave, not started
+            assert behind[1].cancel()
+        finally:
+            Path(release).touch()
+        assert blocker.result(timeout=60) == 1
+        assert behind[0].result(timeout=60) == str(marks[0])
+        assert behind[2].result(timeout=60) == str(marks[2])
+        wait_until(lambda: ex._master._sched.cancelled_total == 1, 60, "the slave to give the task back")
+    assert marks[0].exists()
+    assert marks[2].exists()
+    assert not marks[1].exists()  # given back unstarted: it never ran
+
+
+BROKEN_ON_SLAVES = """\
+    import concurrent.futures
+    import mwpy
+
+    if __name__ != "__main__":  # on the slaves (loaded as __mp_main__): as a node without numpy would
+        raise ImportError("no module named numpy on this node")
+
+
+    def one():
+        return 1
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=1) as ex:
+            try:
+                ex.submit(one).result(timeout=120)
+            except concurrent.futures.BrokenExecutor as exc:
+                print("broken:", exc)
+"""
+
+
+def test_slaves_that_cannot_start_break_the_executor_instead_of_restarting_for_ever(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text(textwrap.dedent(BROKEN_ON_SLAVES))
+    done = subprocess.run(
+        check=False, args=[PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("broken: ")
+    assert "slave runs failed before any task had a result" in done.stdout
+    assert "ImportError: no module named numpy" in done.stdout
+
+
+# ---------------------------------------------------------------------- more of the documented Executor semantics
+
+
+def test_result_with_a_timeout_raises_timeout_error_while_the_task_runs(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    with gated_executor(tmp_path) as ex:
+        future = ex.submit(work.wait_for, str(release), 3)
+        try:
+            with pytest.raises(cf.TimeoutError):
+                future.result(timeout=0.2)
+            with pytest.raises(cf.TimeoutError):
+                future.exception(timeout=0.2)
+        finally:
+            release.touch()
+        assert future.result(timeout=60) == 3
+
+
+def test_map_timeout_raises_timeout_error_for_a_late_value(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    with gated_executor(tmp_path) as ex:
+        values = ex.map(work.wait_for, [str(release)], [7], timeout=0.5)
+        try:
+            with pytest.raises(cf.TimeoutError):
+                next(values)
+        finally:
+            release.touch()
+
+
+def test_done_callbacks_run_once_with_the_future(executor: mwpy.Executor) -> None:
+    seen: list[cf.Future[int]] = []
+    arrived = threading.Event()
+    future = executor.submit(work.square, 6)
+
+    def callback(done: cf.Future[int]) -> None:
+        seen.append(done)
+        arrived.set()
+
+    future.add_done_callback(callback)
+    assert arrived.wait(60)
+    assert seen == [future]
+    assert future.result() == 36
+    late: list[cf.Future[int]] = []
+    future.add_done_callback(late.append)  # on a done future: called at once
+    assert late == [future]
+
+
+def test_exception_returns_the_exception_without_raising(executor: mwpy.Executor) -> None:
+    error = executor.submit(work.fail_on_odd, 5).exception(timeout=60)
+    assert isinstance(error, work.Odd)
+    assert executor.submit(work.fail_on_odd, 4).exception(timeout=60) is None
+
+
+def test_shutdown_without_waiting_returns_at_once_and_the_work_still_completes(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    ex = gated_executor(tmp_path)
+    future = ex.submit(work.wait_for, str(release), 9)
+    ex.shutdown(wait=False)  # returns while the task still waits for its gate
+    assert not future.done()
+    release.touch()
+    assert future.result(timeout=60) == 9
+    ex.shutdown(wait=True)
+
+
+def test_leaving_the_with_block_waits_for_every_future(tmp_path: Path) -> None:
+    with mwpy.Executor(max_workers=2, workdir=tmp_path / "work") as ex:
+        futures = [ex.submit(work.square, x) for x in range(10)]
+    assert all(f.done() for f in futures)
+    assert [f.result() for f in futures] == [x * x for x in range(10)]
+
+
+def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> None:
+    """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
+    options = _master_options([], Path("/tmp/rf.json"), "condor")
+    script = _script()
+    if script != "-":
+        assert options.slave_files == (script,)
+        assert options.slave_arguments[-2:] == (os.path.basename(script), ".")
+    assert options.master_host is None  # listen on every interface, as execute nodes must reach it
+    local = _master_options([], Path("/tmp/rf.json"), "local")
+    assert local.master_host == "127.0.0.1"
+    assert local.slave_arguments[-1] == os.getcwd()
