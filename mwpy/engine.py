@@ -368,7 +368,6 @@ class Engine:
         sid = peer.sid
         assert sid is not None
         sched = self._sched
-        events = self._events
         peer.results_in += len(msg.items)
         if self._audit.packets:
             self._audit(f"{sid} -> {len(msg.items)} results")
@@ -383,24 +382,35 @@ class Engine:
                 stdout, stderr = msg.outputs[task_id]
                 result = attrs.evolve(result, stdout=stdout, stderr=stderr)
             if result.error is None:
-                holes += sched.succeeded(sid, task)
-                if task.policy.key is not None and self._journal is not None:
-                    self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
-                if events is not None:
-                    events.task_finished(sid, task.algorithm, "ok", compute_time, task.sent_at - task.queued_at)
-            elif result.error.type not in _NOT_RETRIED and _retryable(task, result) and sched.failed(sid, task):
-                self._audit(f"{sid} -> task {task_id} failed ({result.error.type}); queued to run again")
-                if events is not None:
-                    self._record_failure(sid, task, result.error, compute_time, retried=True)
+                holes += self._succeeded(sid, task, blob, compute_time)
+            elif self._runs_again(sid, task, result, compute_time):
                 continue
-            elif events is not None:
-                self._record_failure(sid, task, result.error, compute_time, retried=False)
             sched.complete(task)
             if result.error is not None and (result.stdout or result.stderr):
                 _log_failed_output(result)
             self._deliver(task, result)
         for hole in holes:
             self._expel(hole)
+
+    def _succeeded(self, sid: str, task: Task, blob: bytes, compute_time: float) -> list[str]:
+        """Book a success (journal, event log); the black holes it reveals."""
+        holes = self._sched.succeeded(sid, task)
+        if task.policy.key is not None and self._journal is not None:
+            self._journal.record(task.policy.key, task.algorithm, blob, sid, compute_time)
+        if self._events is not None:
+            self._events.task_finished(sid, task.algorithm, "ok", compute_time, task.sent_at - task.queued_at)
+        return holes
+
+    def _runs_again(self, sid: str, task: Task, result: Result, compute_time: float) -> bool:
+        """Whether a task that raised is queued to run again (its policy asks and it could succeed elsewhere)."""
+        error = result.error
+        assert error is not None
+        again = error.type not in _NOT_RETRIED and _retryable(task, result) and self._sched.failed(sid, task)
+        if again:
+            self._audit(f"{sid} -> task {task.task_id} failed ({error.type}); queued to run again")
+        if self._events is not None:
+            self._record_failure(sid, task, error, compute_time, retried=again)
+        return again
 
     def _record_failure(self, sid: str, task: Task, error: TaskError, run: float, *, retried: bool) -> None:
         """A task that raised, in the event log: its time counts as lost, its traceback is kept."""

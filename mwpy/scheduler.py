@@ -245,24 +245,9 @@ class Scheduler:
             return []
         batch: list[Task] = []
         if slot.kind is not SlaveKind.UNORDERED:
-            queue = slot.ordered
-            while queue and len(batch) < room:
-                task = queue.popleft()
-                if task.start is None or self._starts(task):
-                    batch.append(task)
-            if not queue:
-                self._with_ordered_work.discard(sid)
+            self._take_ordered(sid, slot, room, batch)
         if slot.kind is not SlaveKind.ORDERED:
-            queue = self._unordered
-            skipped: list[Task] = []
-            now = time.monotonic()
-            while queue and len(batch) < room and len(skipped) < _MAX_SKIP:
-                task = queue.popleft()
-                if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
-                    skipped.append(task)  # leave it to a slave it has not failed on, for a while
-                elif task.start is None or self._starts(task):
-                    batch.append(task)
-            queue.extendleft(reversed(skipped))
+            self._take_unordered(sid, room, batch)
         idle = not slot.in_flight
         sent_at = time.monotonic()
         for task in batch:
@@ -275,6 +260,29 @@ class Scheduler:
         if len(slot.in_flight) + self.task_group > window:
             self._hungry.discard(sid)
         return batch
+
+    def _take_ordered(self, sid: str, slot: _Slot, room: int, batch: list[Task]) -> None:
+        """Fill ``batch`` up to ``room`` from the slave's own ordered queue, in order."""
+        queue = slot.ordered
+        while queue and len(batch) < room:
+            task = queue.popleft()
+            if task.start is None or self._starts(task):
+                batch.append(task)
+        if not queue:
+            self._with_ordered_work.discard(sid)
+
+    def _take_unordered(self, sid: str, room: int, batch: list[Task]) -> None:
+        """Fill ``batch`` up to ``room`` from the shared queue, passing over tasks that just failed on ``sid``."""
+        queue = self._unordered
+        skipped: list[Task] = []
+        now = time.monotonic()
+        while queue and len(batch) < room and len(skipped) < _MAX_SKIP:
+            task = queue.popleft()
+            if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
+                skipped.append(task)  # leave it to a slave it has not failed on, for a while
+            elif task.start is None or self._starts(task):
+                batch.append(task)
+        queue.extendleft(reversed(skipped))
 
     def _starts(self, task: Task) -> bool:
         """Ask the task's start hook whether it still runs; a cancelled task leaves without a result."""
