@@ -192,11 +192,14 @@ def test_the_finish_grace_counts_from_the_first_finished_reconciliation(rf: Path
     queue, lines = Queue(), list[str]()
     queue.add(JobState.RUNNING)
     write(rf, computation_status="finished")
-    overseer = watch(rf, queue, lines, grace=0.3)
+    overseer = watch(rf, queue, lines, grace=3.0)
     assert overseer.reconcile().removed == 0
-    time.sleep(0.15)
-    assert overseer.reconcile().removed == 0  # half the grace gone: still waiting
-    time.sleep(0.2)
+    assert lines[-1].endswith("1 running ones get 3 s more to exit by themselves")
+    time.sleep(1.1)
+    assert overseer.reconcile().removed == 0  # part of the grace gone: still waiting, and the log counts down
+    left = int(lines[-1].split(" get ")[1].split(" s ")[0])
+    assert left <= 2, lines[-1]
+    overseer.finish_grace = 1.0  # (a shorter grace) now over
     assert overseer.reconcile().removed == 1
     zero = Queue()
     zero.add(JobState.RUNNING)

@@ -89,6 +89,12 @@ def test_wrong_types_name_the_key_and_what_was_expected() -> None:
     assert fields_problem(master_port=0) == "'master_port' must be >= 1: 0 @ $"
 
 
+def test_every_wrong_key_is_named_in_the_one_line() -> None:
+    assert fields_problem(master_port="x", member_id=5) == (
+        "expected str, got int @ $.member_id; expected int, got str @ $.master_port"
+    )
+
+
 def test_a_missing_key_is_named() -> None:
     fields = resource_fields()
     del fields["master_port"]
