@@ -1,0 +1,102 @@
+"""Retries and black-hole detection in the scheduler, in this process (docs/mutation.md).
+
+tests/test_blackhole.py proves the rule with real slaves; mutation testing
+cannot see into those processes, and found ``Scheduler.failed`` and
+``Scheduler.succeeded`` untested in-process.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mwpy.scheduler import RETRY_DELAY, Scheduler
+from mwpy.task import DEFAULT_POLICY, Policy, Task
+
+
+def new_task(sched: Scheduler, policy: Policy = DEFAULT_POLICY) -> Task:
+    task = Task(sched.new_id(), "f", b"", policy)
+    sched.add(task)
+    return task
+
+
+def with_slaves(*sids: str, attempts: int = 10, black_hole_failures: int = 2) -> Scheduler:
+    sched = Scheduler(task_attempts=attempts, black_hole_failures=black_hole_failures)
+    for sid in sids:
+        sched.join(sid)
+    return sched
+
+
+def test_a_slave_whose_failures_succeed_elsewhere_is_a_black_hole() -> None:
+    sched = with_slaves("bad", "good", "other")
+    first, second = new_task(sched), new_task(sched)
+    assert sched.failed("bad", first)
+    assert sched.succeeded("good", first) == []  # one proven failure: not yet
+    assert sched.failed("bad", second)
+    assert sched.succeeded("other", second) == ["bad"]  # two, on any other slaves
+    third = new_task(sched)
+    assert sched.failed("bad", third)
+    assert sched.succeeded("good", third) == ["bad"]  # still one, and reported again
+
+
+def test_a_success_of_its_own_clears_a_slave() -> None:
+    sched = with_slaves("flaky", "good")
+    first, mine, second = new_task(sched), new_task(sched), new_task(sched)
+    assert sched.failed("flaky", first)
+    assert sched.succeeded("good", first) == []
+    assert sched.succeeded("flaky", mine) == []  # it can run tasks after all: a new streak
+    assert sched.failed("flaky", second)
+    assert sched.succeeded("good", second) == []  # one failure of the new streak only
+    late = new_task(sched)
+    assert sched.failed("flaky", late)
+    assert sched.succeeded("good", late) == ["flaky"]
+
+
+def test_failures_of_an_old_streak_do_not_count_when_they_succeed_later() -> None:
+    sched = with_slaves("flaky", "good")
+    old, mine, new = new_task(sched), new_task(sched), new_task(sched)
+    assert sched.failed("flaky", old)
+    assert sched.succeeded("flaky", mine) == []  # new streak
+    assert sched.failed("flaky", new)
+    assert sched.succeeded("good", old) == []  # from the earlier streak: not evidence
+    assert sched.succeeded("good", new) == []  # the one failure of this streak
+
+
+def test_a_task_that_succeeds_where_it_failed_proves_nothing_and_gone_slaves_are_skipped() -> None:
+    sched = with_slaves("a", "b", "gone", black_hole_failures=1)
+    task = new_task(sched)
+    assert sched.failed("a", task)
+    assert sched.succeeded("a", task) == []
+    other = new_task(sched)
+    assert sched.failed("gone", other)
+    sched.leave("gone")
+    assert sched.failed("b", other)
+    assert sched.succeeded("a", other) == ["b"]
+
+
+def test_no_black_holes_when_the_rule_is_off() -> None:
+    sched = with_slaves("bad", "good", black_hole_failures=0)
+    for _ in range(5):
+        task = new_task(sched)
+        assert sched.failed("bad", task)
+        assert sched.succeeded("good", task) == []
+
+
+def test_a_failed_task_runs_again_later_until_its_attempts_are_spent() -> None:
+    sched = with_slaves("a", "b", "c", attempts=3)
+    task = new_task(sched)
+    before = time.monotonic()
+    assert sched.failed("a", task)
+    assert before + RETRY_DELAY <= task.retry_after <= time.monotonic() + RETRY_DELAY
+    assert sched.failed("b", task)
+    assert task.retry_after >= before + 2 * RETRY_DELAY  # backs off
+    assert not sched.failed("c", task)  # third failure of 3 attempts: handed over
+    assert task.failed_on == [("a", 0), ("b", 0), ("c", 0)]
+    once = Scheduler(task_attempts=1)
+    once.join("a")
+    assert not once.failed("a", new_task(once))  # 1 attempt: the first failure is handed over
+
+
+def test_a_task_bound_to_its_slave_is_not_retried_elsewhere() -> None:
+    sched = with_slaves("a", "b")
+    bound = new_task(sched, Policy(sid="a"))
+    assert not sched.failed("a", bound)
