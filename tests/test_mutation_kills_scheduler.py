@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 
-from mwpy.scheduler import RETRY_DELAY, Scheduler
+import pytest
+
+from mwpy.scheduler import RETRY_DELAY, Scheduler, SlaveKind
 from mwpy.task import DEFAULT_POLICY, Policy, Task
 
 
@@ -100,3 +102,39 @@ def test_a_task_bound_to_its_slave_is_not_retried_elsewhere() -> None:
     sched = with_slaves("a", "b")
     bound = new_task(sched, Policy(sid="a"))
     assert not sched.failed("a", bound)
+
+
+def test_allocating_adds_up_and_moves_just_enough_unordered_slaves_over() -> None:
+    sched = with_slaves("u1", "u2", "u3")
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.allocate(1, SlaveKind.ORDERED)  # two wanted now, not one
+    kinds = [sched.kind_of(sid) for sid in ("u1", "u2", "u3")]
+    assert kinds.count(SlaveKind.ORDERED) == 2
+    assert kinds.count(SlaveKind.UNORDERED) == 1
+    sched.allocate(2, SlaveKind.INTERMINGLE)  # one unordered slave left to move; one more must connect
+    assert [sched.kind_of(sid) for sid in ("u1", "u2", "u3")].count(SlaveKind.INTERMINGLE) == 1
+    assert sched.slaves_needed == 1
+
+
+def test_amounts_must_not_be_negative_and_zero_changes_nothing() -> None:
+    sched = with_slaves()
+    for change in (sched.allocate, sched.deallocate):
+        with pytest.raises(ValueError, match=r"^(de)?allocate_slaves: amount must not be negative$"):
+            change(-1, SlaveKind.ORDERED)
+        change(0, SlaveKind.ORDERED)
+    assert sched.slaves_needed == 0
+    sched.allocate(3, SlaveKind.ORDERED)
+    sched.deallocate(5, SlaveKind.ORDERED)  # never below zero
+    sched.allocate(1, SlaveKind.ORDERED)
+    assert sched.slaves_needed == 1
+
+
+def test_asking_for_unordered_slaves_by_number_replaces_one_per_queued_task() -> None:
+    sched = with_slaves()
+    for _ in range(4):
+        new_task(sched)
+    assert sched.slaves_needed == 4  # by default: one unordered slave per queued task
+    sched.deallocate(0, SlaveKind.ORDERED)  # about ordered slaves: the default stays
+    assert sched.slaves_needed == 4
+    sched.deallocate(0, SlaveKind.UNORDERED)  # the master manages unordered slaves itself from now on
+    assert sched.slaves_needed == 0
