@@ -138,3 +138,28 @@ def test_asking_for_unordered_slaves_by_number_replaces_one_per_queued_task() ->
     assert sched.slaves_needed == 4
     sched.deallocate(0, SlaveKind.UNORDERED)  # the master manages unordered slaves itself from now on
     assert sched.slaves_needed == 0
+
+
+def test_each_success_starts_a_new_streak() -> None:
+    sched = with_slaves("flaky", "good", black_hole_failures=1)
+    assert sched.succeeded("flaky", new_task(sched)) == []
+    task = new_task(sched)
+    assert sched.failed("flaky", task)
+    assert sched.succeeded("flaky", new_task(sched)) == []  # a second success: that failure is history
+    assert sched.succeeded("good", task) == []
+
+
+def test_a_failed_task_goes_to_another_slave_first() -> None:
+    sched = with_slaves("a", "b")
+    task = new_task(sched)
+    assert sched.take("a") == [task]
+    assert sched.failed("a", task)
+    assert sched.take("a") == []  # not back to the slave it just failed on
+    assert sched.take("b") == [task]
+
+
+def test_unordered_slaves_moved_to_a_group_no_longer_count_as_unordered() -> None:
+    sched = with_slaves("u1", "u2", "u3", "u4")
+    sched.allocate(2, SlaveKind.ORDERED)
+    sched.allocate(4, SlaveKind.UNORDERED)  # four wanted, two still unordered
+    assert sched.slaves_needed == 2
