@@ -1,12 +1,13 @@
 # The two commands of the README's quick start, and what CI runs.
 #   make demo   run a real computation on local slaves (no Condor needed)
 #   make test   lint, type-check and the whole test suite (Condor tests included where a pool can run)
+#   make mutation  mutation testing of the core modules (slow, not in CI; docs/mutation.md)
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint mutation clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,5 +26,16 @@ lint: $(BIN)/.installed
 test: lint
 	$(BIN)/python -m pytest
 
+# Modules and settings: [tool.mutmut] in pyproject.toml. One worker: the machine is shared.
+# MUTANTS picks mutants by name (fnmatch), e.g. make mutation MUTANTS="'mwpy.options*'"; by default the
+# overseer's decisions only (its watcher and main loop need real files and time, minutes per mutant).
+MUTANTS ?= 'mwpy.scheduler*' 'mwpy.protocol*' 'mwpy.resource_file*' 'mwpy.options*' \
+	'mwpy.overseer.xǁOverseerǁreconcile*' 'mwpy.overseer.xǁOverseerǁ_finish*' 'mwpy.overseer.xǁOverseerǁ_note*' 'mwpy.overseer.x__held_because*'
+mutation: $(BIN)/.installed
+	$(BIN)/python -c 'import mutmut' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[test,mutation]'
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children 1 $(MUTANTS) > mutation.log 2>&1 || { tail -n 30 mutation.log; exit 1; }
+	$(BIN)/python tools/mutation_score.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants mutation.log
