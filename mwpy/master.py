@@ -490,6 +490,10 @@ class Master:
         self._observers.stop(status, self._sched.done_total)
 
 
+#: The exit status of a master algorithm stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+
+
 class _Observers:
     """The event log (``--mw-events``), its running goodput account and the metrics exporter, if asked for.
 
@@ -531,7 +535,7 @@ class _Observers:
             self.events.master_stop(status=status, tasks_done=tasks_done)
             if self.events.failed is not None:
                 print(f"mwpy: {self.events.failed}", file=sys.stderr)
-        if self._accountant is not None:
+        if self._accountant is not None and status != INTERRUPTED:  # Ctrl-C ends with one line, nothing more
             print(goodput.summary(self._accountant.result()), end="", file=sys.stderr, flush=True)
         self.close()
 
