@@ -70,7 +70,6 @@ from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.failing_slaves import SetupFailures
 from mwpy.master import Master, encode_task
 from mwpy.options import Options, parse
-from mwpy.overseer import Limits, Overseer
 from mwpy.task import DEFAULT_POLICY, Policy, Result, TaskAlgorithm, TaskError, registry, task, task_exception
 
 __all__ = ["Executor"]
@@ -163,6 +162,10 @@ class Executor(concurrent.futures.Executor):
         namespace.workdir = str(self._workdir)
         self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=SPAWN_PROGRAM)
         self._backend = factory.create(str(resource), namespace)
+        # Imported here, not at the top: mwpy/__init__ imports this module, and slaves (whose bundle ships
+        # attrs and cattrs only) must be able to import mwpy without watchdog, which the overseer needs.
+        from mwpy.overseer import Limits, Overseer  # noqa: PLC0415
+
         self._overseer = Overseer(
             resource, self._backend, Limits(max_jobs=max_workers, max_idle=max_workers, batch=max_workers),
             finish_grace=0.0,
