@@ -7,7 +7,9 @@ cannot see into those processes, and found ``Scheduler.failed`` and
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -153,6 +155,7 @@ def test_a_failed_task_goes_to_another_slave_first() -> None:
     sched = with_slaves("a", "b")
     task = new_task(sched)
     assert sched.take("a") == [task]
+    assert sched.finish("a", task.task_id, 0.1) is task  # what the master does with a failure: result first
     assert sched.failed("a", task)
     assert sched.take("a") == []  # not back to the slave it just failed on
     assert sched.take("b") == [task]
@@ -163,3 +166,399 @@ def test_unordered_slaves_moved_to_a_group_no_longer_count_as_unordered() -> Non
     sched.allocate(2, SlaveKind.ORDERED)
     sched.allocate(4, SlaveKind.UNORDERED)  # four wanted, two still unordered
     assert sched.slaves_needed == 2
+
+
+# ---------------------------------------------------------------------- dispatch as the engine drives it
+
+
+def dispatch(sched: Scheduler) -> dict[str, list[Task]]:
+    """One dispatch round as the engine runs it: ``take`` for every slave ``ready`` names."""
+    return {sid: batch for sid in sched.ready() if (batch := sched.take(sid))}
+
+
+def test_ready_names_exactly_the_slaves_with_room_and_work() -> None:
+    sched = Scheduler(fixed_window=2)
+    sched.join("a")
+    sched.join("b")
+    assert sched.ready() == []  # no work: nobody
+    tasks = [new_task(sched) for _ in range(5)]
+    assert sorted(sched.ready()) == ["a", "b"]
+    sent = dispatch(sched)
+    assert sorted(len(batch) for batch in sent.values()) == [2, 2]  # each up to its window, never more
+    assert sched.ready() == []  # both full
+    assert sched.take("a") == []  # asked anyway: a full slave gets nothing
+    first = sent["a"][0]
+    assert sched.finish("a", first.task_id, 0.1) is first
+    assert sched.ready() == ["a"]  # a result makes room
+    assert dispatch(sched) == {"a": [tasks[4]]}
+    sched.leave("b")
+    assert "b" not in sched.ready()  # gone slaves are never named (the engine would look them up)
+
+
+def test_a_slave_with_room_short_of_a_group_waits_for_a_whole_group() -> None:
+    sched = Scheduler(task_group=2, fixed_window=3)
+    sched.join("a")
+    tasks = [new_task(sched) for _ in range(6)]
+    assert sched.take("a") == tasks[:3]
+    sched.finish("a", tasks[0].task_id, 0.1)
+    assert sched.take("a") == []  # room for one: less than a group, and it still has work
+    assert sched.ready() == []  # and it is not named again until it has room for a group
+    sched.finish("a", tasks[1].task_id, 0.1)
+    assert sched.take("a") == tasks[3:5]
+
+
+def test_a_slave_with_work_in_flight_takes_more_up_to_its_window() -> None:
+    sched = Scheduler(fixed_window=3)
+    sched.join("a")
+    first = new_task(sched)
+    assert sched.take("a") == [first]
+    more = [new_task(sched) for _ in range(3)]
+    assert sched.take("a") == more[:2]  # two more fit beside the one it runs
+    sched = Scheduler(fixed_window=2)
+    sched.join("a")
+    first = new_task(sched)
+    assert sched.take("a") == [first]
+    second = new_task(sched)
+    assert sched.take("a") == [second]  # room for exactly one group of one
+
+
+def test_an_ordered_slave_is_named_while_its_own_queue_has_work_and_not_after() -> None:
+    sched = Scheduler(fixed_window=2)
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("o")
+    mine = [new_task(sched, Policy(sid="o")) for _ in range(3)]
+    assert dispatch(sched) == {"o": mine[:2]}
+    for task in mine[:2]:
+        sched.finish("o", task.task_id, 0.1)
+    assert sched.ready() == ["o"]  # one of its own still queued
+    assert dispatch(sched) == {"o": mine[2:]}
+    sched.finish("o", mine[2].task_id, 0.1)
+    assert sched.ready() == []  # its queue is empty: nothing to offer it
+    sched.leave("o")
+    sched.deallocate(1, SlaveKind.ORDERED)
+    sched.allocate(1, SlaveKind.ORDERED)
+    assert sched.join("o") is SlaveKind.ORDERED  # the same name again, with an empty queue
+    assert sched.ready() == []
+
+
+def test_the_window_follows_a_moving_average_of_compute_times() -> None:
+    sched = Scheduler()
+    sched.join("a")
+    for _ in range(3):
+        new_task(sched)
+    [first] = sched.take("a")
+    sched.finish("a", first.task_id, 0.001)
+    assert sched.window("a") == 5  # 5 ms of work at 1 ms a task
+    batch = sched.take("a")
+    sched.finish("a", batch[0].task_id, 0.0001)
+    # 0.8 * 1 ms + 0.2 * 0.1 ms = 0.82 ms a task: ceil(5 / 0.82) = 7, not the last sample's 50.
+    assert sched.window("a") == 7
+
+
+def test_a_result_the_slave_does_not_hold_is_ignored() -> None:
+    sched = with_slaves("a", "b")
+    task = new_task(sched)
+    assert sched.take("a") == [task]
+    assert sched.finish("b", task.task_id, 0.1) is None  # not this slave's
+    assert sched.finish("a", task.task_id + 99, 0.1) is None  # no such task
+    assert sched.finish("ghost", task.task_id, 0.1) is None  # no such slave
+    assert sched.running_total == 1
+    assert sched.finish("a", task.task_id, 0.1) is task
+    assert sched.finish("a", task.task_id, 0.1) is None  # a duplicate
+    assert sched.running_total == 0
+
+
+def test_pending_counts_per_algorithm_stay_right_while_tasks_complete() -> None:
+    sched = with_slaves("a")
+    tasks = [new_task(sched), new_task(sched)]
+    for task in sched.take("a") + sched.take("a"):
+        sched.finish("a", task.task_id, 0.1)
+    sched.complete(tasks[0])
+    assert sched.pending_for("f") == 1
+    sched.complete(tasks[1])
+    assert sched.pending_for("f") == 0
+
+
+def test_target_numbers_per_algorithm_default_to_zero_and_are_never_negative() -> None:
+    sched = Scheduler()
+    assert sched.target_for("f") == 0
+    sched.set_target_for("f", 5)
+    sched.set_target_for("g", 2)
+    assert (sched.target_for("f"), sched.target_for("g"), sched.target_for("h")) == (5, 2, 0)
+    sched.set_target_for("f", -3)
+    assert sched.target_for("f") == 0
+
+
+def test_news_is_any_one_of_unrunnable_tasks_arrivals_and_departures() -> None:
+    sched = Scheduler()
+    assert not sched.has_news()
+    new_task(sched, Policy(sid="ghost"))  # unrunnable at once
+    assert sched.has_news()
+    sched.drain_unrunnable()
+    assert not sched.has_news()
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("o")
+    assert sched.has_news()
+    sched.drain_connected_ordered()
+    assert not sched.has_news()
+    sched.leave("o")
+    assert sched.has_news()
+    assert sched.drain_disconnected_ordered() == ["o"]
+    assert not sched.has_news()
+
+
+def test_leaving_twice_or_unknown_slaves_change_nothing() -> None:
+    sched = with_slaves("a", "b", "c")
+    assert sched.leave("ghost") == []
+    assert sched.kind_of("ghost") is None
+    sched.free("ghost")  # freeing a slave that is not there: nothing to do
+    sched.leave("a")
+    assert sched.leave("a") == []
+    assert sched.connected() == {"ordered": 0, "intermingle": 0, "unordered": 2}
+
+
+# ---------------------------------------------------------------------- freeing ordered slaves
+
+
+def test_a_freed_slave_counts_as_unordered_and_may_be_allocated_again() -> None:
+    sched = Scheduler()
+    sched.allocate(2, SlaveKind.ORDERED)
+    sched.join("o1")
+    sched.join("o2")
+    sched.free("o1")
+    assert sched.connected() == {"ordered": 1, "intermingle": 0, "unordered": 1}
+    assert sched.slaves_needed == 0  # one ordered slave wanted now, and it is there
+    sched.allocate(1, SlaveKind.ORDERED)  # the freed slave moves back
+    assert sched.kind_of("o1") is SlaveKind.ORDERED
+    assert sched.connected() == {"ordered": 2, "intermingle": 0, "unordered": 0}
+
+
+def test_freeing_waits_for_every_ordered_task_in_flight() -> None:
+    sched = Scheduler(fixed_window=3)
+    sched.allocate(1, SlaveKind.INTERMINGLE)
+    sched.join("i")
+    mine = [new_task(sched, Policy(sid="i")) for _ in range(2)]
+    loose = new_task(sched)
+    assert sched.take("i") == [*mine, loose]
+    sched.free("i")
+    sched.finish("i", mine[0].task_id, 0.1)
+    assert sched.kind_of("i") is SlaveKind.INTERMINGLE  # one of its own still runs
+    sched.finish("i", loose.task_id, 0.1)
+    assert sched.kind_of("i") is SlaveKind.INTERMINGLE
+    sched.finish("i", mine[1].task_id, 0.1)
+    assert sched.kind_of("i") is SlaveKind.UNORDERED
+    assert sched.slaves_needed == 0  # not replaced: the group was given up
+
+
+def test_freeing_gives_up_one_wanted_slave_of_the_group() -> None:
+    sched = Scheduler()
+    sched.allocate(2, SlaveKind.ORDERED)
+    sched.join("o1")
+    sched.free("o1")
+    assert sched.slaves_needed == 1  # two wanted, one freed: one more ordered slave to come
+    sched.free("o1")  # already unordered: nothing more is given up
+    assert sched.slaves_needed == 1
+    sched = Scheduler()
+    sched.allocate(1, SlaveKind.UNORDERED)
+    sched.join("u")
+    sched.free("u")  # an unordered slave: freeing it means nothing
+    sched.allocate(1, SlaveKind.UNORDERED)
+    assert sched.slaves_needed == 1
+
+
+def test_a_freed_slave_s_queued_ordered_tasks_follow_their_policy_as_never_run() -> None:
+    sched = Scheduler(fixed_window=1)
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("o")
+    sched.join("u")
+    running = new_task(sched, Policy(sid="o"))
+    assert sched.take("o") == [running]
+    lost = new_task(sched, Policy(sid="o"))
+    moved = new_task(sched, Policy(sid="o", do_it_anyway=True, retry=False))  # never ran: it may move
+    sched.free("o")
+    sched.finish("o", running.task_id, 0.1)
+    assert sched.drain_unrunnable() == [lost]
+    assert sorted(sched.ready()) == ["o", "u"]
+    assert dispatch(sched) in ({"o": [moved]}, {"u": [moved]})
+    assert sched.ready() == []  # nothing left for anyone, the freed slave included
+
+
+def test_a_freed_slave_with_no_work_left_is_not_offered_ordered_work() -> None:
+    sched = Scheduler(fixed_window=1)
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("o")
+    queued = new_task(sched, Policy(sid="o", do_it_anyway=True))
+    sched.free("o")
+    assert dispatch(sched) == {"o": [queued]}  # moved to the pool, and the slave takes pool work now
+    sched.finish("o", queued.task_id, 0.1)
+    assert sched.ready() == []
+
+
+# ---------------------------------------------------------------------- start and begin hooks, cancelling
+
+
+def test_a_task_whose_start_hook_says_no_is_dropped_unsent_from_either_queue() -> None:
+    sched = Scheduler(fixed_window=4)
+    sched.allocate(1, SlaveKind.INTERMINGLE)
+    sched.join("i")
+    asked: list[int] = []
+
+    def hook(task_id: int, go: bool) -> Callable[[], bool]:
+        def start() -> bool:
+            asked.append(task_id)
+            return go
+
+        return start
+
+    tasks = []
+    for sid, go in ((None, True), (None, False), ("i", False), ("i", True)):
+        task_id = sched.new_id()
+        task = Task(task_id, "f", b"", Policy(sid=sid), start=hook(task_id, go))
+        sched.add(task)
+        tasks.append(task)
+    assert sched.take("i") == [tasks[3], tasks[0]]  # its own first, then the pool; the cancelled ones skipped
+    assert sorted(asked) == [1, 2, 3, 4]
+    assert (sched.cancelled_total, sched.pending_total, sched.running_total) == (2, 2, 2)
+    assert sched.pending_for("f") == 2
+
+
+def test_the_begin_hook_runs_when_a_task_becomes_the_one_its_slave_runs() -> None:
+    sched = Scheduler(fixed_window=3)
+    sched.join("a")
+    begun: list[int] = []
+
+    def beginning(task_id: int) -> Callable[[], None]:
+        return lambda: begun.append(task_id)
+
+    tasks = []
+    for _ in range(4):
+        task_id = sched.new_id()
+        task = Task(task_id, "f", b"", DEFAULT_POLICY, begin=beginning(task_id))
+        sched.add(task)
+        tasks.append(task)
+    assert sched.take("a") == tasks[:3]
+    assert begun == [1]  # only the first runs; the others wait behind it
+    sched.finish("a", 1, 0.1)
+    assert begun == [1, 2]
+    assert sched.take("a") == tasks[3:]
+    assert begun == [1, 2]  # taking more while it runs begins nothing
+    assert sched.withdraw("a", 2) is tasks[1]  # the running one given back: the next in line runs
+    assert begun == [1, 2, 3]
+
+
+def test_holders_names_the_slaves_holding_the_given_tasks() -> None:
+    sched = Scheduler(fixed_window=2)
+    sched.join("a")
+    sched.join("b")
+    sched.join("idle")
+    tasks = [new_task(sched) for _ in range(5)]
+    assert sched.take("a") == tasks[:2]
+    assert sched.take("b") == tasks[2:4]
+    assert sched.holders([1, 3, 4, 5, 99]) == {"a": [1], "b": [3, 4]}  # task 5 is still queued here
+    assert sched.holders([]) == {}
+
+
+def test_a_task_given_back_unstarted_leaves_the_books_and_makes_room() -> None:
+    sched = Scheduler(fixed_window=1)
+    sched.join("a")
+    sched.join("b")
+    first, second = new_task(sched), new_task(sched)
+    assert sched.take("a") == [first]
+    assert sched.take("b") == [second]
+    assert sched.withdraw("a", second.task_id) is None  # not a's
+    assert sched.withdraw("ghost", first.task_id) is None
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (2, 2, 0)
+    assert sched.withdraw("a", first.task_id) is first
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (1, 1, 1)
+    assert sched.withdraw("a", first.task_id) is None  # only once
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (1, 1, 1)
+    third = new_task(sched)
+    assert dispatch(sched) == {"a": [third]}  # a has room again
+
+
+def test_an_abandoned_task_leaves_its_slave_and_is_not_queued_again() -> None:
+    sched = Scheduler(fixed_window=2)
+    sched.join("a")
+    stuck, behind = new_task(sched), new_task(sched)
+    assert sched.take("a") == [stuck, behind]
+    sched.abandon("ghost", stuck)
+    sched.abandon("a", new_task(sched))  # not in flight on a: nothing happens
+    assert sched.running_total == 2
+    sched.abandon("a", stuck)
+    assert sched.running_total == 1
+    sched.abandon("a", stuck)  # twice: counted once
+    assert sched.running_total == 1
+    assert sched.holders([stuck.task_id, behind.task_id]) == {"a": [behind.task_id]}
+    assert sched.leave("a") == [behind]  # the abandoned task is not among what the slave held
+
+
+# ---------------------------------------------------------------------- timeouts
+
+
+def edge_after(start: float, limit: float) -> float:
+    """The latest time at which ``limit`` seconds have not yet passed since ``start`` (float-exact)."""
+    edge = start + limit
+    while edge - start > limit:
+        edge = math.nextafter(edge, -math.inf)
+    return edge
+
+
+def test_no_task_is_overdue_when_no_task_has_a_timeout() -> None:
+    sched = with_slaves("a")
+    new_task(sched)
+    sched.take("a")
+    assert sched.overdue(math.inf, 0.0) == []
+
+
+def test_the_running_task_is_overdue_just_past_its_timeout_and_grace() -> None:
+    sched = Scheduler(task_timeout=2.0, fixed_window=2)
+    sched.join("idle")  # listed first, holds nothing: the others are still looked at
+    sched.join("a")
+    running, behind = new_task(sched), new_task(sched)
+    assert sched.take("a") == [running, behind]
+    edge = edge_after(running.sent_at, 2.0 + 3.0)
+    assert sched.overdue(edge, 3.0) == []
+    assert sched.overdue(math.nextafter(edge, math.inf), 3.0) == [("a", running)]  # only the one it runs
+    assert sched.overdue(edge_after(running.sent_at, 2.0) + 1.0, 0.0) == [("a", running)]  # grace 0: 1 s late
+
+
+def test_a_task_s_own_timeout_beats_the_master_s() -> None:
+    sched = Scheduler(task_timeout=100.0)
+    sched.join("a")
+    short = new_task(sched, Policy(timeout=1.0))
+    assert sched.timeout_of(short) == 1.0
+    assert sched.timeout_of(Task(0, "f", b"", DEFAULT_POLICY)) == 100.0
+    assert sched.take("a") == [short]
+    assert sched.overdue(short.sent_at + 2.0, 0.0) == [("a", short)]
+    plain = Scheduler()
+    plain.join("a")
+    alone = new_task(plain, Policy(timeout=1.0))  # a task with a timeout, on a master without one
+    assert plain.timeout_of(alone) == 1.0
+    assert plain.timeout_of(Task(0, "f", b"", DEFAULT_POLICY)) is None
+    assert plain.take("a") == [alone]
+    assert plain.overdue(alone.sent_at + 2.0, 0.0) == [("a", alone)]
+
+
+def test_a_task_without_a_timeout_is_never_overdue_even_beside_one_with() -> None:
+    sched = Scheduler(fixed_window=2)
+    sched.join("a")
+    sched.join("b")
+    free_running = new_task(sched)
+    timed = new_task(sched, Policy(timeout=1.0))
+    assert sched.take("a") == [free_running, timed]
+    assert sched.overdue(math.inf, 0.0) == []  # a runs the task without a timeout; the other waits
+
+
+def test_the_next_task_s_clock_starts_at_the_previous_result() -> None:
+    sched = Scheduler(task_timeout=5.0, fixed_window=2)
+    sched.join("a")
+    first, second = new_task(sched), new_task(sched)
+    assert sched.take("a") == [first, second]
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() <= second.sent_at:  # the result must come measurably later than the send
+        assert time.monotonic() < deadline
+    before_result = time.monotonic()
+    sched.finish("a", first.task_id, 0.1)
+    # Sent with the first, but it started only when the first ended: not overdue 5 s after it was sent.
+    assert sched.overdue(edge_after(before_result, 5.0), 0.0) == []
+    assert sched.overdue(before_result + 60.0, 0.0) == [("a", second)]
