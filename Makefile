@@ -29,7 +29,7 @@ test: lint
 # Modules and settings: [tool.mutmut] in pyproject.toml. One worker: the machine is shared.
 # MUTANTS picks mutants by name (fnmatch), e.g. make mutation MUTANTS="'mwpy.options*'"; by default the
 # overseer's decisions only (its watcher and main loop need real files and time, minutes per mutant).
-MUTANTS ?= 'mwpy.scheduler*' 'mwpy.protocol*' 'mwpy.resource_file*' 'mwpy.options*' \
+MUTANTS ?= 'mwpy.scheduler*' 'mwpy.protocol*' 'mwpy.session*' 'mwpy.resource_file*' 'mwpy.options*' \
 	'mwpy.overseer.xǁOverseerǁreconcile*' 'mwpy.overseer.xǁOverseerǁ_finish*' 'mwpy.overseer.xǁOverseerǁ_note*' 'mwpy.overseer.x__held_because*'
 mutation: $(BIN)/.installed
 	$(BIN)/python -c 'import mutmut' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[test,mutation]'

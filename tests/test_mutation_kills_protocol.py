@@ -331,3 +331,14 @@ def test_a_slave_completes_tls_with_the_master_and_pins_its_certificate_by_finge
             assert protocol.certificate_matches(client, fingerprint)
             assert not protocol.certificate_matches(client, "ab" * 32)
             assert client.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def test_an_authenticated_frame_that_is_no_message_is_refused_naming_the_kind() -> None:
+    master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
+    slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
+    with pytest.raises(ProtocolError, match=r"^unknown message kind 99$"):
+        slave.open(master.seal_body(b"\x63" + pickle.dumps(()))[4:])
+    with pytest.raises(ProtocolError, match=r"^unknown message kind 4$"):
+        slave.open(master.seal_body(bytes([protocol.Tasks.kind]) + pickle.dumps([[]]))[4:])  # fields not a tuple
+    with pytest.raises(ProtocolError, match=r"^malformed Shutdown message: "):
+        slave.open(master.seal_body(bytes([Shutdown.kind]) + pickle.dumps((0, 1, 2)))[4:])  # too many fields

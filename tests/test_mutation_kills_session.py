@@ -1,0 +1,192 @@
+"""The sessions (mwpy.session) refusing what a peer may not say, with the words a user reads (docs/mutation.md).
+
+tests/test_protocol_sessions.py checks that every illegal order raises; these
+check the edges of what a master may tell a slave (Welcome's numbers, the
+Shutdown status) and the exact messages: a refusal ends up in the audit log
+and in a slave's last line, so its text is behaviour too. Everything goes
+through the sessions' public calls; the hostile peer is a session that sends
+what its table allows but its content does not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mwpy import protocol
+from mwpy.errors import MembershipError, ProtocolError
+from mwpy.protocol import Heartbeat, Hello, Results, Shutdown, Tasks, Welcome
+from mwpy.session import Event, HandshakeReply, MasterSession, MasterState, Refused, SlaveSession, SlaveState
+
+SECRET = b"s" * 32
+MEMBER = "member-1"
+LIMIT = 4096
+
+
+def events(session: MasterSession | SlaveSession, data: bytes) -> list[Event]:
+    session.receive_data(data)
+    found: list[Event] = []
+    while (event := session.next_event()) is not None:
+        found.append(event)
+    return found
+
+
+def greeted(max_frame: int = LIMIT) -> tuple[MasterSession, SlaveSession]:
+    """Both sides through the proofs and the Hello: the master owes the slave its Welcome."""
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT)
+    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", max_frame))
+    [reply] = events(slave, master.challenge())
+    assert isinstance(reply, HandshakeReply)
+    [proof] = events(master, reply.data)
+    assert isinstance(proof, HandshakeReply)
+    [sealed_hello] = events(slave, proof.data)
+    assert isinstance(sealed_hello, HandshakeReply)
+    [hello] = events(master, sealed_hello.data)
+    assert isinstance(hello, Hello)
+    assert (master.state, slave.state) == (MasterState.GREETED, SlaveState.GREETING)
+    return master, slave
+
+
+def ready() -> tuple[MasterSession, SlaveSession]:
+    master, slave = greeted()
+    events(slave, master.send(Welcome("slave-1", 2, 0.5, LIMIT)))
+    return master, slave
+
+
+# ---------------------------------------------------------------------- what a Welcome may say
+
+
+@pytest.mark.parametrize(
+    "welcome",
+    [
+        Welcome("slave-1", 1, 0.5, LIMIT),  # the smallest result group
+        Welcome("slave-1", 4, 1, LIMIT),  # a whole number of seconds
+        Welcome("slave-1", 4, 1e-3, 1),  # the smallest interval and frame anyone would send, still legal
+    ],
+)
+def test_a_welcome_with_positive_numbers_is_taken(welcome: Welcome) -> None:
+    master, slave = greeted()
+    assert events(slave, master.send(welcome)) == [welcome]
+    assert slave.state is SlaveState.READY
+    assert slave.max_send == welcome.max_frame  # the slave's frames now fit the master's limit
+
+
+@pytest.mark.parametrize(
+    "welcome",
+    [
+        Welcome(1, 4, 0.5, LIMIT),  # type: ignore[arg-type]
+        Welcome("slave-1", "4", 0.5, LIMIT),  # type: ignore[arg-type]
+        Welcome("slave-1", 0, 0.5, LIMIT),
+        Welcome("slave-1", 4, "0.5", LIMIT),  # type: ignore[arg-type]
+        Welcome("slave-1", 4, 0.0, LIMIT),
+        Welcome("slave-1", 4, -1.0, LIMIT),
+        Welcome("slave-1", 4, 0.5, float(LIMIT)),  # type: ignore[arg-type]
+        Welcome("slave-1", 4, 0.5, 0),
+    ],
+    ids=["id", "group type", "group 0", "interval type", "interval 0", "interval < 0", "frame type", "frame 0"],
+)
+def test_a_welcome_with_a_wrong_field_is_refused(welcome: Welcome) -> None:
+    master, slave = greeted()
+    with pytest.raises(ProtocolError, match=r"^malformed Welcome message$"):
+        events(slave, master.send(welcome))
+
+
+# ---------------------------------------------------------------------- what a Shutdown may say
+
+
+@pytest.mark.parametrize("code", [0, 7, 255])
+def test_a_shutdown_with_an_exit_status_is_taken(code: int) -> None:
+    master, slave = ready()
+    assert events(slave, master.send(Shutdown(code))) == [Shutdown(code)]
+    assert slave.state is SlaveState.SHUTDOWN
+
+
+@pytest.mark.parametrize("code", [-1, 256, "7"])
+def test_a_shutdown_with_no_exit_status_is_refused(code: object) -> None:
+    master, slave = ready()
+    with pytest.raises(ProtocolError, match=r"^malformed Shutdown message$"):
+        events(slave, master.send(Shutdown(code)))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- sends out of turn, in the user's words
+
+
+def test_the_master_says_what_it_may_not_send_and_when() -> None:
+    master, _ = greeted()
+    with pytest.raises(ProtocolError, match=r"^the master cannot send Tasks while greeted$"):
+        master.send_tasks([(1, "f", b"")])
+    with pytest.raises(ProtocolError, match=r"^the master cannot send Heartbeat while greeted$"):
+        master.send(Heartbeat())
+    fresh = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT)
+    with pytest.raises(ProtocolError, match=r"^the master cannot send Welcome while proving$"):
+        fresh.send(Welcome("slave-1", 1, 1.0, LIMIT))
+    with pytest.raises(ProtocolError, match=r"^the master cannot send Tasks while proving$"):
+        fresh.send_tasks([])
+
+
+def test_the_slave_says_what_it_may_not_send_and_when() -> None:
+    master, slave = greeted()  # proven, but not welcome yet: it holds no task to answer
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Results while greeting$"):
+        slave.send_results([(1, True, b"", 0.1)])
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Heartbeat while greeting$"):
+        slave.send(Heartbeat())
+    fresh = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", LIMIT))
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Results while connected$"):
+        fresh.send_results([])
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Results while connected$"):
+        fresh.send(Results([]))
+    events(slave, master.send(Welcome("slave-1", 2, 0.5, LIMIT)))
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Hello while ready$"):
+        slave.send(Hello(MEMBER, "host", 1, "1.0", LIMIT))
+
+
+def test_a_refused_slave_sends_nothing_more() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT)
+    slave = SlaveSession(SECRET, Hello("another", "host", 1, "1.0", LIMIT))
+    [reply] = events(slave, master.challenge())
+    assert isinstance(reply, HandshakeReply)
+    [proof] = events(master, reply.data)
+    assert isinstance(proof, HandshakeReply)
+    [sealed_hello] = events(slave, proof.data)
+    assert isinstance(sealed_hello, HandshakeReply)
+    [refused] = events(master, sealed_hello.data)
+    assert isinstance(refused, Refused)
+    with pytest.raises(MembershipError, match=r"^the master refused this slave: member id 'another' does not match"):
+        events(slave, refused.data)
+    assert slave.state is SlaveState.CLOSED
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Results while closed$"):
+        slave.send_results([])
+
+
+# ---------------------------------------------------------------------- a master that cannot prove itself
+
+
+def test_a_wrong_master_proof_is_a_membership_error_in_plain_words() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT)
+    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", LIMIT))
+    events(slave, master.challenge())
+    with pytest.raises(MembershipError, match=r"^the peer failed to prove it is this computation's master$"):
+        events(slave, protocol.frame(b"\x00" * protocol.MAC_SIZE))
+    too_big = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", LIMIT))
+    events(too_big, master.challenge())
+    size = protocol.MAX_HANDSHAKE_FRAME + 1
+    with pytest.raises(
+        MembershipError,
+        match=rf"^the peer failed to prove it is this computation's master \(frame of {size} bytes exceeds the limit",
+    ):
+        events(too_big, protocol.HEADER.pack(size))
+
+
+def test_a_slave_s_limit_on_frames_holds_once_it_is_welcome() -> None:
+    master, slave = greeted(max_frame=200)
+    assert master.max_send == 200  # the master learnt it from the Hello
+    events(slave, master.send(Welcome("slave-1", 2, 0.5, LIMIT)))
+    big = master.send_tasks([(1, "f", b"x" * 300)])
+    with pytest.raises(ProtocolError, match=r"^frame of \d+ bytes exceeds the limit of 200$"):
+        events(slave, big)
+
+
+def test_tasks_and_results_pass_once_both_sides_are_ready() -> None:
+    master, slave = ready()
+    assert events(slave, master.send_tasks([(1, "f", b"a")], {1: 3.0})) == [Tasks([(1, "f", b"a")], {1: 3.0})]
+    result = (1, True, protocol.encode_value("done"), 0.25)
+    assert events(master, slave.send_results([result], {1: ("out", "")})) == [Results([result], {1: ("out", "")})]
