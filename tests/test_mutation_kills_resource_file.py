@@ -9,6 +9,7 @@ messages a user gets to fix a file: which file, which key, what was wrong.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,22 @@ def test_age_and_staleness_use_the_given_clock() -> None:
     assert not medium.stale(1000.0 + 60)
     finished = resource_file.loads(json.dumps(resource_fields(timestamp=1000.0, computation_status="finished")))
     assert not finished.stale(10**9)
+
+
+@pytest.mark.parametrize(("interval", "grace"), [(4.0, 10.0), (20.0, 10.0), (40.0, 20.0), (300.0, 150.0)])
+def test_stale_and_abandoned_from_the_very_next_instant_past_their_edge(interval: float, grace: float) -> None:
+    """resource-file.md: stale once now > timestamp + interval + max(10 s, interval / 2), abandoned once
+    overdue by more than the limit. The clock is passed in, so the edge is checked to the last bit of a
+    float: a bound moved by a few milliseconds either way fails here."""
+    record = record_at(1000.0, interval)
+    edge = 1000.0 + interval + grace
+    just_after = math.nextafter(edge, math.inf)
+    assert record.overdue(edge) == 0
+    assert not record.stale(edge)
+    assert record.stale(just_after)
+    assert not record.stale(math.nextafter(edge, -math.inf))
+    limit = 3600.0
+    assert not record.abandoned(limit, edge + limit)
+    assert record.abandoned(limit, math.nextafter(edge + limit, math.inf))
+    assert not record.abandoned(0.0, edge)
+    assert record.abandoned(0.0, just_after)  # a limit of 0: abandoned as soon as stale
