@@ -342,3 +342,16 @@ def test_an_authenticated_frame_that_is_no_message_is_refused_naming_the_kind() 
         slave.open(master.seal_body(bytes([protocol.Tasks.kind]) + pickle.dumps([[]]))[4:])  # fields not a tuple
     with pytest.raises(ProtocolError, match=r"^malformed Shutdown message: "):
         slave.open(master.seal_body(bytes([Shutdown.kind]) + pickle.dumps((0, 1, 2)))[4:])  # too many fields
+
+
+def test_a_frame_with_a_wrong_tag_or_out_of_sequence_is_refused() -> None:
+    master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
+    slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
+    first, second = master.seal(Heartbeat())[4:], master.seal(Heartbeat())[4:]
+    tampered = first[:-1] + bytes([first[-1] ^ 1])
+    with pytest.raises(ProtocolError, match=r"^frame failed authentication$"):
+        slave.open(tampered)
+    with pytest.raises(ProtocolError, match=r"^frame failed authentication$"):
+        slave.open(second)  # the first has not been read: a replay or a reordering
+    assert slave.open(first) == Heartbeat()
+    assert slave.open(second) == Heartbeat()

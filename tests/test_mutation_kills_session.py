@@ -190,3 +190,58 @@ def test_tasks_and_results_pass_once_both_sides_are_ready() -> None:
     assert events(slave, master.send_tasks([(1, "f", b"a")], {1: 3.0})) == [Tasks([(1, "f", b"a")], {1: 3.0})]
     result = (1, True, protocol.encode_value("done"), 0.25)
     assert events(master, slave.send_results([result], {1: ("out", "")})) == [Results([result], {1: ("out", "")})]
+
+
+# ---------------------------------------------------------------------- a peer that breaks the order
+
+
+MASTER_NONCE = b"\x01" * protocol.NONCE_SIZE
+SLAVE_NONCE = b"\x02" * protocol.NONCE_SIZE
+
+
+def test_the_nonces_given_are_the_ones_used() -> None:
+    """Fixed nonces make a handshake reproducible (a peer built from another copy derives the same keys)."""
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    assert master.challenge() == protocol.challenge(MASTER_NONCE)
+    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", LIMIT), nonce=SLAVE_NONCE)
+    [reply] = events(slave, master.challenge())
+    assert isinstance(reply, HandshakeReply)
+    assert reply.data == protocol.frame(SLAVE_NONCE + protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE))
+    [proof] = events(master, reply.data)
+    assert isinstance(proof, HandshakeReply)
+    assert proof.data == protocol.frame(protocol.master_proof(SECRET, MASTER_NONCE, SLAVE_NONCE))
+
+
+def test_a_proven_slave_that_says_anything_but_hello_first_is_refused() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    proof = protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE)
+    events(master, protocol.frame(SLAVE_NONCE + proof))
+    assert master.state is MasterState.GREETING
+    insider = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
+    with pytest.raises(ProtocolError, match=r"^expected Hello, got Heartbeat$"):
+        events(master, insider.seal(Heartbeat()))
+
+
+def test_a_ready_master_names_the_message_a_slave_may_not_send() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", LIMIT), nonce=SLAVE_NONCE)
+    [reply] = events(slave, master.challenge())
+    assert isinstance(reply, HandshakeReply)
+    events(master, reply.data)
+    insider = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
+    events(master, insider.seal(Hello(MEMBER, "host", 1, "1.0", LIMIT)))
+    master.send(Welcome("slave-1", 2, 0.5, LIMIT))
+    with pytest.raises(ProtocolError, match=r"^unexpected Hello from a slave \(ready\)$"):
+        events(master, insider.seal(Hello(MEMBER, "host", 1, "1.0", LIMIT)))
+
+
+def test_a_refused_connection_takes_no_more_frames() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    events(master, protocol.frame(SLAVE_NONCE + protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE)))
+    insider = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
+    [refused] = events(master, insider.seal(Hello("stranger", "host", 1, "1.0", LIMIT)))
+    assert isinstance(refused, Refused)
+    assert refused.reason == "member id 'stranger' does not match this master's"
+    assert master.state is MasterState.CLOSED
+    with pytest.raises(ProtocolError, match=r"^the connection is closed$"):
+        events(master, insider.seal(Heartbeat()))
