@@ -29,12 +29,14 @@ test: lint
 # Modules and settings: [tool.mutmut] in pyproject.toml. One worker: the machine is shared.
 # MUTANTS picks mutants by name (fnmatch), e.g. make mutation MUTANTS="'mwpy.options*'"; by default the
 # overseer's decisions only (its watcher and main loop need real files and time, minutes per mutant).
+# tools/mutation_import_time.py then tries the mutants of import-time code mutmut cannot switch on.
 MUTANTS ?= 'mwpy.scheduler*' 'mwpy.protocol*' 'mwpy.session*' 'mwpy.resource_file*' 'mwpy.options*' \
 	'mwpy.overseer.xǁOverseerǁreconcile*' 'mwpy.overseer.xǁOverseerǁ_finish*' 'mwpy.overseer.xǁOverseerǁ_note*' 'mwpy.overseer.x__held_because*'
 mutation: $(BIN)/.installed
 	$(BIN)/python -c 'import mutmut' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[test,mutation]'
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children 1 $(MUTANTS) > mutation.log 2>&1 || { tail -n 30 mutation.log; exit 1; }
+	$(BIN)/python tools/mutation_import_time.py >> mutation.log 2>&1 || echo "an import-time mutant survived: mutation.log"
 	$(BIN)/python tools/mutation_score.py
 
 clean:

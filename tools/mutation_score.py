@@ -8,11 +8,13 @@ that makes the code loop is caught too).
 Survivors looked at by hand are listed in tools/mutation_judged.txt, one a
 line: ``NAME VERDICT REASON``. VERDICT ``equivalent``: it behaves as the
 original, no test can kill it; it is left out of the score. VERDICT
-``killed-by-hand``: code that runs at import time (a validator built when the
-module loads), which mutmut's switch cannot reach, was mutated in a copy and
-the tests failed; it counts as killed. The score is killed / (total -
-equivalent). A listed name that mutmut now kills is reported as stale, so the
-list cannot quietly rot when the code changes.
+``killed-at-import``: code that runs when the module loads (a validator built
+at import), which mutmut's switch cannot reach; tools/mutation_import_time.py
+runs the tests with the mutant on from the start and records the outcome in
+``mutants/import-time.json``. Such a mutant counts as killed only when that
+record says the tests failed; otherwise it is left. The score is killed /
+(total - equivalent). A listed name that mutmut now kills is reported as
+stale, so the list cannot quietly rot when the code changes.
 
 Usage: python tools/mutation_score.py [MODULE_PREFIX ...]
 """
@@ -47,7 +49,7 @@ def classify(code: int | None) -> str:
     return "suspicious"
 
 
-VERDICTS = ("equivalent", "killed-by-hand")
+VERDICTS = ("equivalent", "killed-at-import")
 
 
 def load_judged(path: Path) -> dict[str, str]:
@@ -63,6 +65,15 @@ def load_judged(path: Path) -> dict[str, str]:
                 raise SystemExit(f"{path}:{number}: verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
             judged[name] = verdict
     return judged
+
+
+def import_time_kills(mutants: Path) -> set[str]:
+    """Mutants tools/mutation_import_time.py saw killed (the tests failed with the mutant on at import)."""
+    record = mutants / "import-time.json"
+    if not record.exists():
+        return set()
+    codes: dict[str, int] = json.loads(record.read_text(encoding="utf-8"))
+    return {name for name, code in codes.items() if code != 0}
 
 
 def results(mutants: Path) -> dict[str, dict[str, int | None]]:
@@ -83,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--survivors", action="store_true", help="list the survivors not judged equivalent")
     args = parser.parse_args(argv)
     judged = load_judged(args.judged)
+    at_import = import_time_kills(args.mutants)
     print(f"{'module':<22} {'killed':>6} {'total':>6} {'equiv':>6} {'left':>5} {'no run':>6}  score")
     left_over: list[str] = []
     stale: list[str] = []
@@ -93,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         status = {name: classify(code) for name, code in codes.items()}
         stale += [n for n, s in status.items() if n in judged and s == "killed"]
         for name, state in status.items():
-            if state in alive and name in judged:
-                status[name] = "killed" if judged[name] == "killed-by-hand" else "equivalent"
+            if state in alive and judged.get(name) == "equivalent":
+                status[name] = "equivalent"
+            elif state in alive and judged.get(name) == "killed-at-import" and name in at_import:
+                status[name] = "killed"
         counts = Counter(status.values())
         ran = len(status) - counts["not run"]
         if not ran:
