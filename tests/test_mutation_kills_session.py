@@ -30,10 +30,12 @@ def events(session: MasterSession | SlaveSession, data: bytes) -> list[Event]:
     return found
 
 
-def greeted(max_frame: int = LIMIT) -> tuple[MasterSession, SlaveSession]:
+def greeted(
+    max_frame: int = LIMIT, master_nonce: bytes | None = None, slave_nonce: bytes | None = None
+) -> tuple[MasterSession, SlaveSession]:
     """Both sides through the proofs and the Hello: the master owes the slave its Welcome."""
-    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT)
-    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", max_frame))
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=master_nonce)
+    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", max_frame), nonce=slave_nonce)
     [reply] = events(slave, master.challenge())
     assert isinstance(reply, HandshakeReply)
     [proof] = events(master, reply.data)
@@ -207,6 +209,7 @@ def test_the_nonces_given_are_the_ones_used() -> None:
     [reply] = events(slave, master.challenge())
     assert isinstance(reply, HandshakeReply)
     assert reply.data == protocol.frame(SLAVE_NONCE + protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE))
+    assert reply.proven is False  # the slave has proved itself; the master has not yet
     [proof] = events(master, reply.data)
     assert isinstance(proof, HandshakeReply)
     assert proof.data == protocol.frame(protocol.master_proof(SECRET, MASTER_NONCE, SLAVE_NONCE))
@@ -245,3 +248,64 @@ def test_a_refused_connection_takes_no_more_frames() -> None:
     assert master.state is MasterState.CLOSED
     with pytest.raises(ProtocolError, match=r"^the connection is closed$"):
         events(master, insider.seal(Heartbeat()))
+
+
+def test_a_slave_response_of_the_wrong_size_or_proof_is_refused_in_plain_words() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    with pytest.raises(ProtocolError, match=r"^malformed handshake$"):
+        events(master, protocol.frame(SLAVE_NONCE))
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    wrong = protocol.slave_proof(b"w" * 32, MASTER_NONCE, SLAVE_NONCE)
+    with pytest.raises(MembershipError, match=r"^wrong proof of membership \(not a slave of this computation\)$"):
+        events(master, protocol.frame(SLAVE_NONCE + wrong))
+
+
+def test_a_slave_may_send_nothing_before_it_knows_the_master_s_limit() -> None:
+    master, slave = greeted()
+    assert slave.max_send == 0  # no result fits until the Welcome says how big a frame may be
+    events(slave, master.send(Welcome("slave-1", 2, 0.5, 1234)))
+    assert slave.max_send == 1234
+
+
+def test_a_slave_names_the_message_its_master_may_not_send_now() -> None:
+    for bad in (Tasks("not a list"), Tasks([], "not a dict")):  # type: ignore[arg-type]
+        master, slave = ready()
+        with pytest.raises(ProtocolError, match=r"^malformed Tasks message$"):
+            events(slave, master.send(bad))
+    master, slave = greeted(master_nonce=MASTER_NONCE, slave_nonce=SLAVE_NONCE)
+    events(slave, master.send(Welcome("slave-1", 2, 0.5, LIMIT)))
+    insider = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
+    insider.seal(Heartbeat())  # the Welcome was the master's first sealed frame
+    with pytest.raises(ProtocolError, match=r"^unexpected Hello from the master \(ready\)$"):
+        events(slave, insider.seal(Hello(MEMBER, "host", 1, "1.0", LIMIT)))
+
+
+def test_a_refused_slave_takes_no_more_frames() -> None:
+    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
+    slave = SlaveSession(SECRET, Hello("stranger", "host", 1, "1.0", LIMIT), nonce=SLAVE_NONCE)
+    [reply] = events(slave, master.challenge())
+    assert isinstance(reply, HandshakeReply)
+    [proof] = events(master, reply.data)
+    assert isinstance(proof, HandshakeReply)
+    [sealed_hello] = events(slave, proof.data)
+    assert isinstance(sealed_hello, HandshakeReply)
+    [refused] = events(master, sealed_hello.data)
+    assert isinstance(refused, Refused)
+    with pytest.raises(MembershipError):
+        events(slave, refused.data)
+    insider = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
+    insider.seal(Heartbeat())  # the Refuse went out as the master's first sealed frame
+    with pytest.raises(ProtocolError, match=r"^the connection is closed$"):
+        events(slave, insider.seal(Heartbeat()))
+
+
+def test_a_master_told_a_slave_to_leave_still_checks_everything_it_gets() -> None:
+    """After Shutdown, results and heartbeats are authenticated and dropped, all of them, and a bad frame
+    among them still ends the connection."""
+    master, slave = ready()
+    events(slave, master.send(Shutdown(0)))
+    late = slave.send_results([(1, True, b"", 0.1)]) + slave.send_results([(2, True, b"", 0.1)])
+    tampered = bytearray(slave.send(Heartbeat()))
+    tampered[-1] ^= 1
+    with pytest.raises(ProtocolError, match=r"^frame failed authentication$"):
+        events(master, late + bytes(tampered))
