@@ -191,8 +191,10 @@ def test_ready_names_exactly_the_slaves_with_room_and_work() -> None:
     assert sched.finish("a", first.task_id, 0.1) is first
     assert sched.ready() == ["a"]  # a result makes room
     assert dispatch(sched) == {"a": [tasks[4]]}
+    sched.finish("b", sent["b"][0].task_id, 0.1)  # room on b, and then b goes
     sched.leave("b")
-    assert "b" not in sched.ready()  # gone slaves are never named (the engine would look them up)
+    new_task(sched)
+    assert sched.ready() == []  # a is full, and gone slaves are never named (the engine would look them up)
 
 
 def test_a_slave_with_room_short_of_a_group_waits_for_a_whole_group() -> None:
@@ -238,6 +240,18 @@ def test_an_ordered_slave_is_named_while_its_own_queue_has_work_and_not_after() 
     sched.deallocate(1, SlaveKind.ORDERED)
     sched.allocate(1, SlaveKind.ORDERED)
     assert sched.join("o") is SlaveKind.ORDERED  # the same name again, with an empty queue
+    assert sched.ready() == []
+
+
+def test_a_slave_that_left_with_ordered_work_queued_is_not_offered_it_when_it_comes_back() -> None:
+    sched = Scheduler(fixed_window=1)
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("o")
+    mine = [new_task(sched, Policy(sid="o")) for _ in range(2)]
+    assert sched.take("o") == mine[:1]
+    sched.leave("o")  # one in flight, one still queued for it: both unrunnable now
+    assert sched.drain_unrunnable() == mine
+    assert sched.join("o") is SlaveKind.ORDERED
     assert sched.ready() == []
 
 
@@ -325,12 +339,13 @@ def test_a_freed_slave_counts_as_unordered_and_may_be_allocated_again() -> None:
     sched.allocate(2, SlaveKind.ORDERED)
     sched.join("o1")
     sched.join("o2")
+    sched.join("u")
     sched.free("o1")
-    assert sched.connected() == {"ordered": 1, "intermingle": 0, "unordered": 1}
+    assert sched.connected() == {"ordered": 1, "intermingle": 0, "unordered": 2}
     assert sched.slaves_needed == 0  # one ordered slave wanted now, and it is there
     sched.allocate(1, SlaveKind.ORDERED)  # the freed slave moves back
     assert sched.kind_of("o1") is SlaveKind.ORDERED
-    assert sched.connected() == {"ordered": 2, "intermingle": 0, "unordered": 0}
+    assert sched.connected() == {"ordered": 2, "intermingle": 0, "unordered": 1}
 
 
 def test_freeing_waits_for_every_ordered_task_in_flight() -> None:
@@ -460,33 +475,38 @@ def test_holders_names_the_slaves_holding_the_given_tasks() -> None:
 
 def test_a_task_given_back_unstarted_leaves_the_books_and_makes_room() -> None:
     sched = Scheduler(fixed_window=1)
-    sched.join("a")
-    sched.join("b")
-    first, second = new_task(sched), new_task(sched)
+    for sid in ("a", "b", "c"):
+        sched.join(sid)
+    first, second, third = new_task(sched), new_task(sched), new_task(sched)
     assert sched.take("a") == [first]
     assert sched.take("b") == [second]
+    assert sched.take("c") == [third]
     assert sched.withdraw("a", second.task_id) is None  # not a's
     assert sched.withdraw("ghost", first.task_id) is None
-    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (2, 2, 0)
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (3, 3, 0)
     assert sched.withdraw("a", first.task_id) is first
-    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (1, 1, 1)
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (2, 2, 1)
     assert sched.withdraw("a", first.task_id) is None  # only once
-    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (1, 1, 1)
-    third = new_task(sched)
-    assert dispatch(sched) == {"a": [third]}  # a has room again
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (2, 2, 1)
+    assert sched.withdraw("b", second.task_id) is second
+    assert (sched.pending_total, sched.running_total, sched.cancelled_total) == (1, 1, 2)
+    fourth = new_task(sched)
+    assert dispatch(sched) in ({"a": [fourth]}, {"b": [fourth]})  # a and b have room again
 
 
 def test_an_abandoned_task_leaves_its_slave_and_is_not_queued_again() -> None:
-    sched = Scheduler(fixed_window=2)
+    sched = Scheduler(fixed_window=3)
     sched.join("a")
-    stuck, behind = new_task(sched), new_task(sched)
-    assert sched.take("a") == [stuck, behind]
+    stuck, behind, last = new_task(sched), new_task(sched), new_task(sched)
+    assert sched.take("a") == [stuck, behind, last]
     sched.abandon("ghost", stuck)
     sched.abandon("a", new_task(sched))  # not in flight on a: nothing happens
-    assert sched.running_total == 2
+    assert sched.running_total == 3
     sched.abandon("a", stuck)
-    assert sched.running_total == 1
+    assert sched.running_total == 2
     sched.abandon("a", stuck)  # twice: counted once
+    assert sched.running_total == 2
+    sched.abandon("a", last)
     assert sched.running_total == 1
     assert sched.holders([stuck.task_id, behind.task_id]) == {"a": [behind.task_id]}
     assert sched.leave("a") == [behind]  # the abandoned task is not among what the slave held
@@ -562,3 +582,56 @@ def test_the_next_task_s_clock_starts_at_the_previous_result() -> None:
     # Sent with the first, but it started only when the first ended: not overdue 5 s after it was sent.
     assert sched.overdue(edge_after(before_result, 5.0), 0.0) == []
     assert sched.overdue(before_result + 60.0, 0.0) == [("a", second)]
+
+
+def test_a_slave_with_room_for_one_more_group_stays_ready() -> None:
+    sched = Scheduler(fixed_window=2)
+    sched.join("a")
+    first = new_task(sched)
+    assert sched.take("a") == [first]
+    second = new_task(sched)
+    assert sched.ready() == ["a"]  # one running, room for one more
+    assert sched.take("a") == [second]
+    new_task(sched)
+    assert sched.ready() == []  # now full
+
+
+def test_a_slave_looks_64_tasks_past_those_that_just_failed_on_it() -> None:
+    for failed_ahead, expected in ((63, 1), (64, 0)):
+        sched = Scheduler(fixed_window=100, task_attempts=2)
+        sched.join("a")
+        ahead = [new_task(sched) for _ in range(failed_ahead)]
+        assert sched.take("a") == ahead
+        for task in ahead:
+            sched.finish("a", task.task_id, 0.1)
+            assert sched.failed("a", task)
+        fresh = new_task(sched)
+        assert sched.take("a") == [fresh] * expected, failed_ahead
+
+
+def test_a_task_counts_the_times_it_was_sent() -> None:
+    sched = Scheduler(task_attempts=3)
+    sched.join("a")
+    sched.join("b")
+    task = new_task(sched, Policy(retry=False, retries=2))
+    assert sched.take("a") == [task]
+    assert task.attempts == 1
+    sched.finish("a", task.task_id, 0.1)
+    assert sched.failed("a", task)
+    assert sched.take("b") == [task]
+    assert task.attempts == 2
+    sched.leave("b")  # it vanished with the task, which may not be retried: handed back, sent twice
+    assert sched.drain_unrunnable() == [task]
+    assert task.attempts == 2
+
+
+def test_an_ordered_task_whose_slave_is_not_there_yet_never_ran_and_may_move() -> None:
+    sched = Scheduler()
+    moved = new_task(sched, Policy(sid="ghost", do_it_anyway=True, retry=False))
+    assert sched.drain_unrunnable() == []
+    sched.join("u")
+    assert sched.take("u") == [moved]
+
+
+def test_the_general_target_number_is_zero_until_the_algorithm_sets_one() -> None:
+    assert Scheduler().general_target == 0  # what Master.target_number reports at first
