@@ -210,3 +210,42 @@ def test_the_finish_grace_counts_from_the_first_finished_reconciliation(rf: Path
     zero = Queue()
     zero.add(JobState.RUNNING)
     assert watch(rf, zero, [], grace=0.0).reconcile().removed == 1  # no grace: removed at once
+
+
+def test_idle_jobs_are_kept_for_a_master_that_has_not_stated_its_demand_and_the_line_says_how_many(
+    rf: Path,
+) -> None:
+    queue, lines = Queue(), list[str]()
+    for _ in range(5):
+        queue.add(JobState.IDLE)
+    write(rf, needed=2, demand_stated=False)
+    overseer = watch(rf, queue, lines)
+    assert overseer.reconcile() == Decision(Verdict.RUNNING, 0, 0, idle=5, wanted=2)
+    assert queue.removed == []
+    assert lines == [
+        "wanted 2 (connected 0 + needed 2); jobs idle 5 running 0 held 0; submitted 0, removed 0"
+        " -- kept 3 idle although demand is lower: master pid 1 at 127.0.0.1:1 has not stated its demand yet"
+        " (waiting for its next file, at most 60 s)"
+    ]
+    write(rf, needed=5, demand_stated=False)  # exactly served: nothing kept, nothing to explain
+    assert overseer.reconcile() == Decision(Verdict.RUNNING, 0, 0, idle=5, wanted=5)
+    assert lines[1:] == ["wanted 5 (connected 0 + needed 5); jobs idle 5 running 0 held 0; submitted 0, removed 0"]
+
+
+def test_a_shortfall_the_caps_forbid_filling_is_said_with_its_size(rf: Path) -> None:
+    queue, lines = Queue(), list[str]()
+    queue.add(JobState.IDLE)
+    queue.add(JobState.IDLE)
+    write(rf, needed=5)
+    limits = Limits(max_jobs=100, max_idle=2, batch=20)
+    overseer = Overseer(rf, queue, limits, log=lines.append, finish_grace=0.0)
+    assert overseer.reconcile() == Decision(Verdict.RUNNING, 0, 0, idle=2, wanted=5)
+    assert lines == [
+        "wanted 5 (connected 0 + needed 5); jobs idle 2 running 0 held 0; submitted 0, removed 0"
+        f" -- 3 short but at a cap ({limits})"
+    ]
+    queue.add(JobState.RUNNING)
+    queue.add(JobState.RUNNING)
+    queue.add(JobState.RUNNING)
+    assert overseer.reconcile() == Decision(Verdict.RUNNING, 0, 0, idle=2, running=3, wanted=5)
+    assert lines[1:] == ["wanted 5 (connected 0 + needed 5); jobs idle 2 running 3 held 0; submitted 0, removed 0"]
