@@ -30,20 +30,28 @@ def events(session: MasterSession | SlaveSession, data: bytes) -> list[Event]:
     return found
 
 
-def greeted(
-    max_frame: int = LIMIT, master_nonce: bytes | None = None, slave_nonce: bytes | None = None
-) -> tuple[MasterSession, SlaveSession]:
-    """Both sides through the proofs and the Hello: the master owes the slave its Welcome."""
+def through_hello(
+    member_id: str = MEMBER, max_frame: int = LIMIT, master_nonce: bytes | None = None, slave_nonce: bytes | None = None
+) -> tuple[MasterSession, SlaveSession, Event]:
+    """Both sides through the proofs and the slave's Hello; the master's event for it (the Hello, or Refused)."""
     master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=master_nonce)
-    slave = SlaveSession(SECRET, Hello(MEMBER, "host", 1, "1.0", max_frame), nonce=slave_nonce)
+    slave = SlaveSession(SECRET, Hello(member_id, "host", 1, "1.0", max_frame), nonce=slave_nonce)
     [reply] = events(slave, master.challenge())
     assert isinstance(reply, HandshakeReply)
     [proof] = events(master, reply.data)
     assert isinstance(proof, HandshakeReply)
     [sealed_hello] = events(slave, proof.data)
     assert isinstance(sealed_hello, HandshakeReply)
-    [hello] = events(master, sealed_hello.data)
-    assert isinstance(hello, Hello)
+    [said] = events(master, sealed_hello.data)
+    return master, slave, said
+
+
+def greeted(
+    max_frame: int = LIMIT, master_nonce: bytes | None = None, slave_nonce: bytes | None = None
+) -> tuple[MasterSession, SlaveSession]:
+    """Both sides through the proofs and the Hello: the master owes the slave its Welcome."""
+    master, slave, said = through_hello(MEMBER, max_frame, master_nonce, slave_nonce)
+    assert isinstance(said, Hello)
     assert (master.state, slave.state) == (MasterState.GREETED, SlaveState.GREETING)
     return master, slave
 
@@ -139,24 +147,6 @@ def test_the_slave_says_what_it_may_not_send_and_when() -> None:
     events(slave, master.send(Welcome("slave-1", 2, 0.5, LIMIT)))
     with pytest.raises(ProtocolError, match=r"^the slave cannot send Hello while ready$"):
         slave.send(Hello(MEMBER, "host", 1, "1.0", LIMIT))
-
-
-def test_a_refused_slave_sends_nothing_more() -> None:
-    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT)
-    slave = SlaveSession(SECRET, Hello("another", "host", 1, "1.0", LIMIT))
-    [reply] = events(slave, master.challenge())
-    assert isinstance(reply, HandshakeReply)
-    [proof] = events(master, reply.data)
-    assert isinstance(proof, HandshakeReply)
-    [sealed_hello] = events(slave, proof.data)
-    assert isinstance(sealed_hello, HandshakeReply)
-    [refused] = events(master, sealed_hello.data)
-    assert isinstance(refused, Refused)
-    with pytest.raises(MembershipError, match=r"^the master refused this slave: member id 'another' does not match"):
-        events(slave, refused.data)
-    assert slave.state is SlaveState.CLOSED
-    with pytest.raises(ProtocolError, match=r"^the slave cannot send Results while closed$"):
-        slave.send_results([])
 
 
 # ---------------------------------------------------------------------- a master that cannot prove itself
@@ -280,19 +270,16 @@ def test_a_slave_names_the_message_its_master_may_not_send_now() -> None:
         events(slave, insider.seal(Hello(MEMBER, "host", 1, "1.0", LIMIT)))
 
 
-def test_a_refused_slave_takes_no_more_frames() -> None:
-    master = MasterSession(SECRET, MEMBER, max_receive=LIMIT, max_send=LIMIT, nonce=MASTER_NONCE)
-    slave = SlaveSession(SECRET, Hello("stranger", "host", 1, "1.0", LIMIT), nonce=SLAVE_NONCE)
-    [reply] = events(slave, master.challenge())
-    assert isinstance(reply, HandshakeReply)
-    [proof] = events(master, reply.data)
-    assert isinstance(proof, HandshakeReply)
-    [sealed_hello] = events(slave, proof.data)
-    assert isinstance(sealed_hello, HandshakeReply)
-    [refused] = events(master, sealed_hello.data)
+def test_a_refused_slave_sends_and_takes_nothing_more() -> None:
+    master, slave, refused = through_hello("stranger", master_nonce=MASTER_NONCE, slave_nonce=SLAVE_NONCE)
     assert isinstance(refused, Refused)
-    with pytest.raises(MembershipError):
+    assert refused.reason == "member id 'stranger' does not match this master's"
+    assert master.state is MasterState.CLOSED
+    with pytest.raises(MembershipError, match=r"^the master refused this slave: member id 'stranger' does not match"):
         events(slave, refused.data)
+    assert slave.state is SlaveState.CLOSED
+    with pytest.raises(ProtocolError, match=r"^the slave cannot send Results while closed$"):
+        slave.send_results([])
     insider = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
     insider.seal(Heartbeat())  # the Refuse went out as the master's first sealed frame
     with pytest.raises(ProtocolError, match=r"^the connection is closed$"):
