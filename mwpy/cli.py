@@ -48,8 +48,12 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     )
     local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
     local.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the live status view (default: on a terminal; plain lines otherwise)",
     )
+    local.add_argument("--total", type=positive_int, help="tasks in all, for the progress bar and ETA")
 
     overseer = commands.add_parser(
         "overseer",
@@ -138,7 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _local(options: argparse.Namespace) -> int:
     return run_local(
-        options.program, options.slaves, options.program_args, workdir=options.workdir, progress=options.progress
+        options.program,
+        options.slaves,
+        options.program_args,
+        workdir=options.workdir,
+        progress=options.progress,
+        total=options.total,
     )
 
 
