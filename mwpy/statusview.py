@@ -386,13 +386,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     parser.add_argument("--total", type=int, help="tasks in all, for the progress bar and ETA")
     parser.add_argument("--events", help="the master's event log (--mw-events): recent failures, the total")
     parser.add_argument("--condor", action=argparse.BooleanOptionalAction, default=None, help="Condor job counts")
-    parser.add_argument("--svg", help=argparse.SUPPRESS)  # one frame as SVG, for docs/observability.md
     options = parser.parse_args(argv)
     if options.interval <= 0:
         parser.error("--interval: expected a positive number")
     console = Console(file=out) if out is not None else Console()
-    if options.svg:
-        return _svg(options, options.svg)
     if options.watch:
         return watch(
             options.resource_file,
@@ -408,34 +405,6 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     console.print(render(record, Extra(total=options.total), None, time.time()))
-    return 0
-
-
-def _svg(options: argparse.Namespace, path: str) -> int:
-    """Render one frame of the terminal view into an SVG (rich's own export), for the docs' screenshot.
-
-    Reads the resource file twice, ``--interval`` apart, so the frame shows a real rate (and ETA).
-    """
-    tail = FailureTail(options.events) if options.events else None
-    rate = Rate()
-    record: ResourceFile | None = None
-    for attempt in range(2):
-        if attempt:
-            time.sleep(options.interval)
-        try:
-            record = resource_file.read(options.resource_file)
-        except ResourceFileError as exc:
-            print(f"mwpy status: error: {exc}", file=sys.stderr)
-            return 1
-        rate.add(record.timestamp, record.tasks_done)
-    assert record is not None
-    if tail is not None:
-        tail.poll()
-    extra = Extra(total=options.total or (tail.total if tail else None), failures=list(tail.failures) if tail else [])
-    with open(os.devnull, "w", encoding="utf-8") as sink:
-        console = Console(record=True, width=100, file=sink, force_terminal=True, color_system="truecolor")
-        console.print(render(record, extra, rate.per_second(), time.time()))
-        console.save_svg(path, title="mwpy status --watch")
     return 0
 
 
