@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import IO, TextIO
 
 import attrs
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
-from rich.text import Text
+from rich.segment import Segment
 
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
@@ -68,8 +68,8 @@ class _Display:
     def output(self, data: bytes, stream: TextIO) -> None:
         """Whole lines the program wrote on ``stream`` (its stdout or stderr)."""
         if self._live is not None and stream in self._through_view:
-            text = data.decode("utf-8", "replace").removesuffix("\n")
-            self._console.print(Text.from_ansi(text), soft_wrap=True, markup=False, highlight=False)
+            text = data.decode("utf-8", "replace")
+            self._console.print(_Verbatim(text if text.endswith("\n") else text + "\n"), soft_wrap=True, end="")
             return
         with self._lock:
             stream.buffer.write(data)
@@ -103,6 +103,21 @@ class _Display:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+@attrs.frozen
+class _Verbatim:
+    """The program's output as rich prints it above the live view: exactly as written, escape codes included.
+
+    One segment, no parsing, no wrapping (with ``soft_wrap``): the terminal
+    does what it would have done, and a burst of lines costs rich almost
+    nothing beyond the view's redraw.
+    """
+
+    text: str
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Segment(self.text)
 
 
 def _pump(source: IO[bytes], display: _Display, stream: TextIO) -> None:
