@@ -19,7 +19,6 @@ from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
-from mwpy.local import run_local
 from mwpy.options import positive_float, positive_int
 from mwpy.overseer import ABANDON_AFTER, Limits, Overseer, Verdict
 
@@ -141,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _local(options: argparse.Namespace) -> int:
+    from mwpy.local import run_local  # noqa: PLC0415 (rich, for its live view, is only needed here)
+
     return run_local(
         options.program,
         options.slaves,
