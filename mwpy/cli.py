@@ -19,7 +19,6 @@ from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
-from mwpy.local import run_local
 from mwpy.options import positive_float, positive_int
 from mwpy.overseer import ABANDON_AFTER, Limits, Overseer, Verdict
 
@@ -48,8 +47,12 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     )
     local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
     local.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the live status view (default: on a terminal; plain lines otherwise)",
     )
+    local.add_argument("--total", type=positive_int, help="tasks in all, for the progress bar and ETA")
 
     overseer = commands.add_parser(
         "overseer",
@@ -137,8 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _local(options: argparse.Namespace) -> int:
+    from mwpy.local import run_local  # noqa: PLC0415 (rich, for its live view, is only needed here)
+
     return run_local(
-        options.program, options.slaves, options.program_args, workdir=options.workdir, progress=options.progress
+        options.program,
+        options.slaves,
+        options.program_args,
+        workdir=options.workdir,
+        progress=options.progress,
+        total=options.total,
     )
 
 

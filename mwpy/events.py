@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Final, Literal
 import attrs
 import cattrs
 
-from mwpy import safe_files
+from mwpy import safe_files, strict_json
 from mwpy.errors import EventLogError, UnsafeFileError
 from mwpy.resource_file import ResourceFile
 
@@ -544,70 +544,10 @@ def _count_runs(fd: int) -> int:
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def _strict(*types: type) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) not in types:
-            raise TypeError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}")
-        return value
-
-    return structure
-
-
-def _finite(value: Any, _: Any = None) -> float:
-    if type(value) not in (float, int):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _int_list(value: Any, _: Any) -> list[int]:
-    if type(value) is not list:
-        raise TypeError(f"expected a list of integers, got {type(value).__name__}")
-    for item in value:
-        if type(item) is not int:
-            raise TypeError(f"expected a list of integers, it holds a value of type {type(item).__name__}")
-    return value
-
-
-def _int_dict(value: Any, _: Any) -> dict[str, int]:
-    if type(value) is not dict:
-        raise TypeError(f"expected an object of integers, got {type(value).__name__}")
-    if any(type(item) is not int for item in value.values()):
-        raise TypeError("expected an object of integers, it holds another type")
-    return dict(value)
-
-
-_converter = cattrs.Converter(forbid_extra_keys=False)
-_converter.register_structure_hook(str, _strict(str))
-_converter.register_structure_hook(int, _strict(int))
-_converter.register_structure_hook(bool, _strict(bool))
-_converter.register_structure_hook(float, _finite)
-_converter.register_structure_hook_func(lambda t: t == list[int], _int_list)
-_converter.register_structure_hook_func(lambda t: t == dict[str, int], _int_dict)
-
-
-def _describe(exc: BaseException, _: Any) -> str:
-    if isinstance(exc, KeyError):
-        return "required key missing"
-    return str(exc) or type(exc).__name__
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
+_converter = strict_json.converter(int)
 
 #: One strict decoder for every line (``json.loads`` with hooks would build a new one per line).
-_decoder = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+_decoder = json.JSONDecoder(parse_constant=strict_json.refuse_constant, object_pairs_hook=strict_json.unique_keys)
 
 
 def _short(text: object) -> str:
@@ -637,7 +577,7 @@ def decode(line: str) -> Event:
     try:
         return _converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:
-        problems = "; ".join(cattrs.transform_error(exc, format_exception=_describe, path=kind))
+        problems = "; ".join(cattrs.transform_error(exc, format_exception=strict_json.describe, path=kind))
         raise ValueError(problems) from None
     except (TypeError, ValueError) as exc:  # attrs validators and __attrs_post_init__
         raise ValueError(f"{kind}: {exc}") from None

@@ -24,15 +24,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from mwpy.events import (
-    Event,
-    MasterStart,
-    MasterStop,
-    SlaveConnected,
-    SlaveDisconnected,
-    TasksFinished,
-    iter_events,
-)
+from mwpy import events as ev
 
 
 @attrs.define
@@ -95,20 +87,20 @@ class Accountant:
         #: Time of the last event that was not a master start: where a dead master's slaves are taken to end.
         self._before_start = 0.0
 
-    def add(self, event: Event) -> None:
+    def add(self, event: ev.Event) -> None:
         totals = self.totals
         t = event.t
         if totals.first is None:
             totals.first = t
         if totals.last is None or t > totals.last:
             totals.last = t
-        handler = self._HANDLERS.get(type(event))  # event kinds are never subclassed: the exact type is the kind
+        handler = self._HANDLERS.get(event.KIND)  # by kind: a subclass of a kind is handled as that kind
         if handler is not None and handler(self, event) is False:
             return  # the disconnect of a slave not connected: it does not move the last moment before a start
-        if not isinstance(event, MasterStart):
+        if not isinstance(event, ev.MasterStart):
             self._before_start = t
 
-    def _finished(self, event: TasksFinished) -> None:
+    def _finished(self, event: ev.TasksFinished) -> None:
         totals = self.totals
         seconds = sum(event.run_us) / 1e6
         if event.outcome == "ok":
@@ -124,11 +116,11 @@ class Accountant:
         if slot is not None:
             slot.last_active = max(slot.last_active, event.t)
 
-    def _connected(self, event: SlaveConnected) -> None:
+    def _connected(self, event: ev.SlaveConnected) -> None:
         self._open[event.slave] = _Slot(start=event.t, last_active=event.t)
         self.totals.slaves += 1
 
-    def _disconnected(self, event: SlaveDisconnected) -> bool:
+    def _disconnected(self, event: ev.SlaveDisconnected) -> bool:
         """Close the slave's slot; False when it had none (a slave not connected)."""
         slot = self._open.pop(event.slave, None)
         if slot is None:
@@ -143,21 +135,21 @@ class Accountant:
                 totals.evicted += lost
         return True
 
-    def _master_start(self, event: MasterStart) -> None:
+    def _master_start(self, event: ev.MasterStart) -> None:
         # Slave ids start again with each master run; a master that died left its slaves' ends unrecorded,
         # so they end at the last event before the new start.
         self._close_all(self._before_start)
 
-    def _master_stop(self, event: MasterStop) -> None:
+    def _master_stop(self, event: ev.MasterStop) -> None:
         self._close_all(event.t)  # a stop is the end for the slaves anyway
 
     #: What each kind of event does to the totals (kinds not listed only move the clock).
-    _HANDLERS: ClassVar[dict[type[Event], Callable[[Accountant, Any], bool | None]]] = {
-        TasksFinished: _finished,
-        SlaveConnected: _connected,
-        SlaveDisconnected: _disconnected,
-        MasterStart: _master_start,
-        MasterStop: _master_stop,
+    _HANDLERS: ClassVar[dict[str, Callable[[Accountant, Any], bool | None]]] = {
+        ev.TasksFinished.KIND: _finished,
+        ev.SlaveConnected.KIND: _connected,
+        ev.SlaveDisconnected.KIND: _disconnected,
+        ev.MasterStart.KIND: _master_start,
+        ev.MasterStop.KIND: _master_stop,
     }
 
     def _close_all(self, end: float) -> None:
@@ -173,7 +165,7 @@ class Accountant:
         return totals
 
 
-def account(events: Iterable[Event]) -> Goodput:
+def account(events: Iterable[ev.Event]) -> Goodput:
     """Goodput of a whole history (every master run in it)."""
     accountant = Accountant()
     for event in events:
@@ -183,7 +175,7 @@ def account(events: Iterable[Event]) -> Goodput:
 
 def account_file(path: str | os.PathLike[str]) -> Goodput:
     """Goodput of the event log at ``path`` (streamed); :class:`~mwpy.errors.EventLogError` if it is bad."""
-    return account(iter_events(path))
+    return account(ev.iter_events(path))
 
 
 def duration(seconds: float) -> str:

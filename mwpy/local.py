@@ -3,9 +3,10 @@
 It starts the program as master (on loopback, with a resource file in a work
 folder) and runs the same overseer that drives Condor, with the local back
 end, capped at N slaves. Real processes, real sockets, the same resource-file
-contract. It exits with the master's status. On a terminal it shows a live
-progress line (tasks done, rate, slaves connected) below the program's output;
-piped, it adds nothing to the output.
+contract. It exits with the master's status. On a terminal it shows the live
+status view of ``mwpy status --watch`` (mwpy/statusview.py) below the
+program's output; piped, it adds nothing to the output (``--progress`` makes
+it print the view's plain lines there).
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ from pathlib import Path
 from typing import IO, TextIO
 
 import attrs
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
+from rich.segment import Segment
 
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
 from mwpy.failing_slaves import SetupFailures
+from mwpy.goodput import duration
 from mwpy.overseer import Limits, Overseer
+from mwpy.statusview import Follower
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
 LOCAL_UPDATE_INTERVAL = 1.0
@@ -36,52 +42,99 @@ LOCAL_UPDATE_INTERVAL = 1.0
 SLAVE_EXIT_GRACE = 5.0
 
 
-class _Console:
-    """Serialises the program's output lines with a redrawn progress line on a terminal."""
+#: Output held back at most while waiting for the end of its line (a program printing without newlines).
+MAX_PENDING = 1 << 20
 
-    def __init__(self, out: TextIO, progress: bool) -> None:
-        self._out = out
-        self._progress = progress
-        self._status = ""
+
+class _Display:
+    """The program's output and, when shown, the status view below it (the one ``mwpy status --watch`` draws).
+
+    On a terminal the view is rich's live display: output lines are printed
+    through its console, above the view, which is redrawn below them. Without
+    a terminal (``--progress`` in a pipe) the view's plain line is printed
+    whenever it changed. Without a view the output passes through untouched.
+    """
+
+    def __init__(self, follower: Follower | None, console: Console) -> None:
+        self._follower = follower
+        self._console = console
+        self._live: Live | None = None
+        #: Streams whose lines go through the live console: those on the terminal the view is drawn on.
+        self._through_view: set[TextIO] = set()
         self._lock = threading.Lock()
+        self._last_line = ""
+        self._started = time.monotonic()
 
-    @property
-    def progress(self) -> bool:
-        """Whether a progress line is shown (a terminal, or --progress)."""
-        return self._progress
-
-    def line(self, data: bytes, stream: TextIO) -> None:
+    def output(self, data: bytes, stream: TextIO) -> None:
+        """Whole lines the program wrote on ``stream`` (its stdout or stderr)."""
+        if self._live is not None and stream in self._through_view:
+            text = data.decode("utf-8", "replace")
+            self._console.print(_Verbatim(text if text.endswith("\n") else text + "\n"), soft_wrap=True, end="")
+            return
         with self._lock:
-            if self._progress and self._status:
-                self._out.write("\r\x1b[K")
-                self._out.flush()
             stream.buffer.write(data)
             stream.flush()
-            self._redraw()
 
-    def status(self, text: str) -> None:
-        with self._lock:
-            self._status = text
-            self._redraw()
+    def refresh(self) -> None:
+        """Sample the computation and show it."""
+        follower = self._follower
+        if follower is None:
+            return
+        follower.sample()
+        follower.title = f"mwpy local · {duration(time.monotonic() - self._started)}"
+        console = self._console
+        if console.is_terminal and not console.is_dumb_terminal:
+            if self._live is None:
+                self._through_view = {s for s in (sys.stdout, sys.stderr) if s.isatty()}
+                self._live = Live(follower.view(), console=console, auto_refresh=False, transient=False)
+                self._live.start(refresh=True)
+            else:
+                self._live.update(follower.view(), refresh=True)
+            return
+        line = follower.line()
+        if line != self._last_line:
+            self._last_line = line
+            with self._lock:
+                print(line, file=console.file, flush=True)
 
-    def done(self) -> None:
-        with self._lock:
-            if self._progress and self._status:
-                self._out.write("\r\x1b[K" + self._status + "\n")
-                self._out.flush()
-            self._status = ""
-
-    def _redraw(self) -> None:
-        if self._progress and self._status:
-            self._out.write("\r\x1b[K" + self._status)
-            self._out.flush()
+    def close(self) -> None:
+        """Show the last state and leave the view on the screen, above whatever is printed next."""
+        self.refresh()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
 
 
-def _pump(source: IO[bytes], console: _Console, stream: TextIO) -> None:
-    for data in iter(source.readline, b""):
-        # Our own reader may be gone (``mwpy local ... | head``): keep draining, or the master blocks on a full pipe.
+@attrs.frozen
+class _Verbatim:
+    """The program's output as rich prints it above the live view: exactly as written, escape codes included.
+
+    One segment, no parsing, no wrapping (with ``soft_wrap``): the terminal
+    does what it would have done, and a burst of lines costs rich almost
+    nothing beyond the view's redraw.
+    """
+
+    text: str
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Segment(self.text)
+
+
+def _pump(source: IO[bytes], display: _Display, stream: TextIO) -> None:
+    """Pass the master's output on in whole lines, as many at once as have arrived (one redraw for a burst)."""
+    fd = source.fileno()
+    pending = b""
+    while chunk := os.read(fd, 65536):
+        pending += chunk
+        end = pending.rfind(b"\n") + 1 if len(pending) <= MAX_PENDING else len(pending)
+        if end:
+            # Our reader may be gone (``mwpy local ... | head``): keep draining, or the master blocks on a full pipe.
+            with contextlib.suppress(BrokenPipeError):
+                display.output(pending[:end], stream)
+            pending = pending[end:]
+    if pending:
         with contextlib.suppress(BrokenPipeError):
-            console.line(data, stream)
+            display.output(pending, stream)
     source.close()
 
 
@@ -92,6 +145,7 @@ def run_local(
     *,
     workdir: str | None = None,
     progress: bool | None = None,
+    total: int | None = None,
     python: str | None = None,
 ) -> int:
     """Run ``program`` as master with ``slaves`` local slaves; return the master's exit status."""
@@ -99,11 +153,16 @@ def run_local(
     if problem is not None:
         print(f"mwpy local: error: {problem}", file=sys.stderr)
         return 2
+    work = _Workdir.make(workdir)
     show = sys.stderr.isatty() if progress is None else progress
-    console = _Console(sys.stderr, show)
-    run = _LocalRun(
-        program, slaves, args, work=_Workdir.make(workdir), console=console, interpreter=python or sys.executable
-    )
+    follower = None
+    if show:
+        events = _named_events(args) or work.path / "events.jsonl"
+        follower = Follower(
+            work.resource_file, total=total, events=events, condor=False, slave_limit=slaves, title="mwpy local"
+        )
+    display = _Display(follower, Console(file=sys.stderr))
+    run = _LocalRun(program, slaves, args, work=work, display=display, interpreter=python or sys.executable)
     return run.wait()
 
 
@@ -168,20 +227,31 @@ def _master_command(interpreter: str, program: str, work: _Workdir, args: list[s
 
 def _default_events(work: _Workdir, args: list[str]) -> list[str]:
     """An event log in the work folder (for ``mwpy report``, and the goodput summary), unless the user names one."""
-    if any(arg == "--mw-events" or arg.startswith("--mw-events=") for arg in args):
+    if _named_events(args) is not None:
         return []
     return ["--mw-events", str(work.path / "events.jsonl")]
+
+
+def _named_events(args: list[str]) -> str | None:
+    """The event log the program's own ``--mw-events`` names (the last one counts, as for any option), or None."""
+    named = None
+    for index, arg in enumerate(args):
+        if arg == "--mw-events" and index + 1 < len(args):
+            named = args[index + 1]
+        elif arg.startswith("--mw-events="):
+            named = arg.removeprefix("--mw-events=")
+    return named
 
 
 class _LocalRun:
     """One ``mwpy local`` run: the master process, its output pumps, and the overseer with local slaves."""
 
     def __init__(
-        self, program: str, slaves: int, args: list[str], *, work: _Workdir, console: _Console, interpreter: str
+        self, program: str, slaves: int, args: list[str], *, work: _Workdir, display: _Display, interpreter: str
     ) -> None:
         self.slaves = slaves
         self.work = work
-        self.console = console
+        self.display = display
         self.master = subprocess.Popen(
             _master_command(interpreter, program, work, args),
             stdin=subprocess.DEVNULL,
@@ -191,8 +261,8 @@ class _LocalRun:
         assert self.master.stdout is not None
         assert self.master.stderr is not None
         self.pumps = [
-            threading.Thread(target=_pump, args=(self.master.stdout, console, sys.stdout), daemon=True),
-            threading.Thread(target=_pump, args=(self.master.stderr, console, sys.stderr), daemon=True),
+            threading.Thread(target=_pump, args=(self.master.stdout, display, sys.stdout), daemon=True),
+            threading.Thread(target=_pump, args=(self.master.stderr, display, sys.stderr), daemon=True),
         ]
         for pump in self.pumps:
             pump.start()
@@ -239,15 +309,13 @@ class _LocalRun:
         return status if status >= 0 else 128 - status
 
     def _watch(self) -> None:
-        """Wait for the master, drawing the progress line and saying when a slave fails."""
-        started = time.monotonic()
+        """Wait for the master, showing the status view and saying when a slave fails."""
         reported: set[str] = set()
         setup = SetupFailures()
         while self.master.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.master.wait(0.5)
-            if self.console.progress:
-                self.console.status(_progress_text(self.work.resource_file, self.slaves, time.monotonic() - started))
+            self.display.refresh()
             self._report_failures(reported)
             self._give_up_on_failing_slaves(setup)
 
@@ -260,7 +328,7 @@ class _LocalRun:
             done = 0
         problem = setup.problem(done)
         if problem is not None and self.master.poll() is None:
-            self.console.line(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
+            self.display.output(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
             self.master.terminate()
             self.gave_up = True
 
@@ -271,7 +339,7 @@ class _LocalRun:
                 reported.add(job.job_id)
                 errors = self.backend.sandbox(job.job_id) / "slave.err"
                 text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
-                self.console.line(text.encode(), sys.stderr)
+                self.display.output(text.encode(), sys.stderr)
 
     def _clean_up(self, *, quiet: bool = False) -> None:
         """Stop the overseer and the slaves, drain the master's output, remove or point at the folder."""
@@ -281,7 +349,7 @@ class _LocalRun:
         self.backend.close()
         for pump in self.pumps:
             pump.join()
-        self.console.done()
+        self.display.close()
         if not quiet:
             self.work.clean_up(self.master.returncode)
 
@@ -292,19 +360,6 @@ class _Terminated(Exception):
 
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
-
-
-def _progress_text(rf: Path, slaves: int, elapsed: float) -> str:
-    try:
-        record = resource_file.read(rf)
-    except ResourceFileError:
-        return f"[mwpy] starting master... {elapsed:.0f} s"
-    connected = sum(record.slaves_connected.values())
-    rate = record.tasks_done / elapsed if elapsed > 0 else 0.0
-    return (
-        f"[mwpy] {record.tasks_done} tasks done ({rate:,.0f}/s) · {record.tasks_running} running · "
-        f"{record.tasks_pending} queued · slaves {connected}/{slaves} · {elapsed:.0f} s"
-    )
 
 
 def _let_slaves_leave(backend: LocalBackend) -> None:

@@ -18,22 +18,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from mwpy import events as ev
 from mwpy.errors import ConfigurationError
-from mwpy.events import (
-    CondorJobs,
-    Event,
-    MasterStart,
-    MasterStop,
-    ResourceFileWritten,
-    SlaveConnected,
-    SlaveDisconnected,
-    TaskFailed,
-    TasksCancelled,
-    TasksDispatched,
-    TasksFinished,
-    TasksRequeued,
-    TasksUnrunnable,
-)
 
 #: Where the exporter listens unless told otherwise: metrics are not secret, but nobody asked to publish them.
 DEFAULT_HOST = "127.0.0.1"
@@ -89,20 +75,20 @@ class MetricsExporter:
         """The port it listens on (the one chosen by the system when asked for port 0)."""
         return int(self._server.server_port)
 
-    def __call__(self, event: Event) -> None:
-        handler = self._HANDLERS.get(type(event))  # event kinds are never subclassed: the exact type is the kind
+    def __call__(self, event: ev.Event) -> None:
+        handler = self._HANDLERS.get(event.KIND)  # by kind: a subclass of a kind is handled as that kind
         if handler is not None:
             handler(self, event)
 
-    def _finished(self, event: TasksFinished) -> None:
+    def _finished(self, event: ev.TasksFinished) -> None:
         self.tasks.labels(event.algorithm, event.outcome).inc(len(event.run_us))
         self.run_seconds.labels(event.algorithm, event.outcome).inc(sum(event.run_us) / 1e6)
         self.wait_seconds.labels(event.algorithm).inc(sum(event.wait_us) / 1e6)
 
-    def _dispatched(self, event: TasksDispatched) -> None:
+    def _dispatched(self, event: ev.TasksDispatched) -> None:
         self.dispatched.inc(event.n)
 
-    def _resource_file(self, event: ResourceFileWritten) -> None:
+    def _resource_file(self, event: ev.ResourceFileWritten) -> None:
         for group, count in event.slaves_connected.items():
             self.connected.labels(group).set(count)
         self.needed.set(event.slaves_needed)
@@ -110,50 +96,50 @@ class MetricsExporter:
         self.pending.set(event.tasks_pending)
         self.running.set(event.tasks_running)
 
-    def _connected(self, event: SlaveConnected) -> None:
+    def _connected(self, event: ev.SlaveConnected) -> None:
         self.connections.inc()
 
-    def _disconnected(self, event: SlaveDisconnected) -> None:
+    def _disconnected(self, event: ev.SlaveDisconnected) -> None:
         self.disconnections.labels(event.cause).inc()
 
-    def _failed(self, event: TaskFailed) -> None:
+    def _failed(self, event: ev.TaskFailed) -> None:
         self.failures.labels(event.algorithm, event.error).inc()
 
-    def _requeued(self, event: TasksRequeued) -> None:
+    def _requeued(self, event: ev.TasksRequeued) -> None:
         self.requeued.inc(event.n)
 
-    def _unrunnable(self, event: TasksUnrunnable) -> None:
+    def _unrunnable(self, event: ev.TasksUnrunnable) -> None:
         self.unrunnable.inc(event.n)
 
-    def _cancelled(self, event: TasksCancelled) -> None:
+    def _cancelled(self, event: ev.TasksCancelled) -> None:
         self.cancelled.inc(event.n)
 
-    def _condor_jobs(self, event: CondorJobs) -> None:
+    def _condor_jobs(self, event: ev.CondorJobs) -> None:
         for state in ("idle", "running", "held"):
             self.condor.labels(state).set(getattr(event, state))
 
-    def _master_start(self, event: MasterStart) -> None:
+    def _master_start(self, event: ev.MasterStart) -> None:
         self.run.set(event.run)
         self.started.set(event.t)
         self.finished.set(0)
 
-    def _master_stop(self, event: MasterStop) -> None:
+    def _master_stop(self, event: ev.MasterStop) -> None:
         self.finished.set(1)
 
     #: The metrics each kind of event updates (one method per kind).
-    _HANDLERS: ClassVar[dict[type[Event], Callable[[MetricsExporter, Any], None]]] = {
-        TasksFinished: _finished,
-        TasksDispatched: _dispatched,
-        ResourceFileWritten: _resource_file,
-        SlaveConnected: _connected,
-        SlaveDisconnected: _disconnected,
-        TaskFailed: _failed,
-        TasksRequeued: _requeued,
-        TasksUnrunnable: _unrunnable,
-        TasksCancelled: _cancelled,
-        CondorJobs: _condor_jobs,
-        MasterStart: _master_start,
-        MasterStop: _master_stop,
+    _HANDLERS: ClassVar[dict[str, Callable[[MetricsExporter, Any], None]]] = {
+        ev.TasksFinished.KIND: _finished,
+        ev.TasksDispatched.KIND: _dispatched,
+        ev.ResourceFileWritten.KIND: _resource_file,
+        ev.SlaveConnected.KIND: _connected,
+        ev.SlaveDisconnected.KIND: _disconnected,
+        ev.TaskFailed.KIND: _failed,
+        ev.TasksRequeued.KIND: _requeued,
+        ev.TasksUnrunnable.KIND: _unrunnable,
+        ev.TasksCancelled.KIND: _cancelled,
+        ev.CondorJobs.KIND: _condor_jobs,
+        ev.MasterStart.KIND: _master_start,
+        ev.MasterStop.KIND: _master_stop,
     }
 
     def close(self) -> None:

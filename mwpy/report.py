@@ -30,24 +30,9 @@ from typing import Any, ClassVar
 
 import attrs
 
+from mwpy import events as ev
 from mwpy import goodput
 from mwpy.errors import EventLogError
-from mwpy.events import (
-    CondorJobs,
-    Event,
-    MasterStart,
-    MasterStop,
-    ResourceFileWritten,
-    SlaveConnected,
-    SlaveDisconnected,
-    TaskFailed,
-    TasksCancelled,
-    TasksDispatched,
-    TasksFinished,
-    TasksRequeued,
-    TasksUnrunnable,
-    iter_events,
-)
 
 #: Time bins on the x axis at most (bins are whole seconds, at least 1 s wide).
 MAX_BINS = 400
@@ -147,10 +132,10 @@ class Digest:
     condor: list[tuple[float, int, int]] = attrs.Factory(list)
     slaves: list[_Slave] = attrs.Factory(list)
     algorithms: dict[str, _Algorithm] = attrs.Factory(lambda: defaultdict(_Algorithm))
-    failures: list[TaskFailed] = attrs.Factory(list)
+    failures: list[ev.TaskFailed] = attrs.Factory(list)
     more_failures: int = 0
-    starts: list[MasterStart] = attrs.Factory(list)
-    stops: list[MasterStop] = attrs.Factory(list)
+    starts: list[ev.MasterStart] = attrs.Factory(list)
+    stops: list[ev.MasterStop] = attrs.Factory(list)
     counts: Counter[str] = attrs.Factory(Counter)
     causes: Counter[str] = attrs.Factory(Counter)
     first: float | None = None
@@ -170,7 +155,7 @@ class _Digester:
         #: The last moment a master that died was known alive (the time of the event before the current one).
         self.before: float | None = None
 
-    def add(self, event: Event) -> None:
+    def add(self, event: ev.Event) -> None:
         self.accountant.add(event)
         d = self.digest
         t = event.t
@@ -179,7 +164,7 @@ class _Digester:
             d.first = t
         if d.last is None or t > d.last:
             d.last = t
-        handler = self._HANDLERS.get(type(event))  # event kinds are never subclassed: the exact type is the kind
+        handler = self._HANDLERS.get(event.KIND)  # by kind: a subclass of a kind is handled as that kind
         if handler is not None:
             handler(self, event)
 
@@ -192,7 +177,7 @@ class _Digester:
                 slave.name = f"run {run}: {slave.name}"
         return d
 
-    def _finished(self, event: TasksFinished) -> None:
+    def _finished(self, event: ev.TasksFinished) -> None:
         d, t = self.digest, event.t
         n = len(event.run_us)
         self.outcomes[event.outcome][d.grid.index(t)] += n
@@ -209,7 +194,7 @@ class _Digester:
         if slave is not None:
             d.grid.spread(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
 
-    def _connected(self, event: SlaveConnected) -> None:
+    def _connected(self, event: ev.SlaveConnected) -> None:
         d, t, live = self.digest, event.t, self.live
         d.grid.index(t)
         slave = _Slave(name=event.slave, host=event.host, start=t, busy=d.grid.series())
@@ -219,7 +204,7 @@ class _Digester:
         d.slaves.append(slave)
         d.connected.append((t, len(live)))
 
-    def _disconnected(self, event: SlaveDisconnected) -> None:
+    def _disconnected(self, event: ev.SlaveDisconnected) -> None:
         d, t = self.digest, event.t
         gone = self.live.pop(event.slave, None)
         if gone is not None:
@@ -227,20 +212,20 @@ class _Digester:
         d.causes[event.cause] += 1
         d.connected.append((t, len(self.live)))
 
-    def _resource_file(self, event: ResourceFileWritten) -> None:
+    def _resource_file(self, event: ev.ResourceFileWritten) -> None:
         self.digest.needed.append((event.t, event.slaves_needed))
 
-    def _condor_jobs(self, event: CondorJobs) -> None:
+    def _condor_jobs(self, event: ev.CondorJobs) -> None:
         self.digest.condor.append((event.t, event.idle, event.running))
 
-    def _failed(self, event: TaskFailed) -> None:
+    def _failed(self, event: ev.TaskFailed) -> None:
         d = self.digest
         if len(d.failures) < MAX_FAILURES:
             d.failures.append(event)
         else:
             d.more_failures += 1
 
-    def _master_start(self, event: MasterStart) -> None:
+    def _master_start(self, event: ev.MasterStart) -> None:
         d, t = self.digest, event.t
         for slave in self.live.values():  # slaves of a master that died (or stopped) end with it
             slave.end = self.before if self.before is not None else t
@@ -248,32 +233,32 @@ class _Digester:
         d.starts.append(event)
         d.connected.append((t, 0))
 
-    def _master_stop(self, event: MasterStop) -> None:
+    def _master_stop(self, event: ev.MasterStop) -> None:
         self.digest.stops.append(event)
 
-    def _count(self, event: TasksDispatched | TasksRequeued | TasksUnrunnable | TasksCancelled) -> None:
+    def _count(self, event: ev.TasksDispatched | ev.TasksRequeued | ev.TasksUnrunnable | ev.TasksCancelled) -> None:
         self.digest.counts[event.KIND] += event.n
 
-    _HANDLERS: ClassVar[dict[type[Event], Callable[[_Digester, Any], None]]] = {
-        TasksFinished: _finished,
-        SlaveConnected: _connected,
-        SlaveDisconnected: _disconnected,
-        ResourceFileWritten: _resource_file,
-        CondorJobs: _condor_jobs,
-        TaskFailed: _failed,
-        MasterStart: _master_start,
-        MasterStop: _master_stop,
-        TasksDispatched: _count,
-        TasksRequeued: _count,
-        TasksUnrunnable: _count,
-        TasksCancelled: _count,
+    _HANDLERS: ClassVar[dict[str, Callable[[_Digester, Any], None]]] = {
+        ev.TasksFinished.KIND: _finished,
+        ev.SlaveConnected.KIND: _connected,
+        ev.SlaveDisconnected.KIND: _disconnected,
+        ev.ResourceFileWritten.KIND: _resource_file,
+        ev.CondorJobs.KIND: _condor_jobs,
+        ev.TaskFailed.KIND: _failed,
+        ev.MasterStart.KIND: _master_start,
+        ev.MasterStop.KIND: _master_stop,
+        ev.TasksDispatched.KIND: _count,
+        ev.TasksRequeued.KIND: _count,
+        ev.TasksUnrunnable.KIND: _count,
+        ev.TasksCancelled.KIND: _count,
     }
 
 
 def digest(path: str | os.PathLike[str]) -> Digest:
     """Read the log once and aggregate it; :class:`EventLogError` at its first bad line."""
     digester = _Digester()
-    for event in iter_events(path):
+    for event in ev.iter_events(path):
         digester.add(event)
     return digester.result()
 

@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 import attrs
 import cattrs
 
-from mwpy import safe_files
+from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 
 FORMAT = "mwpy-resource-file"
@@ -124,60 +124,7 @@ class ResourceFile:
         return not self.finished and self.overdue(now) > limit
 
 
-def _strict(*types: type) -> Callable[[Any, Any], Any]:
-    """A structure hook that accepts only these JSON types (cattrs would coerce "123" to 123)."""
-
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) not in types:
-            raise TypeError(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}")
-        return value
-
-    return structure
-
-
-def _finite(value: Any, _: Any) -> float:
-    """A JSON number that is a real time or interval: not a bool, not NaN or infinite."""
-    if type(value) not in (float, int):
-        raise TypeError(f"expected float or int, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _str_list(value: Any, _: Any) -> list[str]:
-    """A JSON array of strings; cattrs would turn a string into a list of its characters."""
-    if type(value) is not list:
-        raise TypeError(f"expected a list of strings, got {type(value).__name__}")
-    bad = [type(item).__name__ for item in value if type(item) is not str]
-    if bad:
-        raise TypeError(f"expected a list of strings, it holds a value of type {bad[0]}")
-    return list(value)
-
-
-def _int_dict(value: Any, _: Any) -> dict[str, int]:
-    """A JSON object of integers; cattrs would accept other mappings and coerce the values."""
-    if type(value) is not dict:
-        raise TypeError(f"expected an object of integers, got {type(value).__name__}")
-    bad = [type(item).__name__ for item in value.values() if type(item) is not int]
-    if bad:
-        raise TypeError(f"expected an object of integers, it holds a value of type {bad[0]}")
-    return dict(value)
-
-
-_converter = cattrs.Converter(forbid_extra_keys=False)
-_converter.register_structure_hook(str, _strict(str))
-_converter.register_structure_hook(int, _strict(int))
-_converter.register_structure_hook(float, _finite)
-_converter.register_structure_hook(bool, _strict(bool))
-_converter.register_structure_hook_func(lambda t: t == list[str], _str_list)
-_converter.register_structure_hook_func(lambda t: t == dict[str, int], _int_dict)
-
-
-def _describe(exc: BaseException, _: Any) -> str:
-    """Problem text for cattrs: the validator's own message, not cattrs' generic one."""
-    if isinstance(exc, KeyError):
-        return "required key missing"
-    return str(exc) or type(exc).__name__
+_converter = strict_json.converter(str)
 
 
 def dumps(record: ResourceFile) -> str:
@@ -212,25 +159,11 @@ def _too_deep(text: str) -> bool:
     return False
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e999
         raise ValueError(f"{text} is out of range")
     return value
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are all different: with duplicates, readers could disagree on the value."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
 
 
 def _parse(text: str, source: str) -> Any:
@@ -239,7 +172,10 @@ def _parse(text: str, source: str) -> Any:
         raise _invalid(source, f"not JSON (nested deeper than {MAX_DEPTH} levels)")
     try:
         return json.loads(
-            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+            text,
+            parse_constant=strict_json.refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=strict_json.unique_keys,
         )
     except RecursionError:  # not expected after _too_deep, but never a traceback
         raise _invalid(source, "not JSON (nested too deep)") from None
@@ -260,7 +196,7 @@ def loads(text: str, source: str = "resource file") -> ResourceFile:
         record = _converter.structure(data, ResourceFile)
     except Exception as exc:
         problems = (
-            "; ".join(cattrs.transform_error(exc, format_exception=_describe))
+            "; ".join(cattrs.transform_error(exc, format_exception=strict_json.describe))
             if isinstance(exc, cattrs.BaseValidationError)
             else exc
         )

@@ -60,16 +60,23 @@ def _groups(record: ResourceFile) -> list[tuple[str, int]]:
 
 @attrs.define
 class Extra:
-    """What the resource file does not say: the total, recent failures, Condor's job counts."""
+    """What the resource file does not say: the total, the slave limit, recent failures, Condor's job counts."""
 
     total: int | None = None
+    #: Slaves that may run at most (``mwpy local --slaves N``), shown as ``slaves 2/N``.
+    slave_limit: int | None = None
     failures: Sequence[str] = ()
     condor: Mapping[str, int] | None = None
     condor_problem: str | None = None
 
 
 class Rate:
-    """Tasks per second over the last ``RATE_WINDOW`` seconds of samples of ``tasks_done``."""
+    """Tasks per second over the last ``RATE_WINDOW`` seconds of samples of ``tasks_done``.
+
+    Samples are taken at the resource file's own timestamps (when the master
+    counted), so reading one file twice adds nothing and the rate does not
+    sag between two writes.
+    """
 
     def __init__(self, window: float = RATE_WINDOW) -> None:
         self.window = window
@@ -78,6 +85,8 @@ class Rate:
     def add(self, now: float, done: int) -> None:
         if self._samples and done < self._samples[-1][1]:  # a restarted master counts from 0 again
             self._samples.clear()
+        if self._samples and now <= self._samples[-1][0]:  # the same write read again (or a clock step back)
+            return
         self._samples.append((now, done))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window:
             self._samples.popleft()
@@ -99,79 +108,98 @@ def _eta(record: ResourceFile, total: int | None, rate: float | None) -> str | N
     return duration((total - record.tasks_done) / rate)
 
 
+# The phrases both views are made of, so that the terminal view and the plain line say the same things in the same
+# words ("1,234 tasks done (56.7/s)", "slaves 2/2 connected"), words a reader or a script may look for.
+
+
+def _tasks_phrase(record: ResourceFile, total: int | None, rate: float | None) -> str:
+    """``78/300 tasks done (26 %, 15.3/s) · 2 running · 98 queued`` (the total and rate when known)."""
+    done = f"{record.tasks_done:,}{f'/{total:,}' if total else ''} tasks done"
+    notes = [f"{100 * record.tasks_done / total:.0f} %"] if total else []
+    if rate is not None:
+        notes.append(f"{rate:,.{1 if rate < 100 else 0}f}/s")
+    if notes:
+        done += f" ({', '.join(notes)})"
+    return f"{done} · {record.tasks_running:,} running · {record.tasks_pending:,} queued"
+
+
+def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
+    """``slaves 2/2 connected (unordered 2) · 98 more needed``: per group that has any, and the master's demand."""
+    connected = sum(record.slaves_connected.values())
+    groups = ", ".join(f"{kind} {count}" for kind, count in _groups(record) if count)
+    return (
+        f"slaves {connected}{f'/{limit}' if limit else ''} connected{f' ({groups})' if groups else ''}"
+        f" · {record.slaves_needed:,} more needed"
+    )
+
+
+def _condor_phrase(condor: Mapping[str, int]) -> str:
+    return f"condor {condor.get('idle', 0)} idle · {condor.get('running', 0)} running · {condor.get('held', 0)} held"
+
+
 def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None) -> str:
-    """One line: the view for a pipe, a log file or ``mwpy local``'s progress line."""
+    """One line: the view for a pipe or a log file."""
     if record is None:
         return (
             f"[mwpy] waiting for the resource file ({problem})" if problem else "[mwpy] waiting for the resource file"
         )
-    done = f"{record.tasks_done:,}"
-    if extra.total:
-        done += f"/{extra.total:,} ({100 * record.tasks_done / extra.total:.0f} %)"
     eta = _eta(record, extra.total, rate)
-    groups = ", ".join(f"{k} {v}" for k, v in _groups(record) if v)
-    slaves = sum(record.slaves_connected.values())
     parts = [
         f"[mwpy] {state_of(record, now)}",
-        f"tasks {done}",
-        f"{record.tasks_running:,} running",
-        f"{record.tasks_pending:,} queued",
-        f"{rate:,.1f}/s" if rate is not None else "rate -",
+        _tasks_phrase(record, extra.total, rate),
         *([f"ETA {eta}"] if eta else []),
-        f"slaves {slaves}{f' ({groups})' if groups else ''} +{record.slaves_needed} needed",
+        _slaves_phrase(record, extra.slave_limit),
     ]
     if extra.condor is not None:
-        parts.append(f"condor {extra.condor.get('idle', 0)} idle {extra.condor.get('running', 0)} running")
+        parts.append(_condor_phrase(extra.condor))
     if extra.failures:
         parts.append(f"last failure: {extra.failures[-1]}")
     return " · ".join(parts)
 
 
 def render(
-    record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None
+    record: ResourceFile | None,
+    extra: Extra,
+    rate: float | None,
+    now: float,
+    problem: str | None = None,
+    *,
+    title: str = "mwpy status",
 ) -> RenderableType:
-    """The terminal view (a rich renderable)."""
+    """The terminal view (a rich renderable): a panel of the plain line's phrases, one a line, and a progress bar."""
     if record is None:
-        return Panel(Text(f"waiting for the resource file{f' ({problem})' if problem else ''}", style="yellow"))
+        text = f"waiting for the resource file{f' ({problem})' if problem else ''}"
+        return Panel(Text(text, style="yellow"), title=title, title_align="left")
     state = state_of(record, now)
     colour = {"finished": "green", "stale": "red", "in progress": "cyan"}[state]
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column()
-    age = f"written {record.age(now):.0f} s ago, every {record.update_interval:g} s"
-    grid.add_row("status", Text.assemble((state, f"bold {colour}"), f"  ({age})"))
-    grid.add_row("master", f"{record.master_host}:{record.master_port}  member id {record.member_id}")
-    counts = f"{record.tasks_done:,} done · {record.tasks_running:,} running · {record.tasks_pending:,} queued"
+    lines: list[RenderableType] = [
+        Text.assemble(
+            (state, f"bold {colour}"),
+            f" · master {record.master_host}:{record.master_port} · member id {record.member_id}",
+            (f" · written {record.age(now):.0f} s ago, every {record.update_interval:g} s", "dim"),
+        )
+    ]
     if extra.total:
-        share = min(1.0, record.tasks_done / extra.total)
         eta = _eta(record, extra.total, rate)
         bar = Table.grid(padding=(0, 1))
         bar.add_row(
             ProgressBar(total=extra.total, completed=min(record.tasks_done, extra.total), width=40, style="grey42"),
-            f"{record.tasks_done:,}/{extra.total:,} ({100 * share:.0f} %)",
-            f"ETA {eta}" if eta else "",
+            f"{record.tasks_done:,}/{extra.total:,} ({100 * min(1.0, record.tasks_done / extra.total):.0f} %)"
+            + (f" · ETA {eta}" if eta else ""),
         )
-        grid.add_row("progress", bar)
-    grid.add_row("tasks", counts)
-    grid.add_row("rate", f"{rate:,.1f} tasks/s" if rate is not None else "-")
-    groups = "  ".join(f"{kind} {count}" for kind, count in _groups(record))
-    connected = sum(record.slaves_connected.values())
-    grid.add_row("slaves", f"{connected} connected ({groups}) · {record.slaves_needed} more needed")
+        lines.append(bar)
+    lines.append(Text(_tasks_phrase(record, None, rate)))
+    lines.append(Text(_slaves_phrase(record, extra.slave_limit)))
     if extra.condor is not None:
-        grid.add_row(
-            "condor",
-            f"{extra.condor.get('idle', 0)} idle · {extra.condor.get('running', 0)} running · "
-            f"{extra.condor.get('held', 0)} held",
-        )
+        lines.append(Text(_condor_phrase(extra.condor)))
     elif extra.condor_problem:
-        grid.add_row("condor", Text(extra.condor_problem, style="dim"))
-    parts: list[RenderableType] = [grid]
+        lines.append(Text(extra.condor_problem, style="dim"))
     if extra.failures:
-        failures = Text("recent failures\n", style="bold red")
+        failures = Text("recent failures", style="bold red")
         for line in extra.failures[-MAX_FAILURES:]:
-            failures.append(f"  {line}\n", style="red")
-        parts.append(failures)
-    return Panel(Group(*parts), title="mwpy status", border_style=colour)
+            failures.append(f"\n  {line}", style="red")
+        lines.append(failures)
+    return Panel(Group(*lines), title=title, title_align="left", border_style=colour)
 
 
 class FailureTail:
@@ -240,7 +268,7 @@ def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, 
 
 
 class Follower:
-    """Samples a computation (resource file, event log, schedd) and renders it; :func:`watch` and ``mwpy local``.
+    """Samples a computation (resource file, event log, schedd) and renders it: :func:`watch` and ``mwpy local``.
 
     ``condor``: True asks the schedd every ``CONDOR_INTERVAL`` s, None asks
     once and keeps asking only if a schedd answered, False never asks.
@@ -253,14 +281,18 @@ class Follower:
         total: int | None = None,
         events: str | os.PathLike[str] | None = None,
         condor: bool | None = None,
+        slave_limit: int | None = None,
+        title: str = "mwpy status",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.resource_path = resource_path
+        #: The view's title (``mwpy local`` adds the time it has run).
+        self.title = title
         self.clock = clock
         self.condor = condor
         self.rate = Rate()
         self.tail = FailureTail(events) if events is not None else None
-        self.extra = Extra(total=total)
+        self.extra = Extra(total=total, slave_limit=slave_limit)
         self.record: ResourceFile | None = None
         #: Why there is no record (the resource file's one-line problem), or None.
         self.problem: str | None = None
@@ -280,7 +312,7 @@ class Follower:
             self.record, self.problem = None, str(exc)
             return None
         self.record, self.problem = record, None
-        self.rate.add(now, record.tasks_done)
+        self.rate.add(record.timestamp, record.tasks_done)
         extra, tail = self.extra, self.tail
         if tail is not None:
             tail.poll()
@@ -303,7 +335,7 @@ class Follower:
 
     def view(self) -> RenderableType:
         """The terminal view of the last sample."""
-        return render(self.record, self.extra, self.rate.per_second(), self.clock(), self.problem)
+        return render(self.record, self.extra, self.rate.per_second(), self.clock(), self.problem, title=self.title)
 
 
 def watch(
@@ -354,13 +386,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     parser.add_argument("--total", type=int, help="tasks in all, for the progress bar and ETA")
     parser.add_argument("--events", help="the master's event log (--mw-events): recent failures, the total")
     parser.add_argument("--condor", action=argparse.BooleanOptionalAction, default=None, help="Condor job counts")
-    parser.add_argument("--svg", help=argparse.SUPPRESS)  # one frame as SVG, for docs/observability.md
     options = parser.parse_args(argv)
     if options.interval <= 0:
         parser.error("--interval: expected a positive number")
     console = Console(file=out) if out is not None else Console()
-    if options.svg:
-        return _svg(options, options.svg)
     if options.watch:
         return watch(
             options.resource_file,
@@ -376,34 +405,6 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     console.print(render(record, Extra(total=options.total), None, time.time()))
-    return 0
-
-
-def _svg(options: argparse.Namespace, path: str) -> int:
-    """Render one frame of the terminal view into an SVG (rich's own export), for the docs' screenshot.
-
-    Reads the resource file twice, ``--interval`` apart, so the frame shows a real rate (and ETA).
-    """
-    tail = FailureTail(options.events) if options.events else None
-    rate = Rate()
-    record: ResourceFile | None = None
-    for attempt in range(2):
-        if attempt:
-            time.sleep(options.interval)
-        try:
-            record = resource_file.read(options.resource_file)
-        except ResourceFileError as exc:
-            print(f"mwpy status: error: {exc}", file=sys.stderr)
-            return 1
-        rate.add(time.time(), record.tasks_done)
-    assert record is not None
-    if tail is not None:
-        tail.poll()
-    extra = Extra(total=options.total or (tail.total if tail else None), failures=list(tail.failures) if tail else [])
-    with open(os.devnull, "w", encoding="utf-8") as sink:
-        console = Console(record=True, width=100, file=sink, force_terminal=True, color_system="truecolor")
-        console.print(render(record, extra, rate.per_second(), time.time()))
-        console.save_svg(path, title="mwpy status --watch")
     return 0
 
 

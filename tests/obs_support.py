@@ -1,12 +1,22 @@
-"""Synthetic event logs for the observability tests, with times known in advance."""
+"""For the observability tests: synthetic event logs with times known in advance, headless Chromium, and a
+real pseudo-terminal read through a terminal emulator (pyte)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import pty
+import select
+import signal
+import struct
 import subprocess
+import termios
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import pyte
 import pytest
 
 from mwpy import events as ev
@@ -134,3 +144,73 @@ def console_errors(stderr: str) -> list[str]:
         for line in stderr.splitlines()
         if "Uncaught" in line or ("CONSOLE" in line and "error" in line.lower()) or "Failed to load resource" in line
     ]
+
+
+#: The emulated terminal's size.
+COLUMNS, LINES = 100, 30
+
+
+class Terminal:
+    """A child process on a real pseudo-terminal, its output fed to a VT100 emulator (pyte)."""
+
+    def __init__(self, argv: list[str], *, deadline: float = 30.0) -> None:
+        #: Seconds :meth:`wait_for` and :meth:`wait_exit` wait at most.
+        self.deadline = deadline
+        self.screen = pyte.Screen(COLUMNS, LINES)
+        self.stream = pyte.ByteStream(self.screen)
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLUMNS), "LINES": str(LINES)}
+        env.pop("NO_COLOR", None)
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal, so Ctrl-C reaches it as a keystroke would
+            os.execvpe(argv[0], argv, env)
+        self.pid, self.fd = pid, fd
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
+        self.status: int | None = None
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display)
+
+    def pump(self, wait: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], wait)
+        if ready:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                data = b""
+            self.stream.feed(data)
+
+    def wait_for(self, *texts: str) -> str:
+        deadline = time.monotonic() + self.deadline
+        while not all(t in self.text() for t in texts):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {texts!r} on the screen:\n{self.text()}")
+            self.pump(0.1)
+        return self.text()
+
+    def wait_exit(self) -> int:
+        deadline = time.monotonic() + self.deadline
+        while self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the view did not exit; screen:\n{self.text()}")
+            self.pump(0.05)
+        with contextlib.suppress(OSError):
+            while True:  # what it wrote last
+                ready, _, _ = select.select([self.fd], [], [], 0)
+                if not ready:
+                    break
+                data = os.read(self.fd, 65536)
+                if not data:
+                    break
+                self.stream.feed(data)
+        return self.status
+
+    def close(self) -> None:
+        if self.status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)

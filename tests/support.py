@@ -286,6 +286,32 @@ def free_port() -> int:
     return port
 
 
+def resource_record(**changes: Any) -> ResourceFile:
+    """A valid, fresh resource file naming a master nobody listens on (a free port), with ``changes``."""
+    record = ResourceFile(
+        computation_status="in-progress",
+        timestamp=time.time(),
+        update_interval=300.0,
+        member_id="m",
+        master_host="127.0.0.1",
+        master_port=free_port(),
+        slaves_needed=1,
+        slave_executable=PYTHON,
+        slave_files=[],
+        slave_arguments=[],
+        master_pid=1,
+        secret="00" * 32,
+    )
+    return attrs.evolve(record, **changes)
+
+
+def write_resource_file(path: Path, **changes: Any) -> ResourceFile:
+    """Write :func:`resource_record` at ``path`` as the master would (atomically, mode 0600)."""
+    record = resource_record(**changes)
+    resource_file.write(path, record)
+    return record
+
+
 class LocalMaster:
     """A master running inside the test process, with real slave processes and sockets.
 

@@ -21,7 +21,16 @@ import pytest
 from mwpy import ExitCode, resource_file
 from mwpy.overseer import Limits, Overseer
 from mwpy.resource_file import ResourceFile
-from tests.support import PROGRAMS, PYTHON, TRUST_STREAM, free_port, spawn, spawn_slave, wait_until
+from tests.support import (
+    PROGRAMS,
+    PYTHON,
+    TRUST_STREAM,
+    resource_record,
+    spawn,
+    spawn_slave,
+    wait_until,
+    write_resource_file,
+)
 
 #: A resource file's update interval in these tests, and the grace that goes with it (10 s at least).
 INTERVAL, GRACE = 4.0, 10.0
@@ -29,39 +38,11 @@ LIMIT = 100.0
 
 
 def write(path: Path, **changes: Any) -> ResourceFile:
-    record = ResourceFile(
-        computation_status="in-progress",
-        timestamp=time.time(),
-        update_interval=INTERVAL,
-        member_id="m",
-        master_host="127.0.0.1",
-        master_port=free_port(),
-        slaves_needed=1,
-        slave_executable=PYTHON,
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        secret="00" * 32,
-    )
-    record = attrs.evolve(record, **changes)
-    resource_file.write(path, record)
-    return record
+    return write_resource_file(path, **{"update_interval": INTERVAL, **changes})
 
 
 def test_overdue_and_abandoned_at_their_edges() -> None:
-    record = ResourceFile(
-        computation_status="in-progress",
-        timestamp=1000.0,
-        update_interval=INTERVAL,
-        member_id="m",
-        master_host="h",
-        master_port=1,
-        slaves_needed=0,
-        slave_executable="p",
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-    )
+    record = resource_record(timestamp=1000.0, update_interval=INTERVAL)
     edge = 1000.0 + INTERVAL + GRACE
     assert record.overdue(now=edge) == 0
     assert not record.abandoned(LIMIT, now=edge + LIMIT - 0.01)

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
-from mwpy import ExitCode, resource_file
+from mwpy import ExitCode
 from tests.programs.workload import whoami
 from tests.support import (
     PROGRAMS,
@@ -28,6 +27,7 @@ from tests.support import (
     spawn_master,
     spawn_slave,
     wait_until,
+    write_resource_file,
 )
 
 VARIANTS = PROGRAMS / "slave_variants.py"
@@ -130,28 +130,6 @@ def test_loop_reports_a_vanished_master_and_the_slave_exits_master_lost(tmp_path
 
 
 # ---------------------------------------------------------------------- exit statuses without a master
-
-
-def write_resource_file(path: Path, **changes: Any) -> None:
-    record = resource_file.ResourceFile(
-        computation_status="in-progress",
-        timestamp=time.time(),
-        update_interval=300.0,
-        member_id="m",
-        master_host="127.0.0.1",
-        master_port=free_port(),
-        slaves_needed=1,
-        slave_executable=PYTHON,
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        secret="00" * 32,
-    )
-    resource_file.write(path, resource_file.ResourceFile(**{**_fields(record), **changes}))
-
-
-def _fields(record: resource_file.ResourceFile) -> dict[str, Any]:
-    return attrs.asdict(record, recurse=False)
 
 
 def slave_of(tmp_path: Path, *args: str) -> Proc:

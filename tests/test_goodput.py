@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mwpy import events as ev
@@ -66,3 +67,17 @@ def test_the_summary_is_short_and_states_every_share(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("seconds", "text"), [(4.25, "4.2 s"), (65, "1 min 05 s"), (3725, "1 h 02 min"), (0, "0.0 s")])
 def test_durations_read_well(seconds: float, text: str) -> None:
     assert goodput.duration(seconds) == text
+
+
+@attrs.frozen(kw_only=True)
+class _Refined(ev.TasksFinished):
+    """A subclass of a kind (a refinement, a test double): still that kind."""
+
+
+def test_a_subclass_of_a_kind_counts_as_that_kind() -> None:
+    """The accountant looks events up by kind, not by exact type, so a subclass is never skipped silently."""
+    start = ev.SlaveConnected(t=0.0, slave="slave-1", host="a", address="a:1", group="unordered")
+    plain = finished(10.0, "slave-1", "ok", 4.0)
+    refined = _Refined(**attrs.asdict(plain))
+    assert goodput.account([start, refined]) == goodput.account([start, plain])
+    assert goodput.account([start, refined]).good == pytest.approx(4.0)

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
@@ -39,6 +38,7 @@ from tests.support import (
     spawn_master,
     spawn_slave,
     wait_until,
+    write_resource_file,
 )
 
 PROGRAM = PROGRAMS / "guarantees.py"
@@ -212,7 +212,7 @@ def test_ctrl_c_makes_master_and_slave_exit_130(tmp_path: Path) -> None:
 def test_ctrl_c_while_the_slave_is_still_connecting_exits_130(tmp_path: Path) -> None:
     """exit-codes.md: slave 130 when interrupted — also while it is still trying to reach its master."""
     rf = tmp_path / "resource.json"
-    _write(rf)  # fresh, nobody listening: the slave retries for 10 s
+    write_resource_file(rf)  # fresh, nobody listening: the slave retries for 10 s
     with sigint_default():
         slave = spawn_slave(PROGRAM, tmp_path)
     wait_until(lambda: "INIT SLAVE" in slave.out(), DEADLINE, "the slave to start connecting")
@@ -224,7 +224,7 @@ def test_ctrl_c_while_the_slave_is_still_connecting_exits_130(tmp_path: Path) ->
 def test_overseer_exits_1_when_no_schedd_answers(tmp_path: Path) -> None:
     """exit-codes.md: `mwpy overseer` exits 1 if it could not start (no schedd)."""
     rf = tmp_path / "resource.json"
-    _write(rf)
+    write_resource_file(rf)
     no_pool = {**os.environ, "CONDOR_CONFIG": "ONLY_ENV"}  # a configuration that names no schedd
     done = subprocess.run(
         mwpy_command("overseer", str(rf), "--backend", "condor"),
@@ -242,30 +242,12 @@ def test_overseer_exits_1_when_no_schedd_answers(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- staleness
 
 
-def _write(path: Path, **changes: Any) -> None:
-    record = resource_file.ResourceFile(
-        computation_status="in-progress",
-        timestamp=time.time(),
-        update_interval=300.0,
-        member_id="m",
-        master_host="127.0.0.1",
-        master_port=free_port(),
-        slaves_needed=1,
-        slave_executable=PYTHON,
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        secret="00" * 32,
-    )
-    resource_file.write(path, attrs.evolve(record, **changes))
-
-
 @pytest.mark.parametrize(("interval", "grace"), [(4.0, 10.0), (40.0, 20.0), (300.0, 150.0)])
 def test_stale_exactly_after_interval_plus_grace(tmp_path: Path, interval: float, grace: float) -> None:
     """resource-file.md: stale when now > timestamp + update_interval + max(10 s, update_interval / 2);
     a finished file never. The reader's clock is passed in: no waiting."""
     rf = tmp_path / "resource.json"
-    _write(rf, timestamp=1000.0, update_interval=interval)
+    write_resource_file(rf, timestamp=1000.0, update_interval=interval)
     record = resource_file.read(rf)
     edge = 1000.0 + interval + grace
     assert not record.stale(now=edge - 0.01)
@@ -279,7 +261,7 @@ def test_slave_reads_staleness_with_the_grace(tmp_path: Path, age: float, stale:
     """resource-file.md: a slave treats a file past its interval but within the grace as fresh (it does not
     say "stale"), and one past the grace as stale. Interval 4 s, grace 10 s, ages 10 s and 18 s."""
     rf = tmp_path / "resource.json"
-    _write(rf, timestamp=time.time() - age, update_interval=4.0)
+    write_resource_file(rf, timestamp=time.time() - age, update_interval=4.0)
     slave = spawn_slave(PROGRAM, tmp_path)
     assert slave.wait(DEADLINE) == ExitCode.UNREACHABLE
     err = one_line(slave.err())
@@ -290,7 +272,7 @@ def test_slave_reads_staleness_with_the_grace(tmp_path: Path, age: float, stale:
 def test_a_slave_that_cannot_reach_its_master_names_the_member_id_of_its_resource_file(tmp_path: Path) -> None:
     """The audit's INIT and FINI lines carry the computation's member id, not the option's default."""
     rf = tmp_path / "resource.json"
-    _write(rf, timestamp=time.time() - 3600, member_id="the-real-member")
+    write_resource_file(rf, timestamp=time.time() - 3600, member_id="the-real-member")
     slave = spawn_slave(PROGRAM, tmp_path)
     assert slave.wait(DEADLINE) == ExitCode.UNREACHABLE
     fini = [line for line in slave.out().splitlines() if "FINI" in line]
@@ -311,8 +293,8 @@ def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_stale_file_does
     """
     port = free_port()
     fresh_rf, stale_rf = tmp_path / "fresh.json", tmp_path / "stale.json"
-    _write(fresh_rf, master_port=port)
-    _write(stale_rf, master_port=port, timestamp=time.time() - 3600, update_interval=60.0)
+    write_resource_file(fresh_rf, master_port=port)
+    write_resource_file(stale_rf, master_port=port, timestamp=time.time() - 3600, update_interval=60.0)
     began = time.monotonic()
     fresh = spawn_slave(PROGRAM, tmp_path, resource=fresh_rf)
     stale = spawn_slave(PROGRAM, tmp_path, resource=stale_rf)
@@ -376,7 +358,7 @@ def test_resource_file_readers_never_see_a_partial_write(tmp_path: Path) -> None
     caught half-way: a truncated file is not JSON.)
     """
     rf = tmp_path / "resource.json"
-    _write(rf)
+    write_resource_file(rf)
     big = [f"/a/long/path/{i:04d}" for i in range(400)]
     failures: list[str] = []
     done = threading.Event()
@@ -395,7 +377,7 @@ def test_resource_file_readers_never_see_a_partial_write(tmp_path: Path) -> None
     thread.start()
     try:
         for i in range(300):
-            _write(rf, slave_files=big if i % 2 else [], tasks_done=i)
+            write_resource_file(rf, slave_files=big if i % 2 else [], tasks_done=i)
     finally:
         done.set()
         thread.join()

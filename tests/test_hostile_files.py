@@ -16,7 +16,6 @@ import json
 import os
 import stat
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,7 @@ import pytest
 
 from mwpy import ExitCode, resource_file, safe_files
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
-from mwpy.resource_file import ResourceFile
-from tests.support import PYTHON, TRUST_STREAM, free_port, mwpy_command, spawn
+from tests.support import PYTHON, TRUST_STREAM, free_port, mwpy_command, resource_record, spawn
 
 #: Seconds any reader gets; each returns in well under one when it is right.
 DEADLINE = 30.0
@@ -36,21 +34,7 @@ CHILD_MEMORY = 1 << 30
 
 def resource_fields(**changes: Any) -> dict[str, Any]:
     """A valid, fresh resource file's keys (naming a closed port), with ``changes``."""
-    record = ResourceFile(
-        computation_status="in-progress",
-        timestamp=time.time(),
-        update_interval=300.0,
-        member_id="m",
-        master_host="127.0.0.1",
-        master_port=free_port(),
-        slaves_needed=1,
-        slave_executable=PYTHON,
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        secret="00" * 32,
-    )
-    fields: dict[str, Any] = json.loads(resource_file.dumps(record))
+    fields: dict[str, Any] = json.loads(resource_file.dumps(resource_record()))
     return {**fields, **changes}
 
 

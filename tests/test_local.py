@@ -1,60 +1,77 @@
-"""``mwpy local``: progress on a terminal, silence in a pipe, the master's exit status, clear usage errors."""
+"""``mwpy local``: the status view on a terminal, silence in a pipe, the master's exit status, clear usage errors."""
 
 from __future__ import annotations
 
 import json
 import os
-import pty
-import select
+import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 
 from mwpy.failing_slaves import SETUP_FAILURE_LIMIT
+from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
 
 PING = EXAMPLES / "ping.py"
 
 
-def run_on_terminal(command: list[str], timeout: float = 120) -> tuple[int, str]:
-    """Run ``command`` with a pseudo-terminal as stdout and stderr; returns (status, everything shown)."""
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
-    os.close(terminal)
-    shown = bytearray()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([controller], [], [], 0.5)
-        if ready:
-            try:
-                data = os.read(controller, 65536)
-            except OSError:  # EIO: every writer of the terminal has exited
-                break
-            if not data:
-                break
-            shown += data
-        elif process.poll() is not None:
-            break
-    os.close(controller)
-    status = process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    return status, shown.decode("utf-8", "replace")
-
-
-def test_on_a_terminal_a_live_progress_line_sits_below_the_program_s_output() -> None:
-    status, shown = run_on_terminal(
-        mwpy_command("local", str(PING), "--slaves", "2", "--", "--max-tasks", "150000", "--target", "2000")
+def test_on_a_terminal_the_status_view_sits_below_the_program_s_output() -> None:
+    """The view of ``mwpy status --watch``, drawn by mwpy local in a real pseudo-terminal, read off an emulated screen:
+    it keeps the words of the old progress line ("tasks done", the rate "/s", "slaves 2/2"), stays below what the
+    program prints, and ends showing the finished computation, after the goodput summary."""
+    command = mwpy_command(
+        "local", str(PING), "--slaves", "2", "--total", "150000", "--", "--max-tasks", "150000", "--target", "2000"
     )
-    assert status == 0, shown
-    assert "ping: 150000 pongs, 0 bad" in shown
-    progress = [part for part in shown.replace("\r\n", "\n").split("\r") if "[mwpy]" in part]
-    assert progress, shown
-    assert any("tasks done" in line and "/s)" in line and "slaves 2/2" in line for line in progress), progress
-    final = progress[-1]
-    assert "150000 tasks done" in final, final
+    term = Terminal(command, deadline=120)
+    try:
+        running = term.wait_for("mwpy local", "in progress", "tasks done (", "/s)", "slaves 2/2 connected", "/150,000")
+        assert "╭─ mwpy local" in running, running
+        assert term.wait_exit() == 0, term.text()
+    finally:
+        term.close()
+    screen = term.text()
+    lines = screen.splitlines()
+    ping = next(i for i, line in enumerate(lines) if "ping: 150000 pongs, 0 bad" in line)
+    summary = next(i for i, line in enumerate(lines) if line.startswith("goodput: 150000 tasks ok"))
+    view = next(i for i, line in enumerate(lines) if "╭─ mwpy local" in line)
+    assert ping < summary < view, screen
+    below = "\n".join(lines[view:])
+    assert "finished" in below, screen
+    assert "150,000/150,000 (100 %)" in below, screen
+    assert "150,000 tasks done" in below, screen
+
+
+def test_ctrl_c_on_a_terminal_leaves_the_view_and_one_line() -> None:
+    term = Terminal(mwpy_command("local", str(PING), "--slaves", "1", "--", "--max-tasks", "0"), deadline=120)
+    try:
+        term.wait_for("in progress", "slaves 1/1 connected")
+        os.write(term.fd, b"\x03")  # the Ctrl-C key: SIGINT to the terminal's foreground process group
+        assert term.wait_exit() == 130, term.text()
+    finally:
+        term.close()
+    lines = [line for line in term.text().splitlines() if line.strip()]
+    assert lines[-1].startswith("mwpy local: interrupted (logs in "), term.text()
+    assert lines[-2].startswith("╰"), "the last view stays, closed, just above that line"
+    assert "Traceback" not in term.text()
+
+
+def test_progress_in_a_pipe_prints_plain_lines(tmp_path: Path) -> None:
+    command = mwpy_command("local", str(PING), "--slaves", "2", "--progress", "--total", "20000")
+    done = subprocess.run(
+        [*command, "--", "--max-tasks", "20000"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stderr
+    assert "\r" not in done.stderr
+    views = [line for line in done.stderr.splitlines() if line.startswith("[mwpy] ")]
+    assert views, done.stderr
+    assert views[-1].startswith("[mwpy] finished · 20,000/20,000 tasks done (100 %"), views
+    assert all(re.search(r" · slaves [0-2]/2 connected", line) for line in views), views
+    assert done.stdout.strip().splitlines()[-1] == "ping: 20000 pongs, 0 bad"
 
 
 def test_in_a_pipe_mwpy_local_adds_nothing_to_the_output() -> None:

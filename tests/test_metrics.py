@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -66,6 +67,19 @@ def test_the_writer_feeds_the_exporter_and_prometheus_can_scrape_it(
     assert got[("mwpy_master_run", ())] == 1
     assert got[("mwpy_master_start_time_seconds", ())] == 1000.0
     assert got[("mwpy_master_finished", ())] == 1
+
+
+def test_a_subclass_of_a_kind_is_counted_as_that_kind(exporter: metrics.MetricsExporter) -> None:
+    """The exporter looks events up by kind, not by exact type, so a subclass is never skipped silently."""
+    refined = _Dispatched(t=1.0, slave="slave-1", n=7)
+    assert refined.KIND == "tasks-dispatched"
+    exporter(refined)
+    assert _scrape(exporter.port)[("mwpy_tasks_dispatched_total", ())] == 7
+
+
+@attrs.frozen(kw_only=True)
+class _Dispatched(ev.TasksDispatched):
+    """A subclass of a kind (a refinement, a test double)."""
 
 
 def test_it_listens_on_loopback_only_by_default(exporter: metrics.MetricsExporter) -> None:
