@@ -18,7 +18,9 @@ One run of the master does everything in order:
 
 ``fanin`` runs 2 and 10,000 connections in rounds and checks issue 13's four
 targets; ``fanin-curve`` (only when named) runs more sizes for the curve in
-docs/scaling.md.
+docs/scaling.md, and ``fanin-tree`` (only when named) the same 10,000 slaves
+under one master and under a two-level tree of masters
+(:mod:`benchmarks.tree_program`, the prototype of docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ HANDSHAKE_DEADLINE = 10.0
 IDLE_SECONDS = 20.0
 #: The connection counts of ``fanin-curve``.
 CURVE = (2, 1_000, 3_000, 10_000, 15_000)
+#: ``fanin-tree``: foremen under the top master, and leaf tasks per relay task.
+FOREMEN = 2
+TREE_BATCH = 2_000
+TREE_PROGRAM = Path(__file__).with_name("tree_program.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +135,71 @@ def run_fanin(settings: Settings, run: FaninRun) -> dict[str, Any]:
                 stop(child)
 
 
+def run_tree(settings: Settings, run: FaninRun, foremen: int = FOREMEN) -> dict[str, Any]:
+    """A top master, ``foremen`` foremen (its slaves, each a master of its own) and the leaves split between them."""
+    checkout = Checkout(Checkout.this().root, settings.python)
+    leaves = run.connections // foremen
+    params = {"foremen": foremen, "batch": TREE_BATCH, "tasks": run.tasks, "warmup": max(run.warmup, TREE_BATCH)}
+    with tempfile.TemporaryDirectory(prefix="mwpy-bench-tree-") as tmp_name:
+        tmp = Path(tmp_name)
+        top, out = tmp / "top.json", tmp / "out.json"
+        children: list[subprocess.Popen[bytes]] = []
+        logs: list[Path] = []
+
+        def spawn(cmd: list[str], name: str, **env: str) -> subprocess.Popen[bytes]:
+            logs.append(tmp / f"{name}.log")
+            with logs[-1].open("wb") as sink:
+                child = subprocess.Popen(
+                    cmd, stdout=sink, stderr=subprocess.STDOUT, env={**checkout.env(), **env}, cwd=tmp
+                )
+            children.append(child)
+            return child
+
+        audit = ["--mw-audit-file", "/dev/null"]
+        try:
+            master = spawn(
+                [
+                    checkout.python, str(TREE_PROGRAM), "--mw-master", "--mw-master-host", "127.0.0.1",
+                    "--mw-resource-file", str(top), *audit, json.dumps(params), str(out),
+                ],
+                "top",
+            )  # fmt: skip
+            wait_for(lambda: top.exists() or master.poll() is not None, time.monotonic() + 60, "the resource file")
+            reports = []
+            for i in range(foremen):
+                sub = tmp / f"foreman-{i}.json"
+                spawn(
+                    [checkout.python, str(TREE_PROGRAM), "--mw-slave", "--mw-resource-file", str(top), *audit],
+                    f"foreman-{i}",
+                    MWPY_TREE_RESOURCE_FILE=str(sub),
+                    MWPY_TREE_LEAVES=str(leaves),
+                )
+                wait_for(sub.exists, time.monotonic() + 60, f"foreman {i}'s resource file")
+                reports.append(tmp / f"loadgen-{i}.json")
+                command = [
+                    checkout.python, "-m", "benchmarks.loadgen", str(sub), str(leaves),
+                    "--arrival", str(leaves / STORM_RATE), "--handshake-deadline", str(HANDSHAKE_DEADLINE),
+                    "--report", str(reports[-1]),
+                ]  # fmt: skip
+                spawn(command, f"loadgen-{i}")
+            try:
+                code = master.wait(run.timeout)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"the top master did not finish within {run.timeout:g} s") from None
+            if code != 0 or not out.exists():
+                raise BenchError(f"the top master exited with status {code}\n{tail(logs[0])}")
+            for child in children[1:]:
+                try:
+                    child.wait(60)
+                except subprocess.TimeoutExpired:
+                    raise BenchError("a foreman or load generator did not exit after the shutdown") from None
+            top_report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+            return {**top_report, **_totals([json.loads(r.read_text(encoding="utf-8")) for r in reports])}
+        finally:
+            for child in children:
+                stop(child)
+
+
 def _totals(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The load generators' reports as one: counts added up, times the worst of them."""
     totals: dict[str, Any] = {
@@ -147,12 +218,15 @@ def _totals(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return totals
 
 
-def _measure(settings: Settings, scenario: str, label: str, run: FaninRun) -> Row:
+def _measure(settings: Settings, scenario: str, label: str, run: FaninRun, *, tree: bool = False) -> Row:
     settings.log(f"{scenario}: {label}")
     try:
-        report = run_fanin(settings, run)
+        report = run_tree(settings, run) if tree else run_fanin(settings, run)
     except BenchError as exc:
         return Row(scenario, label, skipped=f"failed: {exc}")
+    user, system = report.get("master_user_us_per_task"), report.get("master_system_us_per_task")
+    if user is not None and system is not None:
+        report["master_cpu_us_per_task"] = user + system
     return Row(
         scenario,
         label,
@@ -234,6 +308,28 @@ def fanin_curve(settings: Settings) -> Outcome:
     base = str(counts[0])
     targets = [
         ratio(f"4c. throughput {n:,} vs {counts[0]} slaves", str(n), base, "tasks_per_s", None) for n in counts[1:]
+    ]
+    series, checks = run_rounds(settings, name, systems, targets)
+    _notes(series)
+    return series, checks
+
+
+def fanin_tree(settings: Settings) -> Outcome:
+    """The same slaves under one master and under a two-level tree: throughput and the top master's CPU per task."""
+    name = "4t fan-in tree"
+    sizes = settings.sizes
+    run = FaninRun(sizes.fanin_connections, sizes.fanin_tasks, sizes.warmup_tasks, 0.0, FOREMEN)
+    n = f"{run.connections:,}"
+    flat_label = f"one master, {n} slaves ({FOREMEN} load generators)"
+    tree_label = f"top master, {FOREMEN} foremen, {n} slaves under them, {TREE_BATCH:,} tasks per relay"
+    systems = [
+        System("flat", flat_label, functools.partial(_measure, settings, name, flat_label, run)),
+        System("tree", tree_label, functools.partial(_measure, settings, name, tree_label, run, tree=True)),
+    ]
+    targets = [
+        ratio(f"4t. throughput, tree vs one master ({n} slaves)", "tree", "flat", "tasks_per_s", None),
+        single("4t. top master CPU per leaf task, one master (µs)", "flat", "master_cpu_us_per_task", None),
+        single("4t. top master CPU per leaf task, tree (µs)", "tree", "master_cpu_us_per_task", None),
     ]
     series, checks = run_rounds(settings, name, systems, targets)
     _notes(series)

@@ -410,6 +410,13 @@ def fanin_curve(settings: Settings) -> Outcome:
     return scenario.fanin_curve(settings)
 
 
+def fanin_tree(settings: Settings) -> Outcome:
+    """One master against a two-level tree of masters (benchmarks/fanin.py, benchmarks/tree_program.py)."""
+    from benchmarks import fanin as scenario  # noqa: PLC0415 - a cycle at import time otherwise
+
+    return scenario.fanin_tree(settings)
+
+
 # ---------------------------------------------------------------------- E. event log
 
 
@@ -562,6 +569,7 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "streaming": streaming,
     "fanin": fanin,
     "fanin-curve": fanin_curve,
+    "fanin-tree": fanin_tree,
     "condor": _once(condor.run),
     "events": event_log,
     "baseline": baseline,
@@ -571,4 +579,4 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).
 NEEDS_OPTION = {"baseline": "--baseline"}
 #: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round).
-ONLY_BY_NAME = frozenset({"fanin-curve"})
+ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree"})
