@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks import peers
 from benchmarks.common import BenchError, Check, Checkout, Series, Settings, Sizes, Spread
-from benchmarks.scenarios import NEEDS_OPTION, SCENARIOS, SUMMARY_FIELDS
+from benchmarks.scenarios import NEEDS_OPTION, ONLY_BY_NAME, SCENARIOS, SUMMARY_FIELDS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -98,6 +98,7 @@ def scenario_names(args: argparse.Namespace) -> list[str]:
     return [
         name
         for name in SCENARIOS
+        if name not in ONLY_BY_NAME
         if name not in NEEDS_OPTION or getattr(args, NEEDS_OPTION[name].removeprefix("--")) is not None
     ]
 

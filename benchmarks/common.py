@@ -173,7 +173,7 @@ class Sizes:
     slow_peer_round_trips: int = 300
     streaming_small: int = 100_000
     streaming_large: int = 1_000_000
-    fanin_connections: int = 500
+    fanin_connections: int = 10_000
     fanin_tasks: int = 100_000
     idle_seconds: float = 10.0
     warmup_tasks: int = 2_000

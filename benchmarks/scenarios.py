@@ -397,35 +397,24 @@ def _join(*parts: str) -> str:
 
 
 def fanin(settings: Settings) -> Outcome:
-    """Many slave connections (protocol-speaking load generator): throughput and idle master CPU."""
-    sizes = settings.sizes
-    name = "4 fan-in"
-    params = {
-        "mode": "throughput",
-        "tasks": sizes.fanin_tasks,
-        "warmup": sizes.warmup_tasks,
-        "idle_seconds": sizes.idle_seconds,
-    }
-    systems = []
-    for key, connections in (("few", settings.workers), ("many", sizes.fanin_connections)):
-        run = MwpyRun(params, slaves=connections, loadgen_processes=settings.workers)
-        label = f"mwpy default, {connections} slave connections ({settings.workers} load-generator processes)"
-        systems.append(System(key, label, functools.partial(_mwpy, settings, name, label, run)))
-    targets = [
-        ratio(
-            f"4. throughput {sizes.fanin_connections} vs {settings.workers} slaves", "many", "few", "tasks_per_s", 0.5
-        ),
-        single(
-            f"4. idle master CPU with {sizes.fanin_connections} slaves (% of a core)", "many", "cpu_percent", 2, "<"
-        ),
-    ]
-    series, checks = run_rounds(settings, name, systems, targets)
-    for one in series:
-        connect = one.spread("connect_seconds")
-        if connect is not None:
-            note = f"connect {connect.format('.2f')} s; CPU % = idle master over {sizes.idle_seconds:g} s"
-            one.note = _join(one.note, note)
-    return series, checks
+    """Scenario 4 lives in benchmarks/fanin.py, which builds on this module: imported when it runs."""
+    from benchmarks import fanin as scenario  # noqa: PLC0415 - a cycle at import time otherwise
+
+    return scenario.fanin(settings)
+
+
+def fanin_curve(settings: Settings) -> Outcome:
+    """The fan-in curve for docs/scaling.md (benchmarks/fanin.py)."""
+    from benchmarks import fanin as scenario  # noqa: PLC0415 - a cycle at import time otherwise
+
+    return scenario.fanin_curve(settings)
+
+
+def fanin_tree(settings: Settings) -> Outcome:
+    """One master against a two-level tree of masters (benchmarks/fanin.py, benchmarks/tree_program.py)."""
+    from benchmarks import fanin as scenario  # noqa: PLC0415 - a cycle at import time otherwise
+
+    return scenario.fanin_tree(settings)
 
 
 # ---------------------------------------------------------------------- E. event log
@@ -579,6 +568,8 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "latency": latency,
     "streaming": streaming,
     "fanin": fanin,
+    "fanin-curve": fanin_curve,
+    "fanin-tree": fanin_tree,
     "condor": _once(condor.run),
     "events": event_log,
     "baseline": baseline,
@@ -587,3 +578,5 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
 
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).
 NEEDS_OPTION = {"baseline": "--baseline"}
+#: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round).
+ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree"})

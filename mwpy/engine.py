@@ -16,6 +16,7 @@ nor of how results reach the master algorithm (a delivery callback does).
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import pickle
@@ -45,6 +46,14 @@ log = logging.getLogger(__name__)
 RECV_SIZE = 256 * 1024
 #: How often timers (client timeouts, resource file) are looked at, in seconds.
 TICK = 0.25
+#: The soonest a tick asked for by news (a slave came or went) follows the previous one. Ticks cost
+#: O(slaves): one per arrival would make a storm of N arrivals cost O(N²) (docs/scaling.md).
+SOON_TICK = 0.05
+#: How long the master stops accepting when it has no descriptor left for a new socket. The kernel's
+#: backlog holds the callers meanwhile; a listener left readable would spin the loop (docs/scaling.md).
+ACCEPT_PAUSE = 1.0
+#: accept() errors that mean "out of descriptors or memory", not "this one caller went away".
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 #: Failures that would recur on any slave: handed over at once, never retried.
 _NOT_RETRIED = frozenset({"ResultTooLarge", "ResultDecodeError"})
 #: Beyond a task's timeout and the slave's own grace (slave.TIMEOUT_GRACE), how long the master waits
@@ -153,6 +162,10 @@ class Engine:
         self._slave_numbers = itertools.count()
         self._heartbeat_interval = options.client_timeout / 4
         self._next_tick = 0.0
+        self._last_tick = float("-inf")
+        #: While out of descriptors: when to listen again (None: listening).
+        self._accept_resumes: float | None = None
+        self._descriptors_warned = False
         self._closed = False
         self._tls: ssl.SSLContext | None = None
         self.tls_fingerprint: str | None = None
@@ -213,8 +226,8 @@ class Engine:
                 pass
 
     def tick_soon(self) -> None:
-        """Look at timers (and the resource file) on the next pass: something they report changed."""
-        self._next_tick = 0.0
+        """Look at timers (and the resource file) soon: something they report changed."""
+        self._next_tick = min(self._next_tick, self._last_tick + SOON_TICK)
 
     # ------------------------------------------------------------------ network
 
@@ -235,8 +248,11 @@ class Engine:
                 sock, addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # e.g. out of file descriptors: keep serving the others
-                self._audit(f"ACCEPT FAILED {exc}")
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    self._pause_accepting(now, exc)
+                else:  # this caller gave up (ECONNABORTED...): the next one is served on the next pass
+                    self._audit(f"ACCEPT FAILED {exc}")
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -262,6 +278,26 @@ class Engine:
             else:
                 peer.handshaking = True
                 self._tls_handshake(peer)
+
+    def _pause_accepting(self, now: float, exc: OSError) -> None:
+        """Out of descriptors: stop watching the listener for a while instead of spinning on it.
+
+        The callers wait in the kernel's backlog (their connect() has completed) and
+        are accepted once a slave leaves or the pause ends; the connected slaves are
+        served meanwhile.
+        """
+        self._selector.unregister(self._listener)
+        self._accept_resumes = now + ACCEPT_PAUSE
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        why = f"{exc.strerror or exc} with {len(self._peers)} connections open (descriptor limit {soft})"
+        self._audit(f"ACCEPT PAUSED {ACCEPT_PAUSE:g} s: {why}")
+        if not self._descriptors_warned:
+            self._descriptors_warned = True
+            log.warning("cannot accept more slaves: %s; raise the limit (ulimit -n) to serve more", why)
+
+    def _resume_accepting(self) -> None:
+        self._accept_resumes = None
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
 
     def _tls_handshake(self, peer: _Peer) -> None:
         """Advance a non-blocking TLS handshake; once done, the mwpy handshake starts."""
@@ -570,6 +606,8 @@ class Engine:
         self._peers.discard(peer)
         self._selector.unregister(sock)
         sock.close()
+        if self._accept_resumes is not None and not self._closed:
+            self._resume_accepting()  # a descriptor is free: the next caller in the backlog may have it
 
     def _lose(self, peer: _Peer, why: str) -> None:
         """A connection ended: close it and apply task policies to what its slave held."""
@@ -599,6 +637,9 @@ class Engine:
 
     def _tick(self, now: float) -> None:
         self._next_tick = now + TICK
+        self._last_tick = now
+        if self._accept_resumes is not None and now >= self._accept_resumes and not self._closed:
+            self._resume_accepting()
         silent_since = now - self._options.client_timeout
         for peer in [p for p in self._peers if p.last_heard < silent_since]:
             self._lose(peer, f"silent for {self._options.client_timeout:g} s (client timeout)")
