@@ -223,8 +223,8 @@ class Master:
 
     def _add(self, task: Task) -> None:
         task.queued_at = time.monotonic()  # the event log's queue wait starts here
-        policy = task.policy
-        entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
+        key = task.policy.key
+        entry = None if key is None or self._journal is None else self._journal.lookup(key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
             self._deliver(task, replay)
@@ -240,14 +240,15 @@ class Master:
             self._engine.cancel(sid, ids)
 
     def _deliver(self, task: Task, result: Result) -> None:
-        if task.future is not None and task.future.cancelled():
+        future = task.future
+        if future is not None and future.cancelled():
             return  # no result of a cancelled task reaches the user
         if task.sink is None:
             self._results.append(result)
         else:
             task.sink(result)
-        if task.future is not None:
-            task.future._settle(result)
+        if future is not None:
+            future._settle(result)
 
     # ------------------------------------------------------------------ the event loop
 
