@@ -171,11 +171,14 @@ class Scheduler:
         if task is None:
             return None
         self.running_total -= 1
-        slot.last_result_at = time.monotonic()
+        if self.may_time_out:  # true since before any task with a timeout was sent: its start is known
+            slot.last_result_at = time.monotonic()
         if slot.in_flight:
-            head = next(iter(slot.in_flight.values()))
+            head = next(iter(slot.in_flight.values()))  # the next task in flight is the one the slave runs now
             if head.begin is not None:
-                head.begin()  # the next task in flight is the one the slave runs now
+                head.begin()
+            elif head.future is not None:
+                head.future._begin()
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
@@ -278,7 +281,7 @@ class Scheduler:
         queue = slot.ordered
         while queue and len(batch) < room:
             task = queue.popleft()
-            if task.start is None or task.start():
+            if (task.start is None or task.start()) and (task.future is None or not task.future.cancelled()):
                 batch.append(task)
             else:
                 self._cancelled(task)
@@ -294,7 +297,7 @@ class Scheduler:
             task = queue.popleft()
             if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
-            elif task.start is None or task.start():
+            elif (task.start is None or task.start()) and (task.future is None or not task.future.cancelled()):
                 batch.append(task)
             else:
                 self._cancelled(task)
@@ -337,6 +340,8 @@ class Scheduler:
         head = next(iter(slot.in_flight.values()))
         if head.begin is not None:
             head.begin()
+        elif head.future is not None:
+            head.future._begin()
 
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""

@@ -110,7 +110,8 @@ class Task:
     sent_at: float = attrs.field(default=0.0, repr=False)
     #: When it was submitted (monotonic clock): the event log's queue wait is ``sent_at - queued_at``.
     queued_at: float = attrs.field(default=0.0, repr=False)
-    #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable).
+    #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable). It stands
+    #: in for the hooks: a cancelled one keeps the task from leaving, and it runs when its task begins.
     future: TaskFuture[Any] | None = attrs.field(default=None, repr=False)
 
     @property
@@ -175,9 +176,8 @@ _MAKING = threading.Lock()
 class _MadeOnFirstUse:
     """A ``Future`` attribute made when first read (then it sits in the instance and this is bypassed)."""
 
-    def __init__(self, make: Callable[[], object], *, locked: bool = False) -> None:
+    def __init__(self, make: Callable[[], object]) -> None:
         self._make = make
-        self._locked = locked
         self._name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -186,10 +186,19 @@ class _MadeOnFirstUse:
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        if not self._locked:
-            return instance.__dict__.setdefault(self._name, self._make())
+        return instance.__dict__.setdefault(self._name, self._make())
+
+
+class _ConditionOnFirstUse:
+    """``LightFuture._condition``: made under ``_MAKING``, which also sets ``_shared`` (what the settler reads)."""
+
+    def __get__(self, instance: LightFuture[Any] | None, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
         with _MAKING:
-            return instance.__dict__.setdefault(self._name, self._make())
+            condition = instance.__dict__.setdefault("_condition", threading.Condition())
+            instance._shared = True
+        return condition
 
 
 class LightFuture(concurrent.futures.Future[R]):
@@ -206,7 +215,9 @@ class LightFuture(concurrent.futures.Future[R]):
     miss the news. From then on the standard methods run unchanged.
     """
 
-    _condition = _MadeOnFirstUse(threading.Condition, locked=True)
+    _condition = _ConditionOnFirstUse()
+    #: Whether a condition exists (set under _MAKING): a class attribute until then, so no instance dict is made.
+    _shared = False
     _waiters = _MadeOnFirstUse(list)
     _done_callbacks = _MadeOnFirstUse(list)
 
@@ -241,7 +252,7 @@ class LightFuture(concurrent.futures.Future[R]):
     def _mark_running(self) -> bool:
         """``set_running_or_notify_cancel`` for a future that may still have no condition; True when running."""
         with _MAKING:
-            if "_condition" not in self.__dict__ and self._state == PENDING:
+            if not self._shared and self._state == PENDING:
                 self._state = RUNNING
                 return True
         return self.running() or self.set_running_or_notify_cancel()
@@ -249,7 +260,7 @@ class LightFuture(concurrent.futures.Future[R]):
     def _finish(self, value: Any, exception: BaseException | None) -> None:
         """``set_result``/``set_exception`` unless the future is done already (a cancelled one stays so)."""
         with _MAKING:
-            if "_condition" not in self.__dict__:  # nobody waits or listens: no one to tell
+            if not self._shared:  # nobody waits or listens: no one to tell
                 if self._state != FINISHED and self._state not in _CANCELLED:
                     self._result, self._exception, self._state = value, exception, FINISHED
                 return
@@ -299,10 +310,6 @@ class TaskFuture(LightFuture[R]):
             return False
         self._master._cancel([self.task_id])
         return True
-
-    def _start(self) -> bool:
-        """The task's start hook (see :attr:`Task.start`): it may leave for a slave unless it was cancelled."""
-        return self._state not in _CANCELLED
 
     def _begin(self) -> object:
         """The task is first in flight on its slave: running, so no longer cancellable.
