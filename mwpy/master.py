@@ -460,7 +460,7 @@ class Master:
                         exhausted = True
                         break
                     index, args = item
-                    policy = attrs.evolve(algorithm.policy, tag=index, key=None if key is None else key(*args))
+                    policy = algorithm.policy.for_item(index, None if key is None else key(*args))
                     payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
                     sink = functools.partial(_put, arrived, live, index)
                     task_id = self._enqueue(algorithm.name, payload, policy, sink=sink, start=start)

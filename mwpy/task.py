@@ -72,6 +72,11 @@ class Policy:
     #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
     timeout: float | None = None
 
+    def for_item(self, tag: Any, key: str | None) -> Policy:
+        """This policy with another ``tag`` and ``key``: ``mw.map``'s per-item policy, without ``attrs.evolve``'s
+        per-call introspection (every field is passed, in order: a new field must be added here too)."""
+        return Policy(self.sid, tag, self.retry, self.do_it_anyway, key, self.retries, self.retry_on, self.timeout)
+
     def attempts(self, default: int) -> int:
         """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
         if self.retries is not None:
