@@ -99,8 +99,15 @@ def decode_result(
     task: Task, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False
 ) -> Result:
     """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
-    value, failure = protocol.decode_outcome(ok, blob)
     tag = task.policy.tag
+    if ok:  # the hot path, without decode_outcome's call (which reports a value that does not unpickle)
+        try:
+            value = pickle.loads(blob)
+        except Exception:
+            pass
+        else:
+            return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
+    value, failure = protocol.decode_outcome(ok, blob)
     if failure is None:
         return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))

@@ -93,6 +93,8 @@ class Master:
         self._finished = False
         self._tokens: list[contextvars.Token[Master | None]] = []
         self._observers = _Observers.open(options)
+        #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
+        self._timed = self._observers.events is not None
         try:
             self._journal = Journal(options.journal) if options.journal else None
         except BaseException:
@@ -184,11 +186,11 @@ class Master:
             raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
         payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
         future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
-        self._add(
-            Task(
-                future.task_id, algorithm.name, payload, policy, start=future._start, begin=future._begin, future=future
-            )
-        )
+        task = Task(future.task_id, algorithm.name, payload, policy, future=future)
+        if self._timed or (policy.key is not None and self._journal is not None):
+            self._add(task)
+        else:
+            self._sched.add(task)  # the hot path: no queue time to stamp, no journal to ask
         return future
 
     def _wait_for(self, future: TaskFuture[Any], timeout: float | None) -> None:
@@ -222,9 +224,10 @@ class Master:
         return task.task_id
 
     def _add(self, task: Task) -> None:
-        task.queued_at = time.monotonic()  # the event log's queue wait starts here
-        policy = task.policy
-        entry = None if policy.key is None or self._journal is None else self._journal.lookup(policy.key)
+        if self._timed:
+            task.queued_at = time.monotonic()  # the event log's queue wait starts here
+        key = task.policy.key
+        entry = None if key is None or self._journal is None else self._journal.lookup(key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
             self._deliver(task, replay)
@@ -240,14 +243,18 @@ class Master:
             self._engine.cancel(sid, ids)
 
     def _deliver(self, task: Task, result: Result) -> None:
-        if task.future is not None and task.future.cancelled():
+        future = task.future
+        if future is not None and future.cancelled():
             return  # no result of a cancelled task reaches the user
         if task.sink is None:
             self._results.append(result)
         else:
             task.sink(result)
-        if task.future is not None:
-            task.future._settle(result)
+        if future is not None:
+            if result.error is None:
+                future._finish(result.value, None)
+            else:
+                future._settle(result)
 
     # ------------------------------------------------------------------ the event loop
 
@@ -453,7 +460,7 @@ class Master:
                         exhausted = True
                         break
                     index, args = item
-                    policy = attrs.evolve(algorithm.policy, tag=index, key=None if key is None else key(*args))
+                    policy = algorithm.policy.for_item(index, None if key is None else key(*args))
                     payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
                     sink = functools.partial(_put, arrived, live, index)
                     task_id = self._enqueue(algorithm.name, payload, policy, sink=sink, start=start)

@@ -108,7 +108,10 @@ class Scheduler:
             self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
-        self._place(task)
+        if task.policy.sid is None:
+            self._unordered.append(task)
+        else:
+            self._place(task)
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -168,9 +171,14 @@ class Scheduler:
         if task is None:
             return None
         self.running_total -= 1
-        slot.last_result_at = time.monotonic()
+        if self.may_time_out:  # true since before any task with a timeout was sent: its start is known
+            slot.last_result_at = time.monotonic()
         if slot.in_flight:
-            self._begin_head(slot)
+            head = next(iter(slot.in_flight.values()))  # the next task in flight is the one the slave runs now
+            if head.begin is not None:
+                head.begin()
+            elif head.future is not None:
+                head.future._begin()
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
@@ -200,7 +208,9 @@ class Scheduler:
         if slot is not None:
             slot.streak += 1
             slot.proven = 0
-        holes = []
+        holes: list[str] = []
+        if not task.failed_on:
+            return holes  # the common case
         for failed_sid, streak in task.failed_on:
             other = self._slots.get(failed_sid)
             if other is None or failed_sid == sid or other.streak != streak:
@@ -212,7 +222,12 @@ class Scheduler:
 
     def complete(self, task: Task) -> None:
         """The task's result has been handed over: it leaves the master's memory."""
-        self._forget(task)
+        pending = self._pending
+        algorithm = task.algorithm
+        pending[algorithm] -= 1
+        if not pending[algorithm]:
+            del pending[algorithm]
+        self.pending_total -= 1
         self.done_total += 1
 
     # ------------------------------------------------------------------ dispatch
@@ -266,8 +281,10 @@ class Scheduler:
         queue = slot.ordered
         while queue and len(batch) < room:
             task = queue.popleft()
-            if task.start is None or self._starts(task):
+            if (task.start is None or task.start()) and (task.future is None or not task.future.cancelled()):
                 batch.append(task)
+            else:
+                self._cancelled(task)
         if not queue:
             self._with_ordered_work.discard(sid)
 
@@ -280,18 +297,16 @@ class Scheduler:
             task = queue.popleft()
             if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
-            elif task.start is None or self._starts(task):
+            elif (task.start is None or task.start()) and (task.future is None or not task.future.cancelled()):
                 batch.append(task)
+            else:
+                self._cancelled(task)
         queue.extendleft(reversed(skipped))
 
-    def _starts(self, task: Task) -> bool:
-        """Ask the task's start hook whether it still runs; a cancelled task leaves without a result."""
-        assert task.start is not None
-        if task.start():
-            return True
+    def _cancelled(self, task: Task) -> None:
+        """The task's start hook said no (it was cancelled): it leaves without a result."""
         self._forget(task)
         self.cancelled_total += 1
-        return False
 
     def timeout_of(self, task: Task) -> float | None:
         """The task's timeout: its policy's, else the master's ``--mw-task-timeout``."""
@@ -325,6 +340,8 @@ class Scheduler:
         head = next(iter(slot.in_flight.values()))
         if head.begin is not None:
             head.begin()
+        elif head.future is not None:
+            head.future._begin()
 
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
