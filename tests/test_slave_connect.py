@@ -16,16 +16,16 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mwpy import ExitCode, events, protocol, resource_file
+from mwpy import ExitCode, events, protocol
 from mwpy.resource_file import ResourceFile
 from mwpy.slave import JOB_AD_VARIABLE, condor_job_id
 from tests.support import PROGRAMS, local_master, spawn_slave
+from tests.test_overseer import write_resource
 
 WORKLOAD = PROGRAMS / "workload.py"
 AD = 'MyType = "Job"\nClusterId = 41\nProcId = 3\nOwner = "someone"\nCmd = "/usr/bin/python3"\n'
@@ -134,25 +134,6 @@ def impostor() -> Iterator[tuple[int, list[bytes]]]:
             conn.close()
 
 
-def _resource_pointing_at(path: Path, port: int) -> Path:
-    record = ResourceFile(
-        computation_status="in-progress",
-        timestamp=time.time(),
-        update_interval=60.0,
-        member_id="mwpy:impostor-test",
-        master_host="127.0.0.1",
-        master_port=port,
-        slaves_needed=1,
-        slave_executable=sys.executable,
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        secret="ab" * 32,
-    )
-    resource_file.write(path, record)
-    return path
-
-
 @pytest.mark.parametrize(
     ("challenge", "expected"),
     [
@@ -168,7 +149,8 @@ def test_a_silent_listener_is_reported_as_such_not_as_a_refused_proof(
     port, says = impostor
     if challenge:
         says.append(protocol.challenge(protocol.new_nonce()))
-    rf = _resource_pointing_at(tmp_path / "resource.json", port)
+    rf = tmp_path / "resource.json"
+    write_resource(rf, needed=1, master_port=port, secret="ab" * 32)
     slave = spawn_slave(WORKLOAD, tmp_path, "--mw-client-timeout", "2", resource=rf)
     assert slave.wait(60) == ExitCode.REFUSED
     err = slave.err().strip()
