@@ -171,12 +171,7 @@ class Overseer:
         if record.stale():
             return self._stale(record, jobs, _counts(jobs))
         unconfirmed = self._unconfirmed_master(record)
-        why: list[str] = []
-        lost = self._never_connected(record, jobs)
-        if lost:
-            self.backend.remove([job.job_id for job, _ in lost])
-            why.append(_explain_lost(lost))
-            jobs = [job for job in jobs if job.job_id not in {lost_job.job_id for lost_job, _ in lost}]
+        jobs, removed, why = self._replace_unconnected(record, jobs)
         idle = [j.job_id for j in jobs if j.state is JobState.IDLE]
         counts = _counts(jobs)
         running, held = counts["running"], counts["held"]
@@ -189,7 +184,6 @@ class Overseer:
             self.limits.max_idle - len(idle),
             self.limits.batch,
         )
-        removed = len(lost)
         if submit > 0:
             self.backend.submit(Launch.of(record, str(self.path)), submit)
             why.append(f"submitted {submit}: {wanted} wanted, {serving} serving{_capped(submit, wanted - serving)}")
@@ -235,30 +229,52 @@ class Overseer:
         self._note(f"giving up: {self.problem}")
         return Decision(Verdict.ABANDONED, removed=len(doomed), **counts)
 
-    def _never_connected(self, record: resource_file.ResourceFile, jobs: list[Job]) -> list[tuple[Job, float]]:
-        """Running jobs whose slave has not connected within ``connect_limit``, with how long they ran.
+    def _replace_unconnected(
+        self, record: resource_file.ResourceFile, jobs: list[Job]
+    ) -> tuple[list[Job], int, list[str]]:
+        """Remove the running jobs whose slave has not connected within ``connect_limit``.
 
-        A run's time counts from when it started running, or from when this overseer first saw the
-        current master if that is later (a restarted master has not had the chance to see anyone).
+        Returns the jobs left, how many were removed (the caller's shortfall then replaces
+        them), and why: the removed jobs by name, and how long others have waited so far.
+        """
+        unconnected = self._unconnected(record, jobs)
+        lost = [(job, ran) for job, ran, waited in unconnected if waited > self.connect_limit]
+        why: list[str] = []
+        if lost:
+            gone = [job.job_id for job, _ in lost]
+            self.backend.remove(gone)
+            why.append(_explain_lost(lost))
+            jobs = [job for job in jobs if job.job_id not in gone]
+        waiting = [ran for _, ran, waited in unconnected if ran >= LONG_IDLE and waited <= self.connect_limit]
+        if waiting:
+            why.append(
+                f"{len(waiting)} jobs running up to {_minutes(max(waiting))} without their slave connected "
+                f"(each is replaced once it had {_minutes(self.connect_limit)} to connect)"
+            )
+        return jobs, len(lost), why
+
+    def _unconnected(self, record: resource_file.ResourceFile, jobs: list[Job]) -> list[tuple[Job, float, float]]:
+        """Running jobs whose slave has not connected in this run: (job, seconds running, seconds it had).
+
+        The time it had counts from when it started running, or from when this overseer first saw
+        the current master if that is later (a restarted master has not had the chance to see anyone).
         """
         connected = set(record.condor_jobs_connected)
         runs = {(job.job_id, job.since) for job in jobs if job.state is JobState.RUNNING}
         self._seen_connected = {run for run in self._seen_connected if run in runs}
         self._seen_connected.update(run for run in runs if run[0] in connected)
         with_this_master = time.monotonic() - self._master_seen_at
-        lost: list[tuple[Job, float]] = []
+        unconnected: list[tuple[Job, float, float]] = []
         for job in jobs:
             ran = job.in_state_for()
             if (
-                job.state is not JobState.RUNNING
-                or ran is None
-                or (job.job_id, job.since) in self._seen_connected
-                or protocol.CONDOR_JOB_ID.fullmatch(job.job_id) is None
+                job.state is JobState.RUNNING
+                and ran is not None
+                and (job.job_id, job.since) not in self._seen_connected
+                and protocol.CONDOR_JOB_ID.fullmatch(job.job_id) is not None
             ):
-                continue
-            if min(ran, with_this_master) > self.connect_limit:
-                lost.append((job, ran))
-        return lost
+                unconnected.append((job, ran, min(ran, with_this_master)))
+        return unconnected
 
     def _unconfirmed_master(self, record: resource_file.ResourceFile) -> str:
         """ "pid P at HOST:PORT" while this master has not yet had the chance to state its demand, else "".

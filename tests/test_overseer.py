@@ -305,6 +305,7 @@ def test_a_running_job_whose_slave_never_connected_is_removed_and_replaced_and_t
     # This overseer has only just seen this master: the job had no chance to connect to it yet.
     assert watcher.reconcile().removed == 0
     assert "never connected" not in lines[-1]
+    assert "1 jobs running up to 12 min without their slave connected (each is replaced once it had 1 s" in lines[-1]
     decision = wait_until(lambda: _removing(watcher), 30, "the never-connected job removed")
     assert decision is not None
     assert (decision.removed, decision.submitted, decision.running) == (1, 1, 1)
