@@ -20,7 +20,7 @@ from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
 from mwpy.options import positive_float, positive_int
-from mwpy.overseer import ABANDON_AFTER, Limits, Overseer, Verdict
+from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -80,6 +80,14 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="remove the computation's jobs and exit 1 once the resource file has been stale this long "
         f"past its update interval and grace: the master is gone for good (default {ABANDON_AFTER:g})",
+    )
+    overseer.add_argument(
+        "--connect-limit",
+        type=positive_float,
+        default=CONNECT_LIMIT,
+        metavar="SECONDS",
+        help="remove and replace a slave job that has run this long without its slave connecting to the "
+        f"master (Condor job ids; default {CONNECT_LIMIT:g})",
     )
     if backend is not None:
         backend.add_arguments(overseer)
@@ -204,7 +212,14 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
     limits = Limits(max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch)
-    overseer = Overseer(options.resource_file, backend, limits, log=_log, abandon_after=options.abandon_after)
+    overseer = Overseer(
+        options.resource_file,
+        backend,
+        limits,
+        log=_log,
+        abandon_after=options.abandon_after,
+        connect_limit=options.connect_limit,
+    )
     _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
     try:
         verdict = overseer.run(threading.Event(), interval=options.interval)
@@ -231,6 +246,7 @@ def _status(options: argparse.Namespace) -> int:
         "member_id": record.member_id,
         "slaves_needed": record.slaves_needed,
         "slaves_connected": record.slaves_connected,
+        "condor_jobs_connected": record.condor_jobs_connected,
         "tasks_done": record.tasks_done,
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
@@ -253,6 +269,8 @@ def _status(options: argparse.Namespace) -> int:
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
     ]
+    if record.condor_jobs_connected:
+        rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if jobs is not None:
         rows.append(("jobs", f"{jobs['idle']} idle, {jobs['running']} running, {jobs['held']} held (Condor slaves)"))
         rows.extend(("", _job_line(job)) for job in listed or [])

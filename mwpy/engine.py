@@ -161,6 +161,8 @@ class Engine:
         self._events = events
         self._peers: set[_Peer] = set()
         self._by_sid: dict[str, _Peer] = {}
+        #: Condor job id (CLUSTER.PROC) by slave id, for the connected slaves that reported one.
+        self._jobs: dict[str, str] = {}
         # Every read lands in this one buffer and is copied into the peer's session.
         # sock.recv(256 KiB) would allocate 256 KiB per call, above glibc's mmap threshold:
         # an mmap, page faults and an munmap per read, half a one-task round trip on loopback.
@@ -320,9 +322,8 @@ class Engine:
         except OSError as exc:
             self._lose(peer, f"TLS handshake failed: {exc}")
             return
-        else:
+        else:  # last_heard stays at accept: TLS and the proof share one client timeout (docs/security.md)
             peer.handshaking = False
-            peer.last_heard = time.monotonic()
             self._queue(peer, peer.session.challenge())
             return
         self._want_write(peer, sock, want_write)
@@ -394,15 +395,20 @@ class Engine:
         self._by_sid[sid] = peer
         kind = self._sched.join(sid)
         self._queue(peer, data)
-        log.info("%s connected from %s (host %s, pid %s) as %s", sid, peer.address, hello.host, hello.pid, kind.value)
+        job = hello.condor_job or None
+        if job is not None:
+            self._jobs[sid] = job
+        in_job = f", Condor job {job}" if job else ""
+        log.info("%s connected from %s (host %s, pid %s%s) as %s", sid, peer.address, hello.host, hello.pid,
+                 in_job, kind.value)  # fmt: skip
         self._audit(
             f'{sid} {peer.address} -> ["{hello.member_id}"] connecting [{kind.value}] '
-            f"(host {hello.host}, pid {hello.pid}, mwpy {hello.mwpy_version})"
+            f"(host {hello.host}, pid {hello.pid}{in_job}, mwpy {hello.mwpy_version})"
         )
         if self._events is not None:
             self._events.emit(
                 ev.SlaveConnected(
-                    t=self._events.now(), slave=sid, host=hello.host, address=peer.address, group=kind.value
+                    t=self._events.now(), slave=sid, host=hello.host, address=peer.address, group=kind.value, job=job
                 )
             )
         self.tick_soon()
@@ -481,6 +487,10 @@ class Engine:
         if unrunnable:
             events.emit(ev.TasksUnrunnable(t=now, n=unrunnable, reason=f"{sid} vanished", slave=sid))
 
+    def condor_jobs(self) -> list[str]:
+        """The Condor job ids of the connected slaves (sorted): the resource file publishes them."""
+        return sorted(set(self._jobs.values()), key=lambda job: tuple(map(int, job.split("."))))
+
     def cancel(self, sid: str, task_ids: list[int]) -> None:
         """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""
         peer = self._by_sid.get(sid)
@@ -501,6 +511,7 @@ class Engine:
         peer = self._by_sid.pop(sid, None)
         if peer is None:
             return
+        self._jobs.pop(sid, None)
         unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
         why = f"told to leave: {self._options.slave_max_failures} of its failed tasks succeeded elsewhere (black hole)"
@@ -626,6 +637,7 @@ class Engine:
             self._audit(f"EOF -> {peer.address} ({why})")
             return
         del self._by_sid[sid]
+        self._jobs.pop(sid, None)
         unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
         log.log(

@@ -129,6 +129,7 @@ class Master:
                 port=self.port,
                 tls_fingerprint=self._engine.tls_fingerprint,
                 events=self._observers.events,
+                condor_jobs=self._engine.condor_jobs,
             )
         except BaseException:  # e.g. the slave bundle cannot be built: do not leave the port open
             self._engine.close()

@@ -25,7 +25,13 @@ picks up where the last one stopped.
   the first file this overseer reads) has not stated its demand yet: its first
   file may say ``slaves_needed: 0`` before it has counted its tasks, so no
   idle job is removed until it writes a later file or one update interval has
-  passed. Growing is never held back.
+  passed. Growing is never held back;
+* never connected (the third view: the slaves the master says are connected,
+  by their Condor job ids): a job running for longer than ``connect_limit``
+  seconds -- counted from when it started running or when this overseer
+  first saw the current master, whichever is later -- whose slave has not
+  been seen connected during that run is removed and replaced. Only jobs
+  with Condor job ids (``CLUSTER.PROC``, what slaves report) are judged.
 
 Every decision line says why: how long idle jobs have waited, why held jobs
 are held, and why jobs were submitted or removed.
@@ -54,7 +60,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from mwpy import resource_file
+from mwpy import protocol, resource_file
 from mwpy.backends import Backend, Job, JobState, Launch
 from mwpy.errors import InvalidResourceFileError, ResourceFileError
 
@@ -74,6 +80,9 @@ ABANDON_AFTER = resource_file.ABANDON_AFTER
 LONG_IDLE = 60.0
 #: At most this many held jobs are named, each with its hold reason, in one decision line.
 HELD_NAMED = 3
+#: Seconds a job may run without its slave connecting before it is removed and replaced
+#: (``--connect-limit``): far more than a slave needs to start and connect, even with heavy imports.
+CONNECT_LIMIT = 600.0
 
 
 class Verdict(enum.Enum):
@@ -123,6 +132,7 @@ class Overseer:
         log: Log | None = None,
         finish_grace: float = FINISH_GRACE,
         abandon_after: float = ABANDON_AFTER,
+        connect_limit: float = CONNECT_LIMIT,
     ) -> None:
         self.path = _real_path(Path(path))
         self.problem: str | None = None  # why the overseer gave up, when it did
@@ -130,6 +140,9 @@ class Overseer:
         self.limits = limits
         self.finish_grace = finish_grace
         self.abandon_after = abandon_after
+        self.connect_limit = connect_limit
+        #: (job id, when it started running) of the job runs whose slave was seen connected.
+        self._seen_connected: set[tuple[str, float | None]] = set()
         self._finished_at: float | None = None
         # The master whose demand may be acted on by removing jobs: (pid, port, host), its first
         # file's timestamp, and when (monotonic) this overseer first saw it.
@@ -153,14 +166,15 @@ class Overseer:
             self._note(f"waiting: {exc}")
             return Decision(Verdict.WAITING)
         jobs = self.backend.jobs()
-        idle = [j.job_id for j in jobs if j.state is JobState.IDLE]
-        running = sum(j.state is JobState.RUNNING for j in jobs)
-        held = sum(j.state is JobState.HELD for j in jobs)
-        counts = {"idle": len(idle), "running": running, "held": held}
         if record.finished:
-            return self._finish(jobs, counts)
+            return self._finish(jobs, _counts(jobs))
         if record.stale():
-            return self._stale(record, jobs, counts)
+            return self._stale(record, jobs, _counts(jobs))
+        unconfirmed = self._unconfirmed_master(record)
+        jobs, removed, why = self._replace_unconnected(record, jobs)
+        idle = [j.job_id for j in jobs if j.state is JobState.IDLE]
+        counts = _counts(jobs)
+        running, held = counts["running"], counts["held"]
         connected = sum(record.slaves_connected.values())
         wanted = min(self.limits.max_jobs, connected + record.slaves_needed)
         serving = len(idle) + running
@@ -170,9 +184,6 @@ class Overseer:
             self.limits.max_idle - len(idle),
             self.limits.batch,
         )
-        unconfirmed = self._unconfirmed_master(record)
-        removed = 0
-        why: list[str] = []
         if submit > 0:
             self.backend.submit(Launch.of(record, str(self.path)), submit)
             why.append(f"submitted {submit}: {wanted} wanted, {serving} serving{_capped(submit, wanted - serving)}")
@@ -184,8 +195,8 @@ class Overseer:
         elif serving > wanted and idle:
             doomed = idle[-min(serving - wanted, len(idle)) :]
             self.backend.remove(doomed)
-            removed = len(doomed)
-            why.append(f"removed {removed} idle: demand fell ({wanted} wanted, {serving} serving)")
+            removed += len(doomed)
+            why.append(f"removed {len(doomed)} idle: demand fell ({wanted} wanted, {serving} serving)")
         elif wanted > serving:
             why.append(f"{wanted - serving} short but at a cap ({self.limits})")
         why.extend(_explain_jobs(jobs))
@@ -217,6 +228,53 @@ class Overseer:
         )
         self._note(f"giving up: {self.problem}")
         return Decision(Verdict.ABANDONED, removed=len(doomed), **counts)
+
+    def _replace_unconnected(
+        self, record: resource_file.ResourceFile, jobs: list[Job]
+    ) -> tuple[list[Job], int, list[str]]:
+        """Remove the running jobs whose slave has not connected within ``connect_limit``.
+
+        Returns the jobs left, how many were removed (the caller's shortfall then replaces
+        them), and why: the removed jobs by name, and how long others have waited so far.
+        """
+        unconnected = self._unconnected(record, jobs)
+        lost = [(job, ran) for job, ran, waited in unconnected if waited > self.connect_limit]
+        why: list[str] = []
+        if lost:
+            gone = [job.job_id for job, _ in lost]
+            self.backend.remove(gone)
+            why.append(_explain_lost(lost))
+            jobs = [job for job in jobs if job.job_id not in gone]
+        waiting = [ran for _, ran, waited in unconnected if ran >= LONG_IDLE and waited <= self.connect_limit]
+        if waiting:
+            why.append(
+                f"{len(waiting)} jobs running up to {_minutes(max(waiting))} without their slave connected "
+                f"(each is replaced once it had {_minutes(self.connect_limit)} to connect)"
+            )
+        return jobs, len(lost), why
+
+    def _unconnected(self, record: resource_file.ResourceFile, jobs: list[Job]) -> list[tuple[Job, float, float]]:
+        """Running jobs whose slave has not connected in this run: (job, seconds running, seconds it had).
+
+        The time it had counts from when it started running, or from when this overseer first saw
+        the current master if that is later (a restarted master has not had the chance to see anyone).
+        """
+        connected = set(record.condor_jobs_connected)
+        runs = {(job.job_id, job.since) for job in jobs if job.state is JobState.RUNNING}
+        self._seen_connected = {run for run in self._seen_connected if run in runs}
+        self._seen_connected.update(run for run in runs if run[0] in connected)
+        with_this_master = time.monotonic() - self._master_seen_at
+        unconnected: list[tuple[Job, float, float]] = []
+        for job in jobs:
+            ran = job.in_state_for()
+            if (
+                job.state is JobState.RUNNING
+                and ran is not None
+                and (job.job_id, job.since) not in self._seen_connected
+                and protocol.CONDOR_JOB_ID.fullmatch(job.job_id) is not None
+            ):
+                unconnected.append((job, ran, min(ran, with_this_master)))
+        return unconnected
 
     def _unconfirmed_master(self, record: resource_file.ResourceFile) -> str:
         """ "pid P at HOST:PORT" while this master has not yet had the chance to state its demand, else "".
@@ -323,6 +381,19 @@ def _real_path(path: Path) -> Path:
         return path.resolve()
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python < 3.13
         return Path(os.path.abspath(path))
+
+
+def _counts(jobs: list[Job]) -> dict[str, int]:
+    """Jobs by state, as a Decision counts them."""
+    return {state.value: sum(job.state is state for job in jobs) for state in JobState}
+
+
+def _explain_lost(lost: list[tuple[Job, float]]) -> str:
+    """``job 41.3 running 10 min, its slave never connected: removed, replacing`` (a few named)."""
+    named = ", ".join(f"job {job.job_id} running {_minutes(ran)}" for job, ran in lost[:HELD_NAMED])
+    more = f" and {len(lost) - HELD_NAMED} more" if len(lost) > HELD_NAMED else ""
+    whose = "its slave" if len(lost) == 1 else "their slaves"
+    return f"{named}{more}, {whose} never connected: removed, replacing"
 
 
 def _held_because(jobs: list[Job]) -> str:

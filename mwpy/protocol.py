@@ -26,6 +26,7 @@ import hmac
 import operator
 import os
 import pickle
+import re
 import ssl
 import struct
 import traceback
@@ -37,7 +38,8 @@ import attrs
 from mwpy.errors import ConfigurationError, ProtocolError
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
-PROTOCOL_VERSION = 2
+#: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses).
+PROTOCOL_VERSION = 3
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -52,6 +54,8 @@ RESPONSE_SIZE = NONCE_SIZE + MAC_SIZE
 CONFIRM_SIZE = MAC_SIZE
 #: The largest frame a peer may send before it has proved membership.
 MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
+#: A Condor job id as slaves report it and the resource file lists it: ``CLUSTER.PROC``.
+CONDOR_JOB_ID = re.compile(r"[0-9]{1,10}\.[0-9]{1,10}")
 
 
 class ExitCode(enum.IntEnum):
@@ -86,6 +90,9 @@ class Hello:
     pid: int
     mwpy_version: str
     max_frame: int
+    #: ``CLUSTER.PROC`` of the Condor job the slave runs as, "" outside Condor: the overseer matches
+    #: connected slaves to its jobs with it (docs/condor.md).
+    condor_job: str = ""
 
 
 @attrs.frozen
@@ -245,6 +252,8 @@ def check_hello(msg: Hello) -> None:
         and isinstance(msg.mwpy_version, str)
         and isinstance(msg.max_frame, int)
         and msg.max_frame > 0
+        and isinstance(msg.condor_job, str)
+        and (msg.condor_job == "" or CONDOR_JOB_ID.fullmatch(msg.condor_job) is not None)
     ):
         raise ProtocolError("malformed Hello message")
 

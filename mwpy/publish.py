@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from mwpy import bundle, resource_file
 from mwpy.audit import Audit
@@ -42,8 +43,11 @@ class Publisher:
         port: int,
         tls_fingerprint: str | None,
         events: EventWriter | None = None,
+        condor_jobs: Callable[[], list[str]] | None = None,
     ) -> None:
         self._options = options
+        #: The Condor job ids of the connected slaves (the engine knows them from their Hello).
+        self._condor_jobs = condor_jobs or list
         self._events = events
         self._audit = audit
         self._sched = sched
@@ -54,7 +58,7 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool] | None = None
+        self._key: tuple[int, dict[str, int], bool, list[str]] | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
         self._bundle = self._build_bundle()
@@ -63,7 +67,8 @@ class Publisher:
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._sched.slaves_needed, self._sched.connected()
-        changed = (needed, connected, self.demand_stated) != self._key and now - self._written >= DEBOUNCE
+        key = (needed, connected, self.demand_stated, self._condor_jobs())
+        changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
 
@@ -71,7 +76,8 @@ class Publisher:
         """Write the file now (a failure is audited: the computation goes on without it)."""
         path = self._options.resource_file
         sched = self._sched
-        self._key = (needed, connected, self.demand_stated)
+        jobs = self._condor_jobs()
+        self._key = (needed, connected, self.demand_stated, jobs)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -95,6 +101,7 @@ class Publisher:
             secret=self._secret_hex,
             tls_fingerprint=self._tls_fingerprint,
             demand_stated=self.demand_stated or finished,
+            condor_jobs_connected=jobs,
         )
         try:
             resource_file.write(path, record)

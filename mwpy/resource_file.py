@@ -31,6 +31,7 @@ import cattrs
 
 from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
+from mwpy.protocol import CONDOR_JOB_ID
 
 FORMAT = "mwpy-resource-file"
 VERSION = 1
@@ -72,6 +73,15 @@ def _hex(size: int | None) -> Callable[[Any, Any, str | None], None]:
     return check
 
 
+def _job_ids(_: Any, attribute: Any, value: list[str]) -> None:
+    """A validator: every item a Condor job id (``CLUSTER.PROC``), each once."""
+    bad = next((job for job in value if CONDOR_JOB_ID.fullmatch(job) is None), None)
+    if bad is not None:
+        raise ValueError(f"{attribute.name} must hold Condor job ids (CLUSTER.PROC), not {bad!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{attribute.name} names a job twice")
+
+
 _non_empty: Callable[[Any, Any, Any], Any] = attrs.validators.min_len(1)
 _not_negative: Callable[[Any, Any, Any], Any] = attrs.validators.ge(0)
 
@@ -100,6 +110,9 @@ class ResourceFile:
     #: False until the master algorithm has run the loop: before that ``slaves_needed`` is not its word yet
     #: (a restarted master replays its journal first), so an overseer must not shrink on it.
     demand_stated: bool = True
+    #: Condor job ids (CLUSTER.PROC) of the connected slaves that run as Condor jobs: the overseer
+    #: replaces a running job that never shows up here (docs/condor.md).
+    condor_jobs_connected: list[str] = attrs.field(factory=list, validator=_job_ids)
     format: str = FORMAT
     version: int = VERSION
 

@@ -34,10 +34,10 @@ from collections import deque
 
 import attrs
 
-from mwpy import protocol
+from mwpy import protocol, safe_files
 from mwpy._version import __version__
 from mwpy.audit import Audit
-from mwpy.errors import ProtocolError, TaskTimeoutError
+from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
 from mwpy.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.session import HandshakeReply, SlaveSession, SlaveState
 from mwpy.task import registry
@@ -472,7 +472,9 @@ def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
-    hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame)
+    hello = protocol.Hello(
+        endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, condor_job_id()
+    )
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:
@@ -494,19 +496,55 @@ def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame:
 
 
 def _read_some(sock: socket.socket, session: SlaveSession, address: str) -> bytes:
-    """Bytes for the handshake; a master that hangs up on our proof most likely has another secret."""
+    """Bytes for the handshake; an end before Welcome says what the peer did at which step."""
     try:
         data = sock.recv(_RECV_SIZE)
     except TimeoutError:
-        data = None
-        why = "the master did not answer in time"
+        raise SlaveExit(ExitCode.REFUSED, _silent(session.state, address, sock.gettimeout())) from None
     except OSError as exc:
-        data = None
-        why = f"connection failed: {exc}"
-    else:
-        why = "the master closed the connection"
+        raise SlaveExit(ExitCode.REFUSED, f"{address}: connection failed during the handshake: {exc}") from None
     if data:
         return data
-    if session.state is SlaveState.PROVING:
+    if session.state is SlaveState.PROVING:  # a master hangs up on a proof it cannot check: another secret
         raise SlaveExit(ExitCode.REFUSED, f"the master at {address} refused our proof of membership (wrong secret?)")
-    raise SlaveExit(ExitCode.REFUSED, f"{address}: {why}")
+    if session.state is SlaveState.CONNECTED:
+        raise SlaveExit(ExitCode.REFUSED, f"{address} hung up without a challenge: not an mwpy master?")
+    raise SlaveExit(ExitCode.REFUSED, f"the master at {address} hung up after the proofs, before its Welcome")
+
+
+def _silent(state: SlaveState, address: str, timeout: float | None) -> str:
+    """A peer that stopped talking, by handshake step: silence is not a refused proof."""
+    within = f"within {timeout:g} s" if timeout is not None else "in time"
+    if state is SlaveState.CONNECTED:
+        return f"no challenge from {address} {within}: not an mwpy master?"
+    if state is SlaveState.PROVING:
+        return f"no answer from {address} to our proof of membership {within}"
+    return f"no Welcome from the master at {address} {within} after the proofs"
+
+
+#: The file Condor names in this variable holds the job's ClassAd: where a slave learns its job id.
+JOB_AD_VARIABLE = "_CONDOR_JOB_AD"
+#: A job ad is a few KiB; a bigger file is not read.
+JOB_AD_MAX_SIZE = 1 << 20
+
+
+def condor_job_id() -> str:
+    """``CLUSTER.PROC`` of the Condor job this slave runs as, from its job ad; "" outside Condor.
+
+    Reported in Hello so that the master can publish which jobs are connected;
+    a missing, unreadable or odd ad only costs that (the slave works the same).
+    """
+    path = os.environ.get(JOB_AD_VARIABLE)
+    if not path:
+        return ""
+    try:
+        text = safe_files.read_bytes(path, max_size=JOB_AD_MAX_SIZE).decode("utf-8", "replace")
+    except UnsafeFileError:
+        return ""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        name, equals, value = line.partition("=")
+        if equals and name.strip().lower() in ("clusterid", "procid"):
+            found[name.strip().lower()] = value.strip()
+    job = f"{found.get('clusterid', '')}.{found.get('procid', '')}"
+    return job if protocol.CONDOR_JOB_ID.fullmatch(job) else ""

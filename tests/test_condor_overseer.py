@@ -164,7 +164,9 @@ class Recording:
 
 def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, condor_workdir: Path) -> None:
     release, shrink = condor_workdir / "release", condor_workdir / "shrink"
-    wanted = condor_pool.slots + 2  # more slave jobs than the pool has slots: some stay idle
+    # More slave jobs than node 1 has slots, and the jobs kept to node 1: some stay idle, even when an
+    # earlier test (tests/test_condor_nodes.py) has added node 2 to the session's pool.
+    wanted = condor_pool.cpus + 2
     setup_workdir(condor_pool, condor_workdir, ["shrink.py"])
     master = submit_master(
         condor_pool,
@@ -173,7 +175,7 @@ def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, c
         f"program_args={release} {shrink} {wanted}",
         "master_options=--mw-slave-window 1",
     )
-    backend = Recording(CondorBackend(member_id(condor_workdir)))
+    backend = Recording(CondorBackend(member_id(condor_workdir), extra={"requirements": "(MwpyNode == 1)"}))
     overseer = Overseer(condor_workdir / RESOURCE, backend, Limits(max_jobs=wanted, max_idle=wanted, batch=wanted))
 
     def busy_and_some_idle() -> bool:

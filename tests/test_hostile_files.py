@@ -79,6 +79,12 @@ HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
     "a string for slave_files": (json_file(slave_files="/etc/passwd"), "slave_files"),
     "a number in slave_files": (json_file(slave_files=["a", 1]), "slave_files"),
     "a bool in slaves_connected": (json_file(slaves_connected={"unordered": True}), "slaves_connected"),
+    "a string for condor_jobs_connected": (json_file(condor_jobs_connected="41.3"), "condor_jobs_connected"),
+    "a job id that is not CLUSTER.PROC": (
+        json_file(condor_jobs_connected=["41.3", "41.3 || true"]),
+        "condor_jobs_connected must hold Condor job ids (CLUSTER.PROC), not '41.3 || true'",
+    ),
+    "a job named twice": (json_file(condor_jobs_connected=["41.3", "41.3"]), "condor_jobs_connected names a job twice"),
     "a huge regular file": (huge_file, "too big"),
     "a directory": (Path.mkdir, "a directory, not a regular file"),
     "a wrong version": (json_file(version=2), "version 2"),

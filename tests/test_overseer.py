@@ -28,7 +28,7 @@ from mwpy import backends, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.overseer import Limits, Overseer, Verdict
+from mwpy.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend
 from tests.support import PROGRAMS, ROOT, wait_until
@@ -290,6 +290,66 @@ def test_every_decision_line_says_why_idle_jobs_wait_and_held_jobs_are_held(rf: 
     assert "2 jobs idle up to 12 min: no slot matched" in lines[-1], lines[-1]
     assert "job 1.0 held for 2 min: Failed to transfer files: mwpy.pyz: No such file" in lines[-1], lines[-1]
     assert "short but at a cap" in lines[-1], lines[-1]
+
+
+def test_a_running_job_whose_slave_never_connected_is_removed_and_replaced_and_the_log_says_why(rf: Path) -> None:
+    """Guards: the three views reconciled (issue 11 item 7): demand, the queue, and the connected slaves' job ids.
+
+    Job 1.0 has run 12 min and its slave never connected (say the master's port is blocked from its
+    node); job 1.1's slave is connected. Only 1.0 goes, and one job replaces it in the same pass.
+    """
+    backend = FakeBackend()
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(), log=lines.append, connect_limit=1.0)
+    write_resource(rf, needed=2)
+    watcher.reconcile()
+    backend.set(JobState.RUNNING, 2)
+    backend.since.update({"1.0": time.time() - 720, "1.1": time.time() - 720})
+    write_resource(rf, needed=1, connected=1, condor_jobs_connected=["1.1"])
+    # This overseer has only just seen this master: the job had no chance to connect to it yet.
+    assert watcher.reconcile().removed == 0
+    assert "never connected" not in lines[-1]
+    assert "1 jobs running up to 12 min without their slave connected (each is replaced once it had 1 s" in lines[-1]
+    decision = wait_until(lambda: _removing(watcher), 30, "the never-connected job removed")
+    assert decision is not None
+    assert (decision.removed, decision.submitted, decision.running) == (1, 1, 1)
+    assert backend.removed == ["1.0"]
+    assert backend.queue["1.1"] is JobState.RUNNING
+    assert "job 1.0 running 12 min, its slave never connected: removed, replacing" in lines[-1], lines[-1]
+    assert "submitted 1: 2 wanted, 1 serving" in lines[-1], lines[-1]
+
+
+def _removing(watcher: Overseer) -> Decision | None:
+    """One reconciliation's decision if it removed a job, else None (to wait on)."""
+    decision = watcher.reconcile()
+    return decision if decision.removed else None
+
+
+def test_the_connect_limit_spares_short_runs_runs_seen_connected_and_jobs_without_condor_ids(rf: Path) -> None:
+    """A job whose slave was seen connected during this run is not judged again when it disappears
+    (a slave on its way out); a job of a back end whose ids slaves cannot report (``local.N``) never is."""
+    backend = FakeBackend()
+    lines: list[str] = []
+    watcher = Overseer(rf, backend, Limits(), log=lines.append, connect_limit=1.0)
+    now = time.time()
+    backend.queue.update({"2.0": JobState.RUNNING, "local.0": JobState.RUNNING})
+    backend.since.update({"2.0": now - 900, "local.0": now - 900})
+    write_resource(rf, needed=0, connected=1, condor_jobs_connected=["2.0"])
+    watcher.reconcile()  # 2.0 seen connected in this run
+    write_resource(rf, needed=0, connected=0)
+    wait_until(lambda: watcher.reconcile() and time.time() - now > 1.5, 30, "the limit to pass for the master")
+    assert backend.removed == []
+    backend.queue["2.1"] = JobState.RUNNING
+    backend.since["2.1"] = time.time()
+    assert watcher.reconcile().removed == 0  # it has only just started
+    backend.since["2.1"] = time.time() - 900  # ... until it has really run past the limit
+    assert watcher.reconcile().removed == 1
+    assert backend.removed == ["2.1"]
+    # A new run of 2.0 (requeued and started again) must connect anew.
+    backend.since["2.0"] = time.time() - 800
+    assert watcher.reconcile().removed == 1
+    assert backend.removed == ["2.1", "2.0"]
+    assert set(backend.queue) >= {"local.0"}
 
 
 def test_overseer_sub_uses_the_same_default_caps_as_mwpy_overseer() -> None:

@@ -246,11 +246,35 @@ def test_a_tiny_max_frame_of_the_slave_bounds_what_the_master_sends() -> None:
     assert master.max_send == 100
 
 
+@pytest.mark.parametrize("job", ["41.3", ""], ids=["condor", "outside-condor"])
+def test_the_master_learns_the_condor_job_id_the_slave_says_hello_with(job: str) -> None:
+    """Guards: Hello carries the slave's Condor job id (protocol 3), so the master can publish it."""
+    master = MasterSession(b"s" * 32, MEMBER, max_receive=LIMIT, max_send=LIMIT)
+    slave = SlaveSession(b"s" * 32, Hello(MEMBER, "h", 1, "0", LIMIT, job))
+    [reply] = events(slave, master.challenge())
+    [proof] = events(master, reply.data)
+    [sealed_hello] = events(slave, proof.data)
+    [said] = events(master, sealed_hello.data)
+    assert isinstance(said, Hello)
+    assert said.condor_job == job
+
+
+def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent() -> None:
+    """Guards: versions must match exactly (docs/design.md); protocol 3 added the Hello's job id."""
+    slave = SlaveSession(b"s" * 32, hello())
+    older = protocol.frame(protocol.MAGIC + bytes([2]) + protocol.new_nonce())
+    with pytest.raises(ProtocolError, match="master speaks protocol 2, this slave speaks 3"):
+        events(slave, older)
+
+
 @pytest.mark.parametrize(
     ("bad", "error"),
     [
         (Hello(MEMBER, "h", 1, "0", 0), "malformed Hello"),
         (Hello(MEMBER, "h", "pid", "0", 10), "malformed Hello"),  # type: ignore[arg-type]
+        (Hello(MEMBER, "h", 1, "0", 10, "41"), "malformed Hello"),  # a job id is CLUSTER.PROC
+        (Hello(MEMBER, "h", 1, "0", 10, "41.3; rm -rf"), "malformed Hello"),
+        (Hello(MEMBER, "h", 1, "0", 10, 41.3), "malformed Hello"),  # type: ignore[arg-type]
     ],
 )
 def test_a_malformed_hello_is_a_protocol_error(bad: Hello, error: str) -> None:

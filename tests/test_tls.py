@@ -8,6 +8,7 @@ between a slave and its master shows what crosses the network.
 from __future__ import annotations
 
 import ssl
+import time
 from pathlib import Path
 
 import attrs
@@ -132,5 +133,38 @@ def test_plain_and_stalled_clients_are_dropped_while_the_tls_master_works_on(tmp
         sock.close()
     assert unaware.wait(DEADLINE) == ExitCode.REFUSED
     assert "Traceback" not in unaware.err()
+    live.progresses()
+    live.finish()
+
+
+#: The client timeout of the unproven-peer test: the peer finishes TLS half-way through it.
+PROOF_TIMEOUT = 6
+
+
+def test_a_peer_that_completes_tls_and_stays_silent_is_dropped_one_client_timeout_after_it_connected(
+    tmp_path: Path,
+) -> None:
+    """Guards (issue 11 item 5): TLS and the proof share one client timeout, counted from accept.
+
+    The peer takes half the client timeout to complete TLS, then says nothing. Were the timer
+    restarted when TLS completes (the old defect), the master could drop it no sooner than one
+    whole client timeout after that; it must drop it before, at one timeout after it connected.
+    """
+    live = start_live(tmp_path, *TLS, client_timeout=PROOF_TIMEOUT)
+    raw = trust_net.connect(live.port)
+    port = local_port(raw)
+    time.sleep(PROOF_TIMEOUT / 2)  # the slow peer itself, not a wait for an outcome
+    tls = protocol.tls_client_context().wrap_socket(raw)
+    tls_done = time.monotonic()
+    tls.settimeout(DEADLINE)
+    try:
+        while tls.recv(4096):  # the challenge, then nothing until the master hangs up
+            pass
+    except OSError:
+        pass  # a reset or an unclean TLS close: hung up all the same
+    hung_up = time.monotonic()
+    tls.close()
+    assert hung_up - tls_done < PROOF_TIMEOUT, "the unproven peer got a second client timeout after TLS"
+    assert live.audit.peer_dropped(port) == f"silent for {PROOF_TIMEOUT} s (client timeout)"
     live.progresses()
     live.finish()
