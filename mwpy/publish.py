@@ -54,16 +54,19 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool] | None = None
+        self._key: tuple[int, dict[str, int], bool, int] | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
+        #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
+        self.slave_peak_memory = 0
         self._bundle = self._build_bundle()
         self.slave_executable, self.slave_files, self.slave_arguments = self._how_to_start_a_slave()
 
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._sched.slaves_needed, self._sched.connected()
-        changed = (needed, connected, self.demand_stated) != self._key and now - self._written >= DEBOUNCE
+        key = (needed, connected, self.demand_stated, self.slave_peak_memory)
+        changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
 
@@ -71,7 +74,7 @@ class Publisher:
         """Write the file now (a failure is audited: the computation goes on without it)."""
         path = self._options.resource_file
         sched = self._sched
-        self._key = (needed, connected, self.demand_stated)
+        self._key = (needed, connected, self.demand_stated, self.slave_peak_memory)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -95,6 +98,7 @@ class Publisher:
             secret=self._secret_hex,
             tls_fingerprint=self._tls_fingerprint,
             demand_stated=self.demand_stated or finished,
+            slave_peak_memory=self.slave_peak_memory,
         )
         try:
             resource_file.write(path, record)

@@ -100,6 +100,9 @@ class ResourceFile:
     #: False until the master algorithm has run the loop: before that ``slaves_needed`` is not its word yet
     #: (a restarted master replays its journal first), so an overseer must not shrink on it.
     demand_stated: bool = True
+    #: Bytes: the largest peak memory (resident set) a slave of this computation reported; 0 while none did.
+    #: The overseer asks Condor for at least this much (with headroom) for new slave jobs.
+    slave_peak_memory: int = attrs.field(default=0, validator=_not_negative)
     format: str = FORMAT
     version: int = VERSION
 

@@ -29,6 +29,7 @@ import io
 import logging
 import os
 import pickle
+import resource
 import select
 import signal
 import socket
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 _RECV_SIZE = 256 * 1024
 #: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.
 MAX_OUTPUT = 64 * 1024
+
+#: Seconds between two looks at the peak memory (the heartbeat thread), and the growth that is reported early.
+MEMORY_LOOK = 1.0
+MEMORY_GROWTH = 1.1
 
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
@@ -467,10 +472,20 @@ class Slave:
         self._last_send = time.monotonic()
 
     def _beat(self, interval: float) -> None:
-        while not self._stop.wait(interval / 2):
-            if time.monotonic() - self._last_send >= interval and self._lost is None:
+        """Heartbeats when nothing else went out for ``interval``, and at once when the peak memory grew.
+
+        The master publishes the largest peak a slave reported, and the
+        overseer asks Condor for that much memory for new slave jobs: a peak
+        reached by a task that then gets the job held must be reported quickly.
+        """
+        reported = 0
+        while not self._stop.wait(min(interval / 2, MEMORY_LOOK)):
+            peak = peak_memory()
+            grew = peak > reported * MEMORY_GROWTH
+            if (grew or time.monotonic() - self._last_send >= interval) and self._lost is None:
                 with self._io_lock:
-                    self._write(self._session.send(protocol.Heartbeat()))
+                    self._write(self._session.send(protocol.Heartbeat(peak)))
+                reported = peak
 
 
 class _Capture(io.StringIO):
@@ -492,6 +507,12 @@ class _Capture(io.StringIO):
         if self.size > len(kept):
             kept += f"\n[mwpy: {self.size - len(kept)} more characters not kept]\n"
         return kept
+
+
+def peak_memory() -> int:
+    """Bytes: this process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _output_size(streams: tuple[str, str] | None) -> int:
