@@ -37,7 +37,8 @@ import attrs
 from mwpy.errors import ConfigurationError, ProtocolError
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
-PROTOCOL_VERSION = 2
+#: 3: HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
+PROTOCOL_VERSION = 3
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
