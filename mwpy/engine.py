@@ -473,6 +473,8 @@ class Engine:
         back = self._sched.hand_back(sid, msg.task_ids)
         self._audit(f"{sid} -> HANDED BACK {back} tasks unstarted (leaving: soft-kill signal)")
         log.info("%s is leaving (soft-kill signal) and handed back %d tasks unstarted", sid, back)
+        if self._events is not None and back:
+            self._events.emit(ev.TasksRequeued(t=self._events.now(), slave=sid, n=back))
         self._lose(peer, f"left on a soft-kill signal, {back} tasks handed back")
 
     def _note_memory(self, peer: _Peer, peak: int) -> None:

@@ -9,6 +9,7 @@ tasks: what is asserted is the order of events, not how fast they came.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -22,7 +23,9 @@ CLIENT_TIMEOUT = "600"
 
 
 def test_a_slave_told_to_leave_by_sigterm_sends_its_results_and_hands_its_window_back(tmp_path: Path) -> None:
-    options = ("--mw-slave-window", "4", "--mw-slave-result-group", "4", "--mw-client-timeout", CLIENT_TIMEOUT)
+    events = tmp_path / "events.jsonl"
+    options = ("--mw-slave-window", "4", "--mw-slave-result-group", "4", "--mw-client-timeout", CLIENT_TIMEOUT,
+               "--mw-events", str(events))  # fmt: skip
     with local_master(PROGRAM, tmp_path, *options) as master:
         done = quick.submit(3)  # finishes at once; waits in the slave for a full result group
         running = gated.submit(str(tmp_path), 1)  # the task the slave is running when the signal comes
@@ -57,6 +60,16 @@ def test_a_slave_told_to_leave_by_sigterm_sends_its_results_and_hands_its_window
             zip(ids, [1, 4, 9], strict=True)
         )
         assert master.unrunnable == []
+    # The event log, in order: the two handed back re-queued, then the slave gone with the one it ran;
+    # the second slave connects only after that.
+    kinds = [
+        (line["kind"], line.get("n", line.get("in_flight")))
+        for line in map(json.loads, events.read_text(encoding="utf-8").splitlines())
+        if line["kind"] in ("tasks-requeued", "slave-disconnected", "slave-connected")
+    ]
+    assert kinds[:4] == [("slave-connected", None), ("tasks-requeued", 2), ("slave-disconnected", 1),
+                         ("tasks-requeued", 1)]  # fmt: skip
+    assert kinds[4] == ("slave-connected", None)
 
 
 def test_an_idle_slave_leaves_on_sigterm_at_once_with_nothing_to_hand_back(tmp_path: Path) -> None:
