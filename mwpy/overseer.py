@@ -13,6 +13,9 @@ picks up where the last one stopped.
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
   ``max_idle`` (idle) and ``batch``;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
+* memory: a job held for using more memory than it asked for is removed, and
+  new jobs ask for double its request (up to ``max_memory``), and for the
+  slaves' published peak memory with a quarter more;
 * finished: remove every remaining job of the computation (running slaves
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
   none is left;
@@ -158,7 +161,7 @@ class Overseer:
         except ResourceFileError as exc:
             self._note(f"waiting: {exc}")
             return Decision(Verdict.WAITING)
-        jobs, replaced = self._replace_memory_holds(self.backend.jobs())
+        jobs = self.backend.jobs()
         idle = [j.job_id for j in jobs if j.state is JobState.IDLE]
         running = sum(j.state is JobState.RUNNING for j in jobs)
         held = sum(j.state is JobState.HELD for j in jobs)
@@ -167,6 +170,9 @@ class Overseer:
             return self._finish(jobs, counts)
         if record.stale():
             return self._stale(record, jobs, counts)
+        jobs, replaced = self._replace_memory_holds(jobs)
+        held -= replaced  # only held jobs are removed: the shortfall they leave is filled below
+        counts["held"] = held
         connected = sum(record.slaves_connected.values())
         wanted = min(self.limits.max_jobs, connected + record.slaves_needed)
         serving = len(idle) + running
