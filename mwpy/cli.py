@@ -72,6 +72,10 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     overseer.add_argument("--max-jobs", type=positive_int, default=Limits().max_jobs, help="cap on all slave jobs")
     overseer.add_argument("--max-idle", type=positive_int, default=Limits().max_idle, help="cap on idle slave jobs")
     overseer.add_argument("--batch", type=positive_int, default=Limits().batch, help="most jobs submitted at once")
+    overseer.add_argument(
+        "--max-memory", type=positive_int, default=Limits().max_memory, metavar="MB",
+        help="cap on the memory a slave job held for exceeding its request is replaced asking for",
+    )  # fmt: skip
     overseer.add_argument("--interval", type=positive_float, default=10.0, help="seconds between timed reconciliations")
     overseer.add_argument(
         "--abandon-after",
@@ -211,7 +215,9 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     except (OSError, BackendError, ResourceFileError) as exc:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
-    limits = Limits(max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch)
+    limits = Limits(
+        max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch, max_memory=options.max_memory
+    )
     overseer = Overseer(
         options.resource_file,
         backend,

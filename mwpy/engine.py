@@ -170,6 +170,8 @@ class Engine:
         self._recv_view = memoryview(self._recv_buffer)
         self._slave_numbers = itertools.count()
         self._heartbeat_interval = options.client_timeout / 4
+        #: Bytes: the largest peak memory a slave reported (its Heartbeats), 0 while none did.
+        self.peak_memory = 0
         self._next_tick = 0.0
         self._last_tick = float("-inf")
         #: While out of descriptors: when to listen again (None: listening).
@@ -373,6 +375,10 @@ class Engine:
                     self._refuse(peer, event)
                 elif type(event) is protocol.Cancelled:
                     self._take_back(peer, event)
+                elif type(event) is protocol.HandBack:
+                    self._handed_back(peer, event)
+                elif type(event) is protocol.Heartbeat and event.peak_memory:
+                    self._note_memory(peer, event.peak_memory)
                 # Heartbeat: hearing from the slave (last_heard) was the point
         except ProtocolError as exc:
             self._lose(peer, f"protocol error: {exc}")
@@ -505,6 +511,30 @@ class Engine:
             return
         taken = [task_id for task_id in msg.task_ids if self._sched.withdraw(sid, task_id) is not None]
         self._audit(f"{sid} -> CANCELLED {len(taken)} tasks unstarted")
+
+    def _handed_back(self, peer: _Peer, msg: protocol.HandBack) -> None:
+        """The slave is leaving (a soft-kill signal: vacate, preemption, condor_rm): requeue, then drop it.
+
+        Its finished results came before this message; the tasks it names never
+        started and are queued again first, at once. Dropping the connection
+        re-queues whatever else it held (the task it was running) as for a
+        slave that vanished, without waiting for its EOF or a timeout.
+        """
+        sid = peer.sid
+        if sid is None:
+            return
+        back = self._sched.hand_back(sid, msg.task_ids)
+        self._audit(f"{sid} -> HANDED BACK {back} tasks unstarted (leaving: soft-kill signal)")
+        log.info("%s is leaving (soft-kill signal) and handed back %d tasks unstarted", sid, back)
+        if self._events is not None and back:
+            self._events.emit(ev.TasksRequeued(t=self._events.now(), slave=sid, n=back))
+        self._lose(peer, f"left on a soft-kill signal, {back} tasks handed back")
+
+    def _note_memory(self, peer: _Peer, peak: int) -> None:
+        """A slave's peak memory so far (bytes): the largest any slave needed is published."""
+        if peak > self.peak_memory:
+            self.peak_memory = peak
+            self.tick_soon()
 
     def _expel(self, sid: str) -> None:
         """Send a black-hole slave away with a non-zero status; its tasks go to others."""

@@ -21,7 +21,7 @@ How it is built, and why:
 * With ``backend="condor"`` the script is shipped with the slave job and
   named by its base name; the slave's Python is ``sys.executable`` unless
   ``options=["--mw-slave-executable", ...]`` or ``["--mw-slave-bundle"]`` say
-  otherwise. That path has not been run on a pool yet.
+  otherwise; tests/test_condor_executor.py runs it on the test pool.
 * Slaves are started the way ``mwpy local`` (or the overseer) starts them: the
   master publishes a resource file in a private work folder and an
   :class:`~mwpy.overseer.Overseer` with a back end (``local`` processes by
@@ -65,7 +65,7 @@ import attrs
 from mwpy import backends, logs
 from mwpy.audit import Audit
 from mwpy.engine import TICK
-from mwpy.errors import ConfigurationError, SlavesFailError
+from mwpy.errors import BackendError, ConfigurationError, SlavesFailError
 from mwpy.failing_slaves import SetupFailures
 from mwpy.master import Master, encode_task
 from mwpy.options import Options, parse
@@ -95,6 +95,8 @@ UPDATE_INTERVAL = 1.0
 
 #: Seconds between two looks at the back end's jobs (for slaves that fail to start).
 JOB_LOOK_INTERVAL = 1.0
+#: Seconds shutdown keeps removing slave jobs until the back end lists none.
+JOBS_GONE_TIMEOUT = 30.0
 
 _numbers = itertools.count()
 log = logging.getLogger(__name__)
@@ -203,7 +205,8 @@ class Executor(concurrent.futures.Executor):
         except SystemExit:
             raise ConfigurationError(f"backend_arguments {list(backend_arguments)!r} are not valid") from None
         namespace.workdir = str(self._workdir)
-        self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=SPAWN_PROGRAM)
+        program = _spawn_program(backend, self._workdir)
+        self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
         self._backend = factory.create(str(resource), namespace)
         # Imported here, not at the top: mwpy/__init__ imports this module, and slaves (whose bundle ships
         # attrs and cattrs only) must be able to import mwpy without watchdog, which the overseer needs.
@@ -337,12 +340,35 @@ class Executor(concurrent.futures.Executor):
             log.error("executor %s stopped: %r", self._options.member_id, exc)
             self._break(exc)
         finally:
-            self._stop_overseer.set()
-            self._overseer_thread.join()
-            self._backend.close()
+            self._wind_down()
             self._audit.close()
             if self._own_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _wind_down(self) -> None:
+        """Stop the overseer, then remove every slave job still queued, and release the back end.
+
+        A batch system's jobs outlive this process: a slave job still idle when
+        the computation ends would start later, find the finished resource file
+        and leave, but it would hold a place in the queue until then (and none
+        would ever start if the file were gone). So shutdown removes them all and
+        looks again until the back end lists none, for at most ``JOBS_GONE_TIMEOUT``
+        seconds (a schedd that does not answer is logged, not waited for).
+        """
+        self._stop_overseer.set()
+        self._overseer_thread.join()
+        deadline = time.monotonic() + JOBS_GONE_TIMEOUT
+        try:
+            while jobs := self._backend.jobs():
+                if time.monotonic() > deadline:
+                    log.warning("executor %s: %d slave jobs are left in the queue", self._options.member_id, len(jobs))
+                    break
+                self._backend.remove([job.job_id for job in jobs])
+                time.sleep(JOB_LOOK_INTERVAL / 4)
+        except BackendError as exc:
+            log.warning("executor %s: cannot remove its slave jobs: %s", self._options.member_id, exc)
+        finally:
+            self._backend.close()
 
     def _pull_back(self, master: Master) -> None:
         """Cancelled futures: ask their slaves to give back tasks waiting in their windows (engine thread)."""
@@ -465,6 +491,21 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Optio
         slave_files=(*parsed.slave_files, *shipped),
         slave_arguments=(*parsed.slave_arguments, script, folder),
     )
+
+
+def _spawn_program(backend: str, workdir: Path) -> str:
+    """The program slaves run: ``_spawn.py`` itself locally; for a batch system, a copy in the work folder.
+
+    A batch system ships the program from the submit side, where the resource
+    file already is (the work folder must be readable there, and by the job's
+    owner); mwpy's installed files need not be (a schedd in a container or a
+    chroot, an install in another user's home).
+    """
+    if backend == "local":
+        return SPAWN_PROGRAM
+    copy = workdir / "mwpy_spawn.py"
+    shutil.copyfile(SPAWN_PROGRAM, copy)
+    return str(copy)
 
 
 def _script() -> str:

@@ -297,6 +297,7 @@ class Master:
         # Ticks run only inside loop passes, which the master algorithm asks for once it has submitted
         # what it wants (and replayed its journal): from then on slaves_needed is its word.
         self._publisher.demand_stated = True
+        self._publisher.slave_peak_memory = self._engine.peak_memory
         self._publisher.maybe_write(now, finished=self._finished)
 
     # ------------------------------------------------------------------ what the algorithm drains

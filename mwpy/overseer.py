@@ -13,6 +13,9 @@ picks up where the last one stopped.
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
   ``max_idle`` (idle) and ``batch``;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
+* memory: a job held for using more memory than it asked for is removed, and
+  new jobs ask for double its request (up to ``max_memory``), and for the
+  slaves' published peak memory with a quarter more;
 * finished: remove every remaining job of the computation (running slaves
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
   none is left;
@@ -78,6 +81,8 @@ FINISH_GRACE = 10.0
 ABANDON_AFTER = resource_file.ABANDON_AFTER
 #: Idle jobs waiting longer than this many seconds are reported as unmatched ("no slot matched").
 LONG_IDLE = 60.0
+#: Bytes in a MB as Condor counts request_memory.
+MIB = 1 << 20
 #: At most this many held jobs are named, each with its hold reason, in one decision line.
 HELD_NAMED = 3
 #: Seconds a job may run without its slave connecting before it is removed and replaced
@@ -105,6 +110,8 @@ class Limits:
     max_jobs: int = 100
     max_idle: int = 20
     batch: int = 20
+    #: MB: a slave job held for exceeding its memory request is replaced asking for double, up to this.
+    max_memory: int = 16384
 
 
 @attrs.frozen
@@ -152,6 +159,8 @@ class Overseer:
         self._log = log or (lambda text: None)
         self._last_note = ""
         self._wake = threading.Event()
+        #: MB new slave jobs ask for at least, raised each time one is held for exceeding its request.
+        self._memory_floor: int | None = None
 
     def reconcile(self) -> Decision:
         """Look at the file and the queue once, and act on the difference."""
@@ -171,7 +180,9 @@ class Overseer:
         if record.stale():
             return self._stale(record, jobs, _counts(jobs))
         unconfirmed = self._unconfirmed_master(record)
+        jobs, replaced = self._replace_memory_holds(jobs)
         jobs, removed, why = self._replace_unconnected(record, jobs)
+        removed += replaced
         idle = [j.job_id for j in jobs if j.state is JobState.IDLE]
         counts = _counts(jobs)
         running, held = counts["running"], counts["held"]
@@ -185,7 +196,7 @@ class Overseer:
             self.limits.batch,
         )
         if submit > 0:
-            self.backend.submit(Launch.of(record, str(self.path)), submit)
+            self.backend.submit(Launch.of(record, str(self.path), self._memory_request(record)), submit)
             why.append(f"submitted {submit}: {wanted} wanted, {serving} serving{_capped(submit, wanted - serving)}")
         elif serving > wanted and idle and unconfirmed:
             why.append(
@@ -207,6 +218,39 @@ class Overseer:
             f"submitted {submitted}, removed {removed}" + (f" -- {'; '.join(why)}" if why else "")
         )
         return Decision(Verdict.RUNNING, submitted, removed, wanted=wanted, **counts)
+
+    def _replace_memory_holds(self, jobs: list[Job]) -> tuple[list[Job], int]:
+        """Remove slave jobs held for exceeding their memory request; new jobs ask for double.
+
+        The doubled request (up to ``limits.max_memory`` MB) becomes the floor
+        for every job submitted from now on, so the shortfall the removal leaves
+        is filled by jobs that fit. A job that already asked for the cap stays
+        held, and says so: more memory is not to be had. Returns the jobs left
+        and how many were removed.
+        """
+        cap = self.limits.max_memory
+        doomed: list[Job] = []
+        for job in jobs:
+            if not job.memory_hold:
+                continue
+            asked = job.memory if job.memory is not None else self._memory_floor
+            if asked is None or asked >= cap:
+                continue  # nothing to double, or no more to be had: left held (the decision line names it)
+            self._memory_floor = max(self._memory_floor or 0, min(cap, 2 * asked))
+            doomed.append(job)
+            self._log(
+                f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed, "
+                f"replaced by jobs asking for {self._memory_floor} MB (it asked for {asked} MB)"
+            )
+        if doomed:
+            self.backend.remove([job.job_id for job in doomed])
+        return [job for job in jobs if job not in doomed], len(doomed)
+
+    def _memory_request(self, record: resource_file.ResourceFile) -> int | None:
+        """MB a new slave job asks for at least: the held jobs' doubling, and the slaves' peak plus a quarter."""
+        peak = -(-record.slave_peak_memory * 5 // (4 * MIB)) if record.slave_peak_memory else 0
+        wanted = max(peak, self._memory_floor or 0)
+        return min(wanted, self.limits.max_memory) if wanted else None
 
     def _stale(self, record: resource_file.ResourceFile, jobs: list[Job], counts: dict[str, int]) -> Decision:
         """Keep the queue for a master that may come back; remove it once the master is gone for good."""

@@ -38,7 +38,8 @@ import attrs
 from mwpy.errors import ConfigurationError, ProtocolError
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
-#: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses).
+#: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
+#:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 PROTOCOL_VERSION = 3
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
@@ -73,6 +74,7 @@ class ExitCode(enum.IntEnum):
     BAD_RESOURCE_FILE = 6  # missing, unreadable or invalid resource file
     TOLD_TO_LEAVE = 7  # the master sent this slave away (too many failed tasks)
     TASK_STUCK = 8  # a task ignored its timeout for the grace period: the slave exits to be replaced
+    EVICTED = 9  # Condor's soft-kill signal (vacate, preemption, condor_rm): tasks handed back, the job stays queued
     ALGORITHM_ERROR = 255  # the slave algorithm raised or returned a non-status
 
 
@@ -142,9 +144,16 @@ class Results:
 
 @attrs.frozen
 class Heartbeat:
-    """Either way: I am alive (sent when nothing else was sent for a while)."""
+    """Either way: I am alive (sent when nothing else was sent for a while).
+
+    A slave's also says how much memory it has needed so far, and it sends one
+    early when that grew: the master publishes it, and the overseer asks
+    Condor for that much memory for new slave jobs.
+    """
 
     kind: ClassVar[int] = 6
+    #: Bytes: the slave process's peak resident set size so far (0 from the master, or not known).
+    peak_memory: int = 0
 
 
 @attrs.frozen
@@ -171,16 +180,29 @@ class Cancelled:
     task_ids: list[int]
 
 
-def check_task_ids(msg: Cancel | Cancelled) -> None:
+@attrs.frozen
+class HandBack:
+    """Slave -> master, its last message: leaving (soft-kill signal); these queued tasks never started.
+
+    The master queues them again at once, as never run (no wait for a
+    timeout, no retry spent), and drops the connection: whatever else the
+    slave held (the task it was running) is re-queued as for a slave that vanished.
+    """
+
+    kind: ClassVar[int] = 10
+    task_ids: list[int]
+
+
+def check_task_ids(msg: Cancel | Cancelled | HandBack) -> None:
     """Reject a Cancel or Cancelled whose task ids are not a list of ints."""
     ids = msg.task_ids
     if type(ids) is not list or not all(type(task_id) is int for task_id in ids):
         raise ProtocolError(f"malformed {type(msg).__name__} message")
 
 
-Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown | Cancel | Cancelled
+Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown | Cancel | Cancelled | HandBack
 _BY_KIND: dict[int, type[Any]] = {
-    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown, Cancel, Cancelled)
+    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown, Cancel, Cancelled, HandBack)
 }
 
 
@@ -241,6 +263,12 @@ def check_results(msg: Results) -> None:
             or type(streams[1]) is not str
         ):
             raise ProtocolError("malformed output in a Results message")
+
+
+def check_heartbeat(msg: Heartbeat) -> None:
+    """Reject a Heartbeat whose peak memory is not a non-negative int."""
+    if type(msg.peak_memory) is not int or msg.peak_memory < 0:
+        raise ProtocolError("malformed Heartbeat message")
 
 
 def check_hello(msg: Hello) -> None:

@@ -58,16 +58,18 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool, list[str]] | None = None
+        self._key: tuple[int, dict[str, int], bool, list[str], int] | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
+        #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
+        self.slave_peak_memory = 0
         self._bundle = self._build_bundle()
         self.slave_executable, self.slave_files, self.slave_arguments = self._how_to_start_a_slave()
 
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._sched.slaves_needed, self._sched.connected()
-        key = (needed, connected, self.demand_stated, self._condor_jobs())
+        key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory)
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -77,7 +79,7 @@ class Publisher:
         path = self._options.resource_file
         sched = self._sched
         jobs = self._condor_jobs()
-        self._key = (needed, connected, self.demand_stated, jobs)
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -102,6 +104,7 @@ class Publisher:
             tls_fingerprint=self._tls_fingerprint,
             demand_stated=self.demand_stated or finished,
             condor_jobs_connected=jobs,
+            slave_peak_memory=self.slave_peak_memory,
         )
         try:
             resource_file.write(path, record)

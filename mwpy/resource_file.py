@@ -113,6 +113,9 @@ class ResourceFile:
     #: Condor job ids (CLUSTER.PROC) of the connected slaves that run as Condor jobs: the overseer
     #: replaces a running job that never shows up here (docs/condor.md).
     condor_jobs_connected: list[str] = attrs.field(factory=list, validator=_job_ids)
+    #: Bytes: the largest peak memory (resident set) a slave of this computation reported; 0 while none did.
+    #: The overseer asks Condor for at least this much (with headroom) for new slave jobs.
+    slave_peak_memory: int = attrs.field(default=0, validator=_not_negative)
     format: str = FORMAT
     version: int = VERSION
 

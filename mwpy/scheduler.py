@@ -367,6 +367,22 @@ class Scheduler:
             self._begin_head(slot)
         return task
 
+    def hand_back(self, sid: str, task_ids: list[int]) -> int:
+        """``sid`` is leaving and gave back these tasks unstarted: queued again first, as never sent.
+
+        Unlike a vanished slave's tasks they never ran, so ``retry=False`` does
+        not make them unrunnable; an ordered task follows its policy, as for any
+        ordered slave that leaves. Returns how many were given back.
+        """
+        slot = self._slots.get(sid)
+        if slot is None:
+            return 0
+        back = [task for task_id in task_ids if (task := slot.in_flight.pop(task_id, None)) is not None]
+        self.running_total -= len(back)
+        self._unordered.extendleft(reversed([task for task in back if task.policy.sid is None]))
+        self._orphan_all([(task, False) for task in back if task.policy.sid is not None])
+        return len(back)
+
     def abandon(self, sid: str, task: Task) -> None:
         """Take ``task`` off ``sid`` without a result (it timed out there): it will not be re-queued."""
         slot = self._slots.get(sid)

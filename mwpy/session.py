@@ -45,6 +45,7 @@ from mwpy.protocol import (
     Cancelled,
     Channel,
     FrameReader,
+    HandBack,
     Heartbeat,
     Hello,
     Message,
@@ -87,9 +88,11 @@ MASTER_RECEIVES: dict[tuple[MasterState, int], MasterState] = {
     (_M.READY, Results.kind): _M.READY,
     (_M.READY, Heartbeat.kind): _M.READY,
     (_M.READY, Cancelled.kind): _M.READY,
+    (_M.READY, HandBack.kind): _M.READY,  # the engine drops the connection once the tasks are queued again
     (_M.CLOSING, Results.kind): _M.CLOSING,
     (_M.CLOSING, Heartbeat.kind): _M.CLOSING,
     (_M.CLOSING, Cancelled.kind): _M.CLOSING,
+    (_M.CLOSING, HandBack.kind): _M.CLOSING,  # told to leave already: its tasks went elsewhere
 }
 #: (state, kind of a message the master sends) -> next state.
 MASTER_SENDS: dict[tuple[MasterState, int], MasterState] = {
@@ -114,6 +117,7 @@ SLAVE_SENDS: dict[tuple[SlaveState, int], SlaveState] = {
     (_S.READY, Results.kind): _S.READY,
     (_S.READY, Heartbeat.kind): _S.READY,
     (_S.READY, Cancelled.kind): _S.READY,
+    (_S.READY, HandBack.kind): _S.SHUTDOWN,  # the last message: the slave leaves
     (_S.SHUTDOWN, Results.kind): _S.SHUTDOWN,  # results finished before the Shutdown arrived
     (_S.SHUTDOWN, Heartbeat.kind): _S.SHUTDOWN,  # the heartbeat thread may race the Shutdown
 }
@@ -217,8 +221,10 @@ class MasterSession:
         """Apply a message that changes (or may change) the state; ``None`` for one to drop."""
         if after is not self.state:
             self._to(after)
-        if isinstance(msg, Cancelled):
+        if isinstance(msg, Cancelled | HandBack):
             protocol.check_task_ids(msg)
+        elif isinstance(msg, Heartbeat):
+            protocol.check_heartbeat(msg)
         if after is MasterState.CLOSING:
             return None
         if isinstance(msg, Hello):

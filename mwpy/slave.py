@@ -11,6 +11,12 @@ Exit statuses are documented in docs/exit-codes.md: 0 only after an orderly
 shutdown (or a resource file saying the computation is finished), non-zero
 otherwise, so that Condor's ``on_exit_remove`` keeps the job queued.
 
+Condor's soft-kill signal (SIGTERM for vanilla jobs: vacate, preemption,
+``condor_rm``) makes a connected slave leave gracefully: the running task is
+interrupted, finished results go out, the tasks still queued here go back to
+the master at once (``HandBack``) and the slave exits ``EVICTED`` (non-zero:
+a vacated job stays queued; a removed one leaves anyway).
+
 This module does socket I/O and runs tasks; which frame is legal when, and how
 a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
 :mod:`mwpy.protocol`'s business.
@@ -23,6 +29,7 @@ import io
 import logging
 import os
 import pickle
+import resource
 import select
 import signal
 import socket
@@ -31,6 +38,7 @@ import sys
 import threading
 import time
 from collections import deque
+from typing import Any
 
 import attrs
 
@@ -50,8 +58,16 @@ _RECV_SIZE = 256 * 1024
 #: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.
 MAX_OUTPUT = 64 * 1024
 
+#: Seconds between two looks at the peak memory (the heartbeat thread), and the growth that is reported early.
+MEMORY_LOOK = 1.0
+MEMORY_GROWTH = 1.1
+
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
+
+
+class _Evicted(BaseException):
+    """Raised into a running task by the soft-kill signal (a BaseException: tasks' ``except Exception`` let it by)."""
 
 
 class SlaveExit(Exception):
@@ -119,6 +135,13 @@ class Slave:
         self._io_lock = threading.Lock()
         self._last_send = time.monotonic()
         self._stop = threading.Event()
+        self._evicted: int | None = None  # the soft-kill signal received, if any
+        self._in_task = False  # a task's own code runs now: the soft-kill signal interrupts it
+        self._previous_handler: Any = None
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poller.register(self._wake_read, select.POLLIN)
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self._previous_handler = signal.signal(signal.SIGTERM, self._soft_kill)
         self._heartbeats = threading.Thread(
             target=self._beat, args=(welcome.heartbeat_interval,), name="mwpy-heartbeat", daemon=True
         )
@@ -129,7 +152,7 @@ class Slave:
 
     def loop_until_shutdown(self) -> int:
         """Work until the master says stop; 0 after an orderly shutdown, else a non-zero status."""
-        while self._shutdown is None and self._lost is None:
+        while self._shutdown is None and self._lost is None:  # leaving on a soft-kill signal sets _lost
             self._work(None)  # no SlaveStatus per round: nobody would read it
         return self.status().exit_code
 
@@ -154,6 +177,8 @@ class Slave:
     def status(self) -> SlaveStatus:
         if self._shutdown is not None:
             code = self._shutdown
+        elif self._evicted is not None:
+            code = ExitCode.EVICTED
         elif self._lost is not None:
             code = ExitCode.MASTER_LOST
         else:
@@ -173,12 +198,55 @@ class Slave:
         self._stop.set()
         with self._io_lock:
             self._sock.close()
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGTERM, self._previous_handler)
+            self._previous_handler = None
+        for fd in (self._wake_read, self._wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ------------------------------------------------------------------ leaving on a soft-kill signal
+
+    def _soft_kill(self, signum: int, frame: object) -> None:
+        """SIGTERM: leave as soon as it is safe; a running task is interrupted (it goes back to the master)."""
+        if self._evicted is not None:
+            return
+        self._evicted = signum
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"\0")  # cuts a wait for the master's next message short
+        if self._in_task:
+            raise _Evicted
+
+    def _leave(self) -> None:
+        """Send finished results, hand the queued tasks back, and hang up (the master re-queues them at once)."""
+        if self._lost is not None or self._shutdown is not None:
+            return
+        self._flush()
+        queued = [item[0] for item in self._queue]
+        self._queue.clear()
+        self._timeouts.clear()
+        name = signal.Signals(self._evicted or signal.SIGTERM).name
+        self._audit(f"{name}: leaving; {len(queued)} queued tasks handed back to the master")
+        with self._io_lock:
+            self._write(self._session.send(protocol.HandBack(queued)))
+        self._stop.set()
+        self._lost = f"left on {name}"
+        self._audit.flush()
 
     # ------------------------------------------------------------------ work
 
     def _step(self) -> bool:
         """Run one queued task and pass on results as needed; False once the slave must stop."""
-        self._results.append(self._run(self._queue.popleft()))
+        item = self._queue.popleft()
+        try:
+            self._results.append(self._run(item))
+        except _Evicted:  # interrupted: no result; the master re-queues it when this slave leaves
+            self._outputs.pop(item[0], None)
+            self._leave()
+            return False
+        if self._evicted is not None:
+            self._leave()
+            return False
         if len(self._results) >= self.result_group:
             self._flush()  # a full group goes out before anything else: the master may be waiting for it
         if self._queue:
@@ -211,7 +279,11 @@ class Slave:
             saved = sys.stdout, sys.stderr
             sys.stdout, sys.stderr = printed, warned
             try:
-                value = algorithm.fn(*args, **kwargs)
+                self._in_task = True
+                try:
+                    value = algorithm.fn(*args, **kwargs)
+                finally:
+                    self._in_task = False
             finally:
                 sys.stdout, sys.stderr = saved
                 if printed.size or warned.size:
@@ -315,6 +387,9 @@ class Slave:
             ready = self._tls_pending() or bool(self._poller.poll(None if timeout is None else int(timeout * 1000)))
         else:
             ready = self._readable()
+        if self._evicted is not None:  # the soft-kill signal (it also woke the poll): leave instead of reading
+            self._leave()
+            return
         while ready:
             try:
                 with self._io_lock:
@@ -400,10 +475,20 @@ class Slave:
         self._last_send = time.monotonic()
 
     def _beat(self, interval: float) -> None:
-        while not self._stop.wait(interval / 2):
-            if time.monotonic() - self._last_send >= interval and self._lost is None:
+        """Heartbeats when nothing else went out for ``interval``, and at once when the peak memory grew.
+
+        The master publishes the largest peak a slave reported, and the
+        overseer asks Condor for that much memory for new slave jobs: a peak
+        reached by a task that then gets the job held must be reported quickly.
+        """
+        reported = 0
+        while not self._stop.wait(min(interval / 2, MEMORY_LOOK)):
+            peak = peak_memory()
+            grew = peak > reported * MEMORY_GROWTH
+            if (grew or time.monotonic() - self._last_send >= interval) and self._lost is None:
                 with self._io_lock:
-                    self._write(self._session.send(protocol.Heartbeat()))
+                    self._write(self._session.send(protocol.Heartbeat(peak)))
+                reported = peak
 
 
 class _Capture(io.StringIO):
@@ -424,6 +509,12 @@ class _Capture(io.StringIO):
         if self.size > len(kept):
             kept += f"\n[mwpy: {self.size - len(kept)} more characters not kept]\n"
         return kept
+
+
+def peak_memory() -> int:
+    """Bytes: this process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _output_size(streams: tuple[str, str] | None) -> int:

@@ -524,7 +524,7 @@ def test_mwpy_overseer_with_default_caps_removes_what_is_left_and_exits_0(tmp_pa
     done = mwpy_cli("overseer", str(rf), "--backend", "local", "--workdir", str(tmp_path / "jobs"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{Limits()}" in done.stdout
-    assert "Limits(max_jobs=100, max_idle=20, batch=20)" in done.stdout
+    assert "Limits(max_jobs=100, max_idle=20, batch=20, max_memory=16384)" in done.stdout
     assert "computation finished: no slave jobs left" in done.stdout
 
 

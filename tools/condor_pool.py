@@ -952,6 +952,11 @@ MOUNT_UNDER_SCRATCH =
 
 # A test machine: run jobs at once and never suspend or preempt them.
 use POLICY : ALWAYS_RUN_JOBS
+
+# Memory enforcement, opt-in per job (+MwpyEnforceMemory = true; tests/test_condor_memory.py): such a job is
+# held, as a site's cgroup policy holds it, once it uses more memory than it asked for. Other jobs never are.
+SYSTEM_PERIODIC_HOLD = (MwpyEnforceMemory =?= true) && (MemoryUsage =!= undefined) && (MemoryUsage > RequestMemory)
+SYSTEM_PERIODIC_HOLD_REASON = strcat("memory usage ", MemoryUsage, " MB exceeded request_memory ", RequestMemory, " MB")
 NUM_CPUS = {cpus}
 START_SCHEDULER_UNIVERSE = True
 START_LOCAL_UNIVERSE = True

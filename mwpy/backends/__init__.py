@@ -52,6 +52,10 @@ class Job:
     #: When (Unix time) the job entered its current state, or None when the batch system does not say:
     #: "idle for 12 min" tells a job no slot matches from one that was queued a moment ago.
     since: float | None = None
+    #: MB of memory the job asked for (its ``request_memory``), when the batch system says.
+    memory: int | None = None
+    #: Held because it used more memory than it asked for (the overseer replaces it asking for more).
+    memory_hold: bool = False
 
     def in_state_for(self, now: float | None = None) -> float | None:
         """Seconds the job has been in its current state (None when unknown)."""
@@ -69,15 +73,18 @@ class Launch:
     executable: str
     arguments: list[str]
     files: list[str]
+    #: MB of memory a job should ask for at least (None: the back end's default or the user's submit file).
+    memory: int | None = None
 
     @classmethod
-    def of(cls, record: ResourceFile, resource_file: str) -> Launch:
+    def of(cls, record: ResourceFile, resource_file: str, memory: int | None = None) -> Launch:
         return cls(
             member_id=record.member_id,
             resource_file=resource_file,
             executable=record.slave_executable,
             arguments=list(record.slave_arguments),
             files=list(record.slave_files),
+            memory=memory,
         )
 
 

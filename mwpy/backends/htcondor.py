@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -119,7 +120,23 @@ def slave_description(launch: Launch, extra: Mapping[str, str] | None = None) ->
         "transfer_input_files": ",".join([*launch.files, launch.resource_file]),
         f"+{MEMBER_ATTRIBUTE}": classad2.quote(launch.member_id),
     }
-    return merge_commands(description, check_user_commands(extra or {}))
+    merged = merge_commands(description, check_user_commands(extra or {}))
+    if launch.memory is not None:
+        raise_memory(merged, launch.memory)
+    return merged
+
+
+def raise_memory(description: dict[str, str], memory: int) -> None:
+    """Ask for at least ``memory`` MB: mwpy raises the request (its default's or the user's), never lowers it.
+
+    A user's value that is not a plain number of MB ("2 GB", an expression) cannot be compared and is
+    replaced: the overseer asks for more only after slaves needed more (or a job was held for memory).
+    """
+    name = next((command for command in description if command_key(command) == "request_memory"), "request_memory")
+    current = description.get(name, "").strip()
+    if not current.isdigit() or int(current) < memory:
+        description.pop(name, None)
+        description["request_memory"] = str(memory)
 
 
 def merge_commands(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -317,8 +334,14 @@ _PROJECTION = [
     "ExitBySignal",
     "ExitSignal",
     "HoldReason",
+    "HoldReasonCode",
     "EnteredCurrentStatus",
+    "RequestMemory",
 ]
+#: HoldReasonCode 34 (JobOutOfResources): the job used more memory than it asked for (the startd's cgroup
+#: policy); a site's periodic hold says so in its reason instead ("memory usage exceeded request_memory").
+MEMORY_HOLD_CODE = 34
+_MEMORY_REASON = re.compile(r"\bmemory\b.*\b(limit|request|exceed)", re.IGNORECASE)
 
 
 def _job(ad: Mapping[str, Any]) -> Job | None:
@@ -337,7 +360,22 @@ def _job(ad: Mapping[str, Any]) -> Job | None:
         reason = f"exited with status {exit_code}"
     entered = ad.get("EnteredCurrentStatus")
     since = float(entered) if isinstance(entered, int | float) else None
-    return Job(f"{ad['ClusterId']}.{ad['ProcId']}", state, exit_code=exit_code, reason=reason, since=since)
+    memory_hold = state is JobState.HELD and (
+        ad.get("HoldReasonCode") == MEMORY_HOLD_CODE or _MEMORY_REASON.search(reason or "") is not None
+    )
+    return Job(
+        f"{ad['ClusterId']}.{ad['ProcId']}", state, exit_code=exit_code, reason=reason, since=since,
+        memory=_requested_memory(ad), memory_hold=memory_hold,
+    )  # fmt: skip
+
+
+def _requested_memory(ad: Mapping[str, Any]) -> int | None:
+    """The job's RequestMemory in MB (an expression is evaluated in the ad), or None when it has none."""
+    value = ad.get("RequestMemory")
+    if value is not None and not isinstance(value, int | float) and hasattr(ad, "eval"):
+        with contextlib.suppress(Exception):
+            value = ad.eval("RequestMemory")
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def add_location_arguments(parser: argparse.ArgumentParser) -> None:

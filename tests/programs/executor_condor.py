@@ -1,0 +1,42 @@
+"""A plain ``concurrent.futures`` script on the condor back end (tests/test_condor_executor.py).
+
+No ``@mwpy.master``, no ``mwpy.run()``: an ``mwpy.Executor(backend="condor")``
+submits, maps and gets an exception back, then prints its member id so the
+test can ask the schedd for the computation's jobs.
+
+Command line: ``executor_condor.py WORKDIR SLAVE_PYTHON MASTER_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mwpy
+
+
+class Odd(ValueError):
+    """A task's own exception class: the master must raise it as itself."""
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def refuse_odd(x: int) -> int:
+    if x % 2:
+        raise Odd(f"{x} is odd")
+    return x
+
+
+if __name__ == "__main__":
+    workdir, python, address = sys.argv[1:4]
+    options = ["--mw-slave-executable", python, "--mw-master-host", address]
+    with mwpy.Executor(max_workers=2, backend="condor", workdir=workdir, options=options) as executor:
+        print("submit", executor.submit(square, 12).result(timeout=90), flush=True)
+        print("map", list(executor.map(square, range(20), timeout=90)), flush=True)
+        try:
+            executor.submit(refuse_odd, 3).result(timeout=90)
+        except Odd as exc:
+            print("raised", type(exc).__name__, exc, flush=True)
+        print("member", executor._options.member_id, flush=True)
+    print("shut down", flush=True)

@@ -1,0 +1,100 @@
+"""``mwpy.Executor(backend="condor")`` on the real pool: a plain script, no ``@mwpy.master``.
+
+The script runs on the submit host as the pool's user (as a user would: the
+resource file it writes is theirs, and so are the slave jobs the overseer
+thread submits through htcondor2), from its work folder in the pool's share.
+The slaves run in the pool with the pool's Python. After the ``with`` block
+the schedd must hold no job of the computation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from mwpy import resource_file
+from tests.condor_support import RESOURCE, Pool, history, query
+from tests.support import PROGRAMS, ROOT
+
+pytestmark = pytest.mark.condor
+
+
+def as_pool_user(pool: Pool, workdir: Path) -> dict[str, str]:
+    """The environment of a submit-host user of the pool: their own copy of the pool's IDTOKEN."""
+    tokens = workdir / "tokens.d"
+    tokens.mkdir(mode=0o700)
+    token = Path(pool.facts["token_dir"]) / pool.facts["user"]
+    shutil.copy(token, tokens / token.name)
+    (tokens / token.name).chmod(0o600)
+    pool.give(tokens)
+    return {
+        **pool.env(),
+        "_condor_SEC_TOKEN_DIRECTORY": str(tokens),
+        "_condor_SEC_TOKEN_SYSTEM_DIRECTORY": str(tokens),
+        "_condor_LOG": str(workdir),
+        "HOME": str(workdir),
+    }
+
+
+def user_python() -> list[str]:
+    """A Python the pool's user may run, with this project and its dependencies importable.
+
+    The test's own interpreter may live where only root can read (a pyenv under /root); the system's
+    Python of the same version then runs with this interpreter's site-packages on its path.
+    """
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path("/usr/bin") / version
+    if not system.is_file():
+        pytest.skip(f"no {system} for the pool's user to run the script with")
+    return [str(system)]
+
+
+def run_script(
+    pool: Pool, workdir: Path, name: str, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """Copy ``tests/programs/NAME`` into the work folder and run it there as the pool's user."""
+    shutil.copy(PROGRAMS / name, workdir / name)
+    pool.give(workdir / name)
+    env = as_pool_user(pool, workdir)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])
+    return subprocess.run(
+        [*user_python(), name, *args],
+        cwd=workdir,
+        env=env,
+        user=pool.facts["uid"],
+        group=pool.facts["gid"],
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_leaves_no_job(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    done = run_script(
+        condor_pool, condor_workdir, "executor_condor.py",
+        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"],
+    )  # fmt: skip
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    lines = done.stdout.splitlines()
+    assert "submit 144" in lines, report
+    assert f"map {[x * x for x in range(20)]}" in lines, report
+    assert "raised Odd 3 is odd" in lines, report
+    assert lines[-1] == "shut down", report
+    member = next(line.split(" ", 1)[1] for line in lines if line.startswith("member "))
+    assert resource_file.read(condor_workdir / RESOURCE).finished
+    constraint = f'MwpyMemberId == "{member}"'
+    assert query(constraint) == [], "slave jobs of the computation are left in the queue"
+    ran = history(constraint, ["ClusterId", "ProcId", "NumJobStarts"])
+    assert ran, "no slave job of the computation ever ran"
+    assert os.stat(condor_workdir / RESOURCE).st_uid == condor_pool.facts["uid"]
