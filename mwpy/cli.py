@@ -19,6 +19,7 @@ from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
+from mwpy.jobs import command as jobs_command
 from mwpy.local import run_local
 from mwpy.options import positive_float, positive_int
 from mwpy.overseer import ABANDON_AFTER, Limits, Overseer, Verdict
@@ -107,6 +108,7 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     status.add_argument("--total", type=positive_int, help="--watch: tasks in all, for the progress bar and ETA")
     status.add_argument("--events", help="--watch: the master's event log (--mw-events), for failures and the total")
 
+    jobs_command.add_parser(commands)
     report = commands.add_parser(
         "report",
         help="write an HTML report (plots, goodput, failures) from an event log",
@@ -296,4 +298,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bundle": _bundle,
     "report": _report,
     "status": _status_command,
+    "jobs": jobs_command.run,
 }

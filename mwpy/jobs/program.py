@@ -1,0 +1,296 @@
+"""The mwpy program behind ``mwpy jobs``: a master that turns submit-file jobs into tasks, and their task.
+
+Run by path, like any mwpy program (``python .../mwpy/jobs/program.py
+SUBMITFILE --summary S --mw-master ...``): ``mwpy jobs`` hands it to
+:func:`mwpy.local.run_local`, ``submit/jobs-master.sub`` to Condor's scheduler
+universe, and the slaves load it the same way. The master generates jobs
+lazily from the item data and keeps at most ``--max-pending`` of them
+submitted, so 100,000 queued jobs cost the memory of a few thousand.
+
+Each job is a task keyed by its id and content (``--mw-journal`` then lets a
+restarted master answer finished jobs from the journal instead of running
+them again). Its outcome is appended to the summary as it arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # run by path: this file's folder must not shadow anything; mwpy must import
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+
+import argparse
+import functools
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+import mwpy
+from mwpy import filestore, resource_file, safe_files
+from mwpy.errors import MwpyError
+from mwpy.jobs import runner
+from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
+from mwpy.options import parse
+
+#: Exit status for a submit file mwpy cannot run (as for every other usage error).
+USAGE = 2
+#: Jobs submitted ahead of the results by default: enough for every slave's window, small in memory.
+MAX_PENDING = 2000
+
+
+@functools.cache
+def credentials() -> tuple[bytes, str]:
+    """The computation's secret and member id, from this process's own ``--mw-*`` options.
+
+    Both roles need them for the file service: the secret file when one is
+    given, else the secret the resource file carries (as a slave reads it).
+    """
+    options, _ = parse(sys.argv[1:])
+    if options.secret_file is not None:
+        secret = safe_files.read_bytes(options.secret_file, max_size=4096, private=True).strip()
+    else:
+        if options.resource_file is None:
+            raise SubmitError("mwpy jobs needs --mw-resource-file or --mw-secret-file")
+        record = resource_file.read(options.resource_file)
+        if not record.secret:
+            raise SubmitError("the resource file carries no secret: give --mw-secret-file")
+        secret = bytes.fromhex(record.secret)
+        if options.role == "slave":
+            return secret, record.member_id if "member_id" not in options.after_resource_file else options.member_id
+    return secret, options.member_id
+
+
+@mwpy.task(name="mwpy.jobs.run_job")
+def run_job(task: runner.JobTask) -> runner.JobOutcome:
+    """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
+    secret, member_id = credentials()
+    return runner.run(task, secret, member_id)
+
+
+# ---------------------------------------------------------------------- the master
+
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mwpy jobs (master)")
+    parser.add_argument("submit_file")
+    parser.add_argument("--summary", required=True, help="JSON lines, one per job, and a last line for the run")
+    parser.add_argument("--cluster", type=int, default=1)
+    parser.add_argument("--base", default=os.getcwd(), help="the folder relative paths start from")
+    parser.add_argument("--max-pending", type=int, default=MAX_PENDING)
+    parser.add_argument("--max-output-bytes", type=int, default=filestore.MAX_OUTPUT_BYTES)
+    parser.add_argument("--max-output-files", type=int, default=filestore.MAX_OUTPUT_FILES)
+    return parser.parse_args(argv)
+
+
+def job_key(spec: JobSpec) -> str:
+    """The journal key: the job's id and everything that defines it (a changed job is not answered)."""
+    return f"mwpy-jobs:{spec.job_id}:{hashlib.sha256(repr(spec).encode()).hexdigest()[:24]}"
+
+
+class _Files:
+    """The submit side's files of one job: published by hash, and the real paths outputs may not overwrite."""
+
+    def __init__(self, server: filestore.FileServer) -> None:
+        self.server = server
+        self.inputs: list[tuple[str, str]] = []
+        self.protected: set[str] = set()
+
+    def add(self, source: str, name: str) -> None:
+        if os.path.isdir(source):
+            for folder, dirs, files in os.walk(source):
+                dirs.sort()
+                for file in sorted(files):
+                    path = os.path.join(folder, file)
+                    if os.path.isfile(path):
+                        relative = os.path.relpath(path, source)
+                        self.add(path, f"{name}/{relative}" if name else relative)
+            return
+        digest, _ = self.server.publish(source)
+        self.inputs.append((name, digest))
+        self.protected.add(os.path.realpath(source))
+
+
+def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
+    """The task for ``spec``: inputs published by hash, and the file service told where outputs may land."""
+    files = _Files(server)
+    executable = spec.executable
+    executables: frozenset[str] = frozenset()
+    if spec.transfer and spec.transfer_executable:
+        executable = os.path.basename(spec.executable)
+        files.add(spec.executable, executable)
+        executables = frozenset({executable})
+    stdin = None
+    if spec.stdin is not None:
+        if spec.transfer:
+            files.add(spec.stdin, "_condor_stdin")
+            stdin = "_condor_stdin"
+        else:
+            stdin = spec.stdin
+    for item in spec.inputs:
+        files.add(item.source, item.name)
+    files.protected.add(os.path.realpath(spec.executable))
+    token = secrets.token_hex(16)
+    streams = []
+    if spec.stdout is not None:
+        streams.append((runner.STDOUT_UPLOAD, spec.stdout))
+    if spec.stderr is not None:
+        streams.append((runner.STDERR_UPLOAD, spec.stderr))
+    server.expect(
+        token,
+        filestore.Destination(
+            spec.initialdir,
+            frozenset(files.protected),
+            tuple(streams),
+            max_bytes=args.max_output_bytes,
+            max_files=args.max_output_files,
+        ),
+    )
+    return runner.JobTask(
+        job_id=spec.job_id,
+        token=token,
+        service=(server.host, server.port),
+        executable=executable,
+        arguments=spec.arguments,
+        environment=spec.environment,
+        inputs=tuple(files.inputs),
+        executables=executables,
+        stdin=stdin,
+        stdout=(spec.stdout is not None) if spec.transfer else spec.stdout,
+        stderr=(spec.stderr is not None) if spec.transfer else spec.stderr,
+        transfer_outputs=spec.transfer_outputs,
+        transfer=spec.transfer,
+        outputs_on_success_only=spec.outputs_on_success_only,
+        initialdir=spec.initialdir,
+    )
+
+
+class _Summary:
+    """The run summary: one JSON line per job as it ends, a last line for the run, a few lines of text."""
+
+    def __init__(self, path: str) -> None:
+        self.out: IO[str] = open(path, "w")  # noqa: SIM115 (kept open for the run, closed by close())
+        self.done = 0
+        self.failed: list[str] = []
+
+    def job(self, record: dict[str, Any]) -> None:
+        self.out.write(json.dumps(record) + "\n")
+        self.out.flush()
+        self.done += 1
+        if record["status"] != "ok":
+            self.failed.append(f"{record['job']} ({record['why']})")
+
+    def close(self, total: int, started: float, counters: dict[str, Any]) -> None:
+        elapsed = time.time() - started
+        self.out.write(json.dumps({"run": {"jobs": total, "failed": len(self.failed), "seconds": elapsed, **counters}}))
+        self.out.write("\n")
+        self.out.close()
+        print(
+            f"mwpy jobs: {self.done} jobs in {elapsed:.1f} s: {self.done - len(self.failed)} ok, "
+            f"{len(self.failed)} failed; summary in {self.out.name}"
+        )
+        if self.failed:
+            shown = ", ".join(self.failed[:20]) + (
+                f" and {len(self.failed) - 20} more" if len(self.failed) > 20 else ""
+            )
+            print(f"mwpy jobs: failed: {shown}", file=sys.stderr)
+
+
+def outcome_record(job_id: str, result: mwpy.Result) -> dict[str, Any]:
+    """One summary line: how the job ended, its times, and which slave on which host ran it."""
+    if result.error is not None:
+        return {
+            "job": job_id,
+            "status": "failed",
+            "why": f"not started: {result.error.message}",
+            "slave": result.slave_id,
+        }
+    outcome = result.value
+    if not isinstance(outcome, runner.JobOutcome):
+        return {"job": job_id, "status": "failed", "why": "the slave sent no job outcome", "slave": result.slave_id}
+    if outcome.signal is not None:
+        why = f"killed by signal {outcome.signal}"
+    elif outcome.exit_code != 0:
+        why = f"exit code {outcome.exit_code}"
+    else:
+        why = "; ".join(outcome.output_errors) if outcome.output_errors else ""
+    return {
+        "job": job_id,
+        "status": "ok" if outcome.ok else "failed",
+        "why": why,
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "started": outcome.started,
+        "ended": outcome.ended,
+        "seconds": round(outcome.ended - outcome.started, 6),
+        "slave": result.slave_id,
+        "host": outcome.host,
+        "pid": outcome.pid,
+        "outputs": list(outcome.outputs),
+        "output_errors": list(outcome.output_errors),
+        "fetched_bytes": outcome.fetched_bytes,
+        "journaled": result.journaled,
+    }
+
+
+@mwpy.master
+def main(mw: mwpy.Master, argv: list[str]) -> int:
+    """Run every job of the submit file; exit 0 when all succeeded, 1 when any failed, 2 for a bad file."""
+    args = _arguments(argv)
+    try:
+        description = SubmitDescription(args.submit_file, cluster=args.cluster, base=args.base)
+        description.check_inputs()
+        secret, member_id = credentials()
+    except MwpyError as exc:
+        print(f"mwpy jobs: error: {exc}", file=sys.stderr)
+        return USAGE
+    server = filestore.FileServer(secret, member_id, host=mw.host)
+    summary = _Summary(args.summary)
+    started = time.time()
+    try:
+        _run(mw, description, server, summary, args)
+    finally:
+        server.close()
+        summary.close(description.total, started, server.counters.as_dict())
+    return 1 if summary.failed else 0
+
+
+def _run(
+    mw: mwpy.Master,
+    description: SubmitDescription,
+    server: filestore.FileServer,
+    summary: _Summary,
+    args: argparse.Namespace,
+) -> None:
+    jobs: Iterator[JobSpec] = description.jobs()
+    pending = 0
+    exhausted = False
+    while True:
+        while not exhausted and pending < args.max_pending:
+            spec = next(jobs, None)
+            if spec is None:
+                exhausted = True
+                break
+            task = prepare(spec, server, args)
+            run_job.with_policy(key=job_key(spec), tag=(spec.job_id, task.token)).submit(task)
+            pending += 1
+        if exhausted and pending == 0:
+            return
+        mw.loop(timeout=1.0)
+        for result in mw.results():
+            job_id, token = result.tag
+            server.forget(token)
+            summary.job(outcome_record(job_id, result))
+            pending -= 1
+        for lost in mw.unrunnable_tasks():
+            job_id, token = lost.tag
+            server.forget(token)
+            summary.job({"job": job_id, "status": "failed", "why": "unrunnable: its slave was lost"})
+            pending -= 1
+
+
+if __name__ == "__main__":
+    mwpy.run()
