@@ -122,7 +122,7 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     program_args: list[str] = []
-    if args[:1] == ["local"] and "--" in args:
+    if args[:1] in (["local"], ["jobs"]) and "--" in args:
         cut = args.index("--")
         args, program_args = args[:cut], args[cut + 1 :]
     backend: BackendFactory | None = None

@@ -405,7 +405,7 @@ class FileServer:
                 raise OutputRefused(f"job {token!r} is not expecting outputs")
             if not isinstance(name, str) or not isinstance(size, int) or size < 0:
                 raise OutputRefused("malformed upload header")
-            if self._spent(str(token), size) > dest.max_bytes:
+            if not self._charge(str(token), size, dest):
                 raise OutputRefused(f"job {token} sent more than {dest.max_bytes} bytes or {dest.max_files} files")
         streams = dict(dest.streams)
         if name in streams:
@@ -413,15 +413,13 @@ class FileServer:
             dest = attrs.evolve(dest, initialdir=folder)
         return dest, name, size
 
-    def _spent(self, token: str, size: int) -> int:
-        """Add ``size`` to job ``token``'s output budget count (files and bytes); return the bytes so far."""
-        spent = self._budget.get(token, (0, 0))
-        files, total = spent[0] + 1, spent[1] + size
-        dest = self._destinations[token]
-        self._budget[token] = (files, total)
-        if files > dest.max_files:
-            return dest.max_bytes + 1
-        return total
+    def _charge(self, token: str, size: int, dest: Destination) -> bool:
+        """Count one more output of ``size`` bytes against job ``token``'s budget, if it fits (lock held)."""
+        files, total = self._budget.get(token, (0, 0))
+        if files + 1 > dest.max_files or total + size > dest.max_bytes:
+            return False
+        self._budget[token] = (files + 1, total + size)
+        return True
 
 
 def _upload_chunks(link: _Link, size: int, ending: dict[str, Any]) -> Iterator[bytes]:

@@ -34,7 +34,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(docs/jobs.md). --mw-* options for the master go after --.",
     )
     jobs.add_argument("submit_file", help="a plain HTCondor submit description (vanilla universe)")
-    jobs.add_argument("mw_options", nargs="*", metavar="-- --mw-OPTION", help="options for the master")
     jobs.add_argument("--slaves", type=positive_int, default=2, help="most slave processes at once (default 2)")
     jobs.add_argument("--summary", help="the run summary, JSON lines (default SUBMIT_FILE.summary.jsonl)")
     jobs.add_argument("--cluster", type=int, default=1, help="the $(Cluster) of the jobs (default 1)")
@@ -85,5 +84,5 @@ def run(options: argparse.Namespace) -> int:
         return USAGE
     for note in description.notes():
         print(f"mwpy jobs: note: {note}", file=sys.stderr)
-    args = [*master_arguments(options), *options.mw_options]
+    args = [*master_arguments(options), *options.program_args]
     return run_local(PROGRAM, options.slaves, args, workdir=options.workdir, progress=options.progress)
