@@ -227,6 +227,7 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
     }
+    report.update(jobs_command.status_report(options.resource_file))
     listed, why = _condor_jobs(record.member_id, options) if options.condor is not False else (None, None)
     jobs = _counts(listed) if listed is not None else None
     report["slave_jobs"] = jobs
@@ -244,6 +245,7 @@ def _status(options: argparse.Namespace) -> int:
         ("master", f"{report['master']}  member id {record.member_id!r}"),
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
+        *jobs_command.status_rows(report),
     ]
     if jobs is not None:
         rows.append(("jobs", f"{jobs['idle']} idle, {jobs['running']} running, {jobs['held']} held (Condor slaves)"))

@@ -89,9 +89,16 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
     )
     for process in range(4):
         (tmp_path / f"out{process}").mkdir()
-    done = run_jobs(tmp_path)
+    done = run_jobs(tmp_path, "--workdir", str(tmp_path / "work"))
     assert done.returncode == 1, done.stderr
     jobs, run = summary(tmp_path)
+    status = subprocess.run(
+        mwpy_command("status", str(tmp_path / "work" / "resource.json"), "--no-condor"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "jobs     4 of 4 finished (3 failed), 0 to run" in status.stdout
     assert [(jobs[j]["exit_code"], jobs[j]["signal"]) for j in ("1.0", "1.1", "1.2", "1.3")] == [
         (0, None),
         (3, None),

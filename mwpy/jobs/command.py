@@ -9,11 +9,13 @@ the master with N local slaves: the same machinery, the same exit statuses.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from mwpy import filestore
+from mwpy import filestore, safe_files
 from mwpy.errors import MwpyError
 from mwpy.jobs.description import SubmitDescription
 from mwpy.local import run_local
@@ -86,3 +88,34 @@ def run(options: argparse.Namespace) -> int:
         print(f"mwpy jobs: note: {note}", file=sys.stderr)
     args = [*master_arguments(options), *options.program_args]
     return run_local(PROGRAM, options.slaves, args, workdir=options.workdir, progress=options.progress)
+
+
+def status_report(resource: str) -> dict[str, Any]:
+    """``{"jobs": counts}`` when the computation is an ``mwpy jobs`` run (for ``mwpy status``), else ``{}``.
+
+    The master keeps the counts in ``RESOURCE.jobs`` (mwpy.jobs.program); a
+    file that is missing, too big or not the expected JSON shows nothing.
+    """
+    try:
+        counts = json.loads(safe_files.read_bytes(resource + ".jobs", max_size=1 << 16))
+    except (MwpyError, ValueError):
+        return {}
+    keys = ("total", "finished", "failed")
+    if not isinstance(counts, dict) or not all(isinstance(counts.get(key), int) for key in keys):
+        return {}
+    return {"jobs": {key: counts[key] for key in keys} | {"summary": str(counts.get("summary", ""))}}
+
+
+def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``jobs`` line of ``mwpy status``: finished, failed, still to run, and where the summary is."""
+    if "jobs" not in report:
+        return []
+    jobs = report["jobs"]
+    left = jobs["total"] - jobs["finished"]
+    return [
+        (
+            "jobs",
+            f"{jobs['finished']} of {jobs['total']} finished ({jobs['failed']} failed), {left} to run; "
+            f"summary {jobs['summary']}",
+        )
+    ]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import sys
 
-if __name__ == "__main__":  # run by path: this file's folder must not shadow anything; mwpy must import
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+    # Run by path: this file's folder (mwpy/jobs) must not shadow anything, and mwpy must import.
+    sys.path[0] = os.path.dirname(os.path.dirname(sys.path[0]))
 
 import argparse
 import functools
@@ -28,6 +29,8 @@ import secrets
 import time
 from collections.abc import Iterator
 from typing import IO, Any
+
+import attrs
 
 import mwpy
 from mwpy import filestore, resource_file, safe_files
@@ -42,14 +45,21 @@ USAGE = 2
 MAX_PENDING = 2000
 
 
-@functools.cache
-def credentials() -> tuple[bytes, str]:
-    """The computation's secret and member id, from this process's own ``--mw-*`` options.
+@attrs.frozen
+class Identity:
+    """Who this process is in the computation: what the file service needs, from its own ``--mw-*`` options."""
 
-    Both roles need them for the file service: the secret file when one is
-    given, else the secret the resource file carries (as a slave reads it).
-    """
+    secret: bytes
+    member_id: str
+    resource_file: str | None
+    bind: str  # the master's listening address ("" for every interface, as the engine binds)
+
+
+@functools.cache
+def identity() -> Identity:
+    """The computation's secret and member id: the secret file when one is given, else the resource file's."""
     options, _ = parse(sys.argv[1:])
+    member_id = options.member_id
     if options.secret_file is not None:
         secret = safe_files.read_bytes(options.secret_file, max_size=4096, private=True).strip()
     else:
@@ -59,16 +69,16 @@ def credentials() -> tuple[bytes, str]:
         if not record.secret:
             raise SubmitError("the resource file carries no secret: give --mw-secret-file")
         secret = bytes.fromhex(record.secret)
-        if options.role == "slave":
-            return secret, record.member_id if "member_id" not in options.after_resource_file else options.member_id
-    return secret, options.member_id
+        if options.role == "slave" and "member_id" not in options.after_resource_file:
+            member_id = record.member_id  # as the slave itself chose it (program._endpoint's rule)
+    return Identity(secret, member_id, options.resource_file, options.master_host or "")
 
 
 @mwpy.task(name="mwpy.jobs.run_job")
 def run_job(task: runner.JobTask) -> runner.JobOutcome:
     """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
-    secret, member_id = credentials()
-    return runner.run(task, secret, member_id)
+    me = identity()
+    return runner.run(task, me.secret, me.member_id)
 
 
 # ---------------------------------------------------------------------- the master
@@ -168,13 +178,26 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
     )
 
 
-class _Summary:
-    """The run summary: one JSON line per job as it ends, a last line for the run, a few lines of text."""
+def status_path(resource: str) -> str:
+    """Where the master keeps its job counts for ``mwpy status``: beside the resource file."""
+    return resource + ".jobs"
 
-    def __init__(self, path: str) -> None:
+
+class _Summary:
+    """The run summary: one JSON line per job as it ends, a last line for the run, a few lines of text.
+
+    It also keeps the job counts beside the resource file (at most once a
+    second, and at the end), where ``mwpy status`` shows them.
+    """
+
+    def __init__(self, path: str, total: int, status: str | None) -> None:
         self.out: IO[str] = open(path, "w")  # noqa: SIM115 (kept open for the run, closed by close())
+        self.total = total
+        self.status = status
         self.done = 0
         self.failed: list[str] = []
+        self._written = 0.0
+        self._write_status(force=True)
 
     def job(self, record: dict[str, Any]) -> None:
         self.out.write(json.dumps(record) + "\n")
@@ -182,21 +205,40 @@ class _Summary:
         self.done += 1
         if record["status"] != "ok":
             self.failed.append(f"{record['job']} ({record['why']})")
+        self._write_status()
 
-    def close(self, total: int, started: float, counters: dict[str, Any]) -> None:
+    def _write_status(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.status is None or (not force and now - self._written < 1.0):
+            return
+        self._written = now
+        counts = {"total": self.total, "finished": self.done, "failed": len(self.failed), "summary": self.out.name}
+        temporary = f"{self.status}.{os.getpid()}.tmp"
+        with open(temporary, "w") as out:
+            json.dump(counts, out)
+        os.replace(temporary, self.status)
+
+    def close(self, started: float, counters: dict[str, Any]) -> None:
         elapsed = time.time() - started
-        self.out.write(json.dumps({"run": {"jobs": total, "failed": len(self.failed), "seconds": elapsed, **counters}}))
-        self.out.write("\n")
+        run = {"jobs": self.total, "failed": len(self.failed), "seconds": elapsed, **counters}
+        self.out.write(json.dumps({"run": run}) + "\n")
         self.out.close()
+        self._write_status(force=True)
         print(
             f"mwpy jobs: {self.done} jobs in {elapsed:.1f} s: {self.done - len(self.failed)} ok, "
             f"{len(self.failed)} failed; summary in {self.out.name}"
         )
         if self.failed:
-            shown = ", ".join(self.failed[:20]) + (
-                f" and {len(self.failed) - 20} more" if len(self.failed) > 20 else ""
-            )
+            self.failed.sort(key=_process_order)
+            more = len(self.failed) - 20
+            shown = ", ".join(self.failed[:20]) + (f" and {more} more" if more > 0 else "")
             print(f"mwpy jobs: failed: {shown}", file=sys.stderr)
+
+
+def _process_order(line: str) -> tuple[int, str]:
+    """``"1.12 (exit code 3)"`` sorts by its process number, so the list reads in queue order."""
+    number = line.split(" ", 1)[0].rpartition(".")[2]
+    return (int(number) if number.isdigit() else -1, line)
 
 
 def outcome_record(job_id: str, result: mwpy.Result) -> dict[str, Any]:
@@ -243,18 +285,19 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
     try:
         description = SubmitDescription(args.submit_file, cluster=args.cluster, base=args.base)
         description.check_inputs()
-        secret, member_id = credentials()
+        me = identity()
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
-    server = filestore.FileServer(secret, member_id, host=mw.host)
-    summary = _Summary(args.summary)
+    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=me.bind)
+    status = None if me.resource_file is None else status_path(me.resource_file)
+    summary = _Summary(args.summary, description.total, status)
     started = time.time()
     try:
         _run(mw, description, server, summary, args)
     finally:
         server.close()
-        summary.close(description.total, started, server.counters.as_dict())
+        summary.close(started, server.counters.as_dict())
     return 1 if summary.failed else 0
 
 
