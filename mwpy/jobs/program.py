@@ -32,12 +32,14 @@ from typing import IO, Any
 
 import attrs
 
-import mwpy
 from mwpy import filestore, resource_file, safe_files
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
+from mwpy.master import Master
 from mwpy.options import parse
+from mwpy.program import master, run
+from mwpy.task import Result, task
 
 #: Exit status for a submit file mwpy cannot run (as for every other usage error).
 USAGE = 2
@@ -74,7 +76,7 @@ def identity() -> Identity:
     return Identity(secret, member_id, options.resource_file, options.master_host or "")
 
 
-@mwpy.task(name="mwpy.jobs.run_job")
+@task(name="mwpy.jobs.run_job")
 def run_job(task: runner.JobTask) -> runner.JobOutcome:
     """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
     me = identity()
@@ -241,7 +243,7 @@ def _process_order(line: str) -> tuple[int, str]:
     return (int(number) if number.isdigit() else -1, line)
 
 
-def outcome_record(job_id: str, result: mwpy.Result) -> dict[str, Any]:
+def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
     """One summary line: how the job ended, its times, and which slave on which host ran it."""
     if result.error is not None:
         return {
@@ -278,8 +280,8 @@ def outcome_record(job_id: str, result: mwpy.Result) -> dict[str, Any]:
     }
 
 
-@mwpy.master
-def main(mw: mwpy.Master, argv: list[str]) -> int:
+@master
+def main(mw: Master, argv: list[str]) -> int:
     """Run every job of the submit file; exit 0 when all succeeded, 1 when any failed, 2 for a bad file."""
     args = _arguments(argv)
     try:
@@ -302,7 +304,7 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
 
 
 def _run(
-    mw: mwpy.Master,
+    mw: Master,
     description: SubmitDescription,
     server: filestore.FileServer,
     summary: _Summary,
@@ -336,4 +338,4 @@ def _run(
 
 
 if __name__ == "__main__":
-    mwpy.run()
+    run()
