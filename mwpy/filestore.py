@@ -44,7 +44,7 @@ import shutil
 import socket
 import stat
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -60,6 +60,8 @@ CHUNK = 1 << 20
 MAX_FRAME = CHUNK + 64
 #: Seconds a peer may stay silent in the middle of a conversation.
 IO_TIMEOUT = 120.0
+#: How many (path, inode, size, mtime) -> hash entries the master remembers, so shared inputs are hashed once.
+HASH_MEMORY = 10_000
 #: Prefix of the temporary names outputs are written under before the rename.
 UPLOAD_PREFIX = ".mwpy-upload-"
 #: Default caps on what one job may send back (``mwpy jobs --max-output-bytes/--max-output-files``).
@@ -298,8 +300,11 @@ class FileServer:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._published: dict[str, tuple[str, int]] = {}  # hash -> (path, size)
-        self._hashes: dict[tuple[str, int, int, int], str] = {}  # (path, inode, size, mtime) -> hash
+        self._users: Counter[str] = Counter()  # hash -> jobs in flight that read it
+        # (path, inode, size, mtime) -> hash, the most recent HASH_MEMORY files: a shared file is hashed once.
+        self._hashes: OrderedDict[tuple[str, int, int, int], str] = OrderedDict()
         self._destinations: dict[str, Destination] = {}  # job token -> where its outputs may land
+        self._reads: dict[str, tuple[str, ...]] = {}  # job token -> the hashes it reads
         self._budget: dict[str, tuple[int, int]] = {}  # job token -> (files, bytes) received so far
         self.counters = Counters()
         self._closed = False
@@ -315,18 +320,29 @@ class FileServer:
         digest = known or sha256_of(path)
         with self._lock:
             self._hashes[key] = digest
+            self._hashes.move_to_end(key)
+            if len(self._hashes) > HASH_MEMORY:
+                self._hashes.popitem(last=False)
             self._published[digest] = (path, info.st_size)
         return digest, info.st_size
 
-    def expect(self, token: str, destination: Destination) -> None:
-        """Accept outputs for job ``token`` until :meth:`forget`."""
+    def expect(self, token: str, destination: Destination, reads: tuple[str, ...] = ()) -> None:
+        """Accept outputs for job ``token`` and keep the files it ``reads`` (hashes) published, until :meth:`forget`."""
         with self._lock:
             self._destinations[token] = destination
+            self._reads[token] = reads
+            self._users.update(reads)
 
     def forget(self, token: str) -> None:
+        """The job is over: no more outputs, and files no job in flight reads are unpublished (memory stays bounded)."""
         with self._lock:
             self._destinations.pop(token, None)
             self._budget.pop(token, None)
+            for digest in self._reads.pop(token, ()):
+                self._users[digest] -= 1
+                if self._users[digest] <= 0:
+                    del self._users[digest]
+                    self._published.pop(digest, None)
 
     def close(self) -> None:
         self._closed = True

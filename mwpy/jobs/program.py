@@ -45,6 +45,8 @@ from mwpy.task import Result, task
 USAGE = 2
 #: Jobs submitted ahead of the results by default: enough for every slave's window, small in memory.
 MAX_PENDING = 2000
+#: Failed jobs named on stderr at the end (the summary has them all).
+SHOWN_FAILURES = 20
 
 
 @attrs.frozen
@@ -160,6 +162,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
             max_bytes=args.max_output_bytes,
             max_files=args.max_output_files,
         ),
+        tuple(digest for _, digest in files.inputs),
     )
     return runner.JobTask(
         job_id=spec.job_id,
@@ -197,7 +200,8 @@ class _Summary:
         self.total = total
         self.status = status
         self.done = 0
-        self.failed: list[str] = []
+        self.failures = 0
+        self.failed: list[str] = []  # the first failed jobs in queue order, for the last lines (bounded)
         self._written = 0.0
         self._write_status(force=True)
 
@@ -206,7 +210,10 @@ class _Summary:
         self.out.flush()
         self.done += 1
         if record["status"] != "ok":
+            self.failures += 1
             self.failed.append(f"{record['job']} ({record['why']})")
+            if len(self.failed) > 10 * SHOWN_FAILURES:
+                self.failed = sorted(self.failed, key=_process_order)[:SHOWN_FAILURES]
         self._write_status()
 
     def _write_status(self, *, force: bool = False) -> None:
@@ -214,7 +221,7 @@ class _Summary:
         if self.status is None or (not force and now - self._written < 1.0):
             return
         self._written = now
-        counts = {"total": self.total, "finished": self.done, "failed": len(self.failed), "summary": self.out.name}
+        counts = {"total": self.total, "finished": self.done, "failed": self.failures, "summary": self.out.name}
         temporary = f"{self.status}.{os.getpid()}.tmp"
         with open(temporary, "w") as out:
             json.dump(counts, out)
@@ -222,18 +229,18 @@ class _Summary:
 
     def close(self, started: float, counters: dict[str, Any]) -> None:
         elapsed = time.time() - started
-        run = {"jobs": self.total, "failed": len(self.failed), "seconds": elapsed, **counters}
+        run = {"jobs": self.total, "failed": self.failures, "seconds": elapsed, **counters}
         self.out.write(json.dumps({"run": run}) + "\n")
         self.out.close()
         self._write_status(force=True)
         print(
-            f"mwpy jobs: {self.done} jobs in {elapsed:.1f} s: {self.done - len(self.failed)} ok, "
-            f"{len(self.failed)} failed; summary in {self.out.name}"
+            f"mwpy jobs: {self.done} jobs in {elapsed:.1f} s: {self.done - self.failures} ok, "
+            f"{self.failures} failed; summary in {self.out.name}"
         )
         if self.failed:
             self.failed.sort(key=_process_order)
-            more = len(self.failed) - 20
-            shown = ", ".join(self.failed[:20]) + (f" and {more} more" if more > 0 else "")
+            more = self.failures - SHOWN_FAILURES
+            shown = ", ".join(self.failed[:SHOWN_FAILURES]) + (f" and {more} more" if more > 0 else "")
             print(f"mwpy jobs: failed: {shown}", file=sys.stderr)
 
 
@@ -300,7 +307,7 @@ def main(mw: Master, argv: list[str]) -> int:
     finally:
         server.close()
         summary.close(started, server.counters.as_dict())
-    return 1 if summary.failed else 0
+    return 1 if summary.failures else 0
 
 
 def _run(

@@ -14,6 +14,7 @@ A job that ran and failed is an outcome, as in Condor.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -88,6 +89,7 @@ class _SlaveState:
 
     def __init__(self, service: tuple[str, int], secret: bytes, member_id: str) -> None:
         self.workspace = Path(tempfile.mkdtemp(prefix="mwpy-jobs-"))
+        atexit.register(shutil.rmtree, self.workspace, ignore_errors=True)  # the cache lives as long as the slave
         self.client = FileClient(service[0], service[1], secret, member_id)
         self.cache = InputCache(self.workspace / "cache", self.client)
 
@@ -119,7 +121,10 @@ def _place_inputs(task: JobTask, cache: InputCache, scratch: Path) -> int:
             cached = cache.get(digest)
         except FileServiceError as exc:
             raise JobSetupError(f"job {task.job_id}: input {name}: {exc}") from None
-        os.link(cached, target)
+        try:
+            os.link(cached, target)  # the cache's read-only file itself: no copy of a large input
+        except OSError:
+            shutil.copyfile(cached, target)
     return cache.fetched_bytes - before
 
 
