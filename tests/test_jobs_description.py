@@ -169,3 +169,12 @@ def test_mwpy_jobs_refuses_another_universe_in_one_line(tmp_path: Path) -> None:
         2,
         "mwpy jobs: error: universe = grid: mwpy jobs runs vanilla-universe jobs only\n",
     )
+
+
+def test_an_undefined_macro_or_a_missing_initialdir_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SubmitError, match=r"executable = \$\(exe\): cannot expand"):
+        _describe(tmp_path, "executable = $(exe)\nqueue\n")
+    description = _describe(tmp_path, "executable = /bin/true\ninitialdir = run$(Process)\nqueue 2\n")
+    (tmp_path / "run0").mkdir()
+    with pytest.raises(SubmitError, match=f"job 1.1: initialdir {tmp_path}/run1 does not exist"):
+        description.check_inputs()

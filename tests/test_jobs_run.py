@@ -188,3 +188,27 @@ def test_a_restarted_master_does_not_run_finished_jobs_again(tmp_path: Path) -> 
     reruns = [line.split()[1] for line in ran.read_text().splitlines()[runs_before:]]
     assert not {f"1.{n}" for n in reruns} & done_before, "a finished job ran again"
     assert all((tmp_path / f"done.{n}").exists() for n in range(16))
+
+
+def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "not_a_program").write_text("just text, no #! line\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "jobs.sub").write_text(
+        "executable = $(exe)\narguments = $(args)\ninitialdir = $(dir)\n"
+        "queue exe, args, dir from (\n  not_a_program, x, a\n  /bin/sleep, 3600, b\n)\n"
+    )
+    done = run_jobs(tmp_path, "--", "--mw-task-timeout", "2")
+    assert done.returncode == 1, done.stderr
+    jobs, _ = summary(tmp_path)
+    assert jobs["1.0"]["status"] == "failed"
+    assert jobs["1.0"]["why"].startswith("not started: job 1.0: cannot run not_a_program: Exec format error")
+    assert jobs["1.1"]["status"] == "failed"
+    assert jobs["1.1"]["why"].startswith("TaskTimeoutError: the task ran past its timeout of 2 s")
+    wait_until(lambda: not _running("^/bin/sleep 3600$"), 30, "the timed-out job's process to be gone")
+
+
+def _running(pattern: str) -> bool:
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False).returncode == 0

@@ -77,15 +77,13 @@ def master_arguments(options: argparse.Namespace) -> list[str]:
 
 
 def run(options: argparse.Namespace) -> int:
-    """``mwpy jobs``: refuse what cannot run (exit 2), then run the master and N local slaves."""
+    """``mwpy jobs``: refuse what cannot run (exit 2), then run the master (which prints the notes) and N slaves."""
     try:
         description = SubmitDescription(options.submit_file, cluster=options.cluster)
         description.check_inputs()
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
-    for note in description.notes():
-        print(f"mwpy jobs: note: {note}", file=sys.stderr)
     args = [*master_arguments(options), *options.program_args]
     return run_local(PROGRAM, options.slaves, args, workdir=options.workdir, progress=options.progress)
 

@@ -187,6 +187,7 @@ class SubmitDescription:
             os.chdir(old)
         # The bindings hand the item data over as one list; it holds short strings, not job records.
         self._items: list[dict[str, str]] | None = None if items is None else [_as_dict(i) for i in items]
+        next(self.jobs(), None)  # the first job's values, checked now: most mistakes show there
 
     def notes(self) -> list[str]:
         """One line per accepted command that has no effect under mwpy, saying why."""
@@ -223,14 +224,20 @@ class SubmitDescription:
     # ------------------------------------------------------------------ reading the commands
 
     def _check_commands(self) -> None:
+        """Refuse by name, before any job: the values are checked per job (they may use queue variables)."""
         for key, original in self._keys.items():
             if key in REFUSED:
                 raise SubmitError(f"{original}: not supported by mwpy jobs: {REFUSED[key]}")
+        if "executable" not in self._keys:
+            raise SubmitError(f"{self.path}: no executable")
+
+    def _check_values(self, where: str) -> None:
+        """The commands whose *values* mwpy cannot honour, as this job expands them."""
         universe = self._expand("universe").strip().lower() or "vanilla"
         if universe != "vanilla":
             raise SubmitError(f"universe = {universe}: mwpy jobs runs vanilla-universe jobs only")
         if not self._expand("executable").strip():
-            raise SubmitError(f"{self.path}: no executable")
+            raise SubmitError(f"{where}: executable is empty")
         if self._expand("getenv").strip().lower() not in ("", "false", "no", "0"):
             raise SubmitError("getenv: not supported by mwpy jobs: name the variables in environment")
         for key in ("transfer_input_files", "transfer_output_files"):
@@ -242,16 +249,18 @@ class SubmitDescription:
         first = qargs.split(None, 1)[0] if qargs else "1"
         if "$(" in first:
             self._submit["MWPY_QUEUE_COUNT"] = first
-            first = self._submit.expand("MWPY_QUEUE_COUNT").strip()
-        if first.isdigit():
-            return int(first)
-        return 1
+            self._keys["mwpy_queue_count"] = "MWPY_QUEUE_COUNT"
+            first = self._expand("mwpy_queue_count").strip()
+        return int(first) if first.isdigit() else 1
 
     def _expand(self, key: str) -> str:
         original = self._keys.get(key)
         if original is None:
             return ""
-        return str(self._submit.expand(original))
+        try:
+            return str(self._submit.expand(original))
+        except Exception as exc:  # the bindings raise KeyError for a macro that is not defined, ValueError...
+            raise SubmitError(f"{original} = {self._submit[original]}: cannot expand: {exc}") from None
 
     def _first(self, *keys: str) -> str:
         for key in keys:
@@ -277,6 +286,7 @@ class SubmitDescription:
         for variable, setting in item.items():
             sub[variable] = setting
         where = f"job {self.cluster}.{process}"
+        self._check_values(where)
         initialdir = self.base / self._first("initialdir", "initial_dir", "iwd")
         transfer = self._expand("should_transfer_files").strip().upper() != "NO"
         when = self._expand("when_to_transfer_output").strip().upper() or "ON_EXIT"

@@ -253,12 +253,9 @@ def _process_order(line: str) -> tuple[int, str]:
 def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
     """One summary line: how the job ended, its times, and which slave on which host ran it."""
     if result.error is not None:
-        return {
-            "job": job_id,
-            "status": "failed",
-            "why": f"not started: {result.error.message}",
-            "slave": result.slave_id,
-        }
+        error = result.error
+        why = f"not started: {error.message}" if error.type == "JobSetupError" else f"{error.type}: {error.message}"
+        return {"job": job_id, "status": "failed", "why": why, "slave": result.slave_id}
     outcome = result.value
     if not isinstance(outcome, runner.JobOutcome):
         return {"job": job_id, "status": "failed", "why": "the slave sent no job outcome", "slave": result.slave_id}
@@ -298,6 +295,8 @@ def main(mw: Master, argv: list[str]) -> int:
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
+    for note in description.notes():
+        print(f"mwpy jobs: note: {note}", file=sys.stderr)
     server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=me.bind)
     status = None if me.resource_file is None else status_path(me.resource_file)
     summary = _Summary(args.summary, description.total, status)
