@@ -61,7 +61,7 @@ MAX_FRAME = CHUNK + 64
 #: Seconds a peer may stay silent in the middle of a conversation.
 IO_TIMEOUT = 120.0
 #: How many (path, inode, size, mtime) -> hash entries the master remembers, so shared inputs are hashed once.
-HASH_MEMORY = 10_000
+HASH_MEMORY = 1024
 #: Prefix of the temporary names outputs are written under before the rename.
 UPLOAD_PREFIX = ".mwpy-upload-"
 #: Default caps on what one job may send back (``mwpy jobs --max-output-bytes/--max-output-files``).

@@ -164,7 +164,7 @@ class SubmitDescription:
 
         self.path = Path(path)
         self.cluster = cluster
-        self.base = Path(base or os.getcwd()).resolve()
+        self.base = os.path.realpath(base or os.getcwd())  # a str: pathlib interns every part, per job
         try:
             text = self.path.read_text()
         except (OSError, UnicodeDecodeError) as exc:
@@ -287,7 +287,7 @@ class SubmitDescription:
             sub[variable] = setting
         where = f"job {self.cluster}.{process}"
         self._check_values(where)
-        initialdir = self.base / self._first("initialdir", "initial_dir", "iwd")
+        initialdir = os.path.normpath(os.path.join(self.base, self._first("initialdir", "initial_dir", "iwd")))
         transfer = self._expand("should_transfer_files").strip().upper() != "NO"
         when = self._expand("when_to_transfer_output").strip().upper() or "ON_EXIT"
         if when not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "ON_SUCCESS"):
@@ -295,7 +295,7 @@ class SubmitDescription:
         transfer_executable = self._expand("transfer_executable").strip().lower() not in ("false", "no", "0")
         executable = self._expand("executable").strip()
         if transfer_executable:
-            executable = str(self.base / executable)
+            executable = os.path.join(self.base, executable)
         return JobSpec(
             cluster=self.cluster,
             process=process,
@@ -303,7 +303,7 @@ class SubmitDescription:
             transfer_executable=transfer_executable,
             arguments=parse_arguments(self._first("arguments", "args"), where),
             environment=parse_environment(self._first("environment", "env"), where),
-            initialdir=str(initialdir),
+            initialdir=initialdir,
             stdin=self._path_in(initialdir, "input"),
             stdout=self._path_in(initialdir, "output"),
             stderr=self._path_in(initialdir, "error"),
@@ -313,11 +313,11 @@ class SubmitDescription:
             outputs_on_success_only=when == "ON_SUCCESS",
         )
 
-    def _path_in(self, initialdir: Path, key: str) -> str | None:
+    def _path_in(self, initialdir: str, key: str) -> str | None:
         value = self._expand(key).strip()
         if not value or value == "/dev/null":
             return None
-        return str(initialdir / value)
+        return os.path.join(initialdir, value)
 
 
 def _as_dict(item: object) -> dict[str, str]:
@@ -344,12 +344,12 @@ def _check_one_queue_statement(text: str, path: str) -> None:
             raise SubmitError(f"{path}: {line.strip()!r} after the queue statement: put every command before it")
 
 
-def _inputs(initialdir: Path, value: str) -> Iterator[InputFile]:
+def _inputs(initialdir: str, value: str) -> Iterator[InputFile]:
     """``transfer_input_files``: a file lands under its base name, ``dir`` as ``dir/...``, ``dir/`` as its contents."""
     for entry in _split_list(value):
-        source = initialdir / entry
+        source = os.path.join(initialdir, entry)
         name = "" if entry.endswith("/") else os.path.basename(os.path.normpath(entry))
-        yield InputFile(str(source), name)
+        yield InputFile(source, name)
 
 
 def _output_names(keys: dict[str, str], value: str) -> tuple[str, ...] | None:

@@ -105,6 +105,10 @@ def job_key(spec: JobSpec) -> str:
     return f"mwpy-jobs:{spec.job_id}:{hashlib.sha256(repr(spec).encode()).hexdigest()[:24]}"
 
 
+#: Real paths of the submit side's files, remembered (a shared input is looked up once, not once per job).
+_real_path = functools.lru_cache(maxsize=filestore.HASH_MEMORY)(os.path.realpath)
+
+
 class _Files:
     """The submit side's files of one job: published by hash, and the real paths outputs may not overwrite."""
 
@@ -125,7 +129,7 @@ class _Files:
             return
         digest, _ = self.server.publish(source)
         self.inputs.append((name, digest))
-        self.protected.add(os.path.realpath(source))
+        self.protected.add(_real_path(source))
 
 
 def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
@@ -146,7 +150,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
             stdin = spec.stdin
     for item in spec.inputs:
         files.add(item.source, item.name)
-    files.protected.add(os.path.realpath(spec.executable))
+    files.protected.add(_real_path(spec.executable))
     token = secrets.token_hex(16)
     streams = []
     if spec.stdout is not None:
