@@ -18,6 +18,11 @@ import pytest
 
 from mwpy import filestore
 from mwpy.filestore import Destination, FileClient, FileServer, FileServiceError
+from mwpy.jobs.command import PROGRAM
+from tests.support import PROGRAMS, spawn_master, spawn_slave
+
+HOSTILE = PROGRAMS / "jobs" / "hostile_slave.py"
+JOBS_PROGRAM_PATH = Path(PROGRAM)
 
 SECRET = b"s" * 32
 MEMBER = "hostile-test"
@@ -136,3 +141,25 @@ def test_only_published_files_can_be_fetched(server: FileServer, tmp_path: Path)
     with pytest.raises(FileServiceError, match="no published file"):
         client.fetch(hashlib.sha256(b"/etc/passwd").hexdigest(), tmp_path / "got")
     client.close()
+
+
+def test_a_hostile_slave_process_cannot_place_outputs_outside_initialdir(tmp_path: Path) -> None:
+    """The real jobs master, and a real slave process whose outputs all try to escape."""
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    (iwd / "victim.txt").write_text("the user's input")
+    (iwd / "link").symlink_to(tmp_path)
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/true\ninitialdir = iwd\ntransfer_input_files = victim.txt\nqueue\n"
+    )
+    master = spawn_master(JOBS_PROGRAM_PATH, tmp_path, "jobs.sub", "--summary", "summary.jsonl")
+    slave = spawn_slave(HOSTILE, tmp_path)
+    assert master.wait(timeout=60) == 1, master.err()  # the job failed: every output was refused
+    slave.wait(timeout=30)
+    (line, _) = [json.loads(text) for text in (tmp_path / "summary.jsonl").read_text().splitlines()]
+    assert line["status"] == "failed"
+    assert len(line["output_errors"]) == 5, line
+    assert not (tmp_path / "escaped").exists()
+    assert not Path("/tmp/mwpy-hostile-absolute").exists()
+    assert (iwd / "victim.txt").read_text() == "the user's input"
+    assert sorted(p.name for p in iwd.iterdir()) == ["link", "victim.txt"]

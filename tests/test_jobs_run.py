@@ -212,3 +212,18 @@ def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves
 
 def _running(pattern: str) -> bool:
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False).returncode == 0
+
+
+def test_symbolic_links_a_job_makes_are_not_sent_back(tmp_path: Path) -> None:
+    submit(
+        tmp_path,
+        "executable = /bin/sh\n"
+        "arguments = \"-c 'ln -s /etc/hostname leak; ln -s .. up; mkdir d; ln -s /etc d/link; echo real > real'\"\n"
+        "queue\n",
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 0, done.stderr
+    jobs, _ = summary(tmp_path)
+    assert jobs["1.0"]["outputs"] == ["real"]
+    assert not (tmp_path / "leak").exists()
+    assert not (tmp_path / "leak").is_symlink()

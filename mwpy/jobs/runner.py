@@ -100,7 +100,9 @@ _state: _SlaveState | None = None
 def run(task: JobTask, secret: bytes, member_id: str) -> JobOutcome:
     """Run ``task`` on this slave (the slave's cache and connection are made on the first job)."""
     global _state  # one cache per slave process, for its life
-    if _state is None or _state.client.address != task.service:
+    if _state is None or _state.client.address != task.service:  # the first job, or a restarted master
+        if _state is not None:
+            _state.client.close()
         _state = _SlaveState(task.service, secret, member_id)
     if not task.transfer:
         return _run_in(Path(task.initialdir), task, _state, fetched=0)
