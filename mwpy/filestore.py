@@ -123,6 +123,12 @@ class _Link:
         return kind, value
 
 
+def _no_delay(sock: socket.socket) -> None:
+    """Small frames go out at once: a header, a last chunk and an end frame would otherwise wait for
+    the peer's delayed acknowledgement (Nagle's algorithm), some 40 ms per file."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def _read_exact(sock: socket.socket, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
@@ -360,6 +366,7 @@ class FileServer:
     def _serve(self, sock: socket.socket) -> None:
         with sock:
             sock.settimeout(IO_TIMEOUT)
+            _no_delay(sock)
             try:
                 link = _server_handshake(sock, self._secret, self._member_id)
                 while True:
@@ -491,6 +498,7 @@ class FileClient:
                 sock = socket.create_connection(self.address, timeout=IO_TIMEOUT)
             except OSError as exc:
                 raise FileServiceError(f"cannot reach the file service at {self.address}: {exc}") from None
+            _no_delay(sock)
             try:
                 self._link = _client_handshake(sock, self._secret, self._member_id)
             except (ProtocolError, OSError) as exc:
