@@ -98,7 +98,7 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
         text=True,
         check=True,
     )
-    assert "jobs     4 of 4 finished (3 failed), 0 to run" in status.stdout
+    assert "run      4 of 4 jobs finished (3 failed), 0 to run" in status.stdout
     assert [(jobs[j]["exit_code"], jobs[j]["signal"]) for j in ("1.0", "1.1", "1.2", "1.3")] == [
         (0, None),
         (3, None),

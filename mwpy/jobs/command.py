@@ -105,15 +105,16 @@ def status_report(resource: str) -> dict[str, Any]:
 
 
 def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """The ``jobs`` line of ``mwpy status``: finished, failed, still to run, and where the summary is."""
+    """The ``run`` line of ``mwpy status``: jobs finished, failed, still to run, and where the summary is."""
     if "jobs" not in report:
         return []
     jobs = report["jobs"]
     left = jobs["total"] - jobs["finished"]
+    # "run", not "jobs": that row is the Condor slave jobs' (mwpy status --condor).
     return [
         (
-            "jobs",
-            f"{jobs['finished']} of {jobs['total']} finished ({jobs['failed']} failed), {left} to run; "
+            "run",
+            f"{jobs['finished']} of {jobs['total']} jobs finished ({jobs['failed']} failed), {left} to run; "
             f"summary {jobs['summary']}",
         )
     ]
