@@ -19,6 +19,7 @@ from mwpy import backends, bundle, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
+from mwpy.jobs import command as jobs_command
 from mwpy.options import positive_float, positive_int
 from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 
@@ -122,6 +123,7 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     status.add_argument("--total", type=positive_int, help="--watch: tasks in all, for the progress bar and ETA")
     status.add_argument("--events", help="--watch: the master's event log (--mw-events), for failures and the total")
 
+    jobs_command.add_parser(commands)
     report = commands.add_parser(
         "report",
         help="write an HTML report (plots, goodput, failures) from an event log",
@@ -135,7 +137,7 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     program_args: list[str] = []
-    if args[:1] == ["local"] and "--" in args:
+    if args[:1] in (["local"], ["jobs"]) and "--" in args:
         cut = args.index("--")
         args, program_args = args[:cut], args[cut + 1 :]
     backend: BackendFactory | None = None
@@ -257,6 +259,7 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
     }
+    report.update(jobs_command.status_report(options.resource_file))
     listed, why = _condor_jobs(record.member_id, options) if options.condor is not False else (None, None)
     jobs = _counts(listed) if listed is not None else None
     report["slave_jobs"] = jobs
@@ -274,6 +277,7 @@ def _status(options: argparse.Namespace) -> int:
         ("master", f"{report['master']}  member id {record.member_id!r}"),
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
+        *jobs_command.status_rows(report),
     ]
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
@@ -330,4 +334,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bundle": _bundle,
     "report": _report,
     "status": _status_command,
+    "jobs": jobs_command.run,
 }

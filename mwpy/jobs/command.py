@@ -1,0 +1,120 @@
+"""``mwpy jobs SUBMITFILE --slaves N``: check the submit file here, then run it like ``mwpy local`` runs a program.
+
+Everything a user can get wrong is found before a process starts: the file is
+parsed, every refused command named, every input file looked for (exit 2,
+one line). Then :func:`mwpy.local.run_local` runs :mod:`mwpy.jobs.program` as
+the master with N local slaves: the same machinery, the same exit statuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mwpy import filestore, safe_files
+from mwpy.errors import MwpyError
+from mwpy.jobs.description import SubmitDescription
+from mwpy.local import run_local
+from mwpy.options import positive_int
+
+#: The program the master and the slaves run.
+PROGRAM = str(Path(__file__).with_name("program.py"))
+#: Exit status for a submit file mwpy cannot run.
+USAGE = 2
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``mwpy jobs`` to the ``mwpy`` command's subcommands."""
+    jobs = commands.add_parser(
+        "jobs",
+        help="run the jobs of an HTCondor submit file as mwpy tasks on reused slaves",
+        description="Run every job SUBMIT_FILE queues on N local slaves, as condor_submit would run them "
+        "(docs/jobs.md). --mw-* options for the master go after --.",
+    )
+    jobs.add_argument("submit_file", help="a plain HTCondor submit description (vanilla universe)")
+    jobs.add_argument("--slaves", type=positive_int, default=2, help="most slave processes at once (default 2)")
+    jobs.add_argument("--summary", help="the run summary, JSON lines (default SUBMIT_FILE.summary.jsonl)")
+    jobs.add_argument("--cluster", type=int, default=1, help="the $(Cluster) of the jobs (default 1)")
+    jobs.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
+    jobs.add_argument(
+        "--max-output-bytes",
+        type=positive_int,
+        default=filestore.MAX_OUTPUT_BYTES,
+        help=f"most bytes of output one job may send back (default {filestore.MAX_OUTPUT_BYTES})",
+    )
+    jobs.add_argument(
+        "--max-output-files",
+        type=positive_int,
+        default=filestore.MAX_OUTPUT_FILES,
+        help=f"most output files one job may send back (default {filestore.MAX_OUTPUT_FILES})",
+    )
+    jobs.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"
+    )
+
+
+def master_arguments(options: argparse.Namespace) -> list[str]:
+    """The program's own arguments (after the checks): absolute paths, so the master may run anywhere."""
+    submit = os.path.abspath(options.submit_file)
+    summary = os.path.abspath(options.summary or submit + ".summary.jsonl")
+    return [
+        submit,
+        "--summary",
+        summary,
+        "--cluster",
+        str(options.cluster),
+        "--base",
+        os.getcwd(),
+        "--max-output-bytes",
+        str(options.max_output_bytes),
+        "--max-output-files",
+        str(options.max_output_files),
+    ]
+
+
+def run(options: argparse.Namespace) -> int:
+    """``mwpy jobs``: refuse what cannot run (exit 2), then run the master (which prints the notes) and N slaves."""
+    try:
+        description = SubmitDescription(options.submit_file, cluster=options.cluster)
+        description.check_inputs()
+    except MwpyError as exc:
+        print(f"mwpy jobs: error: {exc}", file=sys.stderr)
+        return USAGE
+    args = [*master_arguments(options), *options.program_args]
+    return run_local(PROGRAM, options.slaves, args, workdir=options.workdir, progress=options.progress)
+
+
+def status_report(resource: str) -> dict[str, Any]:
+    """``{"jobs": counts}`` when the computation is an ``mwpy jobs`` run (for ``mwpy status``), else ``{}``.
+
+    The master keeps the counts in ``RESOURCE.jobs`` (mwpy.jobs.program); a
+    file that is missing, too big or not the expected JSON shows nothing.
+    """
+    try:
+        counts = json.loads(safe_files.read_bytes(resource + ".jobs", max_size=1 << 16))
+    except (MwpyError, ValueError):
+        return {}
+    keys = ("total", "finished", "failed")
+    if not isinstance(counts, dict) or not all(isinstance(counts.get(key), int) for key in keys):
+        return {}
+    return {"jobs": {key: counts[key] for key in keys} | {"summary": str(counts.get("summary", ""))}}
+
+
+def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``run`` line of ``mwpy status``: jobs finished, failed, still to run, and where the summary is."""
+    if "jobs" not in report:
+        return []
+    jobs = report["jobs"]
+    left = jobs["total"] - jobs["finished"]
+    # "run", not "jobs": that row is the Condor slave jobs' (mwpy status --condor).
+    return [
+        (
+            "run",
+            f"{jobs['finished']} of {jobs['total']} jobs finished ({jobs['failed']} failed), {left} to run; "
+            f"summary {jobs['summary']}",
+        )
+    ]

@@ -1,0 +1,180 @@
+"""Reading submit files with HTCondor's parser: every queue form, macros, both syntaxes, what is refused.
+
+These read real files with the real ``htcondor2.Submit``; the last tests run
+``mwpy jobs`` itself to show that a bad file stops before anything runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mwpy.jobs.description import SubmitDescription, SubmitError, parse_arguments, parse_environment
+from tests.support import mwpy_command
+
+
+def _describe(tmp_path: Path, text: str, **kwargs: int) -> SubmitDescription:
+    path = tmp_path / "jobs.sub"
+    path.write_text(text)
+    return SubmitDescription(path, base=str(tmp_path), **kwargs)
+
+
+def test_queue_n_numbers_the_jobs_and_expands_process_and_cluster(tmp_path: Path) -> None:
+    text = "executable = /bin/echo\narguments = $(Cluster).$(Process)\noutput = out.$(Process)\nqueue 3\n"
+    jobs = list(_describe(tmp_path, text, cluster=42).jobs())
+    assert [job.job_id for job in jobs] == ["42.0", "42.1", "42.2"]
+    assert [job.arguments for job in jobs] == [("42.0",), ("42.1",), ("42.2",)]
+    assert jobs[2].stdout == str(tmp_path / "out.2")
+
+
+def test_a_bare_queue_is_one_job(tmp_path: Path) -> None:
+    assert [job.job_id for job in _describe(tmp_path, "executable = /bin/true\nqueue\n").jobs()] == ["1.0"]
+
+
+def test_queue_in_a_list_gives_item_and_a_count_repeats_each_item(tmp_path: Path) -> None:
+    text = "executable = /bin/echo\narguments = $(Item) $(Step) $(Process)\nqueue 2 in (red, green)\n"
+    jobs = list(_describe(tmp_path, text).jobs())
+    assert [job.arguments for job in jobs] == [
+        ("red", "0", "0"),
+        ("red", "1", "1"),
+        ("green", "0", "2"),
+        ("green", "1", "3"),
+    ]
+
+
+def test_queue_variables_from_a_file_and_from_an_inline_list(tmp_path: Path) -> None:
+    (tmp_path / "rows.txt").write_text("alpha 1\nbeta 2\n")
+    text = "executable = /bin/echo\narguments = $(name)-$(n)\nqueue name, n from rows.txt\n"
+    assert [job.arguments for job in _describe(tmp_path, text).jobs()] == [("alpha-1",), ("beta-2",)]
+    inline = "executable = /bin/echo\narguments = $(x)\nqueue x from (\n  one\n  two\n)\n"
+    assert [job.arguments for job in _describe(tmp_path, inline).jobs()] == [("one",), ("two",)]
+
+
+def test_queue_matching_files_and_folders(tmp_path: Path) -> None:
+    for name in ("b.dat", "a.dat", "c.txt"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "d1.dat").mkdir()
+    text = "executable = /bin/cat\ninput = $(file)\nqueue file matching files *.dat\n"
+    assert [job.stdin for job in _describe(tmp_path, text).jobs()] == [str(tmp_path / "a.dat"), str(tmp_path / "b.dat")]
+    folders = "executable = /bin/ls\narguments = $(d)\nqueue d matching dirs *.dat\n"
+    assert [job.arguments for job in _describe(tmp_path, folders).jobs()] == [("d1.dat/",)]
+
+
+def test_user_macros_and_initialdir_are_expanded_per_job(tmp_path: Path) -> None:
+    text = (
+        "executable = run.sh\nrun = r$(Process)\ninitialdir = work/$(run)\n"
+        "output = $(run).out\ntransfer_input_files = common.db, data/$(run)/, folder\nqueue 2\n"
+    )
+    jobs = list(_describe(tmp_path, text).jobs())
+    assert jobs[1].initialdir == str(tmp_path / "work" / "r1")
+    assert jobs[1].executable == str(tmp_path / "run.sh")  # relative to the submit folder, not initialdir
+    assert jobs[1].stdout == str(tmp_path / "work" / "r1" / "r1.out")
+    assert [(Path(i.source).relative_to(tmp_path / "work" / "r1").as_posix(), i.name) for i in jobs[1].inputs] == [
+        ("common.db", "common.db"),
+        ("data/r1", ""),  # a trailing slash: the folder's contents
+        ("folder", "folder"),
+    ]
+
+
+def test_arguments_in_both_syntaxes() -> None:
+    assert parse_arguments("a b  c") == ("a", "b", "c")
+    assert parse_arguments('one \\"two\\"') == ("one", '"two"')
+    assert parse_arguments("\"a 'b c' 'it''s' \"\"q\"\"\"") == ("a", "b c", "it's", '"q"')
+    assert parse_arguments('""') == ()
+    with pytest.raises(SubmitError, match="unbalanced"):
+        parse_arguments('"\'open"')
+
+
+def test_environment_in_both_syntaxes() -> None:
+    assert parse_environment("A=1;B=two words") == (("A", "1"), ("B", "two words"))
+    assert parse_environment("\"A=1 B='x y' C=\"") == (("A", "1"), ("B", "x y"), ("C", ""))
+    with pytest.raises(SubmitError, match="NAME=VALUE"):
+        parse_environment('"justaword"')
+
+
+def test_transfer_settings(tmp_path: Path) -> None:
+    text = (
+        "executable = /bin/true\ntransfer_executable = false\nshould_transfer_files = NO\n"
+        "when_to_transfer_output = ON_SUCCESS\ntransfer_output_files = a, dir/b\nqueue\n"
+    )
+    (job,) = _describe(tmp_path, text).jobs()
+    assert (job.transfer_executable, job.transfer, job.outputs_on_success_only) == (False, False, True)
+    assert job.executable == "/bin/true"
+    assert job.transfer_outputs == ("a", "dir/b")
+    (plain,) = _describe(tmp_path, "executable = /bin/true\nqueue\n").jobs()
+    assert (plain.transfer, plain.transfer_outputs, plain.outputs_on_success_only) == (True, None, False)
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ("universe = docker", "universe = docker"),
+        ("requirements = Memory > 100", "requirements"),
+        ("on_exit_remove = ExitCode == 0", "on_exit_remove"),
+        ('transfer_output_remaps = "a=b"', "transfer_output_remaps"),
+        ("getenv = true", "getenv"),
+        ("transfer_input_files = https://example.org/x", "transfer_input_files"),
+    ],
+)
+def test_a_command_mwpy_cannot_honour_is_refused_by_name(tmp_path: Path, line: str, named: str) -> None:
+    with pytest.raises(SubmitError, match=named):
+        _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
+
+
+def test_bookkeeping_commands_are_accepted_with_a_note(tmp_path: Path) -> None:
+    description = _describe(tmp_path, "executable = /bin/true\nlog = x.log\nrequest_memory = 1G\nqueue\n")
+    assert [note.split(":")[0] for note in description.notes()] == ["log", "request_memory"]
+
+
+def test_several_queue_statements_and_commands_after_the_queue_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SubmitError, match="2 queue statements"):
+        _describe(tmp_path, "executable = /bin/true\nqueue 1\narguments = x\nqueue 1\n")
+    with pytest.raises(SubmitError, match="after the queue statement"):
+        _describe(tmp_path, "executable = /bin/true\nqueue 1\narguments = x\n")
+
+
+def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:
+    description = _describe(tmp_path, "executable = /bin/true\narguments = $(Process)\nqueue 100000\n")
+    assert description.total == 100_000
+    jobs = description.jobs()
+    assert next(jobs).arguments == ("0",)
+    (last,) = collections.deque(jobs, maxlen=1)  # records are made when asked for, and forgotten
+    assert last.arguments == ("99999",)
+
+
+def test_mwpy_jobs_refuses_a_missing_input_file_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "present.txt").write_text("x")
+    (tmp_path / "jobs.sub").write_text(
+        f"executable = /bin/sh\narguments = \"-c 'touch {tmp_path}/ran.$(Process)'\"\n"
+        "transfer_input_files = present.txt, missing.$(Process)\nqueue 3\n"
+    )
+    (tmp_path / "missing.0").write_text("only the first job's file exists")
+    done = subprocess.run(
+        mwpy_command("jobs", "jobs.sub", "--no-progress"), cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"mwpy jobs: error: job 1.1: input file {tmp_path}/missing.1 does not exist"
+    ]
+    assert not list(tmp_path.glob("ran.*")), "no job may run"
+
+
+def test_mwpy_jobs_refuses_another_universe_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "jobs.sub").write_text("universe = grid\nexecutable = /bin/true\nqueue\n")
+    done = subprocess.run(mwpy_command("jobs", "jobs.sub"), cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mwpy jobs: error: universe = grid: mwpy jobs runs vanilla-universe jobs only\n",
+    )
+
+
+def test_an_undefined_macro_or_a_missing_initialdir_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SubmitError, match=r"executable = \$\(exe\): cannot expand"):
+        _describe(tmp_path, "executable = $(exe)\nqueue\n")
+    description = _describe(tmp_path, "executable = /bin/true\ninitialdir = run$(Process)\nqueue 2\n")
+    (tmp_path / "run0").mkdir()
+    with pytest.raises(SubmitError, match=f"job 1.1: initialdir {tmp_path}/run1 does not exist"):
+        description.check_inputs()

@@ -1,0 +1,165 @@
+"""A hostile slave against the file service: outputs stay below initialdir, inputs are never overwritten.
+
+The slave here is a real client on a real socket that knows the computation's
+secret (a compromised execute node) and sends what an honest slave never
+would: absolute names, ``..``, names through symbolic links, an input's name,
+content that does not match its hash, more than its budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mwpy import filestore
+from mwpy.filestore import Destination, FileClient, FileServer, FileServiceError
+from mwpy.jobs.command import PROGRAM
+from tests.support import PROGRAMS, spawn_master, spawn_slave
+
+HOSTILE = PROGRAMS / "jobs" / "hostile_slave.py"
+JOBS_PROGRAM_PATH = Path(PROGRAM)
+
+SECRET = b"s" * 32
+MEMBER = "hostile-test"
+
+
+@pytest.fixture
+def server() -> Iterator[FileServer]:
+    service = FileServer(SECRET, MEMBER)
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def job(tmp_path: Path, server: FileServer) -> Path:
+    """A job whose initialdir is ``tmp_path/iwd`` with one input file, expecting outputs as token ``t1``."""
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    (iwd / "input.dat").write_text("precious")
+    (tmp_path / "outside").mkdir()
+    server.expect("t1", Destination(str(iwd), frozenset({str(iwd / "input.dat")}), max_bytes=1000, max_files=20))
+    return iwd
+
+
+def _upload(server: FileServer, tmp_path: Path, name: str, content: bytes = b"evil", token: str = "t1") -> str | None:
+    """Upload ``content`` as ``name``; return the refusal, or None when accepted."""
+    source = tmp_path / "payload"
+    source.write_bytes(content)
+    client = FileClient(server.host, server.port, SECRET, MEMBER)
+    try:
+        client.upload(token, name, source)
+    except FileServiceError as exc:
+        return str(exc)
+    finally:
+        client.close()
+    return None
+
+
+@pytest.mark.parametrize(
+    "name", ["/etc/evil", "../evil", "sub/../../evil", "./evil", "a//b", "", ".mwpy-upload-x", "back\\slash"]
+)
+def test_names_that_leave_initialdir_are_refused(server: FileServer, job: Path, tmp_path: Path, name: str) -> None:
+    refusal = _upload(server, tmp_path, name)
+    assert refusal is not None
+    assert "output name" in refusal
+    assert not (tmp_path / "evil").exists()
+    assert sorted(p.name for p in job.iterdir()) == ["input.dat"]
+
+
+def test_a_folder_symlink_out_of_initialdir_is_not_followed(server: FileServer, job: Path, tmp_path: Path) -> None:
+    (job / "link").symlink_to(tmp_path / "outside")
+    refusal = _upload(server, tmp_path, "link/evil")
+    assert refusal is not None
+    assert "symbolic link" in refusal
+    assert list((tmp_path / "outside").iterdir()) == []
+
+
+def test_a_file_symlink_is_replaced_never_written_through(server: FileServer, job: Path, tmp_path: Path) -> None:
+    target = tmp_path / "outside" / "target"
+    target.write_text("untouched")
+    (job / "result").symlink_to(target)
+    assert _upload(server, tmp_path, "result", b"output") is None
+    assert target.read_text() == "untouched"
+    assert not (job / "result").is_symlink()
+    assert (job / "result").read_bytes() == b"output"
+
+
+def test_an_input_file_is_never_overwritten(server: FileServer, job: Path, tmp_path: Path) -> None:
+    refusal = _upload(server, tmp_path, "input.dat")
+    assert refusal is not None
+    assert "input" in refusal
+    (job / "alias").symlink_to(job / "input.dat")
+    assert "input" in str(_upload(server, tmp_path, "alias"))  # nor through a link to it
+    assert (job / "input.dat").read_text() == "precious"
+
+
+def test_outputs_of_a_job_not_in_flight_and_over_budget_are_refused(
+    server: FileServer, job: Path, tmp_path: Path
+) -> None:
+    assert "not expecting" in str(_upload(server, tmp_path, "x", token="t-unknown"))
+    assert "more than 1000 bytes" in str(_upload(server, tmp_path, "big", b"x" * 2000))
+    assert not (job / "big").exists()
+    assert _upload(server, tmp_path, "small", b"fits") is None  # a refusal costs nothing else
+
+
+def test_content_that_does_not_match_its_hash_is_not_kept(server: FileServer, job: Path) -> None:
+    with socket.create_connection((server.host, server.port)) as sock:
+        link = filestore._client_handshake(sock, SECRET, MEMBER)
+        link.send_json(b"P", {"job": "t1", "name": "forged", "size": 4, "executable": False})
+        link.send(b"D", b"real")
+        link.send_json(b"E", {"sha256": hashlib.sha256(b"fake").hexdigest()})
+        kind, payload = link.receive()
+    assert kind == b"X"
+    assert "hash" in json.loads(payload)["error"]
+    assert sorted(p.name for p in job.iterdir()) == ["input.dat"]
+
+
+def test_a_peer_without_the_secret_or_of_another_computation_gets_nothing(server: FileServer, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.write_text("secret data")
+    digest, _ = server.publish(str(data))
+    wrong = FileClient(server.host, server.port, b"w" * 32, MEMBER)
+    with pytest.raises(FileServiceError, match="handshake"):
+        wrong.fetch(digest, tmp_path / "got")
+    foreign = FileClient(server.host, server.port, SECRET, "another-computation")
+    with pytest.raises(FileServiceError):
+        foreign.fetch(digest, tmp_path / "got")
+    assert not (tmp_path / "got").exists()
+    honest = FileClient(server.host, server.port, SECRET, MEMBER)
+    honest.fetch(digest, tmp_path / "got")
+    honest.close()
+    assert (tmp_path / "got").read_text() == "secret data"
+
+
+def test_only_published_files_can_be_fetched(server: FileServer, tmp_path: Path) -> None:
+    client = FileClient(server.host, server.port, SECRET, MEMBER)
+    with pytest.raises(FileServiceError, match="no published file"):
+        client.fetch(hashlib.sha256(b"/etc/passwd").hexdigest(), tmp_path / "got")
+    client.close()
+
+
+def test_a_hostile_slave_process_cannot_place_outputs_outside_initialdir(tmp_path: Path) -> None:
+    """The real jobs master, and a real slave process whose outputs all try to escape."""
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    (iwd / "victim.txt").write_text("the user's input")
+    (iwd / "link").symlink_to(tmp_path)
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/true\ninitialdir = iwd\ntransfer_input_files = victim.txt\nqueue\n"
+    )
+    master = spawn_master(JOBS_PROGRAM_PATH, tmp_path, "jobs.sub", "--summary", "summary.jsonl")
+    slave = spawn_slave(HOSTILE, tmp_path)
+    assert master.wait(timeout=60) == 1, master.err()  # the job failed: every output was refused
+    slave.wait(timeout=30)
+    (line, _) = [json.loads(text) for text in (tmp_path / "summary.jsonl").read_text().splitlines()]
+    assert line["status"] == "failed"
+    assert len(line["output_errors"]) == 5, line
+    assert not (tmp_path / "escaped").exists()
+    assert not Path("/tmp/mwpy-hostile-absolute").exists()
+    assert (iwd / "victim.txt").read_text() == "the user's input"
+    assert sorted(p.name for p in iwd.iterdir()) == ["link", "victim.txt"]

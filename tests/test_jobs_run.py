@@ -1,0 +1,229 @@
+"""``mwpy jobs FILE --slaves N`` end to end: real slaves, real jobs, real files, as condor_submit would run them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.support import PROGRAMS, mwpy_command, wait_until
+
+JOBS = PROGRAMS / "jobs"
+
+
+def run_jobs(folder: Path, *args: str, slaves: int = 2, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``mwpy jobs jobs.sub --slaves N ARGS`` in ``folder``, as a user types it."""
+    command = mwpy_command("jobs", "jobs.sub", "--slaves", str(slaves), "--no-progress", *args)
+    return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def summary(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The run summary: each job's line by job id, and the run's last line."""
+    lines = [json.loads(line) for line in (folder / "jobs.sub.summary.jsonl").read_text().splitlines()]
+    return {line["job"]: line for line in lines if "job" in line}, lines[-1]["run"]
+
+
+def submit(folder: Path, text: str, *scripts: str) -> None:
+    for script in scripts:
+        shutil.copy(JOBS / script, folder / script)
+    (folder / "jobs.sub").write_text(text)
+
+
+def test_streams_arguments_environment_and_outputs_come_back_under_condor_s_names(tmp_path: Path) -> None:
+    for process in range(3):
+        (tmp_path / f"in.{process}").write_text(f"line one of {process}\nline two\n")
+    submit(
+        tmp_path,
+        "executable = echo_job.sh\n"
+        "arguments = \"$(Process) 'two words' $(flavour)\"\n"
+        "flavour = mint\n"
+        "environment = \"GREETING='hello there'\"\n"
+        "input = in.$(Process)\noutput = out.$(Process)\nerror = err.$(Process)\n"
+        "log = jobs.log\nqueue 3\n",
+        "echo_job.sh",
+    )
+    done = run_jobs(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "mwpy jobs: note: log: no Condor user log is written" in done.stderr
+    assert (tmp_path / "out.1").read_text() == (
+        "args: 1 two words mint\nGREETING=hello there\nstdin: line one of 1\nstdin: line two\n"
+    )
+    assert (tmp_path / "err.2").read_text() == "to stderr\n"
+    assert (tmp_path / "made.0").read_text() == "made by 0\n"  # a new top-level file comes back
+    assert not (tmp_path / "folder").exists()  # ...a new folder does not, as in Condor
+    jobs, run = summary(tmp_path)
+    assert sorted(jobs) == ["1.0", "1.1", "1.2"]
+    assert all(job["status"] == "ok" and job["exit_code"] == 0 and job["host"] for job in jobs.values())
+    assert run["jobs"] == 3
+    assert run["failed"] == 0
+    assert "3 jobs" in done.stdout
+    assert "3 ok, 0 failed" in done.stdout
+
+
+def test_named_output_files_and_folders_come_back_and_nothing_else(tmp_path: Path) -> None:
+    submit(
+        tmp_path,
+        "executable = echo_job.sh\narguments = $(Process)\ntransfer_output_files = folder, made.$(Process)\nqueue 2\n",
+        "echo_job.sh",
+    )
+    done = run_jobs(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "folder" / "deeper" / "file").read_text() in ("deep 0\n", "deep 1\n")
+    assert (tmp_path / "folder" / "top").exists()
+    assert (tmp_path / "made.1").read_text() == "made by 1\n"
+    assert not list(tmp_path.glob(".mwpy-upload-*")), "no temporary file is left behind"
+
+
+def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jobs(tmp_path: Path) -> None:
+    (tmp_path / "cases.txt").write_text("ok 0\nexit 3\nsignal 9\nsignal 15\n")
+    submit(
+        tmp_path,
+        "executable = status_job.sh\narguments = $(how) $(n)\ninitialdir = out$(Process)\n"
+        "queue how, n from cases.txt\n",
+        "status_job.sh",
+    )
+    for process in range(4):
+        (tmp_path / f"out{process}").mkdir()
+    done = run_jobs(tmp_path, "--workdir", str(tmp_path / "work"))
+    assert done.returncode == 1, done.stderr
+    jobs, run = summary(tmp_path)
+    status = subprocess.run(
+        mwpy_command("status", str(tmp_path / "work" / "resource.json"), "--no-condor"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "run      4 of 4 jobs finished (3 failed), 0 to run" in status.stdout
+    assert [(jobs[j]["exit_code"], jobs[j]["signal"]) for j in ("1.0", "1.1", "1.2", "1.3")] == [
+        (0, None),
+        (3, None),
+        (None, 9),
+        (None, 15),
+    ]
+    assert run["failed"] == 3
+    assert "1.1 (exit code 3), 1.2 (killed by signal 9), 1.3 (killed by signal 15)" in done.stderr
+    assert (tmp_path / "out1" / "result.txt").read_text() == "ran exit 3\n"  # outputs return whatever the status
+
+
+def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Path) -> None:
+    submit(
+        tmp_path,
+        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\n"
+        "when_to_transfer_output = ON_SUCCESS\nqueue in (0, 5)\n",
+        "status_job.sh",
+    )
+    (tmp_path / "d0").mkdir()
+    (tmp_path / "d5").mkdir()
+    assert run_jobs(tmp_path).returncode == 1
+    assert (tmp_path / "d0" / "result.txt").exists()
+    assert not (tmp_path / "d5" / "result.txt").exists()
+
+
+def test_without_file_transfer_the_job_runs_in_initialdir(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    submit(
+        tmp_path,
+        "executable = /bin/sh\ntransfer_executable = false\nshould_transfer_files = NO\ninitialdir = work\n"
+        "arguments = \"-c 'pwd; echo made > here.$(Process)'\"\noutput = pwd.$(Process)\nqueue 2\n",
+    )
+    done = run_jobs(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "work" / "pwd.1").read_text() == f"{tmp_path / 'work'}\n"
+    assert (tmp_path / "work" / "here.0").read_text() == "made\n"
+
+
+def test_a_shared_input_crosses_the_wire_once_per_slave_and_big_files_stream_intact(tmp_path: Path) -> None:
+    shared = os.urandom(3_500_000)  # more than three chunks
+    (tmp_path / "shared.bin").write_bytes(shared)
+    submit(
+        tmp_path,
+        "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\nqueue 12\n",
+        "use_shared.sh",
+    )
+    done = run_jobs(tmp_path, slaves=2)
+    assert done.returncode == 0, done.stderr
+    digest = hashlib.sha256(shared).hexdigest()
+    for process in range(12):
+        assert (tmp_path / f"sum.{process}").read_text() == digest + "\n"
+        assert (tmp_path / f"big.{process}").read_bytes() == shared[:3_000_000]
+    jobs, run = summary(tmp_path)
+    slaves = {job["slave"] for job in jobs.values()}
+    assert run["fetches"][digest] == len(slaves) <= 2  # once per slave, not once per job
+    assert sum(job["fetched_bytes"] for job in jobs.values()) < 2 * len(shared) + 100_000
+
+
+def test_a_restarted_master_does_not_run_finished_jobs_again(tmp_path: Path) -> None:
+    ran = tmp_path / "ran.log"
+    submit(
+        tmp_path,
+        f"executable = record_run.sh\narguments = $(Process) {ran} 0.3\nqueue 16\n",
+        "record_run.sh",
+    )
+    args = ["--slaves", "2", "--no-progress", "--workdir", str(tmp_path / "work"), "--", "--mw-journal"]
+    command = [*mwpy_command("jobs", "jobs.sub", *args, str(tmp_path / "journal.db"))]
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary_file = tmp_path / "jobs.sub.summary.jsonl"
+
+    def finished() -> int:
+        return summary_file.read_text().count('"status": "ok"') if summary_file.exists() else 0
+
+    wait_until(lambda: finished() >= 4, 120, "four jobs finished")
+    first.send_signal(signal.SIGTERM)
+    first.wait(timeout=60)
+    done_before = {line["job"] for line in map(json.loads, summary_file.read_text().splitlines()) if "job" in line}
+    runs_before = ran.read_text().count("ran")
+    assert 4 <= len(done_before) < 16
+
+    second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False)
+    assert second.returncode == 0, second.stderr
+    jobs, run = summary(tmp_path)
+    assert len(jobs) == 16
+    assert run["failed"] == 0
+    assert {job for job, line in jobs.items() if line["journaled"]} >= done_before
+    reruns = [line.split()[1] for line in ran.read_text().splitlines()[runs_before:]]
+    assert not {f"1.{n}" for n in reruns} & done_before, "a finished job ran again"
+    assert all((tmp_path / f"done.{n}").exists() for n in range(16))
+
+
+def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "not_a_program").write_text("just text, no #! line\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "jobs.sub").write_text(
+        "executable = $(exe)\narguments = $(args)\ninitialdir = $(dir)\n"
+        "queue exe, args, dir from (\n  not_a_program, x, a\n  /bin/sleep, 3600, b\n)\n"
+    )
+    done = run_jobs(tmp_path, "--", "--mw-task-timeout", "2")
+    assert done.returncode == 1, done.stderr
+    jobs, _ = summary(tmp_path)
+    assert jobs["1.0"]["status"] == "failed"
+    assert jobs["1.0"]["why"].startswith("not started: job 1.0: cannot run not_a_program: Exec format error")
+    assert jobs["1.1"]["status"] == "failed"
+    assert jobs["1.1"]["why"].startswith("TaskTimeoutError: the task ran past its timeout of 2 s")
+    wait_until(lambda: not _running("^/bin/sleep 3600$"), 30, "the timed-out job's process to be gone")
+
+
+def _running(pattern: str) -> bool:
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False).returncode == 0
+
+
+def test_symbolic_links_a_job_makes_are_not_sent_back(tmp_path: Path) -> None:
+    submit(
+        tmp_path,
+        "executable = /bin/sh\n"
+        "arguments = \"-c 'ln -s /etc/hostname leak; ln -s .. up; mkdir d; ln -s /etc d/link; echo real > real'\"\n"
+        "queue\n",
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 0, done.stderr
+    jobs, _ = summary(tmp_path)
+    assert jobs["1.0"]["outputs"] == ["real"]
+    assert not (tmp_path / "leak").exists()
+    assert not (tmp_path / "leak").is_symlink()
