@@ -57,6 +57,7 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
     seed: int = random.SystemRandom().randrange(2**32) if options.seed is None else options.seed
     print(f"seed {seed}: {options.max_trial_sets} trial sets of {options.trials_per_set} darts")
     darts.target_number = options.target
+    mw.tasks_total = options.max_trial_sets  # for the progress bar of mwpy local / mwpy status --watch
     next_set = answered = 0
     thrown = inside = 0
     while answered < options.max_trial_sets:

@@ -221,6 +221,8 @@ class ResourceFileWritten(Event):
     tasks_pending: int = attrs.field(validator=_not_negative)
     tasks_running: int = attrs.field(validator=_not_negative)
     finished: bool = False
+    #: Tasks in all when the master knew (``tasks_total`` of the resource file); absent in logs of earlier mwpy.
+    tasks_total: int | None = attrs.field(default=None, validator=attrs.validators.optional(_not_negative))
 
 
 @attrs.frozen(kw_only=True)
@@ -284,6 +286,7 @@ def resource_file_event(t: float, record: ResourceFile) -> ResourceFileWritten:
         tasks_pending=record.tasks_pending,
         tasks_running=record.tasks_running,
         finished=record.finished,
+        tasks_total=record.tasks_total,
     )
 
 

@@ -24,9 +24,9 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -91,6 +91,10 @@ class Master:
         self._results: list[Result] = []
         self._owner = threading.get_ident()  # the thread that runs the master (and its loop)
         self._finished = False
+        #: The total the algorithm declared (``mw.tasks_total = n``), or None.
+        self._declared_total: int | None = None
+        #: Inputs of sized ``map``/``as_completed`` calls not submitted yet; None until such a call starts.
+        self._ahead: int | None = None
         self._tokens: list[contextvars.Token[Master | None]] = []
         self._observers = _Observers.open(options)
         #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
@@ -130,6 +134,7 @@ class Master:
                 tls_fingerprint=self._engine.tls_fingerprint,
                 events=self._observers.events,
                 condor_jobs=self._engine.condor_jobs,
+                tasks_total=lambda: self.tasks_total,
             )
         except BaseException:  # e.g. the slave bundle cannot be built: do not leave the port open
             self._engine.close()
@@ -329,6 +334,30 @@ class Master:
         """Unrunnable tasks not yet drained with :meth:`unrunnable_tasks`."""
         return self._sched.num_unrunnable
 
+    @property
+    def tasks_total(self) -> int | None:
+        """Tasks the computation runs in all, when known: drives progress bars and ETAs (``mwpy status``).
+
+        What the algorithm declared (``mw.tasks_total = n``); else, once a
+        ``map`` or ``as_completed`` over sized inputs has started, the tasks
+        done, queued and running plus the inputs those calls have still to
+        submit; else None (a loop that submits as it goes says nothing of
+        what is to come).
+        """
+        if self._declared_total is not None:
+            return self._declared_total
+        if self._ahead is None:
+            return None
+        sched = self._sched
+        return sched.done_total + sched.queued_total + sched.running_total + self._ahead
+
+    @tasks_total.setter
+    def tasks_total(self, value: int | None) -> None:
+        if value is not None and (type(value) is not int or value < 0):
+            raise ConfigurationError(f"tasks_total must be a whole number >= 0 or None, not {value!r}")
+        self._declared_total = value
+        self._engine.tick_soon()
+
     # ------------------------------------------------------------------ slave groups
 
     def allocate_slaves(self, amount: int = 1000, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:
@@ -446,6 +475,7 @@ class Master:
     ) -> Iterator[tuple[int, Result]]:
         arrived: deque[tuple[int, Result]] = deque()
         items = enumerate(zip(*iterables, strict=False))
+        ahead = _Ahead(self, iterables)
         outstanding = 0
         exhausted = False
         open_ = [True]  # cleared when the consumer closes the iterator: queued tasks are then dropped unsent
@@ -462,6 +492,7 @@ class Master:
                         exhausted = True
                         break
                     index, args = item
+                    ahead.took_one()
                     policy = algorithm.policy.for_item(index, None if key is None else key(*args))
                     payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
                     sink = functools.partial(_put, arrived, live, index)
@@ -477,6 +508,7 @@ class Master:
                 yield arrived.popleft()
         finally:
             open_[0] = False
+            ahead.close()
             if live:
                 self._cancel(list(live))  # those waiting in a slave's window come back unrun
 
@@ -497,6 +529,33 @@ class Master:
         self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
         self._audit.flush()
         self._observers.stop(status, self._sched.done_total)
+
+
+class _Ahead:
+    """What one sized ``map``/``as_completed`` call has still to submit, kept in its master's total.
+
+    Sized inputs tell the total before their tasks exist, for the progress
+    bar and the ETA; an unsized one (a generator) says nothing.
+    """
+
+    def __init__(self, master: Master, iterables: tuple[Iterable[Any], ...]) -> None:
+        self._master = master
+        sized = bool(iterables) and all(isinstance(i, Sized) for i in iterables)
+        self._left = min(len(cast(Sized, i)) for i in iterables) if sized else 0
+        if sized:
+            master._ahead = (master._ahead or 0) + self._left
+
+    def took_one(self) -> None:
+        """One input became a task (now counted as queued)."""
+        if self._left:
+            self._left -= 1
+            self._master._ahead = max(0, (self._master._ahead or 0) - 1)
+
+    def close(self) -> None:
+        """The call ended, perhaps early (``break``): what it never submitted will not run."""
+        if self._left and self._master._ahead is not None:
+            self._master._ahead = max(0, self._master._ahead - self._left)
+        self._left = 0
 
 
 #: The exit status of a master algorithm stopped by Ctrl-C (128 + SIGINT, as a shell reports it).

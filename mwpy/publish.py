@@ -44,8 +44,11 @@ class Publisher:
         tls_fingerprint: str | None,
         events: EventWriter | None = None,
         condor_jobs: Callable[[], list[str]] | None = None,
+        tasks_total: Callable[[], int | None] | None = None,
     ) -> None:
         self._options = options
+        #: Tasks in all when the master knows (for progress bars), else None.
+        self._tasks_total = tasks_total or (lambda: None)
         #: The Condor job ids of the connected slaves (the engine knows them from their Hello).
         self._condor_jobs = condor_jobs or list
         self._events = events
@@ -58,7 +61,7 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool, list[str], int] | None = None
+        self._key: tuple[int, dict[str, int], bool, list[str], int, int | None] | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
         #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
@@ -69,7 +72,7 @@ class Publisher:
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._sched.slaves_needed, self._sched.connected()
-        key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory)
+        key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total())
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -78,8 +81,8 @@ class Publisher:
         """Write the file now (a failure is audited: the computation goes on without it)."""
         path = self._options.resource_file
         sched = self._sched
-        jobs = self._condor_jobs()
-        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory)
+        jobs, total = self._condor_jobs(), self._tasks_total()
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -105,6 +108,7 @@ class Publisher:
             demand_stated=self.demand_stated or finished,
             condor_jobs_connected=jobs,
             slave_peak_memory=self.slave_peak_memory,
+            tasks_total=total,
         )
         try:
             resource_file.write(path, record)

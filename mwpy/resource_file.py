@@ -116,6 +116,8 @@ class ResourceFile:
     #: Bytes: the largest peak memory (resident set) a slave of this computation reported; 0 while none did.
     #: The overseer asks Condor for at least this much (with headroom) for new slave jobs.
     slave_peak_memory: int = attrs.field(default=0, validator=_not_negative)
+    #: Tasks the computation runs in all, when the master knows (a declared total, a sized map); else None.
+    tasks_total: int | None = attrs.field(default=None, validator=attrs.validators.optional(_not_negative))
     format: str = FORMAT
     version: int = VERSION
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import errno
 import os
 import sys
 import time
@@ -35,8 +36,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mwpy import events as ev
-from mwpy import resource_file
-from mwpy.errors import InvalidResourceFileError, ResourceFileError
+from mwpy import resource_file, safe_files
+from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.goodput import duration
 from mwpy.resource_file import ResourceFile
 
@@ -221,15 +222,16 @@ class FailureTail:
     def poll(self) -> None:
         if self.problem is not None:
             return
+        try:  # never a plain open(): a FIFO would hang the view, a device would feed it for ever
+            fd = safe_files.open_checked(self.path)
+        except UnsafeFileError as exc:
+            if exc.errno != errno.ENOENT:  # not there yet: the master has not started
+                self.problem = f"{self.path}: {exc.problem}"
+            return
         try:
-            with open(self.path, "rb") as stream:
-                if not os.path.isfile(self.path):
-                    self.problem = f"{self.path}: not a regular file"
-                    return
+            with open(fd, "rb") as stream:
                 stream.seek(self._offset)
                 data = stream.read(ev.MAX_LINE)
-        except FileNotFoundError:
-            return
         except OSError as exc:
             self.problem = f"{self.path}: {exc.strerror or exc}"
             return
@@ -314,11 +316,14 @@ class Follower:
         self.record, self.problem = record, None
         self.rate.add(record.timestamp, record.tasks_done)
         extra, tail = self.extra, self.tail
+        announced = record.tasks_total  # the master's own word; --total (given here) wins over it
         if tail is not None:
             tail.poll()
             extra.failures = list(tail.failures) + ([f"event log: {tail.problem}"] if tail.problem else [])
-            if self._total is None and tail.total is not None:
-                extra.total = tail.total
+            if announced is None:
+                announced = tail.total
+        if self._total is None and announced is not None:
+            extra.total = announced
         if self.condor is not False and self._ask is None:
             self._ask = condor_counter(record.member_id)
         if self._ask is not None and now >= self._condor_at:

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(folder)
         work = tmp / "work"
         command = [sys.executable, "-m", "mwpy", "local", str(ROOT / "examples" / "monte_carlo_pi.py")]
-        command += ["--slaves", "2", "--workdir", str(work), "--total", str(TASKS), "--"]
+        command += ["--slaves", "2", "--workdir", str(work), "--"]
         command += ["--max-trial-sets", str(TASKS), "--trials-per-set", str(TRIALS), "--seed", "1"]
         print("$", " ".join(command[1:]).replace(str(ROOT) + "/", ""), file=sys.stderr)
         term = Terminal(command, deadline=600)
