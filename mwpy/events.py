@@ -258,12 +258,13 @@ KINDS: Final[dict[str, type[Event]]] = {
 def cause_of(why: str) -> str:
     """The ``slave-disconnected`` cause for the master's reason text (its audit wording), for the wiring.
 
-    ``EOF`` → eof; ``silent for ... (client timeout)`` → timeout; read, write,
-    TLS and protocol errors → error; ``computation finished`` → shutdown;
-    ``black hole`` / ``told to leave`` → expelled; anything else → error.
+    ``EOF`` and a slave leaving on a soft-kill signal (evicted, having handed
+    its window back) → eof; ``silent for ... (client timeout)`` → timeout;
+    read, write, TLS and protocol errors → error; ``computation finished`` →
+    shutdown; ``black hole`` / ``told to leave`` → expelled; anything else → error.
     """
     text = why.lower()
-    if text.startswith("eof"):
+    if text.startswith("eof") or "soft-kill" in text:
         return "eof"
     if "client timeout" in text or text.startswith("silent"):
         return "timeout"

@@ -228,6 +228,7 @@ def test_flushes_within_the_interval_only_read_the_clock(tmp_path: Path) -> None
     ("why", "cause"),
     [
         ("EOF", "eof"),
+        ("left on a soft-kill signal, 2 tasks handed back", "eof"),
         ("silent for 60 s (client timeout)", "timeout"),
         ("read error: [Errno 104] Connection reset by peer", "error"),
         ("write error: [Errno 32] Broken pipe", "error"),
