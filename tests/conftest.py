@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Generator, Iterator
@@ -24,6 +25,19 @@ import pytest
 
 from tests.condor_support import POOL_TOOL, Pool, clean_stale_sessions, remove_computation_jobs
 from tests.support import ROOT, reap_spawned
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Children get SIGINT's default disposition, as when the suite is started from a terminal.
+
+    A suite started in the background by a non-interactive shell (``nohup make
+    test &``, some CI runners) inherits SIGINT ignored, and exec passes an
+    ignore on: the Ctrl-C tests' programs would then never see their Ctrl-C. A
+    handler, unlike an ignore, is reset to the default by exec.
+    """
+    del config
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

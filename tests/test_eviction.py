@@ -62,13 +62,13 @@ def test_a_slave_told_to_leave_by_sigterm_sends_its_results_and_hands_its_window
         assert master.unrunnable == []
     # The event log, in order: the two handed back re-queued, then the slave gone with the one it ran;
     # the second slave connects only after that.
-    lines = [json.loads(line) for line in events.read_text(encoding="utf-8").splitlines()]
+    logged = [json.loads(line) for line in events.read_text(encoding="utf-8").splitlines()]
     kinds = [
         (line["kind"], line.get("n", line.get("in_flight")))
-        for line in lines
+        for line in logged
         if line["kind"] in ("tasks-requeued", "slave-disconnected", "slave-connected")
     ]
-    (gone, *_) = [line for line in lines if line["kind"] == "slave-disconnected"]
+    (gone, *_) = [line for line in logged if line["kind"] == "slave-disconnected"]
     assert gone["cause"] == "eof", "an evicted slave left, as documented: no read/write/protocol error"
     assert kinds[:4] == [("slave-connected", None), ("tasks-requeued", 2), ("slave-disconnected", 1),
                          ("tasks-requeued", 1)]  # fmt: skip

@@ -16,7 +16,6 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -175,21 +174,6 @@ def test_master_exits_1_with_one_line_when_its_tls_certificate_cannot_be_read(tm
     one_line(done.stderr)
 
 
-@contextlib.contextmanager
-def sigint_default() -> Iterator[None]:
-    """Processes started inside get SIGINT's default disposition, as in a terminal.
-
-    A test run started from a non-interactive shell in the background may
-    inherit SIGINT ignored, and pass that on; a handler (not an ignore) here
-    makes exec give the children the default.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def test_ctrl_c_makes_master_and_slave_exit_130(tmp_path: Path) -> None:
     """exit-codes.md: 130 when interrupted (Ctrl-C), for a slave and for the master; the master still
     writes its resource file as finished.
@@ -198,9 +182,8 @@ def test_ctrl_c_makes_master_and_slave_exit_130(tmp_path: Path) -> None:
     its loop (see the next test for an interrupt while it connects).
     """
     stop = str(tmp_path / "stop")
-    with sigint_default():
-        master = spawn_master(PROGRAM, tmp_path, "one-then-wait", stop)
-        slave = spawn_slave(PROGRAM, tmp_path)
+    master = spawn_master(PROGRAM, tmp_path, "one-then-wait", stop)
+    slave = spawn_slave(PROGRAM, tmp_path)
     wait_until(lambda: master.json_lines() == [{"answered": True}], DEADLINE, "the slave to answer a task")
     os.kill(slave.pid, signal.SIGINT)
     assert slave.wait(DEADLINE) == 130, slave.err()
@@ -213,8 +196,7 @@ def test_ctrl_c_while_the_slave_is_still_connecting_exits_130(tmp_path: Path) ->
     """exit-codes.md: slave 130 when interrupted — also while it is still trying to reach its master."""
     rf = tmp_path / "resource.json"
     write_resource_file(rf)  # fresh, nobody listening: the slave retries for 10 s
-    with sigint_default():
-        slave = spawn_slave(PROGRAM, tmp_path)
+    slave = spawn_slave(PROGRAM, tmp_path)
     wait_until(lambda: "INIT SLAVE" in slave.out(), DEADLINE, "the slave to start connecting")
     os.kill(slave.pid, signal.SIGINT)
     assert slave.wait(DEADLINE) == 130, slave.err()
