@@ -207,6 +207,7 @@ class Executor(concurrent.futures.Executor):
         namespace.workdir = str(self._workdir)
         program = _spawn_program(backend, self._workdir)
         self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
+        self._master._count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
         self._backend = factory.create(str(resource), namespace)
         # Imported here, not at the top: mwpy/__init__ imports this module, and slaves (whose bundle ships
         # attrs and cattrs only) must be able to import mwpy without watchdog, which the overseer needs.

@@ -358,6 +358,11 @@ class Master:
         self._declared_total = value
         self._engine.tick_soon()
 
+    def _count_submitted_as_total(self) -> None:
+        """Without a declared total, the total is every task submitted so far (for an Executor, which has no
+        lazy map: its ``map`` makes every future at once, as ``concurrent.futures`` does)."""
+        self._ahead = self._ahead or 0
+
     # ------------------------------------------------------------------ slave groups
 
     def allocate_slaves(self, amount: int = 1000, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:

@@ -9,8 +9,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import mwpy
 from mwpy import resource_file, statusview
 from mwpy.resource_file import ResourceFile
+from tests.programs import executor_work as work
 from tests.support import PROGRAMS, mwpy_command, spawn_master, spawn_slave, wait_until
 
 TOTALS = PROGRAMS / "totals.py"
@@ -104,3 +106,15 @@ def test_an_event_log_that_is_a_fifo_is_a_problem_line_not_a_hang(tmp_path: Path
     follower = statusview.Follower(rf, events=fifo, clock=lambda: 1000.0, condor=False)
     assert follower.sample() is None
     assert follower.extra.failures == [f"event log: {fifo}: a FIFO, not a regular file"], follower.extra.failures
+
+
+def test_an_executor_s_total_is_every_future_it_made(tmp_path: Path) -> None:
+    """``Executor.map`` makes its futures at once (as concurrent.futures does): the total is all of them."""
+    release = tmp_path / "release"
+    with mwpy.Executor(max_workers=1, workdir=tmp_path / "work") as ex:
+        results = ex.map(work.wait_for, [str(release)] * 12, range(12))
+        rf = tmp_path / "work" / "resource.json"
+        wait_until(lambda: _record(rf).tasks_total == 12, 30, "the total of the map in the resource file")
+        assert _record(rf).tasks_done == 0  # none can finish before the release
+        release.touch()
+        assert list(results) == list(range(12))
