@@ -578,13 +578,13 @@ class Engine:
                 return
             sizes = [len(t.payload) for t in tasks]
         group = self._sched.task_group
-        # Tasks due at the same moment share frames (a frame and its MAC per batch, not per task), up to the frame size.
-        for start, stop in protocol.pack(sizes, max(group, len(tasks)), peer.max_out):
+        # Group 0 (the default): the tasks due now share frames (a frame and a MAC per batch), up to the frame size.
+        for start, stop in protocol.pack(sizes, group or len(tasks), peer.max_out):
             batch = tasks[start:stop]
             timeouts = self._timeouts(batch)
             peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
             if self._audit.packets:
-                self._audit(f"{sid} <- {stop - start} tasks ({group} grouping)")
+                self._audit(f"{sid} <- {stop - start} tasks ({group or 'auto'} grouping)")
         peer.tasks_out += len(tasks)
         if self._events is not None:
             self._events.tasks_dispatched(sid, len(tasks))

@@ -38,7 +38,7 @@ class Options:
     audit_packets: bool = False
     resource_file: str | None = None
     resource_file_update_interval: float = 300.0
-    slave_task_group: int = 1
+    slave_task_group: int = 0
     slave_result_group: int = 64
     slave_window: int = 0
     member_id: str = DEFAULT_MEMBER_ID
@@ -201,9 +201,9 @@ _SPECS: dict[str, _Spec] = {
     "--mw-slave-task-group": _Spec(
         "slave_task_group",
         "N",
-        "Tasks per packet sent to a slave (at least: tasks due at once share packets). Default 1.",
-        positive_int,
-        "a positive integer",
+        "Tasks per packet sent to a slave; 0 (default): the tasks due at once share one packet.",
+        _non_negative_int,
+        "a non-negative integer",
     ),
     "--mw-slave-result-group": _Spec(
         "slave_result_group",

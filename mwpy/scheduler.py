@@ -67,7 +67,7 @@ class Scheduler:
     def __init__(
         self,
         *,
-        task_group: int = 1,
+        task_group: int = 0,
         fixed_window: int = 0,
         task_attempts: int = 1,
         black_hole_failures: int = 0,
@@ -76,7 +76,10 @@ class Scheduler:
         self.task_timeout = task_timeout
         #: Whether any task may have a timeout (else timeouts cost nothing: not on the wire, not in overdue()).
         self.may_time_out = task_timeout is not None
+        #: Tasks per frame (``--mw-slave-task-group``); 0: whatever is due at once shares a frame.
         self.task_group = task_group
+        #: The fewest tasks worth sending a slave (its window has room for a group).
+        self._least = max(1, task_group)
         self.fixed_window = fixed_window
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
@@ -238,12 +241,12 @@ class Scheduler:
     def window(self, sid: str) -> int:
         slot = self._slots[sid]
         if self.fixed_window:
-            return max(self.fixed_window, self.task_group)
+            return max(self.fixed_window, self._least)
         if slot.compute_time is None:
             adaptive = 1
         else:
             adaptive = min(MAX_WINDOW, max(1, math.ceil(PIPELINE_SECONDS / max(slot.compute_time, 1e-6))))
-        return max(adaptive, self.task_group)
+        return max(adaptive, self._least)
 
     def ready(self) -> list[str]:
         """Slaves with room in their window for which work is waiting (a snapshot: take() changes it)."""
@@ -258,7 +261,7 @@ class Scheduler:
         slot = self._slots[sid]
         window = self.window(sid)
         room = window - len(slot.in_flight)
-        if room < self.task_group and slot.in_flight:
+        if room < self._least and slot.in_flight:
             self._hungry.discard(sid)
             return []
         batch: list[Task] = []
@@ -277,7 +280,7 @@ class Scheduler:
             self._unordered_running += len(batch)
         if idle and batch:
             self._begin_head(slot)
-        if len(slot.in_flight) + self.task_group > window:
+        if len(slot.in_flight) + self._least > window:
             self._hungry.discard(sid)
         return batch
 

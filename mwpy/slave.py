@@ -163,6 +163,7 @@ class Slave:
     def loop(self, timeout: float | None = 0.05) -> SlaveStatus:
         """Run the tasks queued now (waiting up to ``timeout`` for some if none are), then return."""
         self._work(timeout)
+        self._flush()  # the slave algorithm gets control back: no result waits on it
         return self.status()
 
     def _work(self, timeout: float | None) -> None:
@@ -176,6 +177,7 @@ class Slave:
         self._receive(timeout, wait=not self._queue)
         if self._queue:
             self._step()
+        self._flush()  # the slave algorithm gets control back: no result waits on it
         return self.status()
 
     def status(self) -> SlaveStatus:
@@ -371,6 +373,8 @@ class Slave:
         os._exit(int(ExitCode.TASK_STUCK))
 
     def _flush(self) -> None:
+        if not self._results:
+            return
         results, self._results = self._results, []
         outputs, self._outputs = self._outputs, {}
         if not results or self._lost is not None:
