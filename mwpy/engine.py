@@ -568,9 +568,12 @@ class Engine:
                 self._send_tasks(self._by_sid[sid], tasks)
 
     def _send_tasks(self, peer: _Peer, tasks: list[Task]) -> None:
-        session = peer.session
         sid = peer.sid
         assert sid is not None
+        if len(tasks) == 1 and protocol.fits(len(tasks[0].payload), peer.max_out):  # one task in flight: no packing
+            self._send_batch(peer, sid, tasks)
+            self._send(peer)
+            return
         sizes = [len(t.payload) for t in tasks]
         if not protocol.fits(max(sizes), peer.max_out):
             tasks = [t for t in tasks if self._fits_or_fail(sid, peer.max_out, t)]
@@ -580,15 +583,18 @@ class Engine:
         group = self._sched.task_group
         # Group 0 (the default): the tasks due now share frames (a frame and a MAC per batch), up to the frame size.
         for start, stop in protocol.pack(sizes, group or len(tasks), peer.max_out):
-            batch = tasks[start:stop]
-            timeouts = self._timeouts(batch)
-            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
-            if self._audit.packets:
-                self._audit(f"{sid} <- {stop - start} tasks ({group or 'auto'} grouping)")
-        peer.tasks_out += len(tasks)
-        if self._events is not None:
-            self._events.tasks_dispatched(sid, len(tasks))
+            self._send_batch(peer, sid, tasks[start:stop])
         self._send(peer)  # one system call for the whole batch, not one per frame
+
+    def _send_batch(self, peer: _Peer, sid: str, batch: list[Task]) -> None:
+        """Queue one Tasks frame carrying ``batch`` (which fits in it)."""
+        timeouts = self._timeouts(batch)
+        peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
+        peer.tasks_out += len(batch)
+        if self._audit.packets:
+            self._audit(f"{sid} <- {len(batch)} tasks ({self._sched.task_group or 'auto'} grouping)")
+        if self._events is not None:
+            self._events.tasks_dispatched(sid, len(batch))
 
     def _timeouts(self, tasks: list[Task]) -> dict[int, float] | None:
         """The timeouts of the tasks that have one, by task id (None, and nothing on the wire, when none has)."""

@@ -259,6 +259,8 @@ class Scheduler:
     def take(self, sid: str) -> list[Task]:
         """Tasks to send to ``sid`` now (possibly none); they count as running."""
         slot = self._slots[sid]
+        if not self._unordered and not slot.ordered:
+            return []  # nothing for it (ready() is a snapshot: another slave may have taken the last task)
         window = self.window(sid)
         room = window - len(slot.in_flight)
         if room < self._least and slot.in_flight:

@@ -258,7 +258,12 @@ class Slave:
         now = time.monotonic()
         if len(results) == 1:
             self._held_since = now
-        if len(results) >= self.result_group or result[3] >= RESULT_HOLD or now - self._held_since >= RESULT_HOLD:
+        if (
+            len(results) >= self.result_group
+            or not result[1]  # a failure goes out at once: the master decides on retries, the user sees it
+            or result[3] >= RESULT_HOLD
+            or now - self._held_since >= RESULT_HOLD
+        ):
             self._flush()  # a full group, or results held long enough, go out first: the master may be waiting
         if self._queue:
             self._receive(0.0, wait=False)  # between queued tasks: more tasks, or a Shutdown, may be waiting
@@ -364,8 +369,10 @@ class Slave:
             raise TaskTimeoutError(reason)
         except TaskTimeoutError as exc:
             failure = protocol.encode_error(exc)
+        # The main thread is stuck in the task: the results it held are finished work, and go along.
+        self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
         with contextlib.suppress(Exception):
-            self._send_results([(task_id, False, failure, timeout + TIMEOUT_GRACE)])
+            self._flush()
         log.error("task %d: %s", task_id, reason)
         self._audit(f"TASK {task_id} STUCK: {reason}")
         self._audit.flush()
