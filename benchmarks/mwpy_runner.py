@@ -35,8 +35,9 @@ class MwpyRun:
     slaves: int = 2
     #: Fan-in: this many load-generator processes holding ``slaves`` connections between them.
     loadgen_processes: int = 0
-    task_group: int = 1
-    result_group: int = 1
+    #: ``--mw-slave-task-group`` / ``--mw-slave-result-group``; ``None``: the checkout's defaults (not passed).
+    task_group: int | None = None
+    result_group: int | None = None
     timeout: float = 600.0
     sample_rss: bool = False
     profile_name: str | None = None
@@ -120,8 +121,8 @@ def _master_command(
         "--mw-master-host", "127.0.0.1",
         "--mw-resource-file", str(resource_file),
         "--mw-audit-file", "/dev/null",
-        "--mw-slave-task-group", str(run.task_group),
-        "--mw-slave-result-group", str(run.result_group),
+        *(["--mw-slave-task-group", str(run.task_group)] if run.task_group is not None else []),
+        *(["--mw-slave-result-group", str(run.result_group)] if run.result_group is not None else []),
         *(["--mw-events", str(events)] if run.events else []),
         json.dumps(params),
         str(out),

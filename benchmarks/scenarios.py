@@ -293,7 +293,7 @@ def throughput(settings: Settings) -> Outcome:
         return System(key, label, functools.partial(_mwpy, settings, name, label, run))
 
     systems = [
-        mwpy("default", "mwpy default (group 1)", default_run),
+        mwpy("default", "mwpy default settings", default_run),
         mwpy("group100", "mwpy task/result group 100", grouped_run),
         peer("submit", "processpool-submit", params),
         peer("pool100", "processpool-100", params),

@@ -163,6 +163,8 @@ class Engine:
         self._by_sid: dict[str, _Peer] = {}
         #: Condor job id (CLUSTER.PROC) by slave id, for the connected slaves that reported one.
         self._jobs: dict[str, str] = {}
+        #: condor_jobs() as last computed, None once a slave with a job came or went (read every tick).
+        self._job_list: list[str] | None = None
         # Every read lands in this one buffer and is copied into the peer's session.
         # sock.recv(256 KiB) would allocate 256 KiB per call, above glibc's mmap threshold:
         # an mmap, page faults and an munmap per read, half a one-task round trip on loopback.
@@ -404,6 +406,7 @@ class Engine:
         job = hello.condor_job or None
         if job is not None:
             self._jobs[sid] = job
+            self._job_list = None
         in_job = f", Condor job {job}" if job else ""
         log.info("%s connected from %s (host %s, pid %s%s) as %s", sid, peer.address, hello.host, hello.pid,
                  in_job, kind.value)  # fmt: skip
@@ -495,7 +498,9 @@ class Engine:
 
     def condor_jobs(self) -> list[str]:
         """The Condor job ids of the connected slaves (sorted): the resource file publishes them."""
-        return sorted(set(self._jobs.values()), key=lambda job: tuple(map(int, job.split("."))))
+        if self._job_list is None:
+            self._job_list = sorted(set(self._jobs.values()), key=lambda job: tuple(map(int, job.split("."))))
+        return self._job_list
 
     def cancel(self, sid: str, task_ids: list[int]) -> None:
         """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""
@@ -541,7 +546,8 @@ class Engine:
         peer = self._by_sid.pop(sid, None)
         if peer is None:
             return
-        self._jobs.pop(sid, None)
+        if self._jobs.pop(sid, None) is not None:
+            self._job_list = None
         unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
         why = f"told to leave: {self._options.slave_max_failures} of its failed tasks succeeded elsewhere (black hole)"
@@ -562,9 +568,12 @@ class Engine:
                 self._send_tasks(self._by_sid[sid], tasks)
 
     def _send_tasks(self, peer: _Peer, tasks: list[Task]) -> None:
-        session = peer.session
         sid = peer.sid
         assert sid is not None
+        if len(tasks) == 1 and protocol.fits(len(tasks[0].payload), peer.max_out):  # one task in flight: no packing
+            self._send_batch(peer, sid, tasks)
+            self._send(peer)
+            return
         sizes = [len(t.payload) for t in tasks]
         if not protocol.fits(max(sizes), peer.max_out):
             tasks = [t for t in tasks if self._fits_or_fail(sid, peer.max_out, t)]
@@ -572,16 +581,20 @@ class Engine:
                 return
             sizes = [len(t.payload) for t in tasks]
         group = self._sched.task_group
-        for start, stop in protocol.pack(sizes, group, peer.max_out):
-            batch = tasks[start:stop]
-            timeouts = self._timeouts(batch)
-            peer.out += session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
-            if self._audit.packets:
-                self._audit(f"{sid} <- {stop - start} tasks ({group} grouping)")
-        peer.tasks_out += len(tasks)
-        if self._events is not None:
-            self._events.tasks_dispatched(sid, len(tasks))
+        # Group 0 (the default): the tasks due now share frames (a frame and a MAC per batch), up to the frame size.
+        for start, stop in protocol.pack(sizes, group or len(tasks), peer.max_out):
+            self._send_batch(peer, sid, tasks[start:stop])
         self._send(peer)  # one system call for the whole batch, not one per frame
+
+    def _send_batch(self, peer: _Peer, sid: str, batch: list[Task]) -> None:
+        """Queue one Tasks frame carrying ``batch`` (which fits in it)."""
+        timeouts = self._timeouts(batch)
+        peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
+        peer.tasks_out += len(batch)
+        if self._audit.packets:
+            self._audit(f"{sid} <- {len(batch)} tasks ({self._sched.task_group or 'auto'} grouping)")
+        if self._events is not None:
+            self._events.tasks_dispatched(sid, len(batch))
 
     def _timeouts(self, tasks: list[Task]) -> dict[int, float] | None:
         """The timeouts of the tasks that have one, by task id (None, and nothing on the wire, when none has)."""
@@ -667,7 +680,8 @@ class Engine:
             self._audit(f"EOF -> {peer.address} ({why})")
             return
         del self._by_sid[sid]
-        self._jobs.pop(sid, None)
+        if self._jobs.pop(sid, None) is not None:
+            self._job_list = None
         unrunnable = self._sched.num_unrunnable
         lost = self._sched.leave(sid)
         log.log(

@@ -38,8 +38,8 @@ class Options:
     audit_packets: bool = False
     resource_file: str | None = None
     resource_file_update_interval: float = 300.0
-    slave_task_group: int = 1
-    slave_result_group: int = 1
+    slave_task_group: int = 0
+    slave_result_group: int = 64
     slave_window: int = 0
     member_id: str = DEFAULT_MEMBER_ID
     slave_executable: str | None = None
@@ -201,14 +201,14 @@ _SPECS: dict[str, _Spec] = {
     "--mw-slave-task-group": _Spec(
         "slave_task_group",
         "N",
-        "Tasks per packet sent to a slave. Default 1.",
-        positive_int,
-        "a positive integer",
+        "Tasks per packet sent to a slave; 0 (default): the tasks due at once share one packet.",
+        _non_negative_int,
+        "a non-negative integer",
     ),
     "--mw-slave-result-group": _Spec(
         "slave_result_group",
         "N",
-        "Results per packet sent back by a slave. Default 1.",
+        "Results per packet sent back by a slave, at most (held up to 2 ms while tasks run short). Default 64.",
         positive_int,
         "a positive integer",
     ),

@@ -67,7 +67,7 @@ class Scheduler:
     def __init__(
         self,
         *,
-        task_group: int = 1,
+        task_group: int = 0,
         fixed_window: int = 0,
         task_attempts: int = 1,
         black_hole_failures: int = 0,
@@ -76,7 +76,10 @@ class Scheduler:
         self.task_timeout = task_timeout
         #: Whether any task may have a timeout (else timeouts cost nothing: not on the wire, not in overdue()).
         self.may_time_out = task_timeout is not None
+        #: Tasks per frame (``--mw-slave-task-group``); 0: whatever is due at once shares a frame.
         self.task_group = task_group
+        #: The fewest tasks worth sending a slave (its window has room for a group).
+        self._least = max(1, task_group)
         self.fixed_window = fixed_window
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
@@ -93,6 +96,9 @@ class Scheduler:
         self._pending: Counter[str] = Counter()
         self.pending_total = 0
         self.running_total = 0
+        #: Tasks in flight on unordered slaves: slaves_needed reads it every tick, and a walk of every
+        #: slave costs milliseconds at 10,000 of them (docs/scaling.md).
+        self._unordered_running = 0
         self.done_total = 0
         self.cancelled_total = 0
         # What the master algorithm has yet to be told; the master drains these, never touches them.
@@ -170,7 +176,7 @@ class Scheduler:
         task = slot.in_flight.pop(task_id, None)
         if task is None:
             return None
-        self.running_total -= 1
+        self._landed(slot, 1)
         if self.may_time_out:  # true since before any task with a timeout was sent: its start is known
             slot.last_result_at = time.monotonic()
         if slot.in_flight:
@@ -235,12 +241,12 @@ class Scheduler:
     def window(self, sid: str) -> int:
         slot = self._slots[sid]
         if self.fixed_window:
-            return max(self.fixed_window, self.task_group)
+            return max(self.fixed_window, self._least)
         if slot.compute_time is None:
             adaptive = 1
         else:
             adaptive = min(MAX_WINDOW, max(1, math.ceil(PIPELINE_SECONDS / max(slot.compute_time, 1e-6))))
-        return max(adaptive, self.task_group)
+        return max(adaptive, self._least)
 
     def ready(self) -> list[str]:
         """Slaves with room in their window for which work is waiting (a snapshot: take() changes it)."""
@@ -253,9 +259,11 @@ class Scheduler:
     def take(self, sid: str) -> list[Task]:
         """Tasks to send to ``sid`` now (possibly none); they count as running."""
         slot = self._slots[sid]
+        if not self._unordered and not slot.ordered:
+            return []  # nothing for it (ready() is a snapshot: another slave may have taken the last task)
         window = self.window(sid)
         room = window - len(slot.in_flight)
-        if room < self.task_group and slot.in_flight:
+        if room < self._least and slot.in_flight:
             self._hungry.discard(sid)
             return []
         batch: list[Task] = []
@@ -270,9 +278,11 @@ class Scheduler:
             slot.in_flight[task.task_id] = task
             task.attempts += 1
         self.running_total += len(batch)
+        if slot.kind is SlaveKind.UNORDERED:
+            self._unordered_running += len(batch)
         if idle and batch:
             self._begin_head(slot)
-        if len(slot.in_flight) + self.task_group > window:
+        if len(slot.in_flight) + self._least > window:
             self._hungry.discard(sid)
         return batch
 
@@ -359,7 +369,7 @@ class Scheduler:
         task = None if slot is None else slot.in_flight.pop(task_id, None)
         if slot is None or task is None:
             return None
-        self.running_total -= 1
+        self._landed(slot, 1)
         self._forget(task)
         self.cancelled_total += 1
         self._hungry.add(sid)
@@ -378,7 +388,7 @@ class Scheduler:
         if slot is None:
             return 0
         back = [task for task_id in task_ids if (task := slot.in_flight.pop(task_id, None)) is not None]
-        self.running_total -= len(back)
+        self._landed(slot, len(back))
         self._unordered.extendleft(reversed([task for task in back if task.policy.sid is None]))
         self._orphan_all([(task, False) for task in back if task.policy.sid is not None])
         return len(back)
@@ -387,7 +397,13 @@ class Scheduler:
         """Take ``task`` off ``sid`` without a result (it timed out there): it will not be re-queued."""
         slot = self._slots.get(sid)
         if slot is not None and slot.in_flight.pop(task.task_id, None) is not None:
-            self.running_total -= 1
+            self._landed(slot, 1)
+
+    def _landed(self, slot: _Slot, count: int) -> None:
+        """``count`` tasks left ``slot``'s flight (a result, a hand-back, a timeout, the slave gone)."""
+        self.running_total -= count
+        if slot.kind is SlaveKind.UNORDERED:
+            self._unordered_running -= count
 
     @staticmethod
     def _failed_here(task: Task, sid: str) -> bool:
@@ -418,7 +434,7 @@ class Scheduler:
         self._hungry.discard(sid)
         self._with_ordered_work.discard(sid)
         lost = list(slot.in_flight.values())
-        self.running_total -= len(lost)
+        self._landed(slot, len(lost))
         self._orphan_all([(task, True) for task in lost] + [(task, False) for task in slot.ordered])
         if slot.kind is not SlaveKind.UNORDERED:
             self._disconnected_ordered.append(sid)
@@ -445,6 +461,7 @@ class Scheduler:
             if slot.kind is SlaveKind.UNORDERED and not slot.freeing:
                 self._acquired[SlaveKind.UNORDERED] -= 1
                 self._acquired[kind] += 1
+                self._unordered_running -= len(slot.in_flight)
                 slot.kind = kind
                 self._connected_ordered.append(slot.sid)
 
@@ -470,6 +487,7 @@ class Scheduler:
     def _become_unordered(self, slot: _Slot) -> None:
         self._acquired[slot.kind] -= 1
         self._acquired[SlaveKind.UNORDERED] += 1
+        self._unordered_running += len(slot.in_flight)
         slot.kind = SlaveKind.UNORDERED
         slot.freeing = False
         self._with_ordered_work.discard(slot.sid)
@@ -516,9 +534,7 @@ class Scheduler:
         for kind in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
             needed += max(0, self._desired[kind] - self._acquired[kind])
         if self._auto_unordered:
-            wanted = len(self._unordered) + sum(
-                len(s.in_flight) for s in self._slots.values() if s.kind is SlaveKind.UNORDERED
-            )
+            wanted = len(self._unordered) + self._unordered_running
         else:
             wanted = self._desired[SlaveKind.UNORDERED]
         return needed + max(0, wanted - self._acquired[SlaveKind.UNORDERED])

@@ -62,6 +62,9 @@ MAX_OUTPUT = 64 * 1024
 MEMORY_LOOK = 1.0
 MEMORY_GROWTH = 1.1
 
+#: Seconds finished results may wait on the slave for more to share their frame (while tasks run this short).
+RESULT_HOLD = 0.002
+
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
 
@@ -120,6 +123,7 @@ class Slave:
         self._queue: deque[TaskItem] = deque()
         self._results: list[ResultItem] = []
         self._outputs: dict[int, tuple[str, str]] = {}  # what the tasks in _results printed, if anything
+        self._held_since = 0.0  # monotonic clock: when the oldest result in _results was ready
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
@@ -159,6 +163,7 @@ class Slave:
     def loop(self, timeout: float | None = 0.05) -> SlaveStatus:
         """Run the tasks queued now (waiting up to ``timeout`` for some if none are), then return."""
         self._work(timeout)
+        self._flush()  # the slave algorithm gets control back: no result waits on it
         return self.status()
 
     def _work(self, timeout: float | None) -> None:
@@ -172,6 +177,7 @@ class Slave:
         self._receive(timeout, wait=not self._queue)
         if self._queue:
             self._step()
+        self._flush()  # the slave algorithm gets control back: no result waits on it
         return self.status()
 
     def status(self) -> SlaveStatus:
@@ -239,16 +245,26 @@ class Slave:
         """Run one queued task and pass on results as needed; False once the slave must stop."""
         item = self._queue.popleft()
         try:
-            self._results.append(self._run(item))
+            result = self._run(item)
         except _Evicted:  # interrupted: no result; the master re-queues it when this slave leaves
             self._outputs.pop(item[0], None)
             self._leave()
             return False
+        results = self._results
+        results.append(result)
         if self._evicted is not None:
             self._leave()
             return False
-        if len(self._results) >= self.result_group:
-            self._flush()  # a full group goes out before anything else: the master may be waiting for it
+        now = time.monotonic()
+        if len(results) == 1:
+            self._held_since = now
+        if (
+            len(results) >= self.result_group
+            or not result[1]  # a failure goes out at once: the master decides on retries, the user sees it
+            or result[3] >= RESULT_HOLD
+            or now - self._held_since >= RESULT_HOLD
+        ):
+            self._flush()  # a full group, or results held long enough, go out first: the master may be waiting
         if self._queue:
             self._receive(0.0, wait=False)  # between queued tasks: more tasks, or a Shutdown, may be waiting
         if self._results and not self._queue:
@@ -353,8 +369,10 @@ class Slave:
             raise TaskTimeoutError(reason)
         except TaskTimeoutError as exc:
             failure = protocol.encode_error(exc)
+        # The main thread is stuck in the task: the results it held are finished work, and go along.
+        self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
         with contextlib.suppress(Exception):
-            self._send_results([(task_id, False, failure, timeout + TIMEOUT_GRACE)])
+            self._flush()
         log.error("task %d: %s", task_id, reason)
         self._audit(f"TASK {task_id} STUCK: {reason}")
         self._audit.flush()
@@ -362,6 +380,8 @@ class Slave:
         os._exit(int(ExitCode.TASK_STUCK))
 
     def _flush(self) -> None:
+        if not self._results:
+            return
         results, self._results = self._results, []
         outputs, self._outputs = self._outputs, {}
         if not results or self._lost is not None:

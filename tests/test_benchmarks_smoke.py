@@ -76,7 +76,7 @@ def test_every_mwpy_measurement_ran_in_every_round(quick_report: dict[str, Any])
 def test_throughput_has_mwpy_and_the_selected_peers(quick_report: dict[str, Any]) -> None:
     rows = {row["system"]: row for row in _rows(quick_report, "1")}
     for system in (
-        "mwpy default (group 1)",
+        "mwpy default settings",
         "mwpy task/result group 100",
         "ProcessPoolExecutor submit() per task",
         "ProcessPoolExecutor chunksize=100",

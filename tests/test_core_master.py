@@ -160,6 +160,26 @@ def test_tasks_and_results_travel_in_groups(tmp_path: Path, group: int) -> None:
         assert len(packet_sizes(on_master, r"^slave-0 <- (\d+) tasks")) < count
 
 
+def test_by_default_tasks_due_at_once_and_results_ready_together_share_packets(tmp_path: Path) -> None:
+    """Default settings group on their own: no option gives one packet (and one MAC) per task."""
+    count = 300
+    master_audit = tmp_path / "master.audit"
+    master = spawn_master(
+        WORKLOAD, tmp_path, "--mw-audit-packets", "--mw-audit-file", str(master_audit), "run", str(count)
+    )
+    slave = spawn_slave(WORKLOAD, tmp_path)
+    assert master.wait() == 0
+    assert slave.wait() == 0
+    assert sorted(line["value"] for line in master.json_lines()) == [i * i for i in range(count)]
+    on_master = audit_lines(master_audit.read_text())
+    tasks = packet_sizes(on_master, r"^slave-0 <- (\d+) tasks \(auto grouping\)$")
+    results = packet_sizes(on_master, r"^slave-0 -> (\d+) results$")
+    assert sum(tasks) == sum(results) == count
+    assert len(tasks) < count
+    assert len(results) < count
+    assert max(results) <= 64  # the default result group bounds a packet
+
+
 def stream(workdir: Path, count: int, target: int) -> dict[str, Any]:
     """``count`` tasks streamed through a general target number by a master process with 2 slaves; its report."""
     workdir.mkdir()

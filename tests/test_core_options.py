@@ -92,7 +92,7 @@ def test_slave_algorithm_sees_argv_without_any_mw_option(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--mw-master", "--mw-slave-task-group", "0"], "--mw-slave-task-group: expected a positive integer, got '0'"),
+        (["--mw-master", "--mw-slave-task-group", "-1"], "--mw-slave-task-group: expected a non-negative integer"),
         (["--mw-master", "--mw-master-port", "abc"], "--mw-master-port: expected a port number"),
         (["--mw-master", "--mw-master-port=70000"], "--mw-master-port: expected a port number"),
         (["--mw-master", "--mw-client-timeout=-1"], "--mw-client-timeout: expected a positive number of seconds"),

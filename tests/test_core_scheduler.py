@@ -270,6 +270,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         ended = sum(self.completed.values()) + len(self.unrunnable)
         assert sched.pending_total == len(self.submitted) - ended
 
+    @invariant()
+    def slaves_needed_counts_what_unordered_slaves_hold(self) -> None:
+        """The demand kept as running counts equals a walk of every slave (what it replaced)."""
+        sched = self.sched
+        held = sum(len(tasks) for sid, tasks in self.held.items() if sched.kind_of(sid) is UNORDERED)
+        acquired = sched.connected()
+        needed = sum(max(0, sched._desired[kind] - acquired[kind.value]) for kind in (ORDERED, INTERMINGLE))
+        wanted = len(sched._unordered) + held
+        assert sched.slaves_needed == needed + max(0, wanted - acquired[UNORDERED.value])
+
     def teardown(self) -> None:
         sched = self.sched
         for sid, tasks in self.held.items():

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mwpy import ExitCode
-from tests.programs.workload import whoami
+from tests.programs.workload import block, nap, whoami
 from tests.support import (
     PROGRAMS,
     PYTHON,
@@ -238,3 +238,20 @@ def test_a_slave_started_before_its_master_waits_for_the_resource_file(tmp_path:
         assert whoami.submit().result(timeout=120) == slave.pid
         lm.finish()
     assert slave.wait() == 0
+
+
+def test_a_result_is_not_held_behind_the_next_task_once_its_task_ran_longer_than_the_hold(tmp_path: Path) -> None:
+    """Results share packets only while tasks run short: a longer one's result goes out before the next task ends.
+
+    The second task waits for a file the test writes only once the first
+    result has arrived; a slave that held the first result would never see it.
+    """
+    with local_master(WORKLOAD, tmp_path, "--mw-slave-window", "2") as lm:
+        lm.start_slave()
+        first = nap.submit(0.05, "first")
+        second = block.submit(str(tmp_path), "second")
+        assert lm.result_of(first.task_id).value == "first"
+        assert not second.done()
+        (tmp_path / "release-second").touch()
+        assert lm.result_of(second.task_id).value == lm.slaves[0].pid
+        lm.finish()

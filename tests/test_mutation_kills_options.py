@@ -39,7 +39,7 @@ def test_defaults_are_the_documented_ones() -> None:
     options = opts()
     assert options.client_timeout == 60.0
     assert options.resource_file_update_interval == 300.0
-    assert (options.slave_task_group, options.slave_result_group, options.slave_window) == (1, 1, 0)
+    assert (options.slave_task_group, options.slave_result_group, options.slave_window) == (0, 64, 0)
     assert (options.task_attempts, options.slave_max_failures) == (1, 5)  # 1: issue 9, no retry unless asked
     assert options.member_id == DEFAULT_MEMBER_ID == "default-member-id"
     assert options.max_write_buffer_size == options.max_read_buffer_size == 64 * 1024 * 1024 == 64 * MIB
@@ -100,7 +100,7 @@ def test_each_option_takes_its_values(option: str, good: str, value: object) -> 
         ("--mw-audit-file", "", "a file name"),
         ("--mw-resource-file", "", "a file name"),
         ("--mw-resource-file-update-interval", "0", "a positive number of seconds"),
-        ("--mw-slave-task-group", "0", "a positive integer"),
+        ("--mw-slave-task-group", "-1", "a non-negative integer"),
         ("--mw-slave-result-group", "0", "a positive integer"),
         ("--mw-slave-window", "-1", "a non-negative integer"),
         ("--mw-member-id", "", "a non-empty string"),
