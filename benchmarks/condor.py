@@ -141,7 +141,7 @@ def measure_on_pool(settings: Settings, pool: dict[str, Any]) -> tuple[list[Row]
     tasks = scaled_tasks(settings)
     cores = len(os.sched_getaffinity(0))
     try:
-        queue = _Queue(pool)
+        queue = PoolQueue(pool)
         queue.jobs("true")
     except Exception as exc:  # the bindings cannot reach the schedd: say so, as for a missing pool
         return _skipped(f"the schedd does not answer the htcondor2 bindings: {' '.join(str(exc).split())}")
@@ -162,7 +162,7 @@ def _label(system: str, kind: str, tasks: int, slots: int) -> str:
     return f"plain Condor jobs, one cluster of {tasks:,}, {work}"
 
 
-def _arm(settings: Settings, queue: _Queue, system: str, kind: str, *, tasks: int, slots: int) -> Row:
+def _arm(settings: Settings, queue: PoolQueue, system: str, kind: str, *, tasks: int, slots: int) -> Row:
     label = _label(system, kind, tasks, slots)
     settings.log(f"{NAME}: {label}")
     others = len(queue.jobs("true"))
@@ -189,7 +189,7 @@ def _arm(settings: Settings, queue: _Queue, system: str, kind: str, *, tasks: in
     return Row(NAME, label, tasks=tasks, seconds=wall, tasks_per_s=tasks / wall, note=note, extra=figures)
 
 
-def _run_mwpy(queue: _Queue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
+def _run_mwpy(queue: PoolQueue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
     """master.sub + slaves.sub for one kind of work; the host's and the master's timestamps."""
     workdir = queue.new_workdir(f"mwpy-{kind}")
     shutil.copytree(SUBMIT, workdir / "submit")
@@ -261,7 +261,7 @@ def _since(moment: float | None, origin: float | None) -> float | None:
     return None if moment is None or origin is None else moment - origin
 
 
-def _run_plain(queue: _Queue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
+def _run_plain(queue: PoolQueue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
     """One cluster of ``tasks`` jobs, each the work of one task; the wall time until the queue is empty."""
     workdir = queue.new_workdir(f"plain-{kind}")
     shutil.copy(PROGRAM, workdir / PROGRAM.name)
@@ -396,7 +396,7 @@ def _logs(workdir: Path) -> str:
 # ---------------------------------------------------------------------- the pool
 
 
-class _Queue:
+class PoolQueue:
     """Submits inside the pool's root (as its user) and reads the queue from the host with the bindings."""
 
     def __init__(self, pool: dict[str, Any]) -> None:

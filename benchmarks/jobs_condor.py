@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, BenchError
-from benchmarks.condor import _Queue, pool_description, pool_down
+from benchmarks.condor import PoolQueue, pool_description, pool_down
 from mwpy.filestore import sha256_of
 
 SUBMIT = REPO / "submit"
@@ -63,7 +63,7 @@ def _write_jobs(workdir: Path, jobs: int, seconds: float, size_mb: float) -> Non
     )
 
 
-def _plain(queue: _Queue, jobs: int, seconds: float, size_mb: float) -> dict[str, Any]:
+def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float) -> dict[str, Any]:
     workdir = queue.new_workdir(f"plain-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb)
     queue.give(workdir)
@@ -83,7 +83,7 @@ def _plain(queue: _Queue, jobs: int, seconds: float, size_mb: float) -> dict[str
     return {"wall_seconds": wall, "shared_bytes_moved": jobs * int(size_mb) * (1 << 20)}
 
 
-def _mwpy(queue: _Queue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
+def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
     workdir = queue.new_workdir(f"mwpy-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb)
     shutil.copytree(SUBMIT, workdir / "submit")
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jobs_condor: skipped: {down}", file=sys.stderr)
         return 1
     slots = int(pool.get("cpus", 8)) * int(pool.get("nodes") or 1)
-    queue = _Queue(pool)
+    queue = PoolQueue(pool)
     results = []
     for size_mb in (float(s) for s in args.sizes.split(",")):
         for seconds in (float(d) for d in args.durations.split(",")):
