@@ -107,6 +107,7 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
     ]
     assert run["failed"] == 3
     assert "1.1 (exit code 3), 1.2 (killed by signal 9), 1.3 (killed by signal 15)" in done.stderr
+    assert "mwpy local" not in done.stderr  # the failed jobs are the command's own one line, nothing more
     assert (tmp_path / "out1" / "result.txt").read_text() == "ran exit 3\n"  # outputs return whatever the status
 
 
