@@ -448,8 +448,13 @@ class PoolQueue:
     def jobs(self, constraint: str) -> list[Any]:
         return self._retried(lambda: list(self._htcondor.Schedd().query(constraint, projection=["ProcId"])))
 
-    def wait_empty(self, constraint: str, timeout: float, roles: tuple[str, ...] = ()) -> dict[str, float]:
-        """Wait until no job matches ``constraint``; when the last job of each ``MwpyRole`` in ``roles`` left."""
+    def wait_empty(
+        self, constraint: str, timeout: float, roles: tuple[str, ...] = (), fine: int = 4 * SLOTS
+    ) -> dict[str, float]:
+        """Wait until no job matches ``constraint``; when the last job of each ``MwpyRole`` in ``roles`` left.
+
+        The queue is read every 0.2 s once at most ``fine`` jobs match, every second before.
+        """
         deadline = time.monotonic() + timeout
         gone: dict[str, float] = {}
         projection = ["ProcId", "MwpyRole"]
@@ -463,7 +468,7 @@ class PoolQueue:
                 return gone
             if time.monotonic() > deadline:
                 raise BenchError(f"{len(ads)} jobs still queued after {timeout:g} s ({constraint})")
-            time.sleep(POLL_FINE if len(ads) <= 4 * SLOTS else POLL_COARSE)
+            time.sleep(POLL_FINE if len(ads) <= fine else POLL_COARSE)
 
     def exit_codes(self, cluster: int, expected: int) -> dict[int, int]:
         """How many of the cluster's jobs (from the history) exited with each code."""
