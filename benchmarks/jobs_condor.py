@@ -54,7 +54,13 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--durations", default="0.2,1,5", help="job durations in seconds (default 0.2,1,5)")
     parser.add_argument("--sizes", default="1,50", help="shared input sizes in MB (default 1,50)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of every case, arms in turn first (default 1)")
+    parser.add_argument(
+        "--first-round", type=int, default=0, help="number of the first round (0: plain first; 1: mwpy first)"
+    )
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--table", type=Path, nargs="+", metavar="JSON", help="only print the table of these --json files (merged)"
+    )
     return parser.parse_args(argv)
 
 
@@ -170,6 +176,10 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
+    if args.table:
+        for result in load(args.table):
+            print(table(result, result["runs"]), end="\n\n")
+        return 0
     pool, why = pool_description()
     down = why if pool is None else pool_down(pool)
     if pool is None or down:
@@ -179,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs_per_slot * slots
     queue = PoolQueue(pool)
     runs = []
-    for number in range(args.rounds):
+    for number in range(args.first_round, args.first_round + args.rounds):
         order = ("plain", "mwpy") if number % 2 == 0 else ("mwpy", "plain")
         for size_mb in (float(s) for s in args.sizes.split(",")):
             for seconds in (float(d) for d in args.durations.split(",")):
@@ -215,6 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({**facts, "runs": runs}, indent=2))
     return 0
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    """``--json`` files, those of the same pool and N merged into one result (rounds run in separate sittings)."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for path in paths:
+        result = json.loads(path.read_text())
+        key = (result["jobs"], result["slots"], result["nodes"], result["cpus_per_node"])
+        if key in merged:
+            merged[key]["runs"] += result["runs"]
+            merged[key]["rounds"] = len({r["round"] for r in merged[key]["runs"]})
+        else:
+            merged[key] = result
+    return list(merged.values())
 
 
 def cases(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,9 +2,10 @@
 
 ``python -m benchmarks.jobs_plot RESULTS.json... --out docs/jobs-condor.svg``
 
-Left: for the first file, each case's wall time by ``condor_submit`` and by
+Files of the same pool and N are merged (rounds run in separate sittings).
+Left: for the first of them, each case's wall time by ``condor_submit`` and by
 ``mwpy jobs`` beside the ideal N·d/slots. Right: the speed-up for 0.2 s jobs
-against the pool's slot count, one point per file (median, bars from the
+against the pool's slot count, one point per pool and size (median, bars from the
 lowest to the highest round). matplotlib writes the SVG itself, with no
 browser: it is the long-kept static plotting library, where plotly's static
 export needs kaleido and a Chrome. Text stays text in the SVG
@@ -15,13 +16,12 @@ give the same file.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.jobs_condor import cases
+from benchmarks.jobs_condor import cases, load
 
 #: The target of issue 10 for 0.2 s jobs.
 SPEEDUP_TARGET = 10.0
@@ -40,7 +40,7 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
-    results = [json.loads(path.read_text()) for path in args.results]
+    results = load(args.results)
     import matplotlib  # noqa: PLC0415 - only this command needs it (the `plot` extra)
 
     matplotlib.use("svg")
