@@ -60,47 +60,57 @@ def main(argv: list[str] | None = None) -> int:
 def _walls(axes: Any, result: dict[str, Any]) -> None:
     """Grouped bars: plain and mwpy wall time per case (median over rounds), the ideal as a black tick."""
     found = cases(result["runs"])
-    labels, plain, mwpy, ideal = [], [], [], []
+    labels, plain, mwpy, ideal, speedups = [], [], [], [], []
     for case in found:
         labels.append(f"{case['seconds']:g} s\n{case['size_mb']:g} MB")
         plain.append(statistics.median(p["wall_seconds"] for p, _ in case["pairs"]))
         mwpy.append(statistics.median(m["wall_seconds"] for _, m in case["pairs"]))
         ideal.append(result["jobs"] * case["seconds"] / result["slots"])
+        speedups.append(statistics.median(p["wall_seconds"] / m["wall_seconds"] for p, m in case["pairs"]))
     positions = range(len(found))
     axes.bar([x - 0.2 for x in positions], plain, 0.4, color=PLAIN_COLOUR, label="condor_submit jobs.sub")
     axes.bar([x + 0.2 for x in positions], mwpy, 0.4, color=MWPY_COLOUR, label="mwpy jobs (jobs-master.sub)")
     axes.scatter(list(positions), ideal, marker="_", s=900, color="black", zorder=3, label="ideal N·d / slots")
+    for x, top, speedup in zip(positions, plain, speedups, strict=True):
+        axes.annotate(f"{speedup:.1f}{TIMES}", (x, top), textcoords="offset points", xytext=(0, 3), ha="center")
     axes.set_xticks(list(positions), labels)
-    axes.set_xlabel("job duration d, shared input S")
+    axes.set_xlabel("job duration d, shared input S (above: the speed-up)")
     axes.set_ylabel("wall time from the first condor_submit (s)")
     pool = f"{result['nodes']} node {TIMES} {result['cpus_per_node']} CPUs"
-    axes.set_title(f"{result['jobs']} jobs on {result['slots']} slots ({pool})", fontsize=10)
-    axes.legend(fontsize=8, frameon=False)
+    rounds = f"median of {result['rounds']} rounds" if result["rounds"] > 1 else "one round"
+    axes.set_title(f"{result['jobs']} jobs on {result['slots']} slots ({pool}), {rounds}", fontsize=10)
+    axes.set_ylim(top=max(plain) * 1.12)
+    axes.legend(fontsize=8, frameon=False, loc="upper left")
 
 
 def _speedups(axes: Any, results: list[dict[str, Any]], duration: float) -> None:
-    """Speed-up of mwpy over plain Condor against slots: median, and bars over the rounds' range."""
-    points = []
+    """Speed-up of mwpy over plain Condor against slots, a line per (S, jobs per slot): median and range."""
+    series: dict[tuple[float, int], list[tuple[int, float, float, float]]] = {}
     for result in results:
         for case in cases(result["runs"]):
             if case["seconds"] == duration:
                 ratios = [p["wall_seconds"] / m["wall_seconds"] for p, m in case["pairs"]]
-                label = f"{result['jobs']} jobs, {case['size_mb']:g} MB"
-                points.append((result["slots"], statistics.median(ratios), min(ratios), max(ratios), label))
-    points.sort()
-    slots = [p[0] for p in points]
-    medians = [p[1] for p in points]
-    errors = [[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]]
-    axes.errorbar(slots, medians, yerr=errors, fmt="o-", color=MWPY_COLOUR, capsize=4, label="mwpy jobs")
-    for x, y, _, _, label in points:
-        axes.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12), fontsize=7)
-    axes.axhline(SPEEDUP_TARGET, color="black", linestyle="--", linewidth=1, label=f"target {SPEEDUP_TARGET:g}{TIMES}")
-    axes.set_xlabel("slots in the pool (= mwpy slaves)")
+                key = (case["size_mb"], result["jobs"] // result["slots"])
+                series.setdefault(key, []).append(
+                    (result["slots"], statistics.median(ratios), min(ratios), max(ratios))
+                )
+    for (size, per_slot), points in sorted(series.items()):
+        points.sort()
+        axes.errorbar(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            yerr=[[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]],
+            fmt="o-" if size < 10 else "s--",
+            capsize=4,
+            label=f"S = {size:g} MB, {per_slot} jobs per slot",
+        )
+    axes.axhline(SPEEDUP_TARGET, color="black", linestyle=":", linewidth=1, label=f"target {SPEEDUP_TARGET:g}{TIMES}")
+    axes.set_xlabel("slots (= mwpy slaves), all on one 2-core machine")
     axes.set_ylabel("speed-up: plain wall ÷ mwpy wall")
     axes.set_title(f"{duration:g} s jobs: speed-up over condor_submit", fontsize=10)
-    axes.set_xticks(sorted(set(slots)))
-    axes.set_ylim(bottom=0)
-    axes.legend(fontsize=8, frameon=False, loc="upper left")
+    axes.set_xticks(sorted({slots for points in series.values() for slots, *_ in points}))
+    axes.set_ylim(0, SPEEDUP_TARGET * 1.2)
+    axes.legend(fontsize=8, frameon=False, loc="lower right")
 
 
 if __name__ == "__main__":
