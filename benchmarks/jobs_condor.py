@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus_per_node": int(pool.get("cpus", 8)),
         "cores": len(os.sched_getaffinity(0)),
         "condor_version": pool.get("condor_version"),
+        "cycles": _cycles(pool),
         "rounds": args.rounds,
     }
     print()
@@ -227,12 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _cycles(pool: dict[str, Any]) -> str:
+    """``fast`` (tools/condor_pool.py's 1 s cycles) or ``stock`` (``up --stock-cycles``: HTCondor's own)."""
+    config = Path(pool["root"], "etc/condor/config.d/99-mwpy-pool.conf").read_text()
+    return "fast" if "NEGOTIATOR_INTERVAL = 1\n" in config else "stock"
+
+
 def load(paths: list[Path]) -> list[dict[str, Any]]:
     """``--json`` files, those of the same pool and N merged into one result (rounds run in separate sittings)."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for path in paths:
         result = json.loads(path.read_text())
-        key = (result["jobs"], result["slots"], result["nodes"], result["cpus_per_node"])
+        key = (result["jobs"], result["slots"], result["nodes"], result["cpus_per_node"], result.get("cycles", "fast"))
         if key in merged:
             merged[key]["runs"] += result["runs"]
             merged[key]["rounds"] = len({r["round"] for r in merged[key]["runs"]})
@@ -270,7 +277,8 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     jobs, slots = facts["jobs"], facts["slots"]
     lines = [
         f"{jobs} jobs per run on {slots} slots ({facts['nodes']} node x {facts['cpus_per_node']} CPUs, "
-        f"{facts['cores']} cores), {facts['rounds']} round(s): median [min-max] over rounds",
+        f"{facts['cores']} cores, {facts.get('cycles', 'fast')} cycles), {facts['rounds']} round(s): "
+        "median [min-max] over rounds",
         "",
         "| N | job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy ÷ ideal N·d/slots "
         "(first job to last) | mwpy start: first job at | shared moved ÷ (slaves \N{MULTIPLICATION SIGN} S) |",

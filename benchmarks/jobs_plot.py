@@ -85,24 +85,24 @@ def _walls(axes: Any, result: dict[str, Any]) -> None:
 
 def _speedups(axes: Any, results: list[dict[str, Any]], duration: float) -> None:
     """Speed-up of mwpy over plain Condor against slots, a line per (S, jobs per slot): median and range."""
-    series: dict[tuple[float, int], list[tuple[int, float, float, float]]] = {}
+    series: dict[tuple[float, int, str], list[tuple[int, float, float, float]]] = {}
     for result in results:
         for case in cases(result["runs"]):
             if case["seconds"] == duration:
                 ratios = [p["wall_seconds"] / m["wall_seconds"] for p, m in case["pairs"]]
-                key = (case["size_mb"], result["jobs"] // result["slots"])
+                key = (case["size_mb"], result["jobs"] // result["slots"], result.get("cycles", "fast"))
                 series.setdefault(key, []).append(
                     (result["slots"], statistics.median(ratios), min(ratios), max(ratios))
                 )
-    for (size, per_slot), points in sorted(series.items()):
+    for (size, per_slot, cycles), points in sorted(series.items()):
         points.sort()
         axes.errorbar(
             [p[0] for p in points],
             [p[1] for p in points],
             yerr=[[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]],
-            fmt="o-" if size < 10 else "s--",
+            fmt=("o-" if size < 10 else "s--") if cycles == "fast" else "v:",
             capsize=4,
-            label=f"S = {size:g} MB, {per_slot} jobs per slot",
+            label=f"S = {size:g} MB, {per_slot} jobs per slot" + ("" if cycles == "fast" else f", {cycles} cycles"),
         )
     axes.axhline(SPEEDUP_TARGET, color="black", linestyle=":", linewidth=1, label=f"target {SPEEDUP_TARGET:g}{TIMES}")
     axes.set_xlabel("slots (= mwpy slaves), all on one 2-core machine")
@@ -110,7 +110,7 @@ def _speedups(axes: Any, results: list[dict[str, Any]], duration: float) -> None
     axes.set_title(f"{duration:g} s jobs: speed-up over condor_submit", fontsize=10)
     axes.set_xticks(sorted({slots for points in series.values() for slots, *_ in points}))
     axes.set_ylim(0, SPEEDUP_TARGET * 1.2)
-    axes.legend(fontsize=8, frameon=False, loc="lower right")
+    axes.legend(fontsize=8, frameon=False, loc="center right")
 
 
 if __name__ == "__main__":
