@@ -141,7 +141,7 @@ def measure_on_pool(settings: Settings, pool: dict[str, Any]) -> tuple[list[Row]
     tasks = scaled_tasks(settings)
     cores = len(os.sched_getaffinity(0))
     try:
-        queue = _Queue(pool)
+        queue = PoolQueue(pool)
         queue.jobs("true")
     except Exception as exc:  # the bindings cannot reach the schedd: say so, as for a missing pool
         return _skipped(f"the schedd does not answer the htcondor2 bindings: {' '.join(str(exc).split())}")
@@ -162,7 +162,7 @@ def _label(system: str, kind: str, tasks: int, slots: int) -> str:
     return f"plain Condor jobs, one cluster of {tasks:,}, {work}"
 
 
-def _arm(settings: Settings, queue: _Queue, system: str, kind: str, *, tasks: int, slots: int) -> Row:
+def _arm(settings: Settings, queue: PoolQueue, system: str, kind: str, *, tasks: int, slots: int) -> Row:
     label = _label(system, kind, tasks, slots)
     settings.log(f"{NAME}: {label}")
     others = len(queue.jobs("true"))
@@ -189,7 +189,7 @@ def _arm(settings: Settings, queue: _Queue, system: str, kind: str, *, tasks: in
     return Row(NAME, label, tasks=tasks, seconds=wall, tasks_per_s=tasks / wall, note=note, extra=figures)
 
 
-def _run_mwpy(queue: _Queue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
+def _run_mwpy(queue: PoolQueue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
     """master.sub + slaves.sub for one kind of work; the host's and the master's timestamps."""
     workdir = queue.new_workdir(f"mwpy-{kind}")
     shutil.copytree(SUBMIT, workdir / "submit")
@@ -261,7 +261,7 @@ def _since(moment: float | None, origin: float | None) -> float | None:
     return None if moment is None or origin is None else moment - origin
 
 
-def _run_plain(queue: _Queue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
+def _run_plain(queue: PoolQueue, kind: str, tasks: int, slots: int) -> dict[str, Any]:
     """One cluster of ``tasks`` jobs, each the work of one task; the wall time until the queue is empty."""
     workdir = queue.new_workdir(f"plain-{kind}")
     shutil.copy(PROGRAM, workdir / PROGRAM.name)
@@ -396,7 +396,7 @@ def _logs(workdir: Path) -> str:
 # ---------------------------------------------------------------------- the pool
 
 
-class _Queue:
+class PoolQueue:
     """Submits inside the pool's root (as its user) and reads the queue from the host with the bindings."""
 
     def __init__(self, pool: dict[str, Any]) -> None:
@@ -448,8 +448,13 @@ class _Queue:
     def jobs(self, constraint: str) -> list[Any]:
         return self._retried(lambda: list(self._htcondor.Schedd().query(constraint, projection=["ProcId"])))
 
-    def wait_empty(self, constraint: str, timeout: float, roles: tuple[str, ...] = ()) -> dict[str, float]:
-        """Wait until no job matches ``constraint``; when the last job of each ``MwpyRole`` in ``roles`` left."""
+    def wait_empty(
+        self, constraint: str, timeout: float, roles: tuple[str, ...] = (), fine: int = 4 * SLOTS
+    ) -> dict[str, float]:
+        """Wait until no job matches ``constraint``; when the last job of each ``MwpyRole`` in ``roles`` left.
+
+        The queue is read every 0.2 s once at most ``fine`` jobs match, every second before.
+        """
         deadline = time.monotonic() + timeout
         gone: dict[str, float] = {}
         projection = ["ProcId", "MwpyRole"]
@@ -463,7 +468,7 @@ class _Queue:
                 return gone
             if time.monotonic() > deadline:
                 raise BenchError(f"{len(ads)} jobs still queued after {timeout:g} s ({constraint})")
-            time.sleep(POLL_FINE if len(ads) <= 4 * SLOTS else POLL_COARSE)
+            time.sleep(POLL_FINE if len(ads) <= fine else POLL_COARSE)
 
     def exit_codes(self, cluster: int, expected: int) -> dict[int, int]:
         """How many of the cluster's jobs (from the history) exited with each code."""

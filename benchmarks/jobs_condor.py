@@ -2,19 +2,23 @@
 
 ``python -m benchmarks.jobs_condor`` (root, with the pool of ``tools/condor_pool.py up`` running):
 for each shared-input size S and job duration d, the same ``jobs.sub`` (N jobs
-that each read an S MB input and sleep d seconds) is submitted
+that each read an S MB input and sleep d seconds; N = ``--jobs-per-slot`` x
+the pool's slots, so that whole jobs can fill every slot to the end) is submitted
 
 * **plain**: ``condor_submit jobs.sub`` (one cluster of N jobs; Condor moves
   the input with every job);
 * **mwpy**: ``condor_submit submit/jobs-master.sub -a jobs=jobs.sub``, then,
   once the master has written its resource file and ``mwpy.pyz``,
   ``condor_submit submit/slaves.sub -a program=submit/mwpy_jobs.py -a
-  slaves=SLOTS``, as docs/jobs.md tells a user.
+  slaves=SLOTS``, as docs/jobs.md tells a user (plus ``--mw-events``, whose
+  timestamps say where the start-up time goes).
 
 Wall time runs from just before the first ``condor_submit`` until no job of
-the arm is left in the queue. It prints a Markdown table and the three checks
-of issue 10 (speed-up for 0.2 s jobs, slot use for 5 s jobs, shared bytes
-moved), and ``--json FILE`` keeps every figure.
+the arm is left in the queue. With ``--rounds R`` every case runs R times,
+the two arms in turn first (plain then mwpy, then mwpy then plain), and each
+ratio is taken within a round: the table gives median [min-max] over rounds.
+It prints a Markdown table and ``--json FILE`` keeps every figure, for
+``python -m benchmarks.jobs_plot``.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, BenchError
-from benchmarks.condor import _Queue, pool_description, pool_down
+from benchmarks.common import REPO, BenchError, Spread
+from benchmarks.condor import PoolQueue, pool_description, pool_down
 from mwpy.filestore import sha256_of
 
 SUBMIT = REPO / "submit"
@@ -39,14 +44,23 @@ cat shared.bin > /dev/null
 sleep "$1"
 echo "job $2 done" > "done.$2"
 """
+#: The longest one arm may take before it is removed and reported as failed.
+DEADLINE = 3600.0
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.jobs_condor", description=__doc__)
-    parser.add_argument("--jobs", type=int, default=100, help="jobs per run (default 100)")
+    parser.add_argument("--jobs-per-slot", type=int, default=25, help="N = this x the pool's slots (default 25)")
     parser.add_argument("--durations", default="0.2,1,5", help="job durations in seconds (default 0.2,1,5)")
     parser.add_argument("--sizes", default="1,50", help="shared input sizes in MB (default 1,50)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every case, arms in turn first (default 1)")
+    parser.add_argument(
+        "--first-round", type=int, default=0, help="number of the first round (0: plain first; 1: mwpy first)"
+    )
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--table", type=Path, nargs="+", metavar="JSON", help="only print the table of these --json files (merged)"
+    )
     return parser.parse_args(argv)
 
 
@@ -63,27 +77,41 @@ def _write_jobs(workdir: Path, jobs: int, seconds: float, size_mb: float) -> Non
     )
 
 
-def _plain(queue: _Queue, jobs: int, seconds: float, size_mb: float) -> dict[str, Any]:
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat: how busy both arms keep its cores."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _busy_since(start: tuple[int, int]) -> float:
+    busy, total = _cpu_ticks()
+    return (busy - start[0]) / max(1, total - start[1])
+
+
+def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float) -> dict[str, Any]:
     workdir = queue.new_workdir(f"plain-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb)
     queue.give(workdir)
     cluster = None
     ok = False
     try:
+        cpu = _cpu_ticks()
         started = time.time()
         cluster = queue.submit(workdir, "jobs.sub")
-        queue.wait_empty(f"ClusterId == {cluster}", 3600)
+        queue.wait_empty(f"ClusterId == {cluster}", DEADLINE)
         wall = time.time() - started
+        busy = _busy_since(cpu)
         done = len(list(workdir.glob("done.*")))
         if done != jobs:
             raise BenchError(f"plain: {done} of {jobs} jobs left their output")
         ok = True
     finally:
         queue.finish(workdir, None if cluster is None else f"ClusterId == {cluster}", keep=not ok)
-    return {"wall_seconds": wall, "shared_bytes_moved": jobs * int(size_mb) * (1 << 20)}
+    return {"wall_seconds": wall, "cpu_busy": busy, "shared_bytes_moved": jobs * int(size_mb) * (1 << 20)}
 
 
-def _mwpy(queue: _Queue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
+def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
     workdir = queue.new_workdir(f"mwpy-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb)
     shutil.copytree(SUBMIT, workdir / "submit")
@@ -91,17 +119,29 @@ def _mwpy(queue: _Queue, jobs: int, seconds: float, size_mb: float, slots: int) 
     constraint = f'MwpyMemberId == "mwpy:{workdir / "resource.json"}"'
     ok = False
     try:
+        cpu = _cpu_ticks()
         started = time.time()
-        queue.submit(workdir, "submit/jobs-master.sub", f"python={queue.pool['job_python']}", "jobs=jobs.sub")
+        queue.submit(
+            workdir,
+            "submit/jobs-master.sub",
+            f"python={queue.pool['job_python']}",
+            "jobs=jobs.sub",
+            "master_options=--mw-events events.jsonl",
+        )
+        stamps = {"master_submitted": time.time()}
         deadline = time.monotonic() + 120
         while not ((workdir / "resource.json").exists() and (workdir / "mwpy.pyz").exists()):
             if time.monotonic() > deadline:
                 raise BenchError(f"no resource file from the jobs master in {workdir}")
             time.sleep(0.02)
+        stamps["resource_file_seen"] = time.time()
         queue.submit(workdir, "submit/slaves.sub", "program=submit/mwpy_jobs.py", f"slaves={slots}")
-        queue.wait_empty(constraint, 3600, roles=("master", "slave"))
+        stamps["slaves_submitted"] = time.time()
+        gone = queue.wait_empty(constraint, DEADLINE, roles=("master", "slave"), fine=4 * (slots + 1))
         wall = time.time() - started
+        busy = _busy_since(cpu)
         lines = [json.loads(line) for line in (workdir / "jobs.sub.summary.jsonl").read_text().splitlines()]
+        events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
         run = lines[-1]["run"]
         records = [line for line in lines if "job" in line]
         if run["failed"] or len(records) != jobs:
@@ -110,12 +150,22 @@ def _mwpy(queue: _Queue, jobs: int, seconds: float, size_mb: float, slots: int) 
         ok = True
     finally:
         queue.finish(workdir, constraint, keep=not ok)
-    first = min(line["started"] for line in records)
-    last = max(line["ended"] for line in records)
+    connected = [event["t"] for event in events if event["kind"] == "slave-connected"]
+    stamps |= {
+        "master_started": min(event["t"] for event in events if event["kind"] == "master-start"),
+        "first_slave_connected": min(connected),
+        "last_slave_connected": max(connected),
+        "first_job_started": min(line["started"] for line in records),
+        "last_job_ended": max(line["ended"] for line in records),
+        "master_stopped": max(event["t"] for event in events if event["kind"] == "master-stop"),
+        "master_left_queue": gone["master"],
+        "slaves_left_queue": gone["slave"],
+    }
     return {
         "wall_seconds": wall,
-        "first_job_after_seconds": first - started,
-        "jobs_span_seconds": last - first,
+        "cpu_busy": busy,
+        "after_first_submit": {name: round(moment - started, 3) for name, moment in stamps.items()},
+        "jobs_span_seconds": stamps["last_job_ended"] - stamps["first_job_started"],
         "job_seconds": sum(line["seconds"] for line in records),
         "slaves_used": len({line["slave"] for line in records}),
         "bytes_sent": run["bytes_sent"],
@@ -126,53 +176,135 @@ def _mwpy(queue: _Queue, jobs: int, seconds: float, size_mb: float, slots: int) 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
+    if args.table:
+        for result in load(args.table):
+            print(table(result, result["runs"]), end="\n\n")
+        return 0
     pool, why = pool_description()
     down = why if pool is None else pool_down(pool)
     if pool is None or down:
         print(f"jobs_condor: skipped: {down}", file=sys.stderr)
         return 1
     slots = int(pool.get("cpus", 8)) * int(pool.get("nodes") or 1)
-    queue = _Queue(pool)
-    results = []
-    for size_mb in (float(s) for s in args.sizes.split(",")):
-        for seconds in (float(d) for d in args.durations.split(",")):
-            for system in ("mwpy", "plain"):
-                print(f"[jobs_condor] {system}: {args.jobs} jobs of {seconds:g} s, {size_mb:g} MB shared", flush=True)
-                try:
-                    figures = (
-                        _mwpy(queue, args.jobs, seconds, size_mb, slots)
-                        if system == "mwpy"
-                        else _plain(queue, args.jobs, seconds, size_mb)
+    jobs = args.jobs_per_slot * slots
+    queue = PoolQueue(pool)
+    runs = []
+    for number in range(args.first_round, args.first_round + args.rounds):
+        order = ("plain", "mwpy") if number % 2 == 0 else ("mwpy", "plain")
+        for size_mb in (float(s) for s in args.sizes.split(",")):
+            for seconds in (float(d) for d in args.durations.split(",")):
+                for system in order:
+                    print(
+                        f"[jobs_condor] round {number + 1}, {system}: {jobs} jobs of {seconds:g} s, "
+                        f"{size_mb:g} MB shared, {slots} slots",
+                        flush=True,
                     )
-                except BenchError as exc:
-                    figures = {"error": str(exc)}
-                results.append({"system": system, "seconds": seconds, "size_mb": size_mb, **figures})
-                print(f"[jobs_condor]   {figures}", flush=True)
-    _report(results, args.jobs, slots)
+                    try:
+                        figures = (
+                            _mwpy(queue, jobs, seconds, size_mb, slots)
+                            if system == "mwpy"
+                            else _plain(queue, jobs, seconds, size_mb)
+                        )
+                    except BenchError as exc:
+                        figures = {"error": str(exc)}
+                    runs.append({"round": number, "system": system, "seconds": seconds, "size_mb": size_mb, **figures})
+                    print(f"[jobs_condor]   {figures}", flush=True)
+    facts = {
+        "jobs": jobs,
+        "slots": slots,
+        "nodes": int(pool.get("nodes") or 1),
+        "cpus_per_node": int(pool.get("cpus", 8)),
+        "cores": len(os.sched_getaffinity(0)),
+        "condor_version": pool.get("condor_version"),
+        "cycles": _cycles(pool),
+        "rounds": args.rounds,
+    }
+    print()
+    print(table(facts, runs))
+    moments = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in startup(runs).items())
+    print(f"\nmwpy, medians after the first condor_submit: {moments}")
     if args.json:
-        args.json.write_text(json.dumps({"jobs": args.jobs, "slots": slots, "runs": results}, indent=2))
+        args.json.write_text(json.dumps({**facts, "runs": runs}, indent=2))
     return 0
 
 
-def _report(results: list[dict[str, Any]], jobs: int, slots: int) -> None:
+def _cycles(pool: dict[str, Any]) -> str:
+    """``fast`` (tools/condor_pool.py's 1 s cycles) or ``stock`` (``up --stock-cycles``: HTCondor's own)."""
+    config = Path(pool["root"], "etc/condor/config.d/99-mwpy-pool.conf").read_text()
+    return "fast" if "NEGOTIATOR_INTERVAL = 1\n" in config else "stock"
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    """``--json`` files, those of the same pool and N merged into one result (rounds run in separate sittings)."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for path in paths:
+        result = json.loads(path.read_text())
+        key = (result["jobs"], result["slots"], result["nodes"], result["cpus_per_node"], result.get("cycles", "fast"))
+        if key in merged:
+            merged[key]["runs"] += result["runs"]
+            merged[key]["rounds"] = len({r["round"] for r in merged[key]["runs"]})
+        else:
+            merged[key] = result
+    return list(merged.values())
+
+
+def cases(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One summary per (S, d): each figure over the rounds in which both arms succeeded, ratios within a round."""
+    found = []
+    for size in sorted({r["size_mb"] for r in runs}):
+        for seconds in sorted({r["seconds"] for r in runs}):
+            pairs = []
+            for number in sorted({r["round"] for r in runs}):
+                arms = {
+                    r["system"]: r
+                    for r in runs
+                    if (r["round"], r["size_mb"], r["seconds"]) == (number, size, seconds) and "error" not in r
+                }
+                if len(arms) == 2:
+                    pairs.append((arms["plain"], arms["mwpy"]))
+            if pairs:
+                found.append({"size_mb": size, "seconds": seconds, "pairs": pairs})
+    return found
+
+
+def _spread(values: list[float], spec: str) -> str:
+    spread = Spread.of(values)
+    return "" if spread is None else spread.format(spec)
+
+
+def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     """The Markdown table: both walls, the speed-up, mwpy's slot use and the shared bytes it moved."""
-    print(f"\n{jobs} jobs per run, {slots} slots (= mwpy slaves)\n")
-    print("| job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy slot use | shared moved / (slaves x S) |")
-    print("|---|---|---|---|---|---|---|")
-    for size in sorted({r["size_mb"] for r in results}):
-        for seconds in sorted({r["seconds"] for r in results}):
-            mwpy = next(r for r in results if (r["system"], r["size_mb"], r["seconds"]) == ("mwpy", size, seconds))
-            plain = next(r for r in results if (r["system"], r["size_mb"], r["seconds"]) == ("plain", size, seconds))
-            if "error" in mwpy or "error" in plain:
-                print(f"| {seconds:g} s | {size:g} MB | failed | failed | | | |")
-                continue
-            ideal = jobs * seconds / slots
-            moved = mwpy["shared_bytes_moved"] / (mwpy["slaves_used"] * size * (1 << 20))
-            print(
-                f"| {seconds:g} s | {size:g} MB | {plain['wall_seconds']:.1f} s | {mwpy['wall_seconds']:.1f} s | "
-                f"{plain['wall_seconds'] / mwpy['wall_seconds']:.1f}x | {ideal / mwpy['wall_seconds']:.0%} "
-                f"(jobs' span: {ideal / mwpy['jobs_span_seconds']:.0%}) | {moved:.2f} |"
-            )
+    jobs, slots = facts["jobs"], facts["slots"]
+    lines = [
+        f"{jobs} jobs per run on {slots} slots ({facts['nodes']} node x {facts['cpus_per_node']} CPUs, "
+        f"{facts['cores']} cores, {facts.get('cycles', 'fast')} cycles), {facts['rounds']} round(s): "
+        "median [min-max] over rounds",
+        "",
+        "| N | job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy ÷ ideal N·d/slots "
+        "(first job to last) | mwpy start: first job at | shared moved ÷ (slaves \N{MULTIPLICATION SIGN} S) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in cases(runs):
+        seconds, size, pairs = case["seconds"], case["size_mb"], case["pairs"]
+        ideal = jobs * seconds / slots
+        plain = [p["wall_seconds"] for p, _ in pairs]
+        mwpy = [m["wall_seconds"] for _, m in pairs]
+        moved = [m["shared_bytes_moved"] / (m["slaves_used"] * size * (1 << 20)) for _, m in pairs]
+        lines.append(
+            f"| {jobs} | {seconds:g} s | {size:g} MB | {_spread(plain, '.1f')} s | {_spread(mwpy, '.1f')} s | "
+            f"{_spread([p / m for p, m in zip(plain, mwpy, strict=True)], '.1f')}\N{MULTIPLICATION SIGN} | "
+            f"{_spread([100 * ideal / m for m in mwpy], '.0f')} % "
+            f"({_spread([100 * ideal / m['jobs_span_seconds'] for _, m in pairs], '.0f')} %) | "
+            f"{_spread([m['after_first_submit']['first_job_started'] for _, m in pairs], '.1f')} s | "
+            f"{_spread(moved, '.2f')} |"
+        )
+    return "\n".join(lines)
+
+
+def startup(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Where mwpy's start-up and ending go: each moment's median time after the first condor_submit."""
+    stamps = [r["after_first_submit"] for r in runs if r["system"] == "mwpy" and "error" not in r]
+    return {name: statistics.median(s[name] for s in stamps) for name in stamps[0]} if stamps else {}
 
 
 if __name__ == "__main__":

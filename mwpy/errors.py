@@ -11,7 +11,8 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
 
     MwpyError
     ├── ConfigurationError (ValueError)   a wrong option, setting, file or argument
-    │   └── UsageError                    a wrong --mw-* command-line option (exit 2)
+    │   ├── UsageError                    a wrong --mw-* command-line option (exit 2)
+    │   └── SubmitError                   a submit file mwpy jobs cannot run (exit 2)  [in mwpy.jobs.description]
     ├── ResourceFileError                 a resource file missing, malformed or foreign
     │   └── InvalidResourceFileError      ... and waiting will not help (permanent)
     ├── JournalError                      a journal that is damaged or another program's
@@ -20,11 +21,15 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── ProtocolError                     a peer broke the wire protocol
     │   └── MembershipError               a peer that is not of this computation
     ├── BackendError (RuntimeError)       a batch system refused or cannot be reached
+    │   └── CondorError                   HTCondor refused or cannot be reached   [in mwpy.backends.htcondor]
     ├── NotInMasterError (RuntimeError)   the master API used outside a running master
     ├── ComputationFinishedError (RuntimeError)  a task submitted after finish()
     ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
     ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
+    ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.filestore]
+    ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.filestore]
+    ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
     └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)
 

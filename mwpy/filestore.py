@@ -88,26 +88,18 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 class _Link:
     """One authenticated connection: framed, every frame sealed and checked with :mod:`mwpy.protocol`'s MACs."""
 
-    def __init__(self, sock: socket.socket, send: protocol.Channel, mirror: protocol.Channel) -> None:
+    def __init__(self, sock: socket.socket, channel: protocol.Channel) -> None:
         self.sock = sock
-        self._send = send
-        # The peer's sending channel, rebuilt here: sealing what arrived must give the tag that came with it.
-        self._mirror = mirror
+        self._channel = channel
 
     def send(self, kind: bytes, payload: bytes | memoryview = b"") -> None:
-        self.sock.sendall(self._send.seal_body(kind + bytes(payload)))
+        self.sock.sendall(self._channel.seal_body(kind + bytes(payload)))
 
     def send_json(self, kind: bytes, value: dict[str, Any]) -> None:
         self.send(kind, json.dumps(value).encode())
 
     def receive(self) -> tuple[bytes, bytes]:
-        body = _read_frame(self.sock, MAX_FRAME)
-        if len(body) < 1 + protocol.TAG_SIZE:
-            raise ProtocolError("frame too short")
-        data, tag = body[: -protocol.TAG_SIZE], body[-protocol.TAG_SIZE :]
-        expected = self._mirror.seal_body(data)[-protocol.TAG_SIZE :]
-        if not protocol.proofs_match(expected, tag):
-            raise ProtocolError("frame failed authentication")
+        data = self._channel.verify_body(_read_frame(self.sock, MAX_FRAME))
         return data[:1], data[1:]
 
     def receive_json(self, *kinds: bytes) -> tuple[bytes, dict[str, Any]]:
@@ -156,11 +148,7 @@ def _server_handshake(sock: socket.socket, secret: bytes, member_id: str) -> _Li
     if not protocol.proofs_match(protocol.slave_proof(secret, master_nonce, slave_nonce), proof):
         raise ProtocolError("the peer does not know the computation's secret")
     sock.sendall(protocol.frame(protocol.master_proof(secret, master_nonce, slave_nonce)))
-    link = _Link(
-        sock,
-        protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=True),
-        protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=False),
-    )
+    link = _Link(sock, protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=True))
     _, hello = link.receive_json(b"H")
     if hello.get("member_id") != member_id:
         raise ProtocolError(f"member id {hello.get('member_id')!r} is not this computation's")
@@ -174,11 +162,7 @@ def _client_handshake(sock: socket.socket, secret: bytes, member_id: str) -> _Li
     proof = _read_frame(sock, protocol.MAX_HANDSHAKE_FRAME)
     if not protocol.proofs_match(protocol.master_proof(secret, master_nonce, slave_nonce), proof):
         raise ProtocolError("the file service failed to prove it is this computation's master")
-    link = _Link(
-        sock,
-        protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=False),
-        protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=True),
-    )
+    link = _Link(sock, protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=False))
     link.send_json(b"H", {"member_id": member_id})
     return link
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TextIO
 
@@ -147,8 +148,13 @@ def run_local(
     progress: bool | None = None,
     total: int | None = None,
     python: str | None = None,
+    explains: Callable[[int], bool] | None = None,
 ) -> int:
-    """Run ``program`` as master with ``slaves`` local slaves; return the master's exit status."""
+    """Run ``program`` as master with ``slaves`` local slaves; return the master's exit status.
+
+    ``explains(status)`` true: the program has said itself why it exits with that status (``mwpy jobs``:
+    some jobs failed), so mwpy local adds no line and removes its own folder as after a success.
+    """
     problem = _usage_problem(program, slaves)
     if problem is not None:
         print(f"mwpy local: error: {problem}", file=sys.stderr)
@@ -162,7 +168,8 @@ def run_local(
             work.resource_file, total=total, events=events, condor=False, slave_limit=slaves, title="mwpy local"
         )
     display = _Display(follower, Console(file=sys.stderr))
-    run = _LocalRun(program, slaves, args, work=work, display=display, interpreter=python or sys.executable)
+    interpreter = python or sys.executable
+    run = _LocalRun(program, slaves, args, work=work, display=display, interpreter=interpreter, explains=explains)
     return run.wait()
 
 
@@ -194,11 +201,11 @@ class _Workdir:
     def resource_file(self) -> Path:
         return self.path / "resource.json"
 
-    def clean_up(self, status: int) -> None:
-        """Remove our own folder after success; after a failure, say where the logs are."""
-        if self.own and status == 0:
+    def clean_up(self, status: int, *, explained: bool = False) -> None:
+        """Remove our own folder after success; after a failure the program did not explain, say where the logs are."""
+        if self.own and (status == 0 or explained):
             shutil.rmtree(self.path, ignore_errors=True)
-        elif status != 0:
+        elif status != 0 and not explained:
             print(f"mwpy local: master exited with status {status}; logs in {self.path}", file=sys.stderr)
 
 
@@ -247,7 +254,15 @@ class _LocalRun:
     """One ``mwpy local`` run: the master process, its output pumps, and the overseer with local slaves."""
 
     def __init__(
-        self, program: str, slaves: int, args: list[str], *, work: _Workdir, display: _Display, interpreter: str
+        self,
+        program: str,
+        slaves: int,
+        args: list[str],
+        *,
+        work: _Workdir,
+        display: _Display,
+        interpreter: str,
+        explains: Callable[[int], bool] | None = None,
     ) -> None:
         self.slaves = slaves
         self.work = work
@@ -273,6 +288,7 @@ class _LocalRun:
         overseer = Overseer(work.resource_file, self.backend, limits, finish_grace=0.0)
         self.stop = threading.Event()
         self.gave_up = False  # slaves kept failing at set-up: the master was stopped
+        self.explains = explains  # see run_local
         self.watcher = threading.Thread(target=overseer.run, args=(self.stop,), kwargs={"interval": 0.5}, daemon=True)
         self.watcher.start()
 
@@ -351,7 +367,8 @@ class _LocalRun:
             pump.join()
         self.display.close()
         if not quiet:
-            self.work.clean_up(self.master.returncode)
+            status = self.master.returncode
+            self.work.clean_up(status, explained=self.explains is not None and self.explains(status))
 
 
 class _Terminated(Exception):

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import attrs
+
 from mwpy import logs, resource_file, safe_files
 from mwpy._version import __version__
 from mwpy.audit import Audit
@@ -43,6 +45,28 @@ SECRET_MAX_SIZE = 4096
 #: The master and slave algorithms of this program ("master", "slave"): set by the decorators at
 #: import time, read by :func:`main`. One program has one of each; a later declaration replaces an earlier.
 _algorithms: dict[str, Callable[..., Any]] = {}
+
+
+@attrs.frozen
+class Membership:
+    """This process in its computation: the secret and member id it proves membership with, its resource file."""
+
+    secret: bytes
+    member_id: str
+    resource_file: str | None
+
+
+#: Set once this process's side knows it (the master at start, a slave once it has read its endpoint).
+_membership: Membership | None = None
+
+
+def membership() -> Membership | None:
+    """The running master's or slave's membership, or None outside one (before ``mwpy.run()`` got that far).
+
+    For a program's own authenticated service beside the master (``mwpy jobs``' file service), so that it
+    proves membership exactly as the master and its slaves do, with no second reading of the options.
+    """
+    return _membership
 
 
 def master(fn: MasterAlgorithm) -> MasterAlgorithm:
@@ -122,8 +146,10 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
         audit("NO MASTER ALGORITHM (declare one with @mwpy.master)")
         print(f"{_program_name()}: error: no master algorithm; declare one with @mwpy.master", file=sys.stderr)
         return 255
+    global _membership  # this process's, for membership()
     try:
         secret = _master_secret(options)
+        _membership = Membership(secret, options.member_id, options.resource_file)
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
     except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
@@ -184,10 +210,12 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         waited = _wait_for_resource_file(options)
     except KeyboardInterrupt:  # Ctrl-C while waiting for the master: 130, as everywhere else
         return 130
+    global _membership  # this process's, for membership()
     try:
         endpoint, stale = _endpoint(options, audit)
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
+    _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     try:
         worker = connect(

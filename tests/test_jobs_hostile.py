@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import filestore
+from mwpy import filestore, protocol
 from mwpy.filestore import Destination, FileClient, FileServer, FileServiceError
 from mwpy.jobs.command import PROGRAM
 from tests.support import PROGRAMS, spawn_master, spawn_slave
@@ -117,6 +117,36 @@ def test_content_that_does_not_match_its_hash_is_not_kept(server: FileServer, jo
     assert kind == b"X"
     assert "hash" in json.loads(payload)["error"]
     assert sorted(p.name for p in job.iterdir()) == ["input.dat"]
+
+
+def test_a_forged_or_replayed_frame_ends_the_conversation(server: FileServer, tmp_path: Path) -> None:
+    """After the handshake every frame is checked: a wrong tag, or a genuine frame sent again, gets nothing."""
+    data = tmp_path / "data"
+    data.write_text("secret data")
+    digest, _ = server.publish(str(data))
+    fetch = b"G" + json.dumps({"sha256": digest}).encode()
+    with socket.create_connection((server.host, server.port)) as sock:
+        filestore._client_handshake(sock, SECRET, MEMBER)
+        sock.sendall(protocol.HEADER.pack(len(fetch) + protocol.TAG_SIZE) + fetch + b"\0" * protocol.TAG_SIZE)
+        assert _answer(sock) == b""
+    with socket.create_connection((server.host, server.port)) as sock:
+        link = filestore._client_handshake(sock, SECRET, MEMBER)
+        sealed = link._channel.seal_body(fetch)
+        sock.sendall(sealed)
+        assert link.receive()[0] == b"S"  # the genuine frame is served ...
+        while link.receive()[0] != b"E":
+            pass
+        sock.sendall(sealed)  # ... and the same bytes again are not
+        assert _answer(sock) == b""
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    sock.settimeout(30)
+    received = b""
+    while chunk := sock.recv(1 << 16):
+        received += chunk
+    return received
 
 
 def test_a_peer_without_the_secret_or_of_another_computation_gets_nothing(server: FileServer, tmp_path: Path) -> None:

@@ -107,7 +107,38 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
     ]
     assert run["failed"] == 3
     assert "1.1 (exit code 3), 1.2 (killed by signal 9), 1.3 (killed by signal 15)" in done.stderr
+    assert "mwpy local" not in done.stderr  # the failed jobs are the command's own one line, nothing more
     assert (tmp_path / "out1" / "result.txt").read_text() == "ran exit 3\n"  # outputs return whatever the status
+
+
+def test_failed_jobs_leave_no_work_folder_but_a_master_that_cannot_start_says_where_its_logs_are(
+    tmp_path: Path,
+) -> None:
+    """Exit 1 for failed jobs is the jobs' outcome: mwpy local's line and kept folder are for mwpy's own failures."""
+    submit(tmp_path, "executable = status_job.sh\narguments = exit 3\nqueue\n", "status_job.sh")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    environment = {**os.environ, "TMPDIR": str(temporary)}  # where mwpy local makes its work folder
+    command = mwpy_command("jobs", "jobs.sub", "--slaves", "1", "--no-progress")
+    failed = subprocess.run(
+        command, cwd=tmp_path, env=environment, capture_output=True, text=True, check=False, timeout=180
+    )
+    assert failed.returncode == 1, failed.stderr
+    assert "mwpy jobs: failed: 1.0 (exit code 3)" in failed.stderr
+    assert "mwpy local" not in failed.stderr
+    assert list(temporary.iterdir()) == []
+    journal = tmp_path / "no-such-folder" / "journal"
+    broken = subprocess.run(
+        [*command, "--", "--mw-journal", str(journal)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+    )
+    assert broken.returncode == 1, broken.stderr
+    assert "mwpy local: master exited with status 1; logs in" in broken.stderr
 
 
 def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Path) -> None:

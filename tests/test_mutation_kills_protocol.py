@@ -359,3 +359,20 @@ def test_a_frame_with_a_wrong_tag_or_out_of_sequence_is_refused() -> None:
         slave.open(second)  # the first has not been read: a replay or a reordering
     assert slave.open(first) == Heartbeat()
     assert slave.open(second) == Heartbeat()
+
+
+def test_verify_body_checks_tag_and_sequence_and_returns_the_data_unpickled() -> None:
+    """mwpy/filestore.py's frames carry JSON and file bytes: checked exactly as messages are, never unpickled."""
+    master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
+    slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
+    first, second = master.seal_body(b"Gnot a pickle")[4:], master.seal_body(b"D")[4:]
+    with pytest.raises(ProtocolError, match=r"^frame too short$"):
+        slave.verify_body(b"\x05" * protocol.TAG_SIZE)
+    with pytest.raises(ProtocolError, match=r"^frame failed authentication$"):
+        slave.verify_body(first[:-1] + bytes([first[-1] ^ 1]))
+    with pytest.raises(ProtocolError, match=r"^frame failed authentication$"):
+        slave.verify_body(second)  # out of sequence
+    assert slave.verify_body(first) == b"Gnot a pickle"
+    assert slave.verify_body(second) == b"D"  # the shortest frame: a kind byte and its tag
+    with pytest.raises(ProtocolError, match=r"^frame failed authentication$"):
+        slave.verify_body(second)  # replayed

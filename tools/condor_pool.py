@@ -912,8 +912,12 @@ def pool_address(nodes: int) -> str:
     return HOST_ADDR if nodes > 1 else "127.0.0.1"
 
 
-def pool_config(port: int, cpus: int, nodes: int = 1) -> str:
-    """The root's HTCondor configuration, read after Debian's and minicondor's."""
+def pool_config(port: int, cpus: int, nodes: int = 1, *, stock_cycles: bool = False) -> str:
+    """The root's HTCondor configuration, read after Debian's and minicondor's.
+
+    ``stock_cycles`` leaves HTCondor's own negotiator, schedd and update intervals (for a benchmark's
+    comparison with a default pool); tests need the fast ones.
+    """
     address = pool_address(nodes)
     node_attrs = (
         ""
@@ -969,6 +973,11 @@ JOB_DEFAULT_LEASE_DURATION = {JOB_LEASE}
 SCHEDD_ARGS = -sock schedd
 STARTD_ARGS = -sock startd
 
+{"" if stock_cycles else FAST_CYCLES}"""
+
+
+#: Submit -> done in seconds instead of a minute (left out by ``up --stock-cycles``).
+FAST_CYCLES = """\
 # Fast cycles: submit -> done in seconds instead of a minute.
 NEGOTIATOR_INTERVAL = 1
 NEGOTIATOR_MIN_INTERVAL = 1
@@ -1460,9 +1469,10 @@ def require_root() -> None:
         raise PoolError("needs Linux")
 
 
-def write_configs(layout: Layout, port: int, cpus: int, nodes: int = 1) -> bool:
+def write_configs(layout: Layout, port: int, cpus: int, nodes: int = 1, *, stock_cycles: bool = False) -> bool:
     """Write the pool's configuration and both client configurations; whether the pool's changed."""
-    changed = write_if_changed(layout.inside(CONDOR_CONFIG_FILE), pool_config(port, cpus, nodes))
+    pool = pool_config(port, cpus, nodes, stock_cycles=stock_cycles)
+    changed = write_if_changed(layout.inside(CONDOR_CONFIG_FILE), pool)
     write_if_changed(layout.inside(ROOT_CLIENT_CONFIG), client_config(port, ROOT_TOKEN_DIR, "/tmp", nodes))
     layout.host_dir.mkdir(parents=True, exist_ok=True)
     (layout.host_dir / "log").mkdir(exist_ok=True)
@@ -1533,7 +1543,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         elif not layout.inside(PROJECT_STAMP).exists():
             settings["project"] = settings["project_hash"] = None  # a rebuilt root has none
         settings["nodes"] = nodes
-        config_changed = write_configs(layout, args.port, args.cpus, nodes)
+        config_changed = write_configs(layout, args.port, args.cpus, nodes, stock_cycles=args.stock_cycles)
         ensure_master(layout, args.port, restart=config_changed, nodes=nodes)
         waited = wait_ready(layout, args.timeout, nodes)
         check_sysctls(before)
@@ -1716,6 +1726,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="host folder to see at the same path inside, read-only; repeatable",
     )
     up.add_argument("--cpus", type=int, default=DEFAULT_CPUS, help="NUM_CPUS of the startd")
+    up.add_argument(
+        "--stock-cycles",
+        action="store_true",
+        help="HTCondor's own negotiator, schedd and update intervals instead of 1-2 s (for benchmarks; until next up)",
+    )
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="collector port on 127.0.0.1")
     up.add_argument(
         "--nodes",

@@ -9,9 +9,11 @@ the master with N local slaves: the same machinery, the same exit statuses.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from mwpy.options import positive_int
 PROGRAM = str(Path(__file__).with_name("program.py"))
 #: Exit status for a submit file mwpy cannot run.
 USAGE = 2
+#: Exit status when some job failed.
+FAILED = 1
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,7 +89,32 @@ def run(options: argparse.Namespace) -> int:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
     args = [*master_arguments(options), *options.program_args]
-    return run_local(PROGRAM, options.slaves, args, workdir=options.workdir, progress=options.progress)
+    summary = args[args.index("--summary") + 1]
+    started = time.time()
+    return run_local(
+        PROGRAM,
+        options.slaves,
+        args,
+        workdir=options.workdir,
+        progress=options.progress,
+        explains=lambda status: status == FAILED and failed_jobs_summarised(summary, since=started),
+    )
+
+
+def failed_jobs_summarised(summary: str, *, since: float) -> bool:
+    """Whether this run (its summary written after ``since``) ended with failed jobs, as its last line says.
+
+    Then exit 1 is the jobs' outcome, which the master has named on stderr: not a master that could not start.
+    """
+    try:
+        with open(summary, "rb") as lines:  # only after a failure, once: a line at a time, whatever its size
+            if os.fstat(lines.fileno()).st_mtime < since:
+                return False
+            last = collections.deque(lines, maxlen=1)
+        run = json.loads(last[0])["run"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+    return isinstance(run, dict) and isinstance(run.get("failed"), int) and run["failed"] > 0
 
 
 def status_report(resource: str) -> dict[str, Any]:

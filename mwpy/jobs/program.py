@@ -26,19 +26,17 @@ import functools
 import hashlib
 import json
 import secrets
+import socket
 import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-import attrs
-
-from mwpy import filestore, resource_file, safe_files
+from mwpy import filestore, program
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
 from mwpy.master import Master
-from mwpy.options import parse
-from mwpy.program import master, run
+from mwpy.program import Membership, master, run
 from mwpy.task import Result, task
 
 #: Exit status for a submit file mwpy cannot run (as for every other usage error).
@@ -49,39 +47,18 @@ MAX_PENDING = 2000
 SHOWN_FAILURES = 20
 
 
-@attrs.frozen
-class Identity:
-    """Who this process is in the computation: what the file service needs, from its own ``--mw-*`` options."""
-
-    secret: bytes
-    member_id: str
-    resource_file: str | None
-    bind: str  # the master's listening address ("" for every interface, as the engine binds)
-
-
-@functools.cache
-def identity() -> Identity:
-    """The computation's secret and member id: the secret file when one is given, else the resource file's."""
-    options, _ = parse(sys.argv[1:])
-    member_id = options.member_id
-    if options.secret_file is not None:
-        secret = safe_files.read_bytes(options.secret_file, max_size=4096, private=True).strip()
-    else:
-        if options.resource_file is None:
-            raise SubmitError("mwpy jobs needs --mw-resource-file or --mw-secret-file")
-        record = resource_file.read(options.resource_file)
-        if not record.secret:
-            raise SubmitError("the resource file carries no secret: give --mw-secret-file")
-        secret = bytes.fromhex(record.secret)
-        if options.role == "slave" and "member_id" not in options.after_resource_file:
-            member_id = record.member_id  # as the slave itself chose it (program._endpoint's rule)
-    return Identity(secret, member_id, options.resource_file, options.master_host or "")
+def membership() -> Membership:
+    """The computation's secret, this process's member id and resource file, as mwpy.run() found them."""
+    me = program.membership()
+    if me is None:
+        raise SubmitError("mwpy jobs runs as an mwpy program: mwpy.run() has not started a master or slave here")
+    return me
 
 
 @task(name="mwpy.jobs.run_job")
 def run_job(task: runner.JobTask) -> runner.JobOutcome:
     """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
-    me = identity()
+    me = membership()
     return runner.run(task, me.secret, me.member_id)
 
 
@@ -295,13 +272,15 @@ def main(mw: Master, argv: list[str]) -> int:
     try:
         description = SubmitDescription(args.submit_file, cluster=args.cluster, base=args.base)
         description.check_inputs()
-        me = identity()
+        me = membership()
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
     for note in description.notes():
         print(f"mwpy jobs: note: {note}", file=sys.stderr)
-    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=me.bind)
+    # The master's own listening rule: its --mw-master-host's address when it names one, else every interface.
+    bind = "" if mw.host == socket.gethostname() else mw.host
+    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=bind)
     status = None if me.resource_file is None else status_path(me.resource_file)
     summary = _Summary(args.summary, description.total, status)
     started = time.time()
