@@ -209,8 +209,6 @@ _BY_KIND: dict[int, type[Any]] = {
 def _getter(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
     """``attrs.astuple(msg, recurse=False)`` for one message class, without its per-call overhead."""
     names = [field.name for field in attrs.fields(cls)]
-    if not names:
-        return lambda msg: ()
     if len(names) == 1:
         get_one = operator.attrgetter(names[0])
         return lambda msg: (get_one(msg),)
