@@ -327,6 +327,13 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+def add_master_cpu(report: dict[str, Any]) -> None:
+    """Add ``master_cpu_us_per_task``: the master process's user + system CPU over the timed phase, per task."""
+    user, system = report.get("master_user_us_per_task"), report.get("master_system_us_per_task")
+    if user is not None and system is not None:
+        report["master_cpu_us_per_task"] = user + system
+
+
 def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
     """p50/p99/mean of round-trip times, in microseconds."""
     ordered = sorted(seconds)

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BenchError, Checkout, Row, Series, Settings, stop, tail, wait_for
+from benchmarks.common import BenchError, Checkout, Row, Series, Settings, add_master_cpu, stop, tail, wait_for
 from benchmarks.scenarios import Outcome, System, Target, ratio, run_rounds, single
 
 #: Slaves arriving per second in the storm: issue 13's 10,000 within 10 s.
@@ -224,9 +224,7 @@ def _measure(settings: Settings, scenario: str, label: str, run: FaninRun, *, tr
         report = run_tree(settings, run) if tree else run_fanin(settings, run)
     except BenchError as exc:
         return Row(scenario, label, skipped=f"failed: {exc}")
-    user, system = report.get("master_user_us_per_task"), report.get("master_system_us_per_task")
-    if user is not None and system is not None:
-        report["master_cpu_us_per_task"] = user + system
+    add_master_cpu(report)
     return Row(
         scenario,
         label,

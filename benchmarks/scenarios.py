@@ -41,6 +41,7 @@ from benchmarks.common import (
     Row,
     Series,
     Settings,
+    add_master_cpu,
     figure,
     latency_summary,
     run_child_json,
@@ -117,10 +118,7 @@ def _mwpy(settings: Settings, scenario: str, label: str, run: MwpyRun) -> Row:
     round_trips = report.pop("round_trips_s", None)
     if round_trips:
         report.update(round_trips=len(round_trips), **latency_summary(round_trips))
-    user, system = report.get("master_user_us_per_task"), report.get("master_system_us_per_task")
-    if user is not None and system is not None:
-        # The master process's CPU (user + system, os.times() in the master) over the timed phase, per task.
-        report["master_cpu_us_per_task"] = user + system
+    add_master_cpu(report)
     return Row(
         scenario,
         label,
