@@ -12,6 +12,7 @@ query here is retried.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
@@ -260,6 +261,21 @@ def wait_resource(workdir: Path, check: Callable[[ResourceFile], bool], what: st
 
 def master_output(workdir: Path, cluster: int) -> str:
     return (workdir / f"master.{cluster}.0.out").read_text(encoding="utf-8", errors="replace")
+
+
+def status_json(workdir: Path, env: dict[str, str], *options: str) -> dict[str, Any]:
+    """What ``mwpy status RESOURCE --json --condor OPTIONS`` prints for the computation in ``workdir``."""
+    status = subprocess.run(
+        [sys.executable, "-m", "mwpy", "status", str(workdir / RESOURCE), "--json", "--condor", *options],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    report: dict[str, Any] = json.loads(status.stdout)
+    return report
 
 
 def logs(workdir: Path, limit: int = 3000) -> str:

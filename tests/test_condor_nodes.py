@@ -35,6 +35,7 @@ from tests.condor_support import (
     member_id,
     retried,
     setup_workdir,
+    status_json,
     submit_master,
     wait_master_done,
     wait_resource,
@@ -142,16 +143,7 @@ def test_the_overseer_and_mwpy_status_use_a_remote_schedd_named_through_the_coll
     assert decision.submitted == 2, decision
     assert job_states(condor_workdir) == {}  # not in the local schedd: in node 2's
 
-    status = subprocess.run(
-        [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--json", "--condor", *remote_options],
-        capture_output=True,
-        text=True,
-        env=two_nodes.env(),
-        timeout=60,
-        check=False,
-    )
-    assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
+    report = status_json(condor_workdir, two_nodes.env(), *remote_options)
     assert report["slave_jobs"]["total"] == 2, report
     assert {job["state"] for job in report["slave_job_list"]} <= {"idle", "running"}
 

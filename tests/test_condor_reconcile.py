@@ -10,9 +10,6 @@ node's loopback (docs/condor.md, "What a site's network needs").
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +27,7 @@ from tests.condor_support import (
     member_id,
     read_resource,
     setup_workdir,
+    status_json,
     submit_master,
     wait_master_done,
     wait_resource,
@@ -61,16 +59,7 @@ def test_the_master_publishes_the_condor_job_ids_of_its_connected_slaves(
     connected = wait_until(all_connected, 120, "3 slaves connected with their job ids", interval=0.5)
     jobs = job_states(condor_workdir)
     assert set(connected) == set(jobs), (connected, jobs, logs(condor_workdir))
-    status = subprocess.run(
-        [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--json", "--condor"],
-        capture_output=True,
-        text=True,
-        env=condor_pool.env(),
-        timeout=60,
-        check=False,
-    )
-    assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
+    report = status_json(condor_workdir, condor_pool.env())
     assert report["condor_jobs_connected"] == connected
     assert {job["job_id"] for job in report["slave_job_list"]} == set(connected)
     audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")

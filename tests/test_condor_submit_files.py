@@ -9,11 +9,8 @@ Python with mwpy installed, as a user without mwpy in /usr/bin/python3 does.
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,6 @@ from tests.condor_support import (
     COMPLETED,
     DEADLINE,
     HELD,
-    RESOURCE,
     Pool,
     finished_jobs,
     job_states,
@@ -31,6 +27,7 @@ from tests.condor_support import (
     member_id,
     read_resource,
     setup_workdir,
+    status_json,
     submit_master,
     wait_gone,
     wait_master_done,
@@ -77,16 +74,7 @@ def test_master_sub_and_slaves_sub_run_monte_carlo_pi_and_every_slave_job_leaves
     assert record.member_id == member_id(condor_workdir)  # what slaves.sub put into +MwpyMemberId
 
     # `mwpy status` finds the computation's (now absent) slave jobs in the schedd.
-    status = subprocess.run(
-        [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--json", "--condor"],
-        capture_output=True,
-        text=True,
-        env=condor_pool.env(),
-        timeout=60,
-        check=False,
-    )
-    assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
+    report = status_json(condor_workdir, condor_pool.env())
     assert report["status"] == "finished"
     assert report["slave_jobs"] == {"idle": 0, "running": 0, "held": 0, "total": 0}
 

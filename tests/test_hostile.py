@@ -16,7 +16,6 @@ import math
 import os
 import pickle
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from hypothesis import strategies as st
 
 from mwpy import ExitCode, protocol, resource_file
 from mwpy.protocol import FrameReader
-from mwpy.resource_file import ResourceFile
 from tests.programs import trust_net
 from tests.programs.trust_net import Proxy, Session, authenticate, challenged, hung_up, local_port, read_frame
 from tests.programs.trust_stream import expected
@@ -36,6 +34,7 @@ from tests.support import (
     PYTHON,
     TRUST_STREAM,
     Live,
+    resource_record,
     spawn,
     spawn_slave,
     start_live,
@@ -414,21 +413,8 @@ def test_fake_master_cannot_make_a_slave_unpickle_anything(tmp_path: Path, proof
 
 
 def resource_text(**changes: Any) -> str:
-    """A fresh, valid resource file (master on a closed port) with ``changes`` applied."""
-    record = ResourceFile(
-        computation_status="in-progress",
-        timestamp=time.time(),
-        update_interval=300.0,
-        member_id="m",
-        master_host="127.0.0.1",
-        master_port=9,
-        slaves_needed=1,
-        slave_executable=PYTHON,
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        secret="00" * 32,
-    )
+    """A fresh, valid resource file (master on a closed port) with ``changes`` applied to its JSON."""
+    record = resource_record(master_port=9)
     return json.dumps({**json.loads(resource_file.dumps(record)), **changes})
 
 

@@ -13,7 +13,7 @@ import mwpy
 from mwpy import resource_file, statusview
 from mwpy.resource_file import ResourceFile
 from tests.programs import executor_work as work
-from tests.support import PROGRAMS, mwpy_command, spawn_master, spawn_slave, wait_until
+from tests.support import PROGRAMS, mwpy_command, spawn_master, spawn_slave, wait_until, write_resource_file
 
 TOTALS = PROGRAMS / "totals.py"
 
@@ -75,16 +75,9 @@ def test_mwpy_local_shows_the_total_of_a_sized_map_without_being_told() -> None:
 
 def test_the_status_view_takes_the_total_from_the_resource_file_and_total_overrides_it(tmp_path: Path) -> None:
     rf = tmp_path / "resource.json"
-    resource_file.write(
-        rf,
-        ResourceFile(
-            computation_status="in-progress", timestamp=1000.0, update_interval=1.0, member_id="m",
-            master_host="h", master_port=1, slaves_needed=0, slave_executable="python", slave_files=[],
-            slave_arguments=[], master_pid=1, tasks_done=25, tasks_total=100,
-        ),
-    )  # fmt: skip
-    follower = statusview.Follower(rf, clock=lambda: 1000.0, condor=False)
-    told = statusview.Follower(rf, total=50, clock=lambda: 1000.0, condor=False)
+    write_resource_file(rf, tasks_done=25, tasks_total=100)
+    follower = statusview.Follower(rf, condor=False)
+    told = statusview.Follower(rf, total=50, condor=False)
     for view in (follower, told):
         assert view.sample() is None
     assert follower.line().startswith("[mwpy] in progress · 25/100 tasks done (25 %)"), follower.line()
@@ -94,16 +87,9 @@ def test_the_status_view_takes_the_total_from_the_resource_file_and_total_overri
 def test_an_event_log_that_is_a_fifo_is_a_problem_line_not_a_hang(tmp_path: Path) -> None:
     """Opening a FIFO blocks until a writer comes: the view must refuse it, not wait for ever (pytest-timeout)."""
     rf, fifo = tmp_path / "resource.json", tmp_path / "events.jsonl"
-    resource_file.write(
-        rf,
-        ResourceFile(
-            computation_status="in-progress", timestamp=1000.0, update_interval=1.0, member_id="m",
-            master_host="h", master_port=1, slaves_needed=0, slave_executable="python", slave_files=[],
-            slave_arguments=[], master_pid=1,
-        ),
-    )  # fmt: skip
+    write_resource_file(rf)
     os.mkfifo(fifo)
-    follower = statusview.Follower(rf, events=fifo, clock=lambda: 1000.0, condor=False)
+    follower = statusview.Follower(rf, events=fifo, condor=False)
     assert follower.sample() is None
     assert follower.extra.failures == [f"event log: {fifo}: a FIFO, not a regular file"], follower.extra.failures
 
