@@ -117,19 +117,10 @@ def run_fanin(settings: Settings, run: FaninRun) -> dict[str, Any]:
                     "--report", str(report),
                 ]  # fmt: skip
                 loadgens.append(spawn(command, f"loadgen-{i}"))
-            try:
-                code = master.wait(run.timeout)
-            except subprocess.TimeoutExpired:
-                raise BenchError(f"the master did not finish within {run.timeout:g} s") from None
-            if code != 0 or not out.exists():
-                raise BenchError(f"the master exited with status {code}\n{tail(children[0][1])}")
-            for loadgen in loadgens:
-                try:
-                    loadgen.wait(60)
-                except subprocess.TimeoutExpired:
-                    raise BenchError("a load generator did not exit after the master's shutdown") from None
-            master_report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-            return {**master_report, **_totals([json.loads(r.read_text(encoding="utf-8")) for r in reports])}
+            return _outcome(
+                (master, "the master", children[0][1]), loadgens,
+                others_name="a load generator", out=out, reports=reports, timeout=run.timeout,
+            )  # fmt: skip
         finally:
             for child, _log in children:
                 stop(child)
@@ -182,22 +173,39 @@ def run_tree(settings: Settings, run: FaninRun, foremen: int = FOREMEN) -> dict[
                     "--report", str(reports[-1]),
                 ]  # fmt: skip
                 spawn(command, f"loadgen-{i}")
-            try:
-                code = master.wait(run.timeout)
-            except subprocess.TimeoutExpired:
-                raise BenchError(f"the top master did not finish within {run.timeout:g} s") from None
-            if code != 0 or not out.exists():
-                raise BenchError(f"the top master exited with status {code}\n{tail(logs[0])}")
-            for child in children[1:]:
-                try:
-                    child.wait(60)
-                except subprocess.TimeoutExpired:
-                    raise BenchError("a foreman or load generator did not exit after the shutdown") from None
-            top_report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-            return {**top_report, **_totals([json.loads(r.read_text(encoding="utf-8")) for r in reports])}
+            return _outcome(
+                (master, "the top master", logs[0]), children[1:],
+                others_name="a foreman or load generator", out=out, reports=reports, timeout=run.timeout,
+            )  # fmt: skip
         finally:
             for child in children:
                 stop(child)
+
+
+def _outcome(
+    master: tuple[subprocess.Popen[bytes], str, Path],
+    others: Sequence[subprocess.Popen[bytes]],
+    *,
+    others_name: str,
+    out: Path,
+    reports: Sequence[Path],
+    timeout: float,
+) -> dict[str, Any]:
+    """Wait for the master (process, name, log) to finish and the others to leave; its report plus their totals."""
+    process, name, log = master
+    try:
+        code = process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{name} did not finish within {timeout:g} s") from None
+    if code != 0 or not out.exists():
+        raise BenchError(f"{name} exited with status {code}\n{tail(log)}")
+    for child in others:
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{others_name} did not exit after the shutdown") from None
+    report: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return {**report, **_totals([json.loads(r.read_text(encoding="utf-8")) for r in reports])}
 
 
 def _totals(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
