@@ -17,32 +17,36 @@ from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
 
 PING = EXAMPLES / "ping.py"
+TOTALS = PROGRAMS / "totals.py"
 
 
-def test_on_a_terminal_the_status_view_sits_below_the_program_s_output() -> None:
+def test_on_a_terminal_the_status_view_sits_below_the_program_s_output(tmp_path: Path) -> None:
     """The view of ``mwpy status --watch``, drawn by mwpy local in a real pseudo-terminal, read off an emulated screen:
     it keeps the words of the old progress line ("tasks done", the rate "/s", "slaves 2/2"), stays below what the
-    program prints, and ends showing the finished computation, after the goodput summary."""
-    command = mwpy_command(
-        "local", str(PING), "--slaves", "2", "--total", "150000", "--", "--max-tasks", "150000", "--target", "2000"
-    )
+    program prints, and ends showing the finished computation, after the goodput summary.
+
+    Half the tasks wait for a release file, so the computation is surely in progress while the test looks (a fast
+    run could otherwise finish between two refreshes)."""
+    release = tmp_path / "release"
+    command = mwpy_command("local", str(TOTALS), "--slaves", "2", "--total", "300", "--", "half", str(release), "300")
     term = Terminal(command, deadline=120)
     try:
-        running = term.wait_for("mwpy local", "in progress", "tasks done (", "/s)", "slaves 2/2 connected", "/150,000")
+        running = term.wait_for("mwpy local", "in progress", "tasks done (", "/s)", "slaves 2/2 connected", "/300")
         assert "╭─ mwpy local" in running, running
+        release.touch()
         assert term.wait_exit() == 0, term.text()
     finally:
         term.close()
     screen = term.text()
     lines = screen.splitlines()
-    ping = next(i for i, line in enumerate(lines) if "ping: 150000 pongs, 0 bad" in line)
-    summary = next(i for i, line in enumerate(lines) if line.startswith("goodput: 150000 tasks ok"))
+    output = next(i for i, line in enumerate(lines) if f"sum {sum(v * v for v in range(300))}" in line)
+    summary = next(i for i, line in enumerate(lines) if line.startswith("goodput: 300 tasks ok"))
     view = next(i for i, line in enumerate(lines) if "╭─ mwpy local" in line)
-    assert ping < summary < view, screen
+    assert output < summary < view, screen
     below = "\n".join(lines[view:])
     assert "finished" in below, screen
-    assert "150,000/150,000 (100 %)" in below, screen
-    assert "150,000 tasks done" in below, screen
+    assert "300/300 (100 %)" in below, screen
+    assert "300 tasks done" in below, screen
 
 
 def test_ctrl_c_on_a_terminal_leaves_the_view_and_one_line() -> None:

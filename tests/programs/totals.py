@@ -5,6 +5,7 @@ Master usage: ``totals.py MODE ...``:
 * ``map RELEASE COUNT``: ``mw.map`` over ``range(COUNT)`` with a window of 5, each task waiting for RELEASE;
 * ``generator COUNT``: ``mw.map`` over a generator (no total can be known);
 * ``declare TOTAL COUNT``: ``mw.tasks_total = TOTAL`` (after trying -1, which must be refused), then COUNT tasks;
+* ``half RELEASE COUNT``: ``mw.map`` over ``range(COUNT)``, the second half of the tasks waiting for RELEASE;
 * ``break COUNT``: ``mw.as_completed`` over ``range(COUNT)`` with a window of 5, left after 3 results.
 """
 
@@ -30,6 +31,10 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
         release, count = argv[1], int(argv[2])
         values = list(mw.map(square, [release] * count, range(count), window=5))
         print(f"sum {sum(values)}")
+    elif mode == "half":
+        release, count = argv[1], int(argv[2])
+        gates = ["" if i < count // 2 else release for i in range(count)]
+        print(f"sum {sum(mw.map(square, gates, range(count)))}")
     elif mode == "generator":
         count = int(argv[1])
         print(f"sum {sum(mw.map(square, ('' for _ in range(count)), iter(range(count))))}")
