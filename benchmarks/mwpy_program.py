@@ -67,14 +67,33 @@ def run_tasks(mw: mwpy.Master, first: int, count: int, target: int) -> None:
         raise RuntimeError(f"wrong results: sum {total}, expected {expected}")
 
 
+def map_chunks(mw: mwpy.Master, first: int, count: int, chunksize: int) -> None:
+    """``mw.map(echo, ..., chunksize=n)`` over ``count`` calls, as ``ProcessPoolExecutor.map`` is measured."""
+    total = sum(mw.map(echo, range(first, first + count), chunksize=chunksize))
+    expected = count * first + count * (count - 1) // 2
+    if total != expected:
+        raise RuntimeError(f"wrong results: sum {total}, expected {expected}")
+
+
 def throughput(mw: mwpy.Master, params: dict[str, Any]) -> dict[str, Any]:
-    """Tasks per second over ``tasks`` no-op tasks, after a warm-up batch."""
+    """Calls per second over ``tasks`` no-op calls, after a warm-up batch.
+
+    A task per call (``submit``), or ``chunksize`` calls per task through ``mw.map`` when given.
+    """
+    chunksize = int(params.get("chunksize", 0))
     target = int(params.get("target", 20_000))
-    run_tasks(mw, 0, int(params["warmup"]), target)
+
+    def run(first: int, count: int) -> None:
+        if chunksize:
+            map_chunks(mw, first, count, chunksize)
+        else:
+            run_tasks(mw, first, count, target)
+
+    run(0, int(params["warmup"]))
     count = int(params["tasks"])
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    run_tasks(mw, 1_000_000_000, count, target)
+    run(1_000_000_000, count)
     elapsed = time.perf_counter() - started
     return {"tasks": count, "seconds": elapsed, "tasks_per_s": count / elapsed, **_cpu_per(cpu, count)}
 

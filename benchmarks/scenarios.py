@@ -274,13 +274,19 @@ def _once(run: Callable[[Settings], tuple[list[Row], list[Check]]]) -> Callable[
 
 
 def throughput(settings: Settings) -> Outcome:
-    """No-op throughput: mwpy (default, grouping 100) against ProcessPoolExecutor, dask, Parsl."""
+    """No-op throughput: mwpy (default, chunks of 100, frames of 100) against ProcessPoolExecutor, dask, Parsl.
+
+    ``ProcessPoolExecutor.map(chunksize=100)`` makes one task of 100 calls; its
+    like is ``mw.map(..., chunksize=100)``, which the target compares. A task per
+    call with task/result frames of 100 (``--mw-slave-task-group 100``) is shown too.
+    """
     sizes = settings.sizes
     name = "1 throughput"
     n = sizes.throughput_tasks
     params = {"mode": "throughput", "tasks": n, "warmup": sizes.warmup_tasks}
     default_run = MwpyRun(params, slaves=settings.workers)
     grouped_run = MwpyRun(params, slaves=settings.workers, task_group=100, result_group=100)
+    chunked_run = MwpyRun({**params, "chunksize": 100}, slaves=settings.workers)
     slow = {**params, "tasks": sizes.slow_peer_tasks, "warmup": min(sizes.warmup_tasks, 500)}
 
     def peer(key: str, peer_name: str, peer_params: dict[str, Any]) -> System:
@@ -292,6 +298,7 @@ def throughput(settings: Settings) -> Outcome:
 
     systems = [
         mwpy("default", "mwpy default settings", default_run),
+        mwpy("chunk100", "mwpy map(chunksize=100)", chunked_run),
         mwpy("group100", "mwpy task/result group 100", grouped_run),
         peer("submit", "processpool-submit", params),
         peer("pool100", "processpool-100", params),
@@ -300,11 +307,13 @@ def throughput(settings: Settings) -> Outcome:
     ]  # fmt: skip
     targets = [
         ratio("1. no-op, mwpy default vs ProcessPool submit() per task", "default", "submit", "tasks_per_s", 5),
-        ratio("1. no-op, mwpy group 100 vs ProcessPool chunksize=100", "group100", "pool100", "tasks_per_s", 0.4),
+        ratio("1. no-op, mwpy chunksize=100 vs ProcessPool chunksize=100", "chunk100", "pool100", "tasks_per_s", 0.4),
+        ratio("1. no-op, mwpy frames of 100 vs ProcessPool chunksize=100", "group100", "pool100", "tasks_per_s", None),
         ratio("1. no-op, mwpy default vs dask", "default", "dask", "tasks_per_s", 20),
         ratio("1. no-op, mwpy default vs Parsl HTEX", "default", "parsl", "tasks_per_s", 10),
         single("1. master CPU per task, mwpy default (µs)", "default", "master_cpu_us_per_task", 15),
         single("1. master CPU per task, mwpy group 100 (µs)", "group100", "master_cpu_us_per_task", None),
+        single("1. master CPU per call, mwpy chunksize=100 (µs)", "chunk100", "master_cpu_us_per_task", None),
     ]
     outcome = run_rounds(settings, name, systems, targets)
     if settings.profile_dir is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import socket
 import sys
 import threading
@@ -46,7 +47,9 @@ from mwpy.task import (
     TaskAlgorithm,
     TaskFuture,
     encode_arguments,
+    registry,
     reset_master,
+    task,
     task_exception,
     use_master,
 )
@@ -436,8 +439,10 @@ class Master:
         ``kwargs`` go to every call, as with dask's ``client.map``. Closing the
         iterator (``break``) cancels every task that has not left for a slave.
         """
-        stream = self._stream(_check_algorithm("as_completed", algorithm), iterables, window, key, kwargs)
-        return _as_they_come(stream)
+        algorithm = _check_algorithm("as_completed", algorithm)
+        each = zip(*iterables, strict=False)
+        calls = _Calls(algorithm, algorithm.policy, each, _known_length(iterables), key, kwargs)
+        return _as_they_come(self._stream(calls, window))
 
     def map(
         self,
@@ -445,6 +450,7 @@ class Master:
         *iterables: Iterable[Any],
         window: int = 10_000,
         key: Callable[..., str] | None = None,
+        chunksize: int = 1,
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
@@ -453,34 +459,35 @@ class Master:
         (the slave's traceback is its ``__cause__``); one the master cannot
         rebuild raises :class:`~mwpy.task.TaskRaisedError`, which names its type.
         ``kwargs`` go to every call; closing the iterator cancels what has not started.
+        ``chunksize`` (as ``ProcessPoolExecutor.map``'s): one task makes that many
+        calls, so a tiny function pays the per-task cost once per chunk; the
+        algorithm's policy (retries, timeout) then applies to the whole chunk,
+        ``window`` counts chunks, and ``key`` cannot be given (it names one call).
         """
-        stream = self._stream(_check_algorithm("map", algorithm), iterables, window, key, kwargs)
-        return _in_order(stream)
+        algorithm = _check_algorithm("map", algorithm)
+        if chunksize < 1:
+            raise ConfigurationError("chunksize must be at least 1")
+        each = zip(*iterables, strict=False)
+        size = _known_length(iterables)
+        if chunksize == 1:
+            return _in_order(self._stream(_Calls(algorithm, algorithm.policy, each, size, key, kwargs), window))
+        if key is not None:
+            raise ConfigurationError("key names one call's task: it cannot be given with chunksize > 1")
+        chunks = _chunks(algorithm, each, chunksize, kwargs)
+        calls = _Calls(_map_chunk, algorithm.policy, chunks, None if size is None else -(-size // chunksize))
+        return itertools.chain.from_iterable(_in_order(self._stream(calls, window)))
 
-    def _stream(
-        self,
-        algorithm: TaskAlgorithm[..., Any],
-        iterables: tuple[Iterable[Any], ...],
-        window: int,
-        key: Callable[..., str] | None,
-        kwargs: dict[str, Any],
-    ) -> Iterator[tuple[int, Result]]:
-        """Submit lazily, at most ``window`` outstanding; yield (input position, result)."""
+    def _stream(self, calls: _Calls, window: int) -> Iterator[tuple[int, Result]]:
+        """Submit ``calls`` lazily, at most ``window`` outstanding; yield (input position, result)."""
         if window < 1:
             raise ConfigurationError("window must be at least 1")
-        return self._streaming(algorithm, iterables, window, key, kwargs)
+        return self._streaming(calls, window)
 
-    def _streaming(
-        self,
-        algorithm: TaskAlgorithm[..., Any],
-        iterables: tuple[Iterable[Any], ...],
-        window: int,
-        key: Callable[..., str] | None,
-        kwargs: dict[str, Any],
-    ) -> Iterator[tuple[int, Result]]:
+    def _streaming(self, calls: _Calls, window: int) -> Iterator[tuple[int, Result]]:
+        algorithm, base, key, kwargs = calls.algorithm, calls.policy, calls.key, calls.kwargs
         arrived: deque[tuple[int, Result]] = deque()
-        items = enumerate(zip(*iterables, strict=False))
-        ahead = _Ahead(self, iterables)
+        items = enumerate(calls.each)
+        ahead = _Ahead(self, calls.size)
         outstanding = 0
         exhausted = False
         open_ = [True]  # cleared when the consumer closes the iterator: queued tasks are then dropped unsent
@@ -498,7 +505,7 @@ class Master:
                         break
                     index, args = item
                     ahead.took_one()
-                    policy = algorithm.policy.for_item(index, None if key is None else key(*args))
+                    policy = base.for_item(index, None if key is None else key(*args))
                     payload = encode_task(algorithm, args, kwargs, self._options.max_write_buffer_size)
                     sink = functools.partial(_put, arrived, live, index)
                     task_id = self._enqueue(algorithm.name, payload, policy, sink=sink, start=start)
@@ -536,6 +543,22 @@ class Master:
         self._observers.stop(status, self._sched.done_total)
 
 
+@attrs.frozen
+class _Calls:
+    """What one ``map``/``as_completed`` submits: a task of ``algorithm`` per item of ``each``, under ``policy``.
+
+    ``size`` is how many items there will be, when the inputs tell (for the
+    total); ``key(*args)`` names each task for the journal.
+    """
+
+    algorithm: TaskAlgorithm[..., Any]
+    policy: Policy
+    each: Iterator[tuple[Any, ...]]
+    size: int | None
+    key: Callable[..., str] | None = None
+    kwargs: dict[str, Any] = attrs.field(factory=dict)
+
+
 class _Ahead:
     """What one sized ``map``/``as_completed`` call has still to submit, kept in its master's total.
 
@@ -543,12 +566,11 @@ class _Ahead:
     bar and the ETA; an unsized one (a generator) says nothing.
     """
 
-    def __init__(self, master: Master, iterables: tuple[Iterable[Any], ...]) -> None:
+    def __init__(self, master: Master, size: int | None) -> None:
         self._master = master
-        sized = bool(iterables) and all(isinstance(i, Sized) for i in iterables)
-        self._left = min(len(cast(Sized, i)) for i in iterables) if sized else 0
-        if sized:
-            master._ahead = (master._ahead or 0) + self._left
+        self._left = size or 0
+        if size is not None:
+            master._ahead = (master._ahead or 0) + size
 
     def took_one(self) -> None:
         """One input became a task (now counted as queued)."""
@@ -652,6 +674,33 @@ def _as_they_come(stream: Iterator[tuple[int, Result]]) -> Iterator[Result]:
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # cancels what has not started
+
+
+def _known_length(iterables: tuple[Iterable[Any], ...]) -> int | None:
+    """How many calls zipping ``iterables`` makes, if they are all sized; ``None`` otherwise (a generator)."""
+    if not iterables or not all(isinstance(i, Sized) for i in iterables):
+        return None
+    return min(len(cast(Sized, i)) for i in iterables)
+
+
+def _chunks(
+    algorithm: TaskAlgorithm[..., Any], calls: Iterator[tuple[Any, ...]], size: int, kwargs: dict[str, Any]
+) -> Iterator[tuple[str, list[tuple[Any, ...]], dict[str, Any]]]:
+    """``mw.map(..., chunksize=size)``: the arguments of :func:`_map_chunk`, each call's checked at the call site."""
+    while chunk := list(itertools.islice(calls, size)):
+        for args in chunk:
+            algorithm.check_arguments(args, kwargs)
+        yield algorithm.name, chunk, kwargs
+
+
+@task(name="mwpy.map_chunk")
+def _map_chunk(name: str, chunk: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> list[Any]:
+    """One task of ``mw.map(..., chunksize=n)`` on a slave: the task algorithm ``name`` over n argument tuples."""
+    algorithm = registry.get(name)
+    if algorithm is None:
+        raise LookupError(f"this program has no task algorithm named {name!r}")
+    fn = algorithm.fn
+    return [fn(*args, **kwargs) for args in chunk]
 
 
 def _in_order(stream: Iterator[tuple[int, Result]]) -> Iterator[Any]:

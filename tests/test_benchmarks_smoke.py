@@ -66,7 +66,7 @@ def _median(row: dict[str, Any], field: str) -> float:
 
 def test_every_mwpy_measurement_ran_in_every_round(quick_report: dict[str, Any]) -> None:
     mwpy_rows = [row for row in quick_report["rows"] if row["system"].startswith("mwpy") and row["scenario"][0] != "5"]
-    assert len(mwpy_rows) == 11  # throughput 2, latency 1, streaming 2, fan-in 2, event log 2, executor 2
+    assert len(mwpy_rows) == 12  # throughput 3, latency 1, streaming 2, fan-in 2, event log 2, executor 2
     for row in mwpy_rows:
         assert row["skipped"] is None, row
         assert [run["round"] for run in row["runs"]] == [0, 1]
@@ -78,6 +78,7 @@ def test_throughput_has_mwpy_and_the_selected_peers(quick_report: dict[str, Any]
     for system in (
         "mwpy default settings",
         "mwpy task/result group 100",
+        "mwpy map(chunksize=100)",
         "ProcessPoolExecutor submit() per task",
         "ProcessPoolExecutor chunksize=100",
     ):

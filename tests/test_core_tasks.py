@@ -234,6 +234,37 @@ def test_map_raises_the_task_s_own_exception_at_the_failed_input(lm: LocalMaster
     assert (result.error.type, result.error.message) == ("ValueError", "negative: -3")
 
 
+def test_map_with_a_chunksize_runs_one_task_per_chunk_and_keeps_input_order(lm: LocalMaster) -> None:
+    lm.start_slave()
+    lm.start_slave()
+    values = lm.mw.map(square, range(101), chunksize=7)
+    assert next(values) == 0
+    assert lm.mw.tasks_total == 15  # 101 calls in tasks of 7: the total counts tasks, as the progress bar does
+    assert list(values) == [i * i for i in range(1, 101)]
+    assert lm.mw.tasks_total == 15
+    echoed = list(lm.mw.map(signature, ["x", "y", "z"], chunksize=2, c="same c", extra=1))
+    assert [v["a"] for v in echoed] == ["x", "y", "z"]
+    assert all(v["c"] == "same c" and v["kwargs"] == {"extra": 1} for v in echoed)
+    assert list(lm.mw.map(square, iter(range(5)), chunksize=100)) == [0, 1, 4, 9, 16]  # a generator: one short chunk
+
+
+def test_a_chunk_that_raises_makes_map_raise_the_call_s_exception(lm: LocalMaster) -> None:
+    lm.start_slave()
+    values = lm.mw.map(checked, [1, 2, 3, -4, 5, 6], chunksize=3)
+    assert [next(values), next(values), next(values)] == [1, 2, 3]
+    with pytest.raises(ValueError, match="negative: -4"):
+        next(values)
+
+
+def test_map_chunksize_mistakes_fail_at_the_call(lm: LocalMaster) -> None:
+    with pytest.raises(mwpy.ConfigurationError, match="chunksize must be at least 1"):
+        lm.mw.map(square, [1], chunksize=0)
+    with pytest.raises(mwpy.ConfigurationError, match=r"key .* cannot be given with chunksize > 1"):
+        lm.mw.map(square, [1], chunksize=2, key=str)
+    with pytest.raises(TypeError, match=r"square\.submit\(\)"):  # a wrong call fails on the master, not a slave
+        list(lm.mw.map(square, [1, 2], [3, 4], chunksize=2))
+
+
 @pytest.mark.timeout(60)  # an eager as_completed would read the endless input forever
 def test_as_completed_is_lazy_and_bounded_by_its_window(lm: LocalMaster) -> None:
     lm.start_slave()
