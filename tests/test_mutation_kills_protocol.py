@@ -43,13 +43,18 @@ def spec_mac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()
 
 
+def spec_tag(key: bytes, data: bytes) -> bytes:
+    """A frame's tag since protocol 4: keyed BLAKE2b (RFC 7693) with a 16-byte digest."""
+    return hashlib.blake2b(data, key=key, digest_size=16).digest()
+
+
 # ---------------------------------------------------------------------- the documented formats
 
 
 def test_the_handshake_proofs_and_keys_follow_the_documented_format() -> None:
     """HMAC-SHA256 of the secret over a label and both nonces; a peer of another build must agree."""
-    assert protocol.challenge(MASTER_NONCE) == struct.pack("!I", 37) + b"MWPY\x03" + MASTER_NONCE
-    assert protocol.parse_challenge(b"MWPY\x03" + MASTER_NONCE) == MASTER_NONCE
+    assert protocol.challenge(MASTER_NONCE) == struct.pack("!I", 37) + b"MWPY\x04" + MASTER_NONCE
+    assert protocol.parse_challenge(b"MWPY\x04" + MASTER_NONCE) == MASTER_NONCE
     nonces = MASTER_NONCE + SLAVE_NONCE
     assert protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE) == spec_mac(SECRET, b"mwpy slave proof" + nonces)
     assert protocol.master_proof(SECRET, MASTER_NONCE, SLAVE_NONCE) == spec_mac(SECRET, b"mwpy master proof" + nonces)
@@ -61,7 +66,7 @@ def test_the_handshake_proofs_and_keys_follow_the_documented_format() -> None:
 
 
 def test_every_frame_carries_a_tag_over_its_sequence_number_and_body() -> None:
-    """4-byte length, kind and pickled fields, then the first 16 bytes of HMAC-SHA256(key, seq || body)."""
+    """4-byte length, kind and pickled fields, then the 16-byte keyed BLAKE2b of (seq || body)."""
     nonces = MASTER_NONCE + SLAVE_NONCE
     m2s = spec_mac(SECRET, b"mwpy key m2s" + nonces)
     s2m = spec_mac(SECRET, b"mwpy key s2m" + nonces)
@@ -69,13 +74,13 @@ def test_every_frame_carries_a_tag_over_its_sequence_number_and_body() -> None:
     slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
     for seq in range(2):
         body = bytes([Heartbeat.kind]) + pickle.dumps((0,), protocol.PICKLE_PROTOCOL)  # peak memory 0
-        tag = spec_mac(m2s, struct.pack("!Q", seq) + body)[: protocol.TAG_SIZE]
+        tag = spec_tag(m2s, struct.pack("!Q", seq) + body)
         frame = master.seal(Heartbeat())
         assert frame == struct.pack("!I", len(body) + 16) + body + tag
         assert slave.open(frame[4:]) == Heartbeat()
     body = protocol.results_body([(1, True, b"v", 0.5)])
     frame = slave.seal_body(body)
-    assert frame[4:] == body + spec_mac(s2m, struct.pack("!Q", 0) + body)[:16]
+    assert frame[4:] == body + spec_tag(s2m, struct.pack("!Q", 0) + body)
     assert master.open(frame[4:]) == Results([(1, True, b"v", 0.5)])
 
 
@@ -102,12 +107,12 @@ def test_every_message_record_travels_as_itself() -> None:
 
 
 def test_a_challenge_from_something_else_is_refused_with_its_reason() -> None:
-    good = b"MWPY\x03" + MASTER_NONCE
-    for bad in (b"HTTP\x03" + MASTER_NONCE, good[:-1], good + b"x"):
+    good = b"MWPY\x04" + MASTER_NONCE
+    for bad in (b"HTTP\x04" + MASTER_NONCE, good[:-1], good + b"x"):
         with pytest.raises(ProtocolError, match=r"^the peer is not an mwpy master$"):
             protocol.parse_challenge(bad)
-    with pytest.raises(ProtocolError, match=r"^master speaks protocol 4, this slave speaks 3$"):
-        protocol.parse_challenge(b"MWPY\x04" + MASTER_NONCE)
+    with pytest.raises(ProtocolError, match=r"^master speaks protocol 5, this slave speaks 4$"):
+        protocol.parse_challenge(b"MWPY\x05" + MASTER_NONCE)
 
 
 def test_frames_at_the_size_limit_pass_and_one_byte_more_is_refused() -> None:
@@ -131,7 +136,7 @@ def test_a_frame_too_short_to_hold_a_tag_or_a_payload_is_refused() -> None:
     with pytest.raises(ProtocolError, match=r"^frame too short$"):
         protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True).open(b"\x05" * protocol.TAG_SIZE)
     kind_only = bytes([Heartbeat.kind])  # shortest frame that can carry a tag: authenticated, but no payload
-    tagged = kind_only + spec_mac(s2m, struct.pack("!Q", 0) + kind_only)[: protocol.TAG_SIZE]
+    tagged = kind_only + spec_tag(s2m, struct.pack("!Q", 0) + kind_only)
     with pytest.raises(ProtocolError, match=r"^undecodable frame: "):
         protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True).open(tagged)
 

@@ -260,10 +260,10 @@ def test_the_master_learns_the_condor_job_id_the_slave_says_hello_with(job: str)
 
 
 def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent() -> None:
-    """Guards: versions must match exactly (docs/design.md); protocol 3 added the Hello's job id."""
+    """Guards: versions must match exactly (docs/design.md); protocol 4 changed the per-frame MAC."""
     slave = SlaveSession(b"s" * 32, hello())
-    older = protocol.frame(protocol.MAGIC + bytes([2]) + protocol.new_nonce())
-    with pytest.raises(ProtocolError, match="master speaks protocol 2, this slave speaks 3"):
+    older = protocol.frame(protocol.MAGIC + bytes([3]) + protocol.new_nonce())
+    with pytest.raises(ProtocolError, match="master speaks protocol 3, this slave speaks 4"):
         events(slave, older)
 
 
