@@ -38,6 +38,7 @@ from mwpy.options import Options
 from mwpy.protocol import ExitCode, Results
 from mwpy.scheduler import Scheduler
 from mwpy.session import HandshakeReply, MasterSession, MasterState, Refused
+from mwpy.spin import Spinner
 from mwpy.task import Result, Task, TaskError, task_exception
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,7 @@ class Engine:
             self._tls, self.tls_fingerprint = protocol.tls_server_context(options.tls_cert, options.tls_key)
         _raise_file_limit()
         self._selector = selectors.DefaultSelector()
+        self._spinner = Spinner(options.spin_us)
         self._listener = self._listen()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         # Another thread (mwpy.Executor's submitters) can cut a select short through this pair.
@@ -203,7 +205,10 @@ class Engine:
         self._dispatch()
         now = time.monotonic()
         wait = max(0.0, min(wait, self._next_tick - now))
-        for key, mask in self._selector.select(wait):
+        # With tasks out a result may be microseconds away: poll a moment before sleeping (mwpy/spin.py).
+        select = self._selector.select
+        ready = self._spinner.wait(select, wait) if self._sched.running_total else select(wait)
+        for key, mask in ready:
             peer = key.data
             if peer is None:
                 self._accept()

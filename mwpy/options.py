@@ -17,6 +17,7 @@ import attrs
 from mwpy.errors import UsageError
 from mwpy.logs import level_name
 from mwpy.resource_file import ABANDON_AFTER
+from mwpy.spin import DEFAULT_SPIN_US
 
 Role = Literal["master", "slave"]
 
@@ -34,6 +35,7 @@ class Options:
     max_write_buffer_size: int = 64 * MIB
     max_read_buffer_size: int = 64 * MIB
     client_timeout: float = 60.0
+    spin_us: int = DEFAULT_SPIN_US
     audit_file: str | None = None
     audit_packets: bool = False
     resource_file: str | None = None
@@ -157,6 +159,14 @@ _SPECS: dict[str, _Spec] = {
         "Drop a peer silent for this long (slaves send heartbeats, so busy ones stay). Default 60.",
         positive_float,
         "a positive number of seconds",
+    ),
+    "--mw-spin-us": _Spec(
+        "spin_us",
+        "MICROSECONDS",
+        "mwpy: how long a master with tasks out, or a slave that just answered, polls before it sleeps "
+        "(only while recent waits were that short); 0 never. Default 200.",
+        _non_negative_int,
+        "a non-negative integer",
     ),
     "--mw-audit-file": _Spec(
         "audit_file", "FILE", "Append the [A] audit trail here instead of stdout.", _non_empty, "a file name"

@@ -224,6 +224,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
             max_frame=options.max_read_buffer_size,
             timeout=options.client_timeout,
             patience=0.0 if stale else max(0.0, options.connect_timeout - waited),
+            spin_us=options.spin_us,
         )
     except SlaveExit as exc:
         if stale:

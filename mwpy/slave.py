@@ -48,6 +48,7 @@ from mwpy.audit import Audit
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
 from mwpy.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.session import HandshakeReply, SlaveSession, SlaveState
+from mwpy.spin import DEFAULT_SPIN_US, Spinner
 from mwpy.task import registry
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
@@ -110,7 +111,15 @@ class SlaveStatus:
 class Slave:
     """A connected slave: the object a slave algorithm receives."""
 
-    def __init__(self, sock: socket.socket, session: SlaveSession, welcome: protocol.Welcome, audit: Audit) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        session: SlaveSession,
+        welcome: protocol.Welcome,
+        audit: Audit,
+        *,
+        spin_us: int = DEFAULT_SPIN_US,
+    ) -> None:
         self._sock = sock
         self._session = session  # may already hold frames sent right after Welcome
         self._audit = audit
@@ -134,6 +143,7 @@ class Slave:
         self._watchdog: threading.Thread | None = None
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
+        self._spinner = Spinner(spin_us)
         # One lock for reads and writes: the heartbeat thread writes while the main thread
         # reads, and an SSL object must not be used by two threads at once.
         self._io_lock = threading.Lock()
@@ -403,10 +413,9 @@ class Slave:
         """Read whatever the master sent; block up to ``timeout`` first if ``wait``."""
         if self._lost is not None or self._shutdown is not None:
             return
-        if wait:  # poll returns at once if something is waiting: no need to ask twice
-            ready = self._tls_pending() or bool(self._poller.poll(None if timeout is None else int(timeout * 1000)))
-        else:
-            ready = self._readable()
+        # Waiting, the next task may be microseconds away: the spinner polls a moment before sleeping
+        # (mwpy/spin.py); poll returns at once if something is waiting, so there is no need to ask twice.
+        ready = self._tls_pending() or bool(self._spinner.wait(self._poll, timeout)) if wait else self._readable()
         if self._evicted is not None:  # the soft-kill signal (it also woke the poll): leave instead of reading
             self._leave()
             return
@@ -427,6 +436,9 @@ class Slave:
                 return
             # A short read of a plain socket took all the kernel had: asking poll again would only say no.
             ready = (size == _RECV_SIZE or isinstance(self._sock, ssl.SSLSocket)) and self._readable()
+
+    def _poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        return self._poller.poll(None if timeout is None else int(timeout * 1000))
 
     def _tls_pending(self) -> bool:
         """TLS holds decrypted bytes the kernel does not know of (poll will not report them)."""
@@ -541,7 +553,15 @@ def _output_size(streams: tuple[str, str] | None) -> int:
     return 0 if streams is None else 4 * (len(streams[0]) + len(streams[1])) + 16  # UTF-8: at most 4 bytes a char
 
 
-def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float, patience: float) -> Slave:
+def connect(
+    endpoint: Endpoint,
+    *,
+    audit: Audit,
+    max_frame: int,
+    timeout: float,
+    patience: float,
+    spin_us: int = DEFAULT_SPIN_US,
+) -> Slave:
     """Connect and authenticate; keep trying for ``patience`` seconds while nobody answers."""
     address = f"{endpoint.host}:{endpoint.port}"
     deadline = time.monotonic() + patience
@@ -558,7 +578,7 @@ def connect(endpoint: Endpoint, *, audit: Audit, max_frame: int, timeout: float,
     try:
         if endpoint.tls_fingerprint is not None:
             sock = _start_tls(sock, endpoint.tls_fingerprint, address)
-        slave = _handshake(sock, endpoint, audit, max_frame, address)
+        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us)
     except BaseException:
         sock.close()
         raise
@@ -578,7 +598,9 @@ def _start_tls(sock: socket.socket, fingerprint: str, address: str) -> ssl.SSLSo
     return tls
 
 
-def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str) -> Slave:
+def _handshake(
+    sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str, *, spin_us: int
+) -> Slave:
     """Run the slave's side of the handshake over a blocking socket (in timeout mode)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -603,7 +625,7 @@ def _handshake(sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame:
     audit(f"MASTER <- CONNECTED TO {address} FROM {local}")
     audit(f"MASTER -> ID {welcome.slave_id}")
     audit.flush()
-    return Slave(sock, session, welcome, audit)
+    return Slave(sock, session, welcome, audit, spin_us=spin_us)
 
 
 def _read_some(sock: socket.socket, session: SlaveSession, address: str) -> bytes:

@@ -38,6 +38,7 @@ def test_the_mw_help_text_is_the_reviewed_one() -> None:
 def test_defaults_are_the_documented_ones() -> None:
     options = opts()
     assert options.client_timeout == 60.0
+    assert options.spin_us == 200
     assert options.resource_file_update_interval == 300.0
     assert (options.slave_task_group, options.slave_result_group, options.slave_window) == (0, 64, 0)
     assert (options.task_attempts, options.slave_max_failures) == (1, 5)  # 1: issue 9, no retry unless asked
@@ -65,6 +66,8 @@ def test_both_forms_are_taken_and_other_arguments_keep_their_order() -> None:
         ("--mw-slave-task-group", "1", 1),
         ("--mw-slave-result-group", "2", 2),
         ("--mw-slave-window", "0", 0),
+        ("--mw-spin-us", "0", 0),
+        ("--mw-spin-us", "50", 50),
         ("--mw-task-attempts", "1", 1),
         ("--mw-slave-max-failures", "0", 0),
         ("--mw-tls-fingerprint", ":".join(["AB"] * 32), FINGERPRINT),
@@ -103,6 +106,8 @@ def test_each_option_takes_its_values(option: str, good: str, value: object) -> 
         ("--mw-slave-task-group", "-1", "a non-negative integer"),
         ("--mw-slave-result-group", "0", "a positive integer"),
         ("--mw-slave-window", "-1", "a non-negative integer"),
+        ("--mw-spin-us", "-1", "a non-negative integer"),
+        ("--mw-spin-us", "0.5", "a non-negative integer"),
         ("--mw-member-id", "", "a non-empty string"),
         ("--mw-slave-executable", "", "a path"),
         ("--mw-slave-file", "", "a path"),
