@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator, Sized
 from types import TracebackType
 from typing import Any, cast
 
@@ -428,7 +428,7 @@ class Master:
         window: int = 10_000,
         key: Callable[..., str] | None = None,
         **kwargs: Any,
-    ) -> Iterator[Result]:
+    ) -> Generator[Result, None, None]:
         """Run ``algorithm`` over the zipped ``iterables``; yield each Result as it arrives.
 
         Input is consumed lazily, keeping at most ``window`` tasks in the
@@ -452,7 +452,7 @@ class Master:
         key: Callable[..., str] | None = None,
         chunksize: int = 1,
         **kwargs: Any,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
         A task that raised makes the iterator raise that exception, as itself
@@ -475,7 +475,7 @@ class Master:
             raise ConfigurationError("key names one call's task: it cannot be given with chunksize > 1")
         chunks = _chunks(algorithm, each, chunksize, kwargs)
         calls = _Calls(_map_chunk, algorithm.policy, chunks, None if size is None else -(-size // chunksize))
-        return itertools.chain.from_iterable(_in_order(self._stream(calls, window)))
+        return _flattened(_in_order(self._stream(calls, window)))
 
     def _stream(self, calls: _Calls, window: int) -> Iterator[tuple[int, Result]]:
         """Submit ``calls`` lazily, at most ``window`` outstanding; yield (input position, result)."""
@@ -666,7 +666,7 @@ def _check_algorithm(form: str, algorithm: object) -> TaskAlgorithm[Any, Any]:
     return algorithm
 
 
-def _as_they_come(stream: Iterator[tuple[int, Result]]) -> Iterator[Result]:
+def _as_they_come(stream: Iterator[tuple[int, Result]]) -> Generator[Result, None, None]:
     try:
         for _, result in stream:
             yield result
@@ -703,7 +703,7 @@ def _map_chunk(name: str, chunk: list[tuple[Any, ...]], kwargs: dict[str, Any]) 
     return [fn(*args, **kwargs) for args in chunk]
 
 
-def _in_order(stream: Iterator[tuple[int, Result]]) -> Iterator[Any]:
+def _in_order(stream: Iterator[tuple[int, Result]]) -> Generator[Any, None, None]:
     """Values of (position, result) pairs in input order; a failure raises the task's exception."""
     early: dict[int, Result] = {}
     next_index = 0
@@ -720,6 +720,18 @@ def _in_order(stream: Iterator[tuple[int, Result]]) -> Iterator[Any]:
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # cancels what has not started
+
+
+def _flattened(chunks: Iterator[list[Any]]) -> Generator[Any, None, None]:
+    """The values of ``mw.map(..., chunksize=n)``'s chunks, one by one; closing this closes ``chunks`` (which
+    cancels what has not started), as ``itertools.chain`` would not."""
+    try:
+        for values in chunks:
+            yield from values
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _put(queue: deque[tuple[int, Result]], live: set[int], index: int, result: Result) -> None:

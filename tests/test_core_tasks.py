@@ -333,13 +333,25 @@ def test_breaking_out_of_as_completed_cancels_what_has_not_started(tmp_path: Pat
         assert mw.results() == []
 
 
+def test_closing_a_chunked_map_cancels_the_chunks_not_started(tmp_path: Path) -> None:
+    with local_master(WORKLOAD, tmp_path, "--mw-slave-window", "1") as lm:
+        lm.start_slave()
+        mw = lm.mw
+        values = mw.map(nap, [0.0] * 2000, range(2000), chunksize=10, window=100)
+        assert next(values) == 0
+        values.close()  # kept referenced: only an explicit close can cancel (as with the generator of chunksize 1)
+        lm.drive_until(lambda: mw.pending_tasks() == 0, "the rest to be dropped", timeout=60)
+        assert mw._sched.cancelled_total >= 90  # chunks, each 10 calls: at most a few still ran
+        assert mw.results() == []
+
+
 def test_breaking_out_of_map_pulls_back_what_waits_in_a_slave_s_window(tmp_path: Path) -> None:
     with local_master(WORKLOAD, tmp_path, "--mw-slave-window", "50") as lm:
         lm.start_slave()
         mw = lm.mw
         values = mw.map(nap, [0.05] * 200, range(200), window=100)
         assert next(values) == 0
-        values.close()  # type: ignore[attr-defined]  # the slave holds up to 50 of them: asked back, never run
+        values.close()  # the slave holds up to 50 of them: asked back, never run
         lm.drive_until(lambda: mw.pending_tasks() == 0, "the rest to be dropped or given back", timeout=60)
         assert mw._sched.done_total < 20  # most of the window came back unrun
         assert mw._sched.cancelled_total > 80  # of the 100 submitted (map keeps at most window=100)
