@@ -49,13 +49,15 @@ import functools
 import itertools
 import logging
 import os
+import pickle
 import secrets
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import types
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -69,6 +71,7 @@ from mwpy.errors import BackendError, ConfigurationError, SlavesFailError
 from mwpy.failing_slaves import SetupFailures
 from mwpy.master import Master, encode_task
 from mwpy.options import Options, parse
+from mwpy.protocol import PICKLE_PROTOCOL
 from mwpy.task import (
     DEFAULT_POLICY,
     LightFuture,
@@ -97,6 +100,8 @@ UPDATE_INTERVAL = 1.0
 JOB_LOOK_INTERVAL = 1.0
 #: Seconds shutdown keeps removing slave jobs until the back end lists none.
 JOBS_GONE_TIMEOUT = 30.0
+#: Submissions ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
+SUBMIT_BATCH = 1024
 
 _numbers = itertools.count()
 log = logging.getLogger(__name__)
@@ -105,6 +110,27 @@ log = logging.getLogger(__name__)
 @task(name="mwpy.call")
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The task an undecorated function travels in: the function itself is pickled by reference."""
+    return fn(*args, **kwargs)
+
+
+#: Functions a slave has unpickled, by their pickled reference (a module-level function pickles as its name).
+_functions: dict[bytes, Callable[..., Any]] = {}
+#: At most this many are kept (a program has few functions; a bound keeps a pathological one finite).
+FUNCTIONS_KEPT = 1024
+
+
+@task(name="mwpy.call_function")
+def _call_function(reference: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The task a module-level function travels in: pickled once by the executor, looked up once per slave.
+
+    Pickling the function for every call, and finding it again on the slave,
+    cost about 2 µs of a no-op task's 13.
+    """
+    fn = _functions.get(reference)
+    if fn is None:
+        if len(_functions) >= FUNCTIONS_KEPT:
+            _functions.clear()
+        fn = _functions[reference] = pickle.loads(reference)
     return fn(*args, **kwargs)
 
 
@@ -226,6 +252,7 @@ class Executor(concurrent.futures.Executor):
             daemon=True,
         )
         self._lock = threading.Lock()
+        self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
         self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once
         self._cancelled: list[int] = []  # tasks of cancelled futures, which may sit in a slave's window
         self._waiting: set[_Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
@@ -247,21 +274,41 @@ class Executor(concurrent.futures.Executor):
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         name, payload = self._encode(fn, args, kwargs)
-        policy = fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY  # @mwpy.task(retries=...) holds
         future: _Future[R] = _Future(self)
+        self._hand_over([(future, name, payload, _policy_of(fn))])
+        return future
+
+    def _hand_over(self, submissions: list[_Submission]) -> None:
+        """Queue ``submissions`` for the engine's thread; wake it if its queue was empty."""
         with self._lock:
             if self._broken is not None:
                 raise concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {self._broken}")
             if self._closing:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            self._waiting.add(future)
+            self._waiting.update(submission[0] for submission in submissions)
             # The engine's thread takes the whole list under this lock before it waits: only the first
             # submission after that must wake it (a system call per submit was a fifth of its cost).
             wake = not self._incoming
-            self._incoming.append((future, name, payload, policy))
+            self._incoming += submissions
         if wake:
             self._master._engine.wake()
-        return future
+
+    def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]]) -> list[_Future[R]]:
+        """``map``'s submissions: a future per call, handed over ``SUBMIT_BATCH`` at a time (one lock, one wake)."""
+        policy = _policy_of(fn)
+        futures: list[_Future[R]] = []
+        batch: list[_Submission] = []
+        for args in calls:
+            name, payload = self._encode(fn, args, {})
+            future: _Future[R] = _Future(self)
+            futures.append(future)
+            batch.append((future, name, payload, policy))
+            if len(batch) == SUBMIT_BATCH:
+                self._hand_over(batch)
+                batch = []
+        if batch:
+            self._hand_over(batch)
+        return futures
 
     def map(
         self,
@@ -281,7 +328,8 @@ class Executor(concurrent.futures.Executor):
         if kwargs:
             fn = functools.partial(_unwrap(fn), **kwargs)
         if chunksize == 1:
-            return super().map(fn, *iterables, timeout=timeout)
+            end = None if timeout is None else time.monotonic() + timeout
+            return _in_order(self._submit_each(fn, zip(*iterables, strict=False)), end)
         chunks = _chunks(zip(*iterables, strict=False), chunksize)
         results = super().map(_call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
         return itertools.chain.from_iterable(results)
@@ -412,6 +460,9 @@ class Executor(concurrent.futures.Executor):
     def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes]:
         """The task name and pickled arguments for ``fn(*args, **kwargs)``, checked here."""
         limit = self._options.max_write_buffer_size
+        if type(fn) is types.FunctionType:  # the common case: pickled by reference once (_call_function)
+            reference = self._references.get(fn) or self._reference(fn)
+            return _call_function.name, encode_task(_call_function, (reference, args, kwargs), {}, limit)
         if isinstance(fn, TaskAlgorithm):
             _check_travels(fn.fn)
             return fn.name, encode_task(fn, args, kwargs, limit)
@@ -422,6 +473,42 @@ class Executor(concurrent.futures.Executor):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
         _check_travels(fn)
         return _call.name, encode_task(_call, (fn, args, kwargs), {}, limit)
+
+    def _reference(self, fn: types.FunctionType) -> bytes:
+        """``fn`` pickled (by reference), kept for its next calls; refused with the fix if slaves cannot find it."""
+        _check_travels(fn)
+        try:
+            reference = pickle.dumps(fn, PICKLE_PROTOCOL)
+        except Exception as exc:
+            raise TypeError(f"cannot send the function {fn.__qualname__} to slaves: {exc}") from exc
+        if len(self._references) >= FUNCTIONS_KEPT:
+            self._references.clear()
+        self._references[fn] = reference
+        return reference
+
+
+def _policy_of(fn: Callable[..., Any]) -> Policy:
+    """The policy a submitted function runs under: a task algorithm's own (``@mwpy.task(retries=...)``)."""
+    return fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY
+
+
+def _in_order(futures: list[_Future[R]], end: float | None) -> Generator[R, None, None]:
+    """``Executor.map``'s values, in input order, by ``end`` (monotonic) if given; closing it cancels the rest.
+
+    What ``concurrent.futures.Executor.map`` returns, over futures made by :meth:`Executor._submit_each`.
+    """
+    futures.reverse()
+    try:
+        while futures:
+            future = futures.pop()
+            try:
+                value = future.result(None if end is None else end - time.monotonic())
+            finally:
+                future.cancel()  # a no-op once done; after a timeout, this one goes too
+            yield value
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -518,6 +605,6 @@ def _script() -> str:
     return os.path.abspath(path)
 
 
-#: Names of the two built-in task algorithms, for tests.
-BUILTIN_TASKS = (_call.name, _call_chunk.name)
+#: Names of the built-in task algorithms, for tests.
+BUILTIN_TASKS = (_call.name, _call_function.name, _call_chunk.name)
 assert all(name in registry for name in BUILTIN_TASKS)
