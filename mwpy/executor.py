@@ -527,10 +527,7 @@ class _ByName:
     name: str
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        algorithm = registry.get(self.name)
-        if algorithm is None:
-            raise LookupError(f"this program has no task algorithm named {self.name!r}")
-        return algorithm.fn(*args, **kwargs)
+        return registry.require(self.name).fn(*args, **kwargs)
 
 
 def _check_travels(fn: Callable[..., Any]) -> None:

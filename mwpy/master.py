@@ -696,10 +696,7 @@ def _chunks(
 @task(name="mwpy.map_chunk")
 def _map_chunk(name: str, chunk: list[tuple[Any, ...]], kwargs: dict[str, Any]) -> list[Any]:
     """One task of ``mw.map(..., chunksize=n)`` on a slave: the task algorithm ``name`` over n argument tuples."""
-    algorithm = registry.get(name)
-    if algorithm is None:
-        raise LookupError(f"this program has no task algorithm named {name!r}")
-    fn = algorithm.fn
+    fn = registry.require(name).fn
     return [fn(*args, **kwargs) for args in chunk]
 
 

@@ -296,9 +296,7 @@ class Slave:
         task_id, name, blob = item
         started = time.perf_counter()
         try:
-            algorithm = registry.get(name)
-            if algorithm is None:
-                raise LookupError(f"this program has no task algorithm named {name!r}")
+            algorithm = registry.require(name)
             args, kwargs = pickle.loads(blob)
             printed, warned = _Capture(), _Capture()
             # sys.stdout/stderr swapped by hand: contextlib.redirect_* cost 2 µs a task, a no-op task's whole run.

@@ -647,6 +647,13 @@ class Registry:
         """The algorithm called ``name``, if any."""
         return self._by_name.get(name)
 
+    def require(self, name: str) -> TaskAlgorithm[Any, Any]:
+        """The algorithm called ``name``; LookupError, naming it, on a slave whose program has none."""
+        algorithm = self._by_name.get(name)
+        if algorithm is None:
+            raise LookupError(f"this program has no task algorithm named {name!r}")
+        return algorithm
+
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
