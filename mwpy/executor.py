@@ -69,7 +69,7 @@ from mwpy.audit import Audit
 from mwpy.engine import TICK
 from mwpy.errors import BackendError, ConfigurationError, SlavesFailError
 from mwpy.failing_slaves import SetupFailures
-from mwpy.master import Master, encode_task
+from mwpy.master import Master, chunked, encode_task
 from mwpy.options import Options, parse
 from mwpy.protocol import PICKLE_PROTOCOL
 from mwpy.task import (
@@ -330,7 +330,7 @@ class Executor(concurrent.futures.Executor):
         if chunksize == 1:
             end = None if timeout is None else time.monotonic() + timeout
             return _in_order(self._submit_each(fn, zip(*iterables, strict=False)), end)
-        chunks = _chunks(zip(*iterables, strict=False), chunksize)
+        chunks = chunked(zip(*iterables, strict=False), chunksize)
         results = super().map(_call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
         return itertools.chain.from_iterable(results)
 
@@ -544,11 +544,6 @@ def _check_travels(fn: Callable[..., Any]) -> None:
             f"{qualname} is not defined at the top level of a module, so slaves cannot find it; "
             "define it with def at module level (as ProcessPoolExecutor requires)"
         )
-
-
-def _chunks(items: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
 
 
 def _unrunnable_result(task_id: int, algorithm: str) -> Result:

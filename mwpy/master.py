@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sized
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -55,6 +55,8 @@ from mwpy.task import (
 )
 
 __all__ = ["BUNDLE_NAME", "DEFAULT_BUNDLE_PYTHON", "LoopEvents", "Master"]
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -477,13 +479,13 @@ class Master:
         calls = _Calls(_map_chunk, algorithm.policy, chunks, None if size is None else -(-size // chunksize))
         return _flattened(_in_order(self._stream(calls, window)))
 
-    def _stream(self, calls: _Calls, window: int) -> Iterator[tuple[int, Result]]:
+    def _stream(self, calls: _Calls, window: int) -> Generator[tuple[int, Result], None, None]:
         """Submit ``calls`` lazily, at most ``window`` outstanding; yield (input position, result)."""
         if window < 1:
             raise ConfigurationError("window must be at least 1")
         return self._streaming(calls, window)
 
-    def _streaming(self, calls: _Calls, window: int) -> Iterator[tuple[int, Result]]:
+    def _streaming(self, calls: _Calls, window: int) -> Generator[tuple[int, Result], None, None]:
         algorithm, base, key, kwargs = calls.algorithm, calls.policy, calls.key, calls.kwargs
         arrived: deque[tuple[int, Result]] = deque()
         items = enumerate(calls.each)
@@ -666,14 +668,12 @@ def _check_algorithm(form: str, algorithm: object) -> TaskAlgorithm[Any, Any]:
     return algorithm
 
 
-def _as_they_come(stream: Iterator[tuple[int, Result]]) -> Generator[Result, None, None]:
+def _as_they_come(stream: Generator[tuple[int, Result], None, None]) -> Generator[Result, None, None]:
     try:
         for _, result in stream:
             yield result
     finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()  # cancels what has not started
+        stream.close()  # cancels what has not started
 
 
 def _known_length(iterables: tuple[Iterable[Any], ...]) -> int | None:
@@ -683,11 +683,17 @@ def _known_length(iterables: tuple[Iterable[Any], ...]) -> int | None:
     return min(len(cast(Sized, i)) for i in iterables)
 
 
+def chunked(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last may be shorter): ``mw.map``'s and ``Executor.map``'s chunks."""
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
 def _chunks(
     algorithm: TaskAlgorithm[..., Any], calls: Iterator[tuple[Any, ...]], size: int, kwargs: dict[str, Any]
 ) -> Iterator[tuple[str, list[tuple[Any, ...]], dict[str, Any]]]:
     """``mw.map(..., chunksize=size)``: the arguments of :func:`_map_chunk`, each call's checked at the call site."""
-    while chunk := list(itertools.islice(calls, size)):
+    for chunk in chunked(calls, size):
         for args in chunk:
             algorithm.check_arguments(args, kwargs)
         yield algorithm.name, chunk, kwargs
@@ -700,7 +706,7 @@ def _map_chunk(name: str, chunk: list[tuple[Any, ...]], kwargs: dict[str, Any]) 
     return [fn(*args, **kwargs) for args in chunk]
 
 
-def _in_order(stream: Iterator[tuple[int, Result]]) -> Generator[Any, None, None]:
+def _in_order(stream: Generator[tuple[int, Result], None, None]) -> Generator[Any, None, None]:
     """Values of (position, result) pairs in input order; a failure raises the task's exception."""
     early: dict[int, Result] = {}
     next_index = 0
@@ -714,21 +720,17 @@ def _in_order(stream: Iterator[tuple[int, Result]]) -> Generator[Any, None, None
                     raise task_exception(ready)
                 yield ready.value
     finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()  # cancels what has not started
+        stream.close()  # cancels what has not started
 
 
-def _flattened(chunks: Iterator[list[Any]]) -> Generator[Any, None, None]:
+def _flattened(chunks: Generator[list[Any], None, None]) -> Generator[Any, None, None]:
     """The values of ``mw.map(..., chunksize=n)``'s chunks, one by one; closing this closes ``chunks`` (which
     cancels what has not started), as ``itertools.chain`` would not."""
     try:
         for values in chunks:
             yield from values
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        chunks.close()
 
 
 def _put(queue: deque[tuple[int, Result]], live: set[int], index: int, result: Result) -> None:
