@@ -188,6 +188,8 @@ class Engine:
         _raise_file_limit()
         self._selector = selectors.DefaultSelector()
         self._spinner = Spinner(options.spin_us)
+        #: The address the master listens on: its --mw-master-host, or "" for every interface.
+        self.bind = options.master_host or ""
         self._listener = self._listen()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         # Another thread (mwpy.Executor's submitters) can cut a select short through this pair.
@@ -250,7 +252,7 @@ class Engine:
     # ------------------------------------------------------------------ network
 
     def _listen(self) -> socket.socket:
-        host = self._options.master_host or ""
+        host = self.bind
         port = self._options.master_port or 0
         try:
             sock = socket.create_server((host, port), backlog=1024)

@@ -127,6 +127,8 @@ class Master:
             raise
         self.host = self._engine.host
         self.port = self._engine.port
+        #: The address it listens on ("" for every interface): a service beside the master listens alike.
+        self.bind = self._engine.bind
         try:
             self._publisher = Publisher(
                 options,

@@ -26,7 +26,6 @@ import functools
 import hashlib
 import json
 import secrets
-import socket
 import time
 from collections.abc import Iterator
 from typing import IO, Any
@@ -278,9 +277,7 @@ def main(mw: Master, argv: list[str]) -> int:
         return USAGE
     for note in description.notes():
         print(f"mwpy jobs: note: {note}", file=sys.stderr)
-    # The master's own listening rule: its --mw-master-host's address when it names one, else every interface.
-    bind = "" if mw.host == socket.gethostname() else mw.host
-    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=bind)
+    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=mw.bind)  # where the master listens
     status = None if me.resource_file is None else status_path(me.resource_file)
     summary = _Summary(args.summary, description.total, status)
     started = time.time()
