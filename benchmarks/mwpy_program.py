@@ -62,14 +62,16 @@ def run_tasks(mw: mwpy.Master, first: int, count: int, target: int) -> None:
                 raise RuntimeError(f"task failed: {result.error.type}: {result.error.message}")
             total += result.value
             received += 1
-    expected = count * first + count * (count - 1) // 2
-    if total != expected:
-        raise RuntimeError(f"wrong results: sum {total}, expected {expected}")
+    check_sum(total, first, count)
 
 
 def map_chunks(mw: mwpy.Master, first: int, count: int, chunksize: int) -> None:
     """``mw.map(echo, ..., chunksize=n)`` over ``count`` calls, as ``ProcessPoolExecutor.map`` is measured."""
-    total = sum(mw.map(echo, range(first, first + count), chunksize=chunksize))
+    check_sum(sum(mw.map(echo, range(first, first + count), chunksize=chunksize)), first, count)
+
+
+def check_sum(total: int, first: int, count: int) -> None:
+    """Every echo of ``first .. first + count - 1`` came back: their sum is right."""
     expected = count * first + count * (count - 1) // 2
     if total != expected:
         raise RuntimeError(f"wrong results: sum {total}, expected {expected}")
