@@ -40,6 +40,7 @@ from mwpy.errors import ConfigurationError, ProtocolError
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
+#: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
 PROTOCOL_VERSION = 4
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
