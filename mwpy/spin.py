@@ -5,8 +5,8 @@ in ``poll``/``epoll``. On this project's machines (virtual CPUs) a process
 woken that way spends about three times longer in its own Python code than
 the same code run hot, and the round trip was 3.1 times a bare pickle echo.
 Polling without sleeping for a moment first — as MPI libraries spin before
-they block — brought it to about twice the echo (docs/performance.md,
-"Spinning"). The cost is CPU burnt while nothing comes, so the spin is
+they block — brought it to about twice the echo (docs/performance.md, "Issue 13 at
+a3be26d"). The cost is CPU burnt while nothing comes, so the spin is
 adaptive, like glibc's adaptive mutexes: it is tried only while waits have
 recently ended within the spin time, and one spin that found nothing turns
 it off until a sleep again ends that soon. Waits of a task seconds long, or
