@@ -9,11 +9,14 @@ the schedd must hold no job of the computation.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,27 @@ def user_python() -> list[str]:
     return [str(system)]
 
 
+@contextlib.contextmanager
+def traversable(*paths: Path) -> Iterator[None]:
+    """Let other users pass through the folders leading to ``paths`` while the pool's user runs this checkout.
+
+    A fresh clone may sit in a folder only its owner can enter (``mktemp -d`` makes it 0700); the
+    search permission (no listing) is added only where it lacks, and taken back afterwards.
+    """
+    added: dict[Path, int] = {}
+    for path in paths:
+        for folder in [path, *path.parents]:
+            mode = stat.S_IMODE(folder.stat().st_mode)
+            if folder not in added and not mode & stat.S_IXOTH:
+                folder.chmod(mode | stat.S_IXOTH)
+                added[folder] = mode
+    try:
+        yield
+    finally:
+        for folder, mode in added.items():
+            folder.chmod(mode)
+
+
 def run_script(
     pool: Pool, workdir: Path, name: str, *args: str, timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
@@ -62,19 +86,21 @@ def run_script(
     shutil.copy(PROGRAMS / name, workdir / name)
     pool.give(workdir / name)
     env = as_pool_user(pool, workdir)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])
-    return subprocess.run(
-        [*user_python(), name, *args],
-        cwd=workdir,
-        env=env,
-        user=pool.facts["uid"],
-        group=pool.facts["gid"],
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    site = Path(sysconfig.get_paths()["purelib"])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(site)])
+    with traversable(ROOT, site):
+        return subprocess.run(
+            [*user_python(), name, *args],
+            cwd=workdir,
+            env=env,
+            user=pool.facts["uid"],
+            group=pool.facts["gid"],
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_leaves_no_job(
