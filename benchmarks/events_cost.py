@@ -20,7 +20,7 @@ import timeit
 from collections.abc import Sequence
 from pathlib import Path
 
-from mwpy.events import EventWriter
+from mwpy.observe.events import EventWriter
 
 TASKS = 1_000_000
 SLAVES = 8

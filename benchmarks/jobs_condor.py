@@ -35,7 +35,7 @@ from typing import Any
 
 from benchmarks.common import REPO, BenchError, Spread
 from benchmarks.condor import PoolQueue, pool_description, pool_down
-from mwpy.filestore import sha256_of
+from mwpy.net.filestore import sha256_of
 
 SUBMIT = REPO / "submit"
 JOB = """#!/bin/sh

@@ -8,7 +8,7 @@ answers every Tasks frame with Results frames (grouped by the Welcome's
 result group, values really unpickled and pickled), sends heartbeats at the
 Welcome's interval and hangs up on Shutdown. The master cannot tell these
 from real slaves, so the master's real server path is what is measured. The
-conversation itself is ``mwpy.session.SlaveSession``'s, as in a real slave;
+conversation itself is ``mwpy.wire.session.SlaveSession``'s, as in a real slave;
 this module only multiplexes the sockets.
 
 Connections are opened without blocking, spread evenly over ``--arrival``
@@ -36,11 +36,12 @@ import sys
 import time
 from typing import Any
 
-from mwpy import protocol, resource_file
+from mwpy import resource_file
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError
-from mwpy.protocol import PICKLE_PROTOCOL, ResultItem
-from mwpy.session import HandshakeReply, SlaveSession, SlaveState
+from mwpy.wire import protocol
+from mwpy.wire.protocol import PICKLE_PROTOCOL, ResultItem
+from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
 _RECV_SIZE = 256 * 1024
 #: Every read lands here: ``recv(256 KiB)`` would mmap and munmap a fresh 256 KiB buffer per call.

@@ -29,8 +29,8 @@ from typing import Any
 import mwpy
 from benchmarks.common import peak_rss_mb
 from mwpy import options as mwpy_options
-from mwpy.audit import Audit
 from mwpy.master import Master
+from mwpy.observe.audit import Audit
 
 #: How long a foreman waits for its leaves, and the top master for its foremen.
 CONNECT_DEADLINE = 120.0

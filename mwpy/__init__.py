@@ -6,6 +6,7 @@ with ``mwpy.run()``; ``--mw-master`` or ``--mw-slave`` picks the role.
 """
 
 from mwpy._version import __version__
+from mwpy.core.scheduler import SlaveKind
 from mwpy.errors import (
     BackendError,
     ComputationFinishedError,
@@ -24,8 +25,6 @@ from mwpy.errors import (
 from mwpy.executor import Executor
 from mwpy.master import LoopEvents, Master
 from mwpy.program import exit_status, main, master, run, slave
-from mwpy.protocol import ExitCode
-from mwpy.scheduler import SlaveKind
 from mwpy.slave import Slave, SlaveStatus
 from mwpy.task import (
     Policy,
@@ -39,6 +38,7 @@ from mwpy.task import (
     TaskRaisedError,
     task,
 )
+from mwpy.wire.protocol import ExitCode
 
 __all__ = [
     "BackendError",

@@ -15,13 +15,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from mwpy import backends, bundle, resource_file
+from mwpy import backends, resource_file
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.options import positive_float, positive_int
-from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
+from mwpy.pool import bundle
+from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _local(options: argparse.Namespace) -> int:
-    from mwpy.local import run_local  # noqa: PLC0415 (rich, for its live view, is only needed here)
+    from mwpy.pool.local import run_local  # noqa: PLC0415 (rich, for its live view, is only needed here)
 
     return run_local(
         options.program,
@@ -177,7 +178,7 @@ def _bundle(options: argparse.Namespace) -> int:
 
 
 def _report(options: argparse.Namespace) -> int:
-    from mwpy import report  # noqa: PLC0415 (plotly is heavy and optional)
+    from mwpy.observe import report  # noqa: PLC0415 (plotly is heavy and optional)
 
     return report.main([options.events, "-o", options.output])
 
@@ -185,7 +186,7 @@ def _report(options: argparse.Namespace) -> int:
 def _status_command(options: argparse.Namespace) -> int:
     if not options.watch:
         return _status(options)
-    from mwpy.statusview import watch  # noqa: PLC0415 (rich is only needed here)
+    from mwpy.observe.statusview import watch  # noqa: PLC0415 (rich is only needed here)
 
     return watch(
         options.resource_file,

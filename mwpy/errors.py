@@ -27,8 +27,8 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
     ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
-    ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.filestore]
-    ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.filestore]
+    ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
+    ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
     └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)

@@ -15,7 +15,7 @@ How it is built, and why:
   that owns it. Users of ``concurrent.futures`` call ``future.result()`` from
   any thread, so the engine cannot be driven by whoever waits; it runs on its
   own and submitters hand it work through a thread-safe queue and a wake-up
-  socket (:meth:`mwpy.engine.Engine.wake`) that cuts its ``select`` short.
+  socket (:meth:`mwpy.net.engine.Engine.wake`) that cuts its ``select`` short.
 * Arguments are checked and pickled in ``submit()``, in the caller's thread:
   an argument that cannot travel raises there, as everywhere in mwpy.
 * With ``backend="condor"`` the script is shipped with the slave job and
@@ -24,7 +24,7 @@ How it is built, and why:
   otherwise; tests/test_condor_executor.py runs it on the test pool.
 * Slaves are started the way ``mwpy local`` (or the overseer) starts them: the
   master publishes a resource file in a private work folder and an
-  :class:`~mwpy.overseer.Overseer` with a back end (``local`` processes by
+  :class:`~mwpy.pool.overseer.Overseer` with a back end (``local`` processes by
   default, ``condor`` through htcondor2) runs in a thread and keeps the slave
   jobs matched to it, at most ``max_workers``. The slaves run
   ``mwpy/_spawn.py``, which loads the user's script as ``__mp_main__`` like
@@ -64,14 +64,14 @@ from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
-from mwpy import backends, logs
-from mwpy.audit import Audit
-from mwpy.engine import TICK
+from mwpy import backends
 from mwpy.errors import BackendError, ConfigurationError, SlavesFailError
-from mwpy.failing_slaves import SetupFailures
 from mwpy.master import Master, chunked, encode_task
+from mwpy.net.engine import TICK
+from mwpy.observe import logs
+from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse
-from mwpy.protocol import PICKLE_PROTOCOL
+from mwpy.pool.failing_slaves import SetupFailures
 from mwpy.task import (
     DEFAULT_POLICY,
     LightFuture,
@@ -83,6 +83,7 @@ from mwpy.task import (
     task,
     task_exception,
 )
+from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 __all__ = ["Executor"]
 
@@ -237,7 +238,7 @@ class Executor(concurrent.futures.Executor):
         self._backend = factory.create(str(resource), namespace)
         # Imported here, not at the top: mwpy/__init__ imports this module, and slaves (whose bundle ships
         # attrs and cattrs only) must be able to import mwpy without watchdog, which the overseer needs.
-        from mwpy.overseer import Limits, Overseer  # noqa: PLC0415
+        from mwpy.pool.overseer import Limits, Overseer  # noqa: PLC0415
 
         self._overseer = Overseer(
             resource, self._backend, Limits(max_jobs=max_workers, max_idle=max_workers, batch=max_workers),

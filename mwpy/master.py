@@ -3,10 +3,10 @@
 :class:`Master` is the user-facing API (docs: README.md) and nothing more. It
 composes three parts that each own one job:
 
-* :class:`mwpy.scheduler.Scheduler`: which task goes to which slave (no I/O);
-* :class:`mwpy.engine.Engine`: the selectors event loop and every slave
-  connection (each a sans-IO :class:`mwpy.session.MasterSession`);
-* :class:`mwpy.publish.Publisher`: the resource file, how to start a slave,
+* :class:`mwpy.core.scheduler.Scheduler`: which task goes to which slave (no I/O);
+* :class:`mwpy.net.engine.Engine`: the selectors event loop and every slave
+  connection (each a sans-IO :class:`mwpy.wire.session.MasterSession`);
+* :class:`mwpy.pool.publish.Publisher`: the resource file, how to start a slave,
   the slave bundle.
 
 A master is *current* while its algorithm runs, so that ``hello.submit(...)``
@@ -31,15 +31,15 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from mwpy import goodput, protocol
-from mwpy.audit import Audit
-from mwpy.engine import TICK, Engine, decode_result
+from mwpy.core.journal import Journal
+from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.errors import ComputationFinishedError, ConfigurationError
-from mwpy.events import EventWriter
-from mwpy.journal import Journal
+from mwpy.net.engine import TICK, Engine, decode_result
+from mwpy.observe import goodput
+from mwpy.observe.audit import Audit
+from mwpy.observe.events import EventWriter
 from mwpy.options import Options
-from mwpy.publish import BUNDLE_NAME, DEFAULT_BUNDLE_PYTHON, Publisher
-from mwpy.scheduler import Scheduler, SlaveKind
+from mwpy.pool.publish import BUNDLE_NAME, DEFAULT_BUNDLE_PYTHON, Publisher
 from mwpy.task import (
     Policy,
     Result,
@@ -53,6 +53,7 @@ from mwpy.task import (
     task_exception,
     use_master,
 )
+from mwpy.wire import protocol
 
 __all__ = ["BUNDLE_NAME", "DEFAULT_BUNDLE_PYTHON", "LoopEvents", "Master"]
 
@@ -596,7 +597,7 @@ INTERRUPTED = 130
 class _Observers:
     """The event log (``--mw-events``), its running goodput account and the metrics exporter, if asked for.
 
-    Both options feed one :class:`~mwpy.events.EventWriter` (without ``--mw-events`` it
+    Both options feed one :class:`~mwpy.observe.events.EventWriter` (without ``--mw-events`` it
     writes no file and only feeds the exporter). At the end the master prints
     the goodput summary of its run on stderr, Condor MW's end-of-run statistics.
     """
@@ -618,7 +619,7 @@ class _Observers:
             events.subscribers.append(accountant.add)
         exporter = None
         if options.metrics_port is not None:
-            from mwpy import metrics  # noqa: PLC0415 (prometheus_client only when asked for)
+            from mwpy.observe import metrics  # noqa: PLC0415 (prometheus_client only when asked for)
 
             try:
                 exporter = metrics.start(options.metrics_port)

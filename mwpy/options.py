@@ -15,9 +15,9 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
-from mwpy.logs import level_name
+from mwpy.net.spin import DEFAULT_SPIN_US
+from mwpy.observe.logs import level_name
 from mwpy.resource_file import ABANDON_AFTER
-from mwpy.spin import DEFAULT_SPIN_US
 
 Role = Literal["master", "slave"]
 

@@ -19,9 +19,8 @@ from typing import Any, NoReturn
 
 import attrs
 
-from mwpy import logs, resource_file, safe_files
+from mwpy import resource_file, safe_files
 from mwpy._version import __version__
-from mwpy.audit import Audit
 from mwpy.errors import (
     ConfigurationError,
     EventLogError,
@@ -32,9 +31,11 @@ from mwpy.errors import (
     UsageError,
 )
 from mwpy.master import Master
+from mwpy.observe import logs
+from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
-from mwpy.protocol import ExitCode
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
+from mwpy.wire.protocol import ExitCode
 
 MasterAlgorithm = Callable[[Master, list[str]], Any]
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]

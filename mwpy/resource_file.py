@@ -31,7 +31,7 @@ import cattrs
 
 from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
-from mwpy.protocol import CONDOR_JOB_ID
+from mwpy.wire.protocol import CONDOR_JOB_ID
 
 FORMAT = "mwpy-resource-file"
 VERSION = 1

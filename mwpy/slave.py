@@ -18,8 +18,8 @@ the master at once (``HandBack``) and the slave exits ``EVICTED`` (non-zero:
 a vacated job stays queued; a removed one leaves anyway).
 
 This module does socket I/O and runs tasks; which frame is legal when, and how
-a result is encoded, is :class:`mwpy.session.SlaveSession`'s and
-:mod:`mwpy.protocol`'s business.
+a result is encoded, is :class:`mwpy.wire.session.SlaveSession`'s and
+:mod:`mwpy.wire.protocol`'s business.
 """
 
 from __future__ import annotations
@@ -42,14 +42,15 @@ from typing import Any
 
 import attrs
 
-from mwpy import protocol, safe_files
+from mwpy import safe_files
 from mwpy._version import __version__
-from mwpy.audit import Audit
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
-from mwpy.protocol import ExitCode, ResultItem, TaskItem
-from mwpy.session import HandshakeReply, SlaveSession, SlaveState
-from mwpy.spin import DEFAULT_SPIN_US, Spinner
+from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
+from mwpy.observe.audit import Audit
 from mwpy.task import registry
+from mwpy.wire import protocol
+from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
+from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
@@ -412,7 +413,7 @@ class Slave:
         if self._lost is not None or self._shutdown is not None:
             return
         # Waiting, the next task may be microseconds away: the spinner polls a moment before sleeping
-        # (mwpy/spin.py); poll returns at once if something is waiting, so there is no need to ask twice.
+        # (mwpy/net/spin.py); poll returns at once if something is waiting, so there is no need to ask twice.
         ready = self._tls_pending() or bool(self._spinner.wait(self._poll, timeout)) if wait else self._readable()
         if self._evicted is not None:  # the soft-kill signal (it also woke the poll): leave instead of reading
             self._leave()

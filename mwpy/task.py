@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import attrs
 
 from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
-from mwpy.protocol import PICKLE_PROTOCOL
+from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
     from mwpy.master import Master

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyte
 import pytest
 
-from mwpy import events as ev
+from mwpy.observe import events as ev
 
 #: Every kind of event once, valid, in an order a master could write them.
 ONE_OF_EACH: list[ev.Event] = [

@@ -22,9 +22,9 @@ import attrs
 
 from mwpy import options as mwpy_options
 from mwpy import resource_file
-from mwpy.audit import Audit
 from mwpy.errors import ResourceFileError
 from mwpy.master import Master
+from mwpy.observe.audit import Audit
 from mwpy.resource_file import ResourceFile
 from mwpy.task import Result, Task
 

@@ -19,7 +19,7 @@ import attrs
 import pytest
 
 from mwpy import ExitCode, resource_file
-from mwpy.overseer import Limits, Overseer
+from mwpy.pool.overseer import Limits, Overseer
 from mwpy.resource_file import ResourceFile
 from tests.support import (
     PROGRAMS,

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "mwpy"
 #: Imports only for type annotations that docs/design.md explains (importer -> imported).
 EXPLAINED_TYPE_CHECKING = {("mwpy.task", "mwpy.master")}
 #: Pairs the restructuring of issue 8 removed on purpose; neither may come back.
-FORBIDDEN = {("mwpy.master", "mwpy.slave"), ("mwpy.protocol", "mwpy.task"), ("mwpy.engine", "mwpy.slave")}
+FORBIDDEN = {("mwpy.master", "mwpy.slave"), ("mwpy.wire.protocol", "mwpy.task"), ("mwpy.net.engine", "mwpy.slave")}
 
 
 def module_name(path: Path) -> str:

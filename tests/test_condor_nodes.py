@@ -22,7 +22,7 @@ import pytest
 
 from mwpy.backends import JobState
 from mwpy.backends.htcondor import CondorBackend
-from mwpy.overseer import Limits, Overseer, Verdict
+from mwpy.pool.overseer import Limits, Overseer, Verdict
 from tests.condor_support import (
     COMPLETED,
     HELD,

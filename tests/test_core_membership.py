@@ -11,8 +11,9 @@ import socket
 from pathlib import Path
 
 import mwpy
-from mwpy import ExitCode, protocol, resource_file
-from mwpy.protocol import FrameReader
+from mwpy import ExitCode, resource_file
+from mwpy.wire import protocol
+from mwpy.wire.protocol import FrameReader
 from tests.programs.workload import blob, size_of, square
 from tests.support import PROGRAMS, Proc, audit_lines, local_master, spawn_master, spawn_slave
 

@@ -1,6 +1,6 @@
 """The scheduler on its own (no I/O): slave groups, task policies, windows, and no task lost or doubled.
 
-These are fast unit tests of mwpy/scheduler.py; the same rules are exercised
+These are fast unit tests of mwpy/core/scheduler.py; the same rules are exercised
 with real processes in test_core_policies.py.
 """
 
@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mwpy.scheduler import MAX_WINDOW, Scheduler, SlaveKind
+from mwpy.core.scheduler import MAX_WINDOW, Scheduler, SlaveKind
 from mwpy.task import DEFAULT_POLICY, Policy, Task
 
 ORDERED, INTERMINGLE, UNORDERED = SlaveKind.ORDERED, SlaveKind.INTERMINGLE, SlaveKind.UNORDERED

@@ -11,8 +11,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mwpy import events as ev
 from mwpy.errors import EventLogError, MwpyError
+from mwpy.observe import events as ev
 from tests.obs_support import ONE_OF_EACH, write_log
 
 
@@ -192,10 +192,10 @@ def test_a_huge_line_is_refused_without_reading_it_all(tmp_path: Path, monkeypat
 
 
 def test_slaves_and_the_event_log_load_none_of_the_optional_extras() -> None:
-    """The slave bundle ships attrs and cattrs only (mwpy/bundle.py): what a slave or the writer imports must not
+    """The slave bundle ships attrs and cattrs only (mwpy/pool/bundle.py): what a slave or the writer imports must not
     pull in rich, plotly or prometheus_client."""
     probe = (
-        "import sys, mwpy, mwpy.slave, mwpy.events, mwpy.goodput, mwpy.metrics; "
+        "import sys, mwpy, mwpy.slave, mwpy.observe.events, mwpy.observe.goodput, mwpy.observe.metrics; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'rich', 'plotly', 'prometheus_client'}))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import events
-from mwpy.events import MasterStart, MasterStop, SlaveDisconnected, TaskFailed, TasksFinished
+from mwpy.observe import events
+from mwpy.observe.events import MasterStart, MasterStop, SlaveDisconnected, TaskFailed, TasksFinished
 from tests.support import PROGRAMS, free_port, mwpy_command, wait_until
 
 KINDS_PROGRAM = PROGRAMS / "event_kinds.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mwpy import events as ev
-from mwpy import goodput
+from mwpy.observe import events as ev
+from mwpy.observe import goodput
 from tests.obs_support import finished, known_run, write_log
 
 

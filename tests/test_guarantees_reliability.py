@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import ExitCode, protocol, resource_file
+from mwpy import ExitCode, resource_file
+from mwpy.wire import protocol
 from tests.programs import trust_net
 from tests.programs.guarantees import BROKEN, attempts, gated_or_broken, hold_until_released, ordered_fail, undecodable
 from tests.support import PROGRAMS, LocalMaster, Proc, local_master, spawn_master, wait_until

@@ -25,8 +25,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from mwpy import ExitCode, protocol, resource_file
-from mwpy.protocol import FrameReader
+from mwpy import ExitCode, resource_file
+from mwpy.wire import protocol
+from mwpy.wire.protocol import FrameReader
 from tests.programs import trust_net
 from tests.programs.trust_net import Proxy, Session, authenticate, challenged, hung_up, local_port, read_frame
 from tests.programs.trust_stream import expected

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import filestore, protocol
-from mwpy.filestore import Destination, FileClient, FileServer, FileServiceError
 from mwpy.jobs.command import PROGRAM
+from mwpy.net import filestore
+from mwpy.net.filestore import Destination, FileClient, FileServer, FileServiceError
+from mwpy.wire import protocol
 from tests.support import PROGRAMS, spawn_master, spawn_slave
 
 HOSTILE = PROGRAMS / "jobs" / "hostile_slave.py"

@@ -15,9 +15,9 @@ import tracemalloc
 from collections import deque
 from pathlib import Path
 
-from mwpy import filestore
 from mwpy.jobs import program
 from mwpy.jobs.description import SubmitDescription
+from mwpy.net import filestore
 
 
 def _held(folder: Path, count: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mwpy import ExitCode
-from mwpy.journal import Journal
+from mwpy.core.journal import Journal
 from tests.programs.trust_journal import executions
 from tests.support import PROGRAMS, Proc, run_program, spawn_master, spawn_slave, wait_until
 

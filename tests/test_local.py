@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from mwpy.failing_slaves import SETUP_FAILURE_LIMIT
+from mwpy.pool.failing_slaves import SETUP_FAILURE_LIMIT
 from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import mwpy
-from mwpy import logs
+from mwpy.observe import logs
 from tests.support import EXAMPLES, PYTHON
 
 
@@ -59,7 +59,7 @@ def test_mwpy_log_level_shows_the_executor_and_the_engine_at_work(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
     assert "mwpy.executor INFO: executor" in done.stderr
-    assert "mwpy.engine INFO: slave-0 connected" in done.stderr
+    assert "mwpy.net.engine INFO: slave-0 connected" in done.stderr
     assert "[A]" not in done.stderr  # the audit trail is its own thing
 
 

@@ -12,9 +12,9 @@ import attrs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mwpy import events as ev
-from mwpy import metrics
 from mwpy.errors import ConfigurationError
+from mwpy.observe import events as ev
+from mwpy.observe import metrics
 from tests.obs_support import ONE_OF_EACH
 
 

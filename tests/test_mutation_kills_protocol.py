@@ -1,4 +1,4 @@
-"""The wire vocabulary (mwpy.protocol) in this process, at its edges (docs/mutation.md).
+"""The wire vocabulary (mwpy.wire.protocol) in this process, at its edges (docs/mutation.md).
 
 Real masters and slaves exercise the protocol in child processes, where
 mutation testing cannot see; tests/test_protocol_sessions.py drives both
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import protocol
 from mwpy.errors import ConfigurationError, ProtocolError
-from mwpy.protocol import Heartbeat, Hello, Results, Shutdown
+from mwpy.wire import protocol
+from mwpy.wire.protocol import Heartbeat, Hello, Results, Shutdown
 
 ROOT = Path(__file__).resolve().parents[1]
 CERT = ROOT / "tests" / "data" / "tls-cert.pem"
@@ -367,7 +367,7 @@ def test_a_frame_with_a_wrong_tag_or_out_of_sequence_is_refused() -> None:
 
 
 def test_verify_body_checks_tag_and_sequence_and_returns_the_data_unpickled() -> None:
-    """mwpy/filestore.py's frames carry JSON and file bytes: checked exactly as messages are, never unpickled."""
+    """mwpy/net/filestore.py's frames carry JSON and file bytes: checked exactly as messages are, never unpickled."""
     master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
     slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
     first, second = master.seal_body(b"Gnot a pickle")[4:], master.seal_body(b"D")[4:]

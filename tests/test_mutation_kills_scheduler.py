@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from mwpy.scheduler import RETRY_DELAY, Scheduler, SlaveKind
+from mwpy.core.scheduler import RETRY_DELAY, Scheduler, SlaveKind
 from mwpy.task import DEFAULT_POLICY, Policy, Task
 
 

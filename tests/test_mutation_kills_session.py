@@ -1,4 +1,4 @@
-"""The sessions (mwpy.session) refusing what a peer may not say, with the words a user reads (docs/mutation.md).
+"""The sessions (mwpy.wire.session) refusing what a peer may not say, with the words a user reads (docs/mutation.md).
 
 tests/test_protocol_sessions.py checks that every illegal order raises; these
 check the edges of what a master may tell a slave (Welcome's numbers, the
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from mwpy import protocol
 from mwpy.errors import MembershipError, ProtocolError
-from mwpy.protocol import Heartbeat, Hello, Results, Shutdown, Tasks, Welcome
-from mwpy.session import Event, HandshakeReply, MasterSession, MasterState, Refused, SlaveSession, SlaveState
+from mwpy.wire import protocol
+from mwpy.wire.protocol import Heartbeat, Hello, Results, Shutdown, Tasks, Welcome
+from mwpy.wire.session import Event, HandshakeReply, MasterSession, MasterState, Refused, SlaveSession, SlaveState
 
 SECRET = b"s" * 32
 MEMBER = "member-1"

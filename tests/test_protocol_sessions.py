@@ -1,4 +1,4 @@
-"""The sans-IO sessions (mwpy.session) in memory, without sockets: every order, legal or hostile.
+"""The sans-IO sessions (mwpy.wire.session) in memory, without sockets: every order, legal or hostile.
 
 A Hypothesis state machine owns a MasterSession, a SlaveSession and the two
 byte streams between them. Its rules deliver bytes in arbitrary chunks, send
@@ -27,12 +27,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import mwpy
 from mwpy import options as mwpy_options
-from mwpy import protocol
-from mwpy.audit import Audit
 from mwpy.errors import ComputationFinishedError, ConfigurationError, MembershipError, NotInMasterError, ProtocolError
 from mwpy.master import Master
-from mwpy.protocol import Cancel, Cancelled, Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
-from mwpy.session import (
+from mwpy.observe.audit import Audit
+from mwpy.slave import ExitCode as FromSlave
+from mwpy.task import DEFAULT_POLICY, current_master, registry, task
+from mwpy.wire import protocol
+from mwpy.wire.protocol import Cancel, Cancelled, Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
+from mwpy.wire.session import (
     MASTER_RECEIVES,
     MASTER_SENDS,
     SLAVE_RECEIVES,
@@ -44,8 +46,6 @@ from mwpy.session import (
     SlaveSession,
     SlaveState,
 )
-from mwpy.slave import ExitCode as FromSlave
-from mwpy.task import DEFAULT_POLICY, current_master, registry, task
 
 LIMIT = 4096
 MEMBER = "member-1"

@@ -1,4 +1,4 @@
-"""``python -m mwpy.report`` (docs/observability.md): one self-contained HTML file, checked in a real browser."""
+"""``python -m mwpy.observe.report`` (docs/observability.md): one self-contained HTML file, in a real browser."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import events as ev
-from mwpy import report
+from mwpy.observe import events as ev
+from mwpy.observe import report
 from tests import obs_support
 from tests.obs_support import ONE_OF_EACH, SIMULATOR, chromium_or_skip, console_errors, finished, headless, write_log
 
@@ -27,7 +27,11 @@ DRAWN = {
 
 def _report_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mwpy.report", *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "mwpy.observe.report", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from mwpy import ExitCode, events, protocol
+from mwpy import ExitCode
+from mwpy.observe import events
 from mwpy.resource_file import ResourceFile
 from mwpy.slave import JOB_AD_VARIABLE, condor_job_id
+from mwpy.wire import protocol
 from tests.support import PROGRAMS, local_master, spawn_slave
 from tests.test_overseer import write_resource
 

@@ -1,4 +1,4 @@
-"""Adaptive spinning (mwpy/spin.py) on a real socket: it polls before sleeping only while that has paid off.
+"""Adaptive spinning (mwpy/net/spin.py) on a real socket: it polls before sleeping only while that has paid off.
 
 The polls are counted by wrapping a real ``select.poll``: a spin is many
 ``poll(0)`` calls before the sleeping one, no spin is the sleeping call alone.
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mwpy.spin import DEFAULT_SPIN_US, Spinner
+from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
 
 
 class CountedPoll:

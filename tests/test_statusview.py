@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mwpy import events as ev
-from mwpy import resource_file, statusview
+from mwpy import resource_file
+from mwpy.observe import events as ev
+from mwpy.observe import statusview
+from mwpy.observe.statusview import INTERRUPTED, Rate, plain
 from mwpy.resource_file import ResourceFile
-from mwpy.statusview import INTERRUPTED, Rate, plain
 from tests.obs_support import ONE_OF_EACH, Terminal, write_log
 
 DEADLINE = 30.0
@@ -49,7 +50,7 @@ def _record(**changes: Any) -> ResourceFile:
 
 @contextlib.contextmanager
 def terminal(*args: str) -> Iterator[Terminal]:
-    term = Terminal([sys.executable, "-m", "mwpy.statusview", *args])
+    term = Terminal([sys.executable, "-m", "mwpy.observe.statusview", *args])
     try:
         yield term
     finally:
@@ -101,7 +102,7 @@ def test_without_a_terminal_it_prints_plain_lines(tmp_path: Path) -> None:
     rf = tmp_path / "resource.json"
     resource_file.write(rf, _record(computation_status="finished", tasks_done=12, slaves_connected={"unordered": 2}))
     done = subprocess.run(
-        [sys.executable, "-m", "mwpy.statusview", str(rf), "--watch", "--no-condor", "--total", "12"],
+        [sys.executable, "-m", "mwpy.observe.statusview", str(rf), "--watch", "--no-condor", "--total", "12"],
         capture_output=True,
         text=True,
         timeout=DEADLINE,
@@ -118,7 +119,7 @@ def test_an_unusable_resource_file_is_one_line_and_status_1(tmp_path: Path) -> N
     rf = tmp_path / "resource.json"
     rf.write_text('{"format": "something else"}', encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "mwpy.statusview", str(rf), "--watch", "--no-condor"],
+        [sys.executable, "-m", "mwpy.observe.statusview", str(rf), "--watch", "--no-condor"],
         capture_output=True,
         text=True,
         timeout=DEADLINE,
@@ -139,7 +140,7 @@ def test_rate_and_plain_line() -> None:
     rate.add(1031.0, 0)  # a restarted master counts from zero
     assert rate.per_second() is None
     record = _record(tasks_done=50, timestamp=1000.0)
-    from mwpy.statusview import Extra  # noqa: PLC0415
+    from mwpy.observe.statusview import Extra  # noqa: PLC0415
 
     line = plain(record, Extra(total=100), 5.0, now=1000.5)
     assert "50/100 tasks done (50 %, 5.0/s)" in line

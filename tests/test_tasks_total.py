@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 import mwpy
-from mwpy import resource_file, statusview
+from mwpy import resource_file
+from mwpy.observe import statusview
 from mwpy.resource_file import ResourceFile
 from tests.programs import executor_work as work
 from tests.support import PROGRAMS, mwpy_command, spawn_master, spawn_slave, wait_until, write_resource_file

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import mwpy
-from mwpy.engine import MASTER_TIMEOUT_GRACE
-from mwpy.protocol import ExitCode
+from mwpy.net.engine import MASTER_TIMEOUT_GRACE
+from mwpy.wire.protocol import ExitCode
 from tests.programs.workload import block, sleepy, stubborn
 from tests.support import LocalMaster, local_master
 from tests.test_core_policies import started_pid

@@ -14,7 +14,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mwpy import ExitCode, protocol, resource_file
+from mwpy import ExitCode, resource_file
+from mwpy.wire import protocol
 from tests.programs import trust_net
 from tests.programs.trust_net import Proxy, local_port
 from tests.support import ROOT, TRUST_STREAM, Live, spawn_master, spawn_slave, start_live

@@ -20,7 +20,7 @@ import random
 import sys
 from pathlib import Path
 
-from mwpy.events import CondorJobs, EventWriter, ResourceFileWritten, SlaveConnected, SlaveDisconnected
+from mwpy.observe.events import CondorJobs, EventWriter, ResourceFileWritten, SlaveConnected, SlaveDisconnected
 
 _TRACEBACK = """Traceback (most recent call last):
   File "/home/user/fit.py", line 41, in fit

@@ -2,7 +2,7 @@
 
 Everything a user can get wrong is found before a process starts: the file is
 parsed, every refused command named, every input file looked for (exit 2,
-one line). Then :func:`mwpy.local.run_local` runs :mod:`mwpy.jobs.program` as
+one line). Then :func:`mwpy.pool.local.run_local` runs :mod:`mwpy.jobs.program` as
 the master with N local slaves: the same machinery, the same exit statuses.
 """
 
@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mwpy import filestore, safe_files
+from mwpy import safe_files
 from mwpy.errors import MwpyError
 from mwpy.jobs.description import SubmitDescription
-from mwpy.local import run_local
+from mwpy.net import filestore
 from mwpy.options import positive_int
+from mwpy.pool.local import run_local
 
 #: The program the master and the slaves run.
 PROGRAM = str(Path(__file__).with_name("program.py"))

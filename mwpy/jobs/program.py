@@ -2,7 +2,7 @@
 
 Run by path, like any mwpy program (``python .../mwpy/jobs/program.py
 SUBMITFILE --summary S --mw-master ...``): ``mwpy jobs`` hands it to
-:func:`mwpy.local.run_local`, ``submit/jobs-master.sub`` to Condor's scheduler
+:func:`mwpy.pool.local.run_local`, ``submit/jobs-master.sub`` to Condor's scheduler
 universe, and the slaves load it the same way. The master generates jobs
 lazily from the item data and keeps at most ``--max-pending`` of them
 submitted, so 100,000 queued jobs cost the memory of a few thousand.
@@ -30,11 +30,12 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from mwpy import filestore, program
+from mwpy import program
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
 from mwpy.master import Master
+from mwpy.net import filestore
 from mwpy.program import Membership, master, run
 from mwpy.task import Result, task
 

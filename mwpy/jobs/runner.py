@@ -2,7 +2,7 @@
 
 The master sends a :class:`JobTask` (everything already expanded and every
 input named by its hash); :func:`run` places the inputs from the slave's
-:class:`~mwpy.filestore.InputCache` (hard links to read-only cached files, so
+:class:`~mwpy.net.filestore.InputCache` (hard links to read-only cached files, so
 a shared database is neither fetched nor copied again), runs the executable
 with stdin/stdout/stderr as declared, sends the outputs back through the
 file service and answers a :class:`JobOutcome`. A job that could not start
@@ -29,7 +29,7 @@ from pathlib import Path
 import attrs
 
 from mwpy.errors import MwpyError
-from mwpy.filestore import FileClient, FileServiceError, InputCache
+from mwpy.net.filestore import FileClient, FileServiceError, InputCache
 
 #: Scratch names of the job's streams (Condor's own), sent back under the submit file's names.
 STDOUT_NAME = "_condor_stdout"

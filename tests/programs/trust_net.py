@@ -18,8 +18,8 @@ from typing import Any
 
 import attrs
 
-from mwpy import protocol
-from mwpy.protocol import Channel, FrameReader
+from mwpy.wire import protocol
+from mwpy.wire.protocol import Channel, FrameReader
 
 #: How long any raw peer here waits for the master to answer before the test fails.
 ANSWER_TIMEOUT = 20.0

@@ -35,10 +35,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mwpy import events as ev
 from mwpy import resource_file, safe_files
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
-from mwpy.goodput import duration
+from mwpy.observe import events as ev
+from mwpy.observe.goodput import duration
 from mwpy.resource_file import ResourceFile
 
 #: Seconds of samples the rate is averaged over (long enough to be steady, short enough to follow changes).
@@ -383,7 +383,7 @@ def watch(
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    """``python -m mwpy.statusview RESOURCE [--watch]`` until ``mwpy status --watch`` calls :func:`watch`."""
+    """``python -m mwpy.observe.statusview RESOURCE [--watch]`` until ``mwpy status --watch`` calls :func:`watch`."""
     parser = argparse.ArgumentParser(prog="mwpy status", description="Show a computation from its resource file.")
     parser.add_argument("resource_file")
     parser.add_argument("--watch", action="store_true", help="keep showing it until the computation finishes")

@@ -34,7 +34,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def _files() -> list[tuple[Path, str]]:
     """(file on disk, name in the archive) for mwpy and its dependencies."""
-    package = Path(__file__).parent  # the mwpy package, without importing it from here
+    package = Path(__file__).parent.parent  # the mwpy package, without importing it from here
     files = [(path, f"mwpy/{path.relative_to(package).as_posix()}") for path in sorted(package.rglob("*.py"))]
     for name in DEPENDENCIES:
         dist = importlib.metadata.distribution(name)

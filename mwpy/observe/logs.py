@@ -1,11 +1,11 @@
 """mwpy's ``logging`` loggers (``mwpy.*``) and how a program turns them on.
 
-The ``[A]`` audit trail (mwpy/audit.py) stays what it is: CL-MW's record of a
+The ``[A]`` audit trail (mwpy/observe/audit.py) stays what it is: CL-MW's record of a
 run, one line per event, for reconstructing what happened. Logging is for
 people watching a program: warnings and errors a user should see (a slave
 dropped, a task stuck past its timeout, an executor that broke) and, at INFO
 or DEBUG, what the executor and the engine are doing. Loggers are named after
-modules (``mwpy.engine``, ``mwpy.executor``, ``mwpy.slave``), so the usual
+modules (``mwpy.net.engine``, ``mwpy.executor``, ``mwpy.slave``), so the usual
 ``logging`` configuration applies; a program that configures nothing gets
 Python's default (warnings and above on stderr, through the last-resort handler).
 

@@ -63,9 +63,10 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from mwpy import protocol, resource_file
+from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch
 from mwpy.errors import InvalidResourceFileError, ResourceFileError
+from mwpy.wire import protocol
 
 Log = Callable[[str], None]
 

@@ -7,7 +7,7 @@ fetches it once, keeps it in its :class:`InputCache` for the life of the slave
 and checks the hash of every byte it received. Files travel in chunks of
 :data:`CHUNK` bytes: neither side ever holds a whole file.
 
-Authentication reuses :mod:`mwpy.protocol` unchanged: the same challenge,
+Authentication reuses :mod:`mwpy.wire.protocol` unchanged: the same challenge,
 proofs (HMAC-SHA256 over both nonces under the computation's secret) and
 per-frame MACs under keys derived from that handshake; the first sealed frame
 names the member id, which must be the master's. Nothing received is
@@ -51,8 +51,8 @@ from typing import Any, BinaryIO
 
 import attrs
 
-from mwpy import protocol
 from mwpy.errors import MwpyError, ProtocolError
+from mwpy.wire import protocol
 
 #: Bytes per data frame.
 CHUNK = 1 << 20
@@ -86,7 +86,7 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 
 
 class _Link:
-    """One authenticated connection: framed, every frame sealed and checked with :mod:`mwpy.protocol`'s MACs."""
+    """One authenticated connection: framed, every frame sealed and checked with :mod:`mwpy.wire.protocol`'s MACs."""
 
     def __init__(self, sock: socket.socket, channel: protocol.Channel) -> None:
         self.sock = sock

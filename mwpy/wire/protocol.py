@@ -1,6 +1,6 @@
 """The wire vocabulary between master and slaves: constants, messages, framing, proofs, result encoding.
 
-This module holds the pieces; :mod:`mwpy.session` puts them in order (which
+This module holds the pieces; :mod:`mwpy.wire.session` puts them in order (which
 frame is legal when) as sans-IO session objects. Neither does any I/O, and
 neither imports the master, the slave or the task layer: ``ExitCode`` and
 ``PICKLE_PROTOCOL`` live here because both ends of the wire need them.
@@ -536,7 +536,7 @@ class Channel:
     def verify_body(self, body: _Body) -> _Body:
         """Check a received frame body's tag and return its data (kind byte and payload), unpickling nothing.
 
-        :meth:`open` starts here; mwpy/filestore.py uses it alone, for a
+        :meth:`open` starts here; mwpy/net/filestore.py uses it alone, for a
         conversation with payloads of its own over a handshake's channel.
         """
         if len(body) < 1 + TAG_SIZE:

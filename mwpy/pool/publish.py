@@ -1,6 +1,6 @@
 """What the master tells the world: the resource file, how to start a slave, the slave bundle.
 
-Kept apart from the event loop (:mod:`mwpy.engine`) and the API
+Kept apart from the event loop (:mod:`mwpy.net.engine`) and the API
 (:mod:`mwpy.master`) because it is policy about files, not about sockets or
 tasks: when to rewrite the resource file (on a change, debounced, and at least
 every ``--mw-resource-file-update-interval``), what it says, and which
@@ -14,11 +14,12 @@ import sys
 import time
 from collections.abc import Callable
 
-from mwpy import bundle, resource_file
-from mwpy.audit import Audit
-from mwpy.events import EventWriter, resource_file_event
+from mwpy import resource_file
+from mwpy.core.scheduler import Scheduler
+from mwpy.observe.audit import Audit
+from mwpy.observe.events import EventWriter, resource_file_event
 from mwpy.options import Options
-from mwpy.scheduler import Scheduler
+from mwpy.pool import bundle
 
 #: Shortest time between two resource-file writes caused by a change.
 DEBOUNCE = 1.0

@@ -1,7 +1,7 @@
 """Prometheus metrics for a running master (``--mw-metrics-port``), an optional extra: ``mwpy[metrics]``.
 
 The exporter is fed from the same stream as the event log: it subscribes to
-the :class:`~mwpy.events.EventWriter` and turns each record into counter and
+the :class:`~mwpy.observe.events.EventWriter` and turns each record into counter and
 gauge updates. Per-task events reach it already aggregated (one
 ``tasks-finished`` record per slave, algorithm and outcome per loop pass), so
 it adds a few lock-protected increments per pass, not per task, to the
@@ -18,8 +18,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from mwpy import events as ev
 from mwpy.errors import ConfigurationError
+from mwpy.observe import events as ev
 
 #: Where the exporter listens unless told otherwise: metrics are not secret, but nobody asked to publish them.
 DEFAULT_HOST = "127.0.0.1"

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from mwpy import events as ev
+from mwpy.observe import events as ev
 
 
 @attrs.define

@@ -7,7 +7,7 @@ runs passes when the master algorithm calls ``loop()``. Why selectors and not
 asyncio is explained in docs/design.md.
 
 Each connection is a :class:`_Peer`: a socket, an output buffer and a
-:class:`~mwpy.session.MasterSession` that decides what the bytes mean and
+:class:`~mwpy.wire.session.MasterSession` that decides what the bytes mean and
 what may be sent. This module only moves bytes and applies the scheduler's
 decisions; it knows nothing of the resource file (a tick callback does that)
 nor of how results reach the master algorithm (a delivery callback does).
@@ -29,17 +29,17 @@ from collections.abc import Callable
 
 import attrs
 
-from mwpy import events as ev
-from mwpy import protocol
-from mwpy.audit import Audit
+from mwpy.core.journal import Journal
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ProtocolError, TaskTimeoutError
-from mwpy.journal import Journal
+from mwpy.net.spin import Spinner
+from mwpy.observe import events as ev
+from mwpy.observe.audit import Audit
 from mwpy.options import Options
-from mwpy.protocol import ExitCode, Results
-from mwpy.scheduler import Scheduler
-from mwpy.session import HandshakeReply, MasterSession, MasterState, Refused
-from mwpy.spin import Spinner
 from mwpy.task import Result, Task, TaskError, task_exception
+from mwpy.wire import protocol
+from mwpy.wire.protocol import ExitCode, Results
+from mwpy.wire.session import HandshakeReply, MasterSession, MasterState, Refused
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class Engine:
         self._dispatch()
         now = time.monotonic()
         wait = max(0.0, min(wait, self._next_tick - now))
-        # With tasks out a result may be microseconds away: poll a moment before sleeping (mwpy/spin.py).
+        # With tasks out a result may be microseconds away: poll a moment before sleeping (mwpy/net/spin.py).
         select = self._selector.select
         ready = self._spinner.wait(select, wait) if self._sched.running_total else select(wait)
         for key, mask in ready:

@@ -11,7 +11,7 @@ plotly ("Why plotly").
 Plots: tasks completed per second; slaves connected against slaves needed
 (and Condor jobs idle / running when the log has them); a per-slave timeline
 (busy / idle / gone); run-time distribution per algorithm. Tables: goodput
-(mwpy/goodput.py), the failures with their tracebacks and output.
+(mwpy/observe/goodput.py), the failures with their tracebacks and output.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 import attrs
 
-from mwpy import events as ev
-from mwpy import goodput
 from mwpy.errors import EventLogError
+from mwpy.observe import events as ev
+from mwpy.observe import goodput
 
 #: Time bins on the x axis at most (bins are whole seconds, at least 1 s wide).
 MAX_BINS = 400

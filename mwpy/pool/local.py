@@ -4,7 +4,7 @@ It starts the program as master (on loopback, with a resource file in a work
 folder) and runs the same overseer that drives Condor, with the local back
 end, capped at N slaves. Real processes, real sockets, the same resource-file
 contract. It exits with the master's status. On a terminal it shows the live
-status view of ``mwpy status --watch`` (mwpy/statusview.py) below the
+status view of ``mwpy status --watch`` (mwpy/observe/statusview.py) below the
 program's output; piped, it adds nothing to the output (``--progress`` makes
 it print the view's plain lines there).
 """
@@ -32,10 +32,10 @@ from rich.segment import Segment
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
-from mwpy.failing_slaves import SetupFailures
-from mwpy.goodput import duration
-from mwpy.overseer import Limits, Overseer
-from mwpy.statusview import Follower
+from mwpy.observe.goodput import duration
+from mwpy.observe.statusview import Follower
+from mwpy.pool.failing_slaves import SetupFailures
+from mwpy.pool.overseer import Limits, Overseer
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
 LOCAL_UPDATE_INTERVAL = 1.0

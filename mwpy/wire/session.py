@@ -1,6 +1,6 @@
 """The master/slave conversation as sans-IO session objects: bytes in, events out; messages in, bytes out.
 
-:mod:`mwpy.protocol` defines the words (messages, frames, proofs, tags); this
+:mod:`mwpy.wire.protocol` defines the words (messages, frames, proofs, tags); this
 module defines the grammar: which frame is legal in which state, on each side.
 A session never touches a socket or a clock, so both sides can be driven in
 memory (tests/test_protocol_sessions.py does, through every order, legal or
@@ -38,9 +38,9 @@ from typing import TypeVar
 
 import attrs
 
-from mwpy import protocol
 from mwpy.errors import MembershipError, ProtocolError
-from mwpy.protocol import (
+from mwpy.wire import protocol
+from mwpy.wire.protocol import (
     Cancel,
     Cancelled,
     Channel,

@@ -1,0 +1,1 @@
+"""Getting slaves: what the master publishes for them, the overseer, mwpy local, the slave bundle."""
