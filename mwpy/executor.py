@@ -67,6 +67,7 @@ import attrs
 from mwpy import backends
 from mwpy.errors import BackendError, ConfigurationError, SlavesFailError
 from mwpy.master import Master, chunked, encode_task
+from mwpy.names import AUDIT_FILE, RESOURCE_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
@@ -216,11 +217,11 @@ class Executor(concurrent.futures.Executor):
         self._own_workdir = workdir is None
         self._workdir = Path(tempfile.mkdtemp(prefix="mwpy-executor-") if workdir is None else workdir).resolve()
         self._workdir.mkdir(parents=True, exist_ok=True)
-        resource = self._workdir / "resource.json"
+        resource = self._workdir / RESOURCE_FILE
         resource.unlink(missing_ok=True)
         self._options = _master_options(options, resource, backend)
         logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
-        self._audit = Audit(str(self._workdir / "master.audit"), packets=self._options.audit_packets)
+        self._audit = Audit(str(self._workdir / AUDIT_FILE), packets=self._options.audit_packets)
         factory = backends.lookup(backend)
         parser = argparse.ArgumentParser(
             prog=f"mwpy.Executor(backend={backend!r})", add_help=False, conflict_handler="resolve"
@@ -584,7 +585,7 @@ def _spawn_program(backend: str, workdir: Path) -> str:
     """
     if backend == "local":
         return SPAWN_PROGRAM
-    copy = workdir / "mwpy_spawn.py"
+    copy = workdir / SPAWN_COPY
     shutil.copyfile(SPAWN_PROGRAM, copy)
     return str(copy)
 

@@ -39,7 +39,7 @@ from mwpy.observe import goodput
 from mwpy.observe.audit import Audit
 from mwpy.observe.events import EventWriter
 from mwpy.options import Options
-from mwpy.pool.publish import BUNDLE_NAME, DEFAULT_BUNDLE_PYTHON, Publisher
+from mwpy.pool.publish import Publisher
 from mwpy.task import (
     Policy,
     Result,
@@ -55,7 +55,7 @@ from mwpy.task import (
 )
 from mwpy.wire import protocol
 
-__all__ = ["BUNDLE_NAME", "DEFAULT_BUNDLE_PYTHON", "LoopEvents", "Master"]
+__all__ = ["LoopEvents", "Master"]
 
 T = TypeVar("T")
 

@@ -45,6 +45,7 @@ import attrs
 from mwpy import safe_files
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
+from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
 from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
 from mwpy.observe.audit import Audit
 from mwpy.task import registry
@@ -654,8 +655,6 @@ def _silent(state: SlaveState, address: str, timeout: float | None) -> str:
     return f"no Welcome from the master at {address} {within} after the proofs"
 
 
-#: The file Condor names in this variable holds the job's ClassAd: where a slave learns its job id.
-JOB_AD_VARIABLE = "_CONDOR_JOB_AD"
 #: A job ad is a few KiB; a bigger file is not read.
 JOB_AD_MAX_SIZE = 1 << 20
 
@@ -679,4 +678,4 @@ def condor_job_id() -> str:
         if equals and name.strip().lower() in ("clusterid", "procid"):
             found[name.strip().lower()] = value.strip()
     job = f"{found.get('clusterid', '')}.{found.get('procid', '')}"
-    return job if protocol.CONDOR_JOB_ID.fullmatch(job) else ""
+    return job if CONDOR_JOB_ID.fullmatch(job) else ""

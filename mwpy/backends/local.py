@@ -24,6 +24,7 @@ from pathlib import Path
 import attrs
 
 from mwpy.backends import Job, JobState, Launch
+from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
 
 #: Seconds before a slave that exited non-zero is started again.
 RESTART_DELAY = 0.5
@@ -50,7 +51,7 @@ class _LocalJob:
         if not status:  # not exited yet, or exited 0 (and about to leave the queue)
             return Job(self.job_id, state, exit_code=status, since=self.since)
         how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
-        last = last_line(self.sandbox / "slave.err")
+        last = last_line(self.sandbox / SLAVE_STDERR)
         reason = f"{how}: {last}" if last else how
         return Job(self.job_id, state, exit_code=status if status > 0 else None, reason=reason, since=self.since)
 
@@ -148,7 +149,7 @@ class LocalBackend:
             if not link.exists():
                 link.symlink_to(Path(file).resolve())
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
-        with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
+        with (job.sandbox / SLAVE_STDOUT).open("ab") as out, (job.sandbox / SLAVE_STDERR).open("ab") as err:
             job.since = time.time()
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],

@@ -41,6 +41,7 @@ import cattrs
 
 from mwpy import safe_files, strict_json
 from mwpy.errors import EventLogError, UnsafeFileError
+from mwpy.names import EVENTS_FILE
 from mwpy.resource_file import ResourceFile
 
 #: The format version every line carries as ``"v"``; a reader refuses others.
@@ -636,4 +637,4 @@ def read_events(path: str | os.PathLike[str]) -> list[Event]:
 
 def default_path(resource_file: str | os.PathLike[str]) -> Path:
     """Where ``mwpy local`` puts the event log: next to the resource file."""
-    return Path(resource_file).with_name("events.jsonl")
+    return Path(resource_file).with_name(EVENTS_FILE)

@@ -21,9 +21,9 @@ import os
 import sys
 
 from mwpy.errors import ConfigurationError
+from mwpy.names import LOG_LEVEL_VARIABLE
 
 ROOT = "mwpy"
-ENVIRONMENT = "MWPY_LOG_LEVEL"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -41,13 +41,13 @@ def level_name(text: str) -> str:
 
 def configure(level: str | None = None) -> None:
     """Set the ``mwpy`` logger's level from ``level`` or ``MWPY_LOG_LEVEL``; nothing when neither is set."""
-    chosen = level or os.environ.get(ENVIRONMENT)
+    chosen = level or os.environ.get(LOG_LEVEL_VARIABLE)
     if not chosen:
         return
     try:
         name = level_name(chosen)
     except ValueError:
-        raise ConfigurationError(f"{ENVIRONMENT}={chosen!r}: expected one of {', '.join(LEVELS)}") from None
+        raise ConfigurationError(f"{LOG_LEVEL_VARIABLE}={chosen!r}: expected one of {', '.join(LEVELS)}") from None
     logger = logging.getLogger(ROOT)
     logger.setLevel(name)
     if not any(isinstance(handler, _Handler) for handler in logger.handlers):

@@ -32,6 +32,7 @@ from rich.segment import Segment
 from mwpy import resource_file
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
+from mwpy.names import AUDIT_FILE, EVENTS_FILE, RESOURCE_FILE, SLAVE_STDERR
 from mwpy.observe.goodput import duration
 from mwpy.observe.statusview import Follower
 from mwpy.pool.failing_slaves import SetupFailures
@@ -163,7 +164,7 @@ def run_local(
     show = sys.stderr.isatty() if progress is None else progress
     follower = None
     if show:
-        events = _named_events(args) or work.path / "events.jsonl"
+        events = _named_events(args) or work.path / EVENTS_FILE
         follower = Follower(
             work.resource_file, total=total, events=events, condor=False, slave_limit=slaves, title="mwpy local"
         )
@@ -194,12 +195,12 @@ class _Workdir:
     def make(cls, workdir: str | None) -> _Workdir:
         path = Path(tempfile.mkdtemp(prefix="mwpy-local-") if workdir is None else workdir).resolve()
         path.mkdir(parents=True, exist_ok=True)
-        (path / "resource.json").unlink(missing_ok=True)  # a previous run's file would look like a live master
+        (path / RESOURCE_FILE).unlink(missing_ok=True)  # a previous run's file would look like a live master
         return cls(path, own=workdir is None)
 
     @property
     def resource_file(self) -> Path:
-        return self.path / "resource.json"
+        return self.path / RESOURCE_FILE
 
     def clean_up(self, status: int, *, explained: bool = False) -> None:
         """Remove our own folder after success; after a failure the program did not explain, say where the logs are."""
@@ -224,7 +225,7 @@ def _master_command(interpreter: str, program: str, work: _Workdir, args: list[s
         "--mw-member-id",
         f"local-{os.getpid()}",
         "--mw-audit-file",
-        str(work.path / "master.audit"),
+        str(work.path / AUDIT_FILE),
         "--mw-slave-executable",
         interpreter,
         *_default_events(work, args),
@@ -236,7 +237,7 @@ def _default_events(work: _Workdir, args: list[str]) -> list[str]:
     """An event log in the work folder (for ``mwpy report``, and the goodput summary), unless the user names one."""
     if _named_events(args) is not None:
         return []
-    return ["--mw-events", str(work.path / "events.jsonl")]
+    return ["--mw-events", str(work.path / EVENTS_FILE)]
 
 
 def _named_events(args: list[str]) -> str | None:
@@ -353,7 +354,7 @@ class _LocalRun:
         for job in self.backend.jobs():
             if job.reason is not None and job.job_id not in reported and self.master.poll() is None:
                 reported.add(job.job_id)
-                errors = self.backend.sandbox(job.job_id) / "slave.err"
+                errors = self.backend.sandbox(job.job_id) / SLAVE_STDERR
                 text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
                 self.display.output(text.encode(), sys.stderr)
 

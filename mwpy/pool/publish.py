@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from mwpy import resource_file
 from mwpy.core.scheduler import Scheduler
+from mwpy.names import BUNDLE_FILE
 from mwpy.observe.audit import Audit
 from mwpy.observe.events import EventWriter, resource_file_event
 from mwpy.options import Options
@@ -23,8 +24,6 @@ from mwpy.pool import bundle
 
 #: Shortest time between two resource-file writes caused by a change.
 DEBOUNCE = 1.0
-#: File name of the slave bundle built by --mw-slave-bundle.
-BUNDLE_NAME = "mwpy.pyz"
 #: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
 DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 
@@ -123,7 +122,7 @@ class Publisher:
         if not self._options.slave_bundle:
             return None
         folder = os.path.dirname(os.path.abspath(self._options.resource_file or self._program))
-        return str(bundle.build(os.path.join(folder, BUNDLE_NAME)))
+        return str(bundle.build(os.path.join(folder, BUNDLE_FILE)))
 
     def _how_to_start_a_slave(self) -> tuple[str, list[str], list[str]]:
         """Executable, files and arguments of a slave, as the resource file advertises them."""
@@ -133,7 +132,7 @@ class Publisher:
         arguments = [os.path.basename(self._program), "--mw-slave"]
         if self._bundle:
             files.insert(0, self._bundle)
-            arguments.insert(0, BUNDLE_NAME)
+            arguments.insert(0, BUNDLE_FILE)
         if options.resource_file:
             arguments += ["--mw-resource-file", os.path.basename(options.resource_file)]
         if options.secret_file:

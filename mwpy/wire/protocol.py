@@ -26,7 +26,6 @@ import hmac
 import operator
 import os
 import pickle
-import re
 import ssl
 import struct
 import traceback
@@ -36,6 +35,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import attrs
 
 from mwpy.errors import ConfigurationError, ProtocolError
+from mwpy.names import CONDOR_JOB_ID
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
@@ -56,8 +56,6 @@ RESPONSE_SIZE = NONCE_SIZE + MAC_SIZE
 CONFIRM_SIZE = MAC_SIZE
 #: The largest frame a peer may send before it has proved membership.
 MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
-#: A Condor job id as slaves report it and the resource file lists it: ``CLUSTER.PROC``.
-CONDOR_JOB_ID = re.compile(r"[0-9]{1,10}\.[0-9]{1,10}")
 
 
 class ExitCode(enum.IntEnum):
