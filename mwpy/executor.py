@@ -49,7 +49,6 @@ import functools
 import itertools
 import logging
 import os
-import pickle
 import secrets
 import shutil
 import sys
@@ -84,7 +83,7 @@ from mwpy.task import (
     task,
     task_exception,
 )
-from mwpy.wire.protocol import PICKLE_PROTOCOL
+from mwpy.wire import codec
 
 __all__ = ["Executor"]
 
@@ -115,12 +114,6 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
     return fn(*args, **kwargs)
 
 
-#: Functions a slave has unpickled, by their pickled reference (a module-level function pickles as its name).
-_functions: dict[bytes, Callable[..., Any]] = {}
-#: At most this many are kept (a program has few functions; a bound keeps a pathological one finite).
-FUNCTIONS_KEPT = 1024
-
-
 @task(name="mwpy.call_function")
 def _call_function(reference: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The task a module-level function travels in: pickled once by the executor, looked up once per slave.
@@ -128,12 +121,7 @@ def _call_function(reference: bytes, args: tuple[Any, ...], kwargs: dict[str, An
     Pickling the function for every call, and finding it again on the slave,
     cost about 2 µs of a no-op task's 13.
     """
-    fn = _functions.get(reference)
-    if fn is None:
-        if len(_functions) >= FUNCTIONS_KEPT:
-            _functions.clear()
-        fn = _functions[reference] = pickle.loads(reference)
-    return fn(*args, **kwargs)
+    return codec.resolve_function(reference)(*args, **kwargs)
 
 
 @task(name="mwpy.call_chunk")
@@ -479,11 +467,8 @@ class Executor(concurrent.futures.Executor):
     def _reference(self, fn: types.FunctionType) -> bytes:
         """``fn`` pickled (by reference), kept for its next calls; refused with the fix if slaves cannot find it."""
         _check_travels(fn)
-        try:
-            reference = pickle.dumps(fn, PICKLE_PROTOCOL)
-        except Exception as exc:
-            raise TypeError(f"cannot send the function {fn.__qualname__} to slaves: {exc}") from exc
-        if len(self._references) >= FUNCTIONS_KEPT:
+        reference = codec.function_reference(fn)
+        if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
         self._references[fn] = reference
         return reference

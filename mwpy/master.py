@@ -46,14 +46,13 @@ from mwpy.task import (
     Task,
     TaskAlgorithm,
     TaskFuture,
-    encode_arguments,
     registry,
     reset_master,
     task,
     task_exception,
     use_master,
 )
-from mwpy.wire import protocol
+from mwpy.wire import codec, protocol
 
 __all__ = ["LoopEvents", "Master"]
 
@@ -651,7 +650,7 @@ def encode_task(
 ) -> bytes:
     """Check and pickle a task's arguments at the call site: a wrong or unsendable argument fails here."""
     algorithm.check_arguments(args, kwargs)
-    payload = encode_arguments(algorithm.name, args, kwargs)
+    payload = codec.encode_arguments(algorithm.name, args, kwargs)
     if not protocol.fits(len(payload), max_frame):
         raise ConfigurationError(
             f"the arguments of task {algorithm.name!r} take {len(payload)} bytes, more than a frame "

@@ -28,7 +28,6 @@ import contextlib
 import io
 import logging
 import os
-import pickle
 import resource
 import select
 import signal
@@ -49,7 +48,8 @@ from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
 from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
 from mwpy.observe.audit import Audit
 from mwpy.task import registry
-from mwpy.wire import protocol
+from mwpy.wire import codec, protocol
+from mwpy.wire.codec import decode_arguments
 from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
@@ -299,7 +299,7 @@ class Slave:
         started = time.perf_counter()
         try:
             algorithm = registry.require(name)
-            args, kwargs = pickle.loads(blob)
+            args, kwargs = decode_arguments(blob)
             printed, warned = _Capture(), _Capture()
             # sys.stdout/stderr swapped by hand: contextlib.redirect_* cost 2 µs a task, a no-op task's whole run.
             saved = sys.stdout, sys.stderr
@@ -315,13 +315,13 @@ class Slave:
                 if printed.size or warned.size:
                     self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
-            out = protocol.encode_value(value)
+            out = codec.encode_value(value)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
-            return (task_id, False, protocol.encode_error(exc), elapsed)
+            return (task_id, False, codec.encode_error(exc), elapsed)
         if not protocol.fits(len(out), self._max_out):
             reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
-            return (task_id, False, protocol.encode_failure("ResultTooLarge", reason), elapsed)
+            return (task_id, False, codec.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
 
     # ------------------------------------------------------------------ timeouts
@@ -378,7 +378,7 @@ class Slave:
         try:
             raise TaskTimeoutError(reason)
         except TaskTimeoutError as exc:
-            failure = protocol.encode_error(exc)
+            failure = codec.encode_error(exc)
         # The main thread is stuck in the task: the results it held are finished work, and go along.
         self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
         with contextlib.suppress(Exception):

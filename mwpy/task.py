@@ -24,7 +24,6 @@ import contextlib
 import contextvars
 import inspect
 import math
-import pickle
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import attrs
 
 from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
-from mwpy.wire.protocol import PICKLE_PROTOCOL
+from mwpy.wire import codec
 
 if TYPE_CHECKING:
     from mwpy.master import Master
@@ -129,11 +128,11 @@ class Task:
 
     @property
     def args(self) -> tuple[Any, ...]:
-        return decode_arguments(self.payload)[0]
+        return codec.decode_arguments(self.payload)[0]
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return decode_arguments(self.payload)[1]
+        return codec.decode_arguments(self.payload)[1]
 
 
 @attrs.frozen
@@ -374,12 +373,7 @@ def task_exception(result: Result) -> BaseException:
     """
     error = result.error
     assert error is not None
-    exc: BaseException | None = None
-    if error.pickled is not None:
-        try:
-            exc = pickle.loads(error.pickled)
-        except Exception:
-            exc = None
+    exc = None if error.pickled is None else codec.decode_exception(error.pickled)
     if not isinstance(exc, Exception):
         failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
         _add_output_notes(failed, result)
@@ -394,18 +388,6 @@ def _add_output_notes(exc: BaseException, result: Result) -> None:
     for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
         if text:
             exc.add_note(f"[task {result.task_id} {name} on {result.slave_id}]\n{text.rstrip()}")
-
-
-def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    try:
-        return pickle.dumps((args, kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:
-        raise TypeError(f"cannot send the arguments of task {algorithm!r}: {exc}") from exc
-
-
-def decode_arguments(payload: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    args, kwargs = pickle.loads(payload)
-    return args, kwargs
 
 
 def use_master(master: Master | None) -> contextvars.Token[Master | None]:

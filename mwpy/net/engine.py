@@ -19,7 +19,6 @@ import contextlib
 import errno
 import itertools
 import logging
-import pickle
 import resource
 import selectors
 import socket
@@ -37,7 +36,7 @@ from mwpy.observe import events as ev
 from mwpy.observe.audit import Audit
 from mwpy.options import Options
 from mwpy.task import Result, Task, TaskError, task_exception
-from mwpy.wire import protocol
+from mwpy.wire import codec, protocol
 from mwpy.wire.protocol import ExitCode, Results
 from mwpy.wire.session import HandshakeReply, MasterSession, MasterState, Refused
 
@@ -92,8 +91,7 @@ class _Peer:
 
 def timeout_error(message: str) -> TaskError:
     """A TaskTimeoutError as a task failure: what a future raises for a task that ran too long."""
-    exc = TaskTimeoutError(message)
-    return TaskError("TaskTimeoutError", message, "", pickle.dumps(exc, protocol.PICKLE_PROTOCOL))
+    return TaskError(*codec.failure_of(TaskTimeoutError(message)))
 
 
 def decode_result(
@@ -103,12 +101,12 @@ def decode_result(
     tag = task.policy.tag
     if ok:  # the hot path, without decode_outcome's call (which reports a value that does not unpickle)
         try:
-            value = pickle.loads(blob)
+            value = codec.decode_value(blob)
         except Exception:
             pass
         else:
             return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
-    value, failure = protocol.decode_outcome(ok, blob)
+    value, failure = codec.decode_outcome(ok, blob)
     if failure is None:
         return Result(task.task_id, task.algorithm, sid, tag, compute_time, value=value, journaled=journaled)
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))
