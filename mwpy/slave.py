@@ -41,7 +41,10 @@ from typing import Any
 
 import attrs
 
-from mwpy import safe_files
+from mwpy import (
+    calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
+    safe_files,
+)
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
 from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE

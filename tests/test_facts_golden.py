@@ -182,7 +182,7 @@ def tasks_of(message: object) -> list[int]:
 
 def run_script(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Script:
     """The scripted run; each step waits for the fact it causes, so the order is fixed."""
-    monkeypatch.setattr("mwpy.net.engine.MASTER_TIMEOUT_GRACE", 0.0)  # a timed-out task counts at once
+    monkeypatch.setattr("mwpy.core.outcomes.MASTER_TIMEOUT_GRACE", 0.0)  # a timed-out task counts at once
     script = Script(workdir)
     strangers(script)
     a = black_hole(script)

@@ -630,7 +630,7 @@ def test_with_master_makes_it_current_and_restores_the_previous_one(tmp_path: Pa
                 assert double.submit(1).task_id == 1
             assert current_master() is outer
             with pytest.raises(ComputationFinishedError):
-                inner._submit(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
+                inner._intake.submit_future(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
             assert double.pending_tasks() == 0
         assert current_master() is None
         with pytest.raises(NotInMasterError):

@@ -4,10 +4,13 @@ The ``[A]`` audit trail (mwpy/observe/audit.py) stays what it is: CL-MW's record
 run, one line per event, for reconstructing what happened. Logging is for
 people watching a program: warnings and errors a user should see (a slave
 dropped, a task stuck past its timeout, an executor that broke) and, at INFO
-or DEBUG, what the executor and the engine are doing. Loggers are named after
-modules (``mwpy.net.engine``, ``mwpy.executor``, ``mwpy.slave``), so the usual
-``logging`` configuration applies; a program that configures nothing gets
-Python's default (warnings and above on stderr, through the last-resort handler).
+or DEBUG, what the executor and the master are doing. What a master says of
+its slaves and tasks logs under ``mwpy.master`` (the facts of
+mwpy/core/facts.py, rendered by mwpy/observe/renderers.py, whichever module
+noticed them); other loggers are named after their modules (``mwpy.executor``,
+``mwpy.slave``, ``mwpy.pool.slave_pool``), so the usual ``logging``
+configuration applies; a program that configures nothing gets Python's
+default (warnings and above on stderr, through the last-resort handler).
 
 ``--mw-log-level LEVEL`` (or the ``MWPY_LOG_LEVEL`` environment variable, for
 ``mwpy.Executor`` users who pass no options) sets the level of the ``mwpy``
