@@ -347,8 +347,7 @@ class Executor(concurrent.futures.Executor):
             self._broken = exc
             doomed = list(self._waiting)
         for future in doomed:
-            future._finish(None, concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
-            self._one_done(future)
+            future._end(None, concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
 
     # ------------------------------------------------------------------ functions
 

@@ -114,9 +114,10 @@ class Master:
             self.host, self.port = self._engine.host, self._engine.port
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
-            self._publisher = Publisher(options, audit=audit, sched=self._sched, program=program, secret=secret,
-                                        host=self.host, port=self.port, tls_fingerprint=self._engine.tls_fingerprint,
-                                        events=self._observers.events, condor_jobs=self._engine.condor_jobs,
+            self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
+                                        secret=secret, host=self.host, port=self.port,
+                                        tls_fingerprint=self._engine.tls_fingerprint,
+                                        condor_jobs=self._engine.condor_jobs,
                                         tasks_total=lambda: self.tasks_total)  # fmt: skip
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname()))

@@ -9,7 +9,6 @@ removed from argv before either algorithm sees it.
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import time
 import traceback
@@ -180,6 +179,8 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
 
 def _master_secret(options: Options) -> bytes:
     """The computation's secret: from --mw-secret-file (created if missing), else fresh."""
+    import secrets  # noqa: PLC0415 (a master's business: a slave, which never gets here, need not load it)
+
     if options.secret_file is None:
         return secrets.token_bytes(32)
     path = Path(options.secret_file)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -173,7 +172,7 @@ def replacing(
     """
     name = os.fspath(path)
     folder, base = os.path.split(name)
-    temporary = os.path.join(folder, f"{prefix or f'.{base}.'}{secrets.token_hex(8)}.tmp")
+    temporary = os.path.join(folder, f"{prefix or f'.{base}.'}{os.urandom(8).hex()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o666 if mode is None else 0o600, dir_fd=dir_fd)
     try:

@@ -48,8 +48,9 @@ from mwpy import (
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
 from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
-from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
+from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
+from mwpy.options import DEFAULT_SPIN_US
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
 from mwpy.wire.codec import decode_arguments

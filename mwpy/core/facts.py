@@ -19,9 +19,9 @@ attribute test per batch or result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
-import attrs
+from mwpy.resource_file import ResourceFile
 
 #: Why a slave's connection ended, as the event log's ``slave-disconnected`` records it.
 Cause = Literal["eof", "timeout", "error", "expelled", "shutdown", "refused"]
@@ -31,24 +31,21 @@ Outcome = Literal["ok", "error", "retried"]
 OUTCOMES: Final = ("ok", "error", "retried")
 
 
-@attrs.frozen
-class MasterStarted:
+class MasterStarted(NamedTuple):
     """The master listens; no slave has connected yet."""
 
     member_id: str
     host: str
 
 
-@attrs.frozen
-class MasterReady:
+class MasterReady(NamedTuple):
     """The master published its resource file: slaves may come (``host:port`` is where they connect)."""
 
     host: str
     port: int
 
 
-@attrs.frozen
-class MasterStopped:
+class MasterStopped(NamedTuple):
     """The master algorithm ended with ``status``; the slaves were told to leave."""
 
     member_id: str
@@ -56,22 +53,32 @@ class MasterStopped:
     tasks_done: int
 
 
-@attrs.frozen
-class Accepted:
+class ResourceFileWritten(NamedTuple):
+    """The master rewrote its resource file (``record``: what it says now)."""
+
+    record: ResourceFile
+
+
+class ResourceFileNotWritten(NamedTuple):
+    """The resource file could not be written; the computation goes on without it."""
+
+    path: str
+    error: str
+
+
+class Accepted(NamedTuple):
     """A connection came in (it is not a slave until it has proved membership)."""
 
     address: str
 
 
-@attrs.frozen
-class AcceptFailed:
+class AcceptFailed(NamedTuple):
     """``accept()`` failed for one caller (it gave up); the next is served on the next pass."""
 
     error: str
 
 
-@attrs.frozen
-class AcceptPaused:
+class AcceptPaused(NamedTuple):
     """Out of descriptors: the master stops accepting for ``seconds`` (``first``: the first time in this run)."""
 
     seconds: float
@@ -79,8 +86,7 @@ class AcceptPaused:
     first: bool
 
 
-@attrs.frozen
-class Refused:
+class Refused(NamedTuple):
     """A peer proved it knows the secret but is another computation's member."""
 
     address: str
@@ -88,8 +94,7 @@ class Refused:
     reason: str
 
 
-@attrs.frozen
-class Connected:
+class Connected(NamedTuple):
     """A slave proved its membership and joined slave group ``group``."""
 
     sid: str
@@ -103,16 +108,14 @@ class Connected:
     job: str | None
 
 
-@attrs.frozen
-class PeerDropped:
+class PeerDropped(NamedTuple):
     """A connection that is no slave (not proved yet, or sent away) ended: ``reason`` says how."""
 
     address: str
     reason: str
 
 
-@attrs.frozen
-class SlaveLeft:
+class SlaveLeft(NamedTuple):
     """A slave's connection ended, or the master sent it away (``cause`` "expelled"), and what it held.
 
     ``in_flight`` tasks it held went back to the queue (``requeued``) or
@@ -130,47 +133,41 @@ class SlaveLeft:
     unrunnable: int
 
 
-@attrs.frozen
-class HandedBack:
+class HandedBack(NamedTuple):
     """A slave leaving on a soft-kill signal gave back ``n`` tasks it had not started (queued again first)."""
 
     sid: str
     n: int
 
 
-@attrs.frozen
-class CancelSent:
+class CancelSent(NamedTuple):
     """The master asked ``sid`` to give back ``n`` queued tasks whose futures were cancelled."""
 
     sid: str
     n: int
 
 
-@attrs.frozen
-class CancelledBack:
+class CancelledBack(NamedTuple):
     """``sid`` gave back ``n`` cancelled tasks unstarted (the others of its Cancel ran or run)."""
 
     sid: str
     n: int
 
 
-@attrs.frozen
-class ShutdownSent:
+class ShutdownSent(NamedTuple):
     """The master told ``sid`` to shut down (the computation is finished)."""
 
     sid: str
 
 
-@attrs.frozen
-class StrayResult:
+class StrayResult(NamedTuple):
     """``sid`` sent a result for a task it does not hold (a cancelled task that ran anyway, say): ignored."""
 
     sid: str
     task_id: int
 
 
-@attrs.frozen
-class TaskFailed:
+class TaskFailed(NamedTuple):
     """A task raised on ``sid``; ``retried``: it is queued to run again, else the failure goes to the program."""
 
     sid: str
@@ -185,8 +182,7 @@ class TaskFailed:
     retried: bool
 
 
-@attrs.frozen
-class TaskTimedOut:
+class TaskTimedOut(NamedTuple):
     """A task ran past its timeout on ``sid`` (and its grace): it failed, and ``sid`` is dropped."""
 
     sid: str
@@ -199,6 +195,8 @@ KINDS: Final[dict[type[Any], str]] = {
     MasterStarted: "master_started",
     MasterReady: "master_ready",
     MasterStopped: "master_stopped",
+    ResourceFileWritten: "resource_file_written",
+    ResourceFileNotWritten: "resource_file_not_written",
     Accepted: "accepted",
     AcceptFailed: "accept_failed",
     AcceptPaused: "accept_paused",
@@ -238,6 +236,8 @@ class Observer:
     def master_started(self, fact: MasterStarted) -> None: ...
     def master_ready(self, fact: MasterReady) -> None: ...
     def master_stopped(self, fact: MasterStopped) -> None: ...
+    def resource_file_written(self, fact: ResourceFileWritten) -> None: ...
+    def resource_file_not_written(self, fact: ResourceFileNotWritten) -> None: ...
 
     # -- connections
     def accepted(self, fact: Accepted) -> None: ...

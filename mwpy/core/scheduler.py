@@ -134,19 +134,21 @@ class SlaveKind(enum.Enum):
     UNORDERED = "unordered"
 
 
-@attrs.define(eq=False)
 class _Slot:
     """The scheduler's view of one connected slave."""
 
-    sid: str
-    kind: SlaveKind
-    ordered: deque[Entry] = attrs.Factory(deque)
-    in_flight: dict[int, Entry] = attrs.Factory(dict)
-    freeing: bool = False
-    compute_time: float | None = None  # moving average, seconds per task
-    last_result_at: float = 0.0  # the next task in flight started no earlier
-    streak: int = 0  # numbers this slave's runs of failures; a success starts a new one
-    proven: int = 0  # failures of the current streak that later succeeded elsewhere
+    __slots__ = ("sid", "kind", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven")
+
+    def __init__(self, sid: str, kind: SlaveKind) -> None:
+        self.sid = sid
+        self.kind = kind
+        self.ordered: deque[Entry] = deque()
+        self.in_flight: dict[int, Entry] = {}
+        self.freeing = False
+        self.compute_time: float | None = None  # moving average, seconds per task
+        self.last_result_at = 0.0  # the next task in flight started no earlier
+        self.streak = 0  # numbers this slave's runs of failures; a success starts a new one
+        self.proven = 0  # failures of the current streak that later succeeded elsewhere
 
 
 class Scheduler:

@@ -506,6 +506,9 @@ class EventRenderer(Observer):
     def master_stopped(self, fact: facts.MasterStopped) -> None:
         self._writer.master_stop(status=fact.status, tasks_done=fact.tasks_done)
 
+    def resource_file_written(self, fact: facts.ResourceFileWritten) -> None:
+        self._writer.emit(resource_file_event(self._writer.now(), fact.record))
+
     def connected(self, fact: facts.Connected) -> None:
         record = SlaveConnected(
             t=self._writer.now(), slave=fact.sid, host=fact.host, address=fact.address, group=fact.group, job=fact.job

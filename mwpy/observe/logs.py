@@ -25,21 +25,13 @@ import sys
 
 from mwpy.errors import ConfigurationError
 from mwpy.names import LOG_LEVEL_VARIABLE
+from mwpy.options import LOG_LEVELS, level_name
 
 ROOT = "mwpy"
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler mwpy installed, so configuring twice does not print every line twice."""
-
-
-def level_name(text: str) -> str:
-    """``text`` as a logging level name; ValueError when it is none (the option parser's contract)."""
-    name = text.strip().upper()
-    if name not in LEVELS:
-        raise ValueError(text)
-    return name
 
 
 def configure(level: str | None = None) -> None:
@@ -50,7 +42,7 @@ def configure(level: str | None = None) -> None:
     try:
         name = level_name(chosen)
     except ValueError:
-        raise ConfigurationError(f"{LOG_LEVEL_VARIABLE}={chosen!r}: expected one of {', '.join(LEVELS)}") from None
+        raise ConfigurationError(f"{LOG_LEVEL_VARIABLE}={chosen!r}: expected one of {', '.join(LOG_LEVELS)}") from None
     logger = logging.getLogger(ROOT)
     logger.setLevel(name)
     if not any(isinstance(handler, _Handler) for handler in logger.handlers):

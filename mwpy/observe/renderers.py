@@ -56,6 +56,9 @@ class AuditRenderer(Observer):
     def master_stopped(self, fact: facts.MasterStopped) -> None:
         self._audit(f'FINI SHUTDOWN "{fact.member_id}"')
 
+    def resource_file_not_written(self, fact: facts.ResourceFileNotWritten) -> None:
+        self._audit(f"RESOURCE FILE NOT WRITTEN {fact.path}: {fact.error}")
+
     def accepted(self, fact: facts.Accepted) -> None:
         self._audit(f"NEW-CLIENT -> {fact.address}")
 
