@@ -63,7 +63,7 @@ from typing import Any, ParamSpec, TypeVar
 import attrs
 
 from mwpy import backends, calls
-from mwpy.errors import ConfigurationError, SlavesFailError, UnrunnableTaskError
+from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
@@ -72,7 +72,7 @@ from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.streams import chunked
-from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, registry, task_exception
+from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, registry, unrunnable_error
 from mwpy.wire import codec
 
 __all__ = ["Executor"]
@@ -122,23 +122,20 @@ class _Future(LightFuture[R]):
             self._mark_running()
 
     def unrunnable(self) -> bool:
-        message = f"task {self._task_id}: its slave vanished and its policy forbids running it again"
-        self._end(None, UnrunnableTaskError(message))
+        self._end(None, unrunnable_error(self._task_id or 0))
         return False
 
     def settle(self, result: Result) -> bool:
         """The task's result settles this future (unless it was cancelled before it started); never mw.results()."""
-        if result.error is None:
-            self._end(result.value, None)
-        else:
-            self._end(None, task_exception(result))
+        if not self.done():  # cancelled before it started (a task dropped for a full frame, say)
+            self._settle_with(result)
+            self._executor._one_done(self)
         return False
 
     def _end(self, value: Any, exception: BaseException | None) -> None:
-        if self.done():  # cancelled before it started (a task dropped for a full frame, say)
-            return
-        self._finish(value, exception)
-        self._executor._one_done(self)
+        if not self.done():
+            self._finish(value, exception)
+            self._executor._one_done(self)
 
 
 #: What ``submit()`` hands the engine's thread: (future, task name, pickled arguments, policy).

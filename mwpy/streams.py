@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import attrs
 
 from mwpy import calls
-from mwpy.errors import ConfigurationError, UnrunnableTaskError
-from mwpy.task import Policy, Result, TaskAlgorithm, TaskError, task_exception
+from mwpy.errors import ConfigurationError
+from mwpy.task import Policy, Result, TaskAlgorithm, TaskError, task_exception, unrunnable_error
 from mwpy.wire import codec
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class _Item:
         pass
 
     def unrunnable(self) -> bool:
-        error = TaskError(*codec.failure_of(UnrunnableTaskError(f"task {self.task_id}: its slave vanished")))
+        error = TaskError(*codec.failure_of(unrunnable_error(self.task_id)))
         self.stream.arrived.append((self.index, Result(self.task_id, "", "", self.index, 0.0, error=error)))
         return False
 

@@ -241,6 +241,13 @@ class LightFuture(concurrent.futures.Future[R]):
                 return True
         return self.running() or self.set_running_or_notify_cancel()
 
+    def _settle_with(self, result: Result) -> None:
+        """The task's value, or its exception as itself (built only while the future is not done yet)."""
+        if result.error is None:
+            self._finish(result.value, None)
+        elif not self.done():
+            self._finish(None, task_exception(result))
+
     def _finish(self, value: Any, exception: BaseException | None) -> None:
         """``set_result``/``set_exception`` unless the future is done already (a cancelled one stays so)."""
         with _MAKING:
@@ -314,18 +321,14 @@ class TaskFuture(LightFuture[R]):
             self.set_running_or_notify_cancel()
 
     def unrunnable(self) -> bool:
-        message = f"task {self.task_id}: its slave vanished and its policy forbids running it again"
-        self._finish(None, UnrunnableTaskError(message))
+        self._finish(None, unrunnable_error(self.task_id))
         return True
 
     def settle(self, result: Result) -> bool:
         """The result settles the future and goes to ``mw.results()`` too, unless the future was cancelled."""
         if self._state in _CANCELLED:
             return False  # no result of a cancelled task reaches the user
-        if result.error is None:
-            self._finish(result.value, None)
-        elif not self.done():
-            self._finish(None, task_exception(result))
+        self._settle_with(result)
         return True
 
 
@@ -372,6 +375,11 @@ def task_exception(result: Result) -> BaseException:
     exc.__cause__ = RemoteTraceback(error.traceback, result)
     _add_output_notes(exc, result)
     return exc
+
+
+def unrunnable_error(task_id: int) -> UnrunnableTaskError:
+    """What the future of a task raises whose slave vanished and whose policy forbids running it again."""
+    return UnrunnableTaskError(f"task {task_id}: its slave vanished and its policy forbids running it again")
 
 
 def _add_output_notes(exc: BaseException, result: Result) -> None:

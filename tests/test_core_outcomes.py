@@ -24,25 +24,17 @@ from mwpy.errors import TaskTimeoutError
 from mwpy.task import DEFAULT_POLICY, Policy, Result, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
+from tests.support import Quiet
 
 NOW = 500.0
 
 
 @attrs.define
-class Kept:
-    """A task's listener that keeps what it is told; ``public``: its results go to ``mw.results()`` too."""
+class Kept(Quiet):
+    """A task's listener that keeps its results; ``public``: they go to ``mw.results()`` too."""
 
     public: bool = True
     settled: list[Result] = attrs.field(factory=list)
-
-    def may_start(self) -> bool:
-        return True
-
-    def began(self) -> None:
-        pass
-
-    def unrunnable(self) -> bool:
-        return True
 
     def settle(self, result: Result) -> bool:
         self.settled.append(result)

@@ -34,7 +34,7 @@ from mwpy.slave import Endpoint, connect
 from mwpy.task import DEFAULT_POLICY, Result
 from mwpy.wire import codec, protocol
 from mwpy.wire.session import HandshakeReply, SlaveSession
-from tests.support import PROGRAMS
+from tests.support import PROGRAMS, Quiet
 
 DEADLINE = 60.0
 
@@ -46,21 +46,12 @@ def triple(x: int) -> int:
     return 3 * x
 
 
-class Relay:
+class Relay(Quiet):
     """The listener of a downstream task: its result goes up as the result of the upstream task it came from."""
 
     def __init__(self, sub: SubMaster, upstream_id: int) -> None:
         self._sub = sub
         self._upstream_id = upstream_id
-
-    def may_start(self) -> bool:
-        return True
-
-    def began(self) -> None:
-        pass
-
-    def unrunnable(self) -> bool:
-        return False
 
     def settle(self, result: Result) -> bool:
         if result.error is None:

@@ -14,6 +14,16 @@ from pathlib import Path
 
 from tests.support import PYTHON, ROOT, write_resource_file
 
+#: A program's declarations, as a user writes them.
+DECLARATIONS = """
+@mwpy.task
+def double(x: int) -> int:
+    return 2 * x
+
+@mwpy.master
+def main(mw, argv):
+    return 0
+"""
 #: What a master's optional options bring, and the slave never needs.
 MASTER_ONLY = {"mwpy.master", "mwpy.net.engine", "mwpy.core.scheduler", "mwpy.core.outcomes", "mwpy.executor"}
 OPTIONAL = {"mwpy.core.journal", "sqlite3", "mwpy.observe.events", "mwpy.observe.goodput", "mwpy.pool.bundle"}
@@ -37,20 +47,8 @@ def run(code: str) -> str:
 
 def test_the_decorators_work_whatever_submodule_was_imported_first() -> None:
     """Importing mwpy.master (or .task, .slave) would make Python bind the submodule where the decorator is."""
-    out = run("""
-        import mwpy.master
-        import mwpy.slave
-        from mwpy.task import registry
-        import mwpy
-
-        @mwpy.task
-        def double(x: int) -> int:
-            return 2 * x
-
-        @mwpy.master
-        def main(mw, argv):
-            return 0
-
+    first = "import mwpy.master\nimport mwpy.slave\nfrom mwpy.task import registry\nimport mwpy\n"
+    then = textwrap.dedent("""
         @mwpy.slave
         def work(slave, argv):
             return 0
@@ -58,6 +56,7 @@ def test_the_decorators_work_whatever_submodule_was_imported_first() -> None:
         from mwpy.master import Master
         print(double(4), "double" in registry, callable(mwpy.master), Master.__name__, mwpy.Master is Master)
     """)
+    out = run(first + DECLARATIONS + then)
     assert out.split() == ["8", "True", "True", "Master", "True"]
 
 
@@ -78,21 +77,10 @@ def test_a_slave_loads_no_part_of_the_master(tmp_path: Path) -> None:
     write_resource_file(resource, computation_status="finished")  # the slave reads it and leaves at once
     program = tmp_path / "program.py"
     program.write_text(
-        textwrap.dedent(f"""
-            import json, sys
-            import mwpy
-
-            @mwpy.task
-            def double(x: int) -> int:
-                return 2 * x
-
-            @mwpy.master
-            def main(mw, argv):
-                return 0
-
-            status = mwpy.main(["--mw-slave", "--mw-resource-file", {str(resource)!r}])
-            print(json.dumps([status, sorted(sys.modules)]))
-        """)
+        "import json, sys\nimport mwpy\n"
+        + DECLARATIONS
+        + f"status = mwpy.main(['--mw-slave', '--mw-resource-file', {str(resource)!r}])\n"
+        + "print(json.dumps([status, sorted(sys.modules)]))\n"
     )
     done = subprocess.run([PYTHON, str(program)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
