@@ -15,25 +15,26 @@ How it is built, and why:
   that owns it. Users of ``concurrent.futures`` call ``future.result()`` from
   any thread, so the engine cannot be driven by whoever waits; it runs on its
   own and submitters hand it work through a thread-safe queue and a wake-up
-  socket (:meth:`mwpy.net.engine.Engine.wake`) that cuts its ``select`` short.
+  socket (the master's intake, mwpy/intake.py) that cuts its ``select`` short.
 * Arguments are checked and pickled in ``submit()``, in the caller's thread:
   an argument that cannot travel raises there, as everywhere in mwpy.
 * With ``backend="condor"`` the script is shipped with the slave job and
   named by its base name; the slave's Python is ``sys.executable`` unless
   ``options=["--mw-slave-executable", ...]`` or ``["--mw-slave-bundle"]`` say
   otherwise; tests/test_condor_executor.py runs it on the test pool.
-* Slaves are started the way ``mwpy local`` (or the overseer) starts them: the
-  master publishes a resource file in a private work folder and an
-  :class:`~mwpy.pool.overseer.Overseer` with a back end (``local`` processes by
-  default, ``condor`` through htcondor2) runs in a thread and keeps the slave
-  jobs matched to it, at most ``max_workers``. The slaves run
+* Slaves are started the way ``mwpy local`` (or the overseer) starts them,
+  by the same :class:`~mwpy.pool.slave_pool.SlavePool`: the master publishes a
+  resource file in a private work folder and an overseer with a back end
+  (``local`` processes by default, ``condor`` through htcondor2) runs in a
+  thread and keeps the slave jobs matched to it, at most ``max_workers``. The slaves run
   ``mwpy/_spawn.py``, which loads the user's script as ``__mp_main__`` like
   ``multiprocessing``'s spawn start method, so functions of a script's
   ``__main__`` work; functions of a REPL's or notebook's ``__main__`` cannot
   (there is no file to load) and are refused at ``submit()`` with the fix.
-* A future is *running* from the moment its task leaves for a slave (the
-  scheduler asks the task's start hook); ``cancel()`` succeeds before that,
-  and a cancelled task is dropped unsent.
+* A future is its task's listener (mwpy/core/scheduler.py): *running* once
+  its task is the first in flight on its slave; ``cancel()`` succeeds before
+  that — a task still queued here is dropped unsent, one waiting in a slave's
+  window is pulled back.
 * A task that raises is a result (its future raises its exception), run again
   only when ``@mwpy.task(retries=N)`` asks. A slave that vanishes still has its
   tasks run elsewhere.
