@@ -49,7 +49,11 @@ class Intake:
         """``submit()``: queue a task whose result goes to ``mw.results()`` and settles the returned future."""
         payload = algorithm.encode(args, kwargs, self.max_frame)
         future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
-        self._add(Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key))
+        entry = Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key)
+        if self._timed or entry.key is not None or self.finished:
+            self._add(entry)
+        else:
+            self._sched.add(entry)  # the hot path: no queue time to stamp, no journal to ask
         return future
 
     def enqueue(

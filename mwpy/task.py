@@ -328,7 +328,10 @@ class TaskFuture(LightFuture[R]):
         """The result settles the future and goes to ``mw.results()`` too, unless the future was cancelled."""
         if self._state in _CANCELLED:
             return False  # no result of a cancelled task reaches the user
-        self._settle_with(result)
+        if result.error is None:
+            self._finish(result.value, None)  # the hot path, without _settle_with's call
+        else:
+            self._settle_with(result)
         return True
 
 
