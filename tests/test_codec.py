@@ -9,6 +9,8 @@ the master cannot read is a failure of that result alone.
 
 from __future__ import annotations
 
+import functools
+import os
 import pickle
 import threading
 
@@ -119,6 +121,8 @@ def test_values_and_failures_round_trip_through_the_codec() -> None:
 def test_arguments_travel_as_args_and_kwargs_and_fail_at_the_call_site_when_they_cannot() -> None:
     payload = codec.encode_arguments("f", (1, "two"), {"three": 3.0})
     assert codec.decode_arguments(payload) == ((1, "two"), {"three": 3.0})
+    zero_copy = codec.encode_arguments("f", (pickle.PickleBuffer(b"buffer"),), {})  # protocol 5's own
+    assert codec.decode_arguments(zero_copy) == ((b"buffer",), {})
     with pytest.raises(TypeError, match=r"^cannot send the arguments of task 'f': ") as caught:
         codec.encode_arguments("f", (threading.Lock(),), {})
     assert caught.value.__cause__ is not None
@@ -127,9 +131,32 @@ def test_arguments_travel_as_args_and_kwargs_and_fail_at_the_call_site_when_they
 def test_a_function_travels_by_reference_and_is_unpickled_once_per_process() -> None:
     reference = codec.function_reference(pickle.dumps)
     assert codec.resolve_function(reference) is pickle.dumps
-    assert codec.resolve_function(reference) is codec.resolve_function(reference)
     with pytest.raises(TypeError, match=r"^cannot send the function .*<lambda> to slaves: "):
         codec.function_reference(lambda: None)
+    with pytest.raises(TypeError, match=r"^cannot send the function <unlocked _thread.lock object at "):
+        codec.function_reference(threading.Lock())  # type: ignore[arg-type]  # no __qualname__: its repr
+
+
+def fresh_reference() -> bytes:
+    """Bytes no process has resolved before (the cache outlives a test): what they name is a new object."""
+    return pickle.dumps(functools.partial(int, base=2, nonce=os.urandom(8)), PICKLE_PROTOCOL)
+
+
+def test_a_function_is_unpickled_once_then_found_and_the_cache_is_bounded() -> None:
+    reference = fresh_reference()
+    first = codec.resolve_function(reference)
+    assert isinstance(first, functools.partial)
+    assert first.func is int
+    assert codec.resolve_function(reference) is first  # found, not unpickled again
+    for _ in range(codec.FUNCTIONS_KEPT):
+        codec.resolve_function(fresh_reference())
+    assert codec.resolve_function(reference) is not first  # forgotten once FUNCTIONS_KEPT others came
+
+
+def test_a_failure_of_an_exception_outside_an_except_carries_no_traceback() -> None:
+    kind, message, trace, pickled = codec.failure_of(KeyError("k"))
+    assert (kind, message, trace) == ("KeyError", "'k'", "")
+    assert pickled is not None
 
 
 def test_an_exception_is_rebuilt_as_itself_or_not_at_all() -> None:

@@ -109,7 +109,9 @@ def test_tasks_of_a_vanished_slave_follow_their_policy() -> None:
     queued_anyway = submit(sched, Policy(sid="o", do_it_anyway=True, retry=False))  # never sent
 
     assert sched.leave("u") == [again, dropped]
+    assert sched.unrunnable_total == 1
     assert sched.leave("o") == [ordered, anyway, anyway_no_retry]
+    assert sched.unrunnable_total == 3  # counted whether or not a listener lists them for the algorithm
     assert sorted(t.task_id for t in sched.drain_unrunnable()) == sorted(
         t.task_id for t in (dropped, ordered, anyway_no_retry)
     )
@@ -181,6 +183,7 @@ def test_window_grows_for_short_tasks_and_stays_at_one_for_long_ones() -> None:
 
 def test_task_group_sets_the_smallest_batch() -> None:
     sched = Scheduler(task_group=10)
+    assert sched.task_group == 10  # the engine packs frames of this many
     sched.join("a")
     for _ in range(25):
         submit(sched)

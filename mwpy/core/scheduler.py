@@ -206,20 +206,18 @@ class Scheduler:
             self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
-        if task.policy.sid is None:
+        sid = task.policy.sid
+        if sid is None:
             self._unordered.append(task)
         else:
-            self._place(task)
+            self._place(task, sid)
 
     def new_id(self) -> int:
         self._next_id += 1
         return self._next_id
 
-    def _place(self, task: Entry) -> None:
-        sid = task.policy.sid
-        if sid is None:
-            self._unordered.append(task)
-            return
+    def _place(self, task: Entry, sid: str) -> None:
+        """An ordered task goes to its slave's queue, or follows its policy when that slave is not there."""
         slot = self._slots.get(sid)
         if slot is None or slot.kind is SlaveKind.UNORDERED:
             self._orphan(task, ran=False)
