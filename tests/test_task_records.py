@@ -22,6 +22,8 @@ def test_a_task_as_the_algorithm_sees_it_keeps_its_policy_and_its_own_tag_and_ke
     assert task.policy == attrs.evolve(POLICY, tag=3, key="k")
     plain = Entry(8, "f", b"", POLICY, QUIET, tag=POLICY.tag, key=POLICY.key).task()
     assert plain.policy is POLICY  # nothing to change: the policy itself
+    tagged = Entry(9, "f", b"", POLICY, QUIET, tag=4, key=POLICY.key).task()
+    assert tagged.policy == attrs.evolve(POLICY, tag=4)  # its own position, the policy's key
 
 
 def test_the_public_task_carries_no_bookkeeping() -> None:

@@ -55,10 +55,11 @@ def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *
             return Result(
                 entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value=value, journaled=journaled
             )
-    value, failure = codec.decode_outcome(ok, blob)
-    if failure is None:
-        return Result(entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value=value, journaled=journaled)
-    return Result(entry.task_id, entry.algorithm, sid, entry.tag, compute_time, error=TaskError(*failure))
+    value, failure = codec.decode_outcome(ok, blob)  # a failure, or why the value does not unpickle
+    error = None if failure is None else TaskError(*failure)
+    return Result(
+        entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value, error, journaled and error is None
+    )
 
 
 def _retryable(entry: Entry, result: Result) -> bool:
