@@ -601,9 +601,8 @@ SCRIPT_FIGURES = (("whole script", "total_s"), ("first result", "first_result_s"
 def startup(settings: Settings) -> Outcome:
     """Issue 21 item 4: a short script with ``mwpy.Executor`` and with ``ProcessPoolExecutor``, same round.
 
-    The same script (``startup_program.py``: a ``with`` block, one call that
-    returns at once, then ``script_tasks`` calls that sleep) runs once with
-    each executor per round.
+    The same script (``startup_program.py``: a ``with`` block, ``script_tasks``
+    calls that sleep, every result) runs once with each executor per round.
     The targets are the issue's: the first result within 0.3 s, the whole
     script within 1.2 times ProcessPoolExecutor's, the ``with`` block left
     within 0.1 s; the ratios of the first result and of the shutdown to
