@@ -71,7 +71,13 @@ test_thread_names_assigned, test_thread_names_default         end at shutdown is
 ThreadPoolExecutorTest.test_saturation, test_idle_thread_reuse ``executor._threads`` again
 ThreadPoolExecutorTest.test_default_workers                   ThreadPoolExecutor's default ``min(32, cpus + 4)``;
                                                               mwpy's is ProcessPoolExecutor's, ``os.cpu_count()``
-ThreadPoolExecutorTest.test_hang_global_shutdown_lock         ThreadPoolExecutor's lock across ``fork``
+ThreadPoolExecutorTest.test_hang_global_shutdown_lock,        ThreadPoolExecutor's lock and queues across ``fork``
+test_process_fork_from_a_threadpool
+test_process_pool.py's later tests: test_sysconf_permission_   ProcessPoolExecutor's system limits, its
+error, test_broken_process_pool_traceback,                    ``max_tasks_per_child`` workers, its
+test_traceback_when_child_process_terminates_abruptly, the    ``terminate_workers``/``kill_workers`` (3.14), and
+max_tasks_per_child gh-115634/119592/152967 tests, the        workers that die (issue 21 item 1)
+terminate_workers/kill_workers tests
 test_interpreter_pool.py (all)                                InterpreterPoolExecutor, Python 3.14
 test_pool.py PoolExecutorTest.test_map_buffersize             ``map(buffersize=)``, Python 3.14
 FutureTests.test_class_str, test_get_snapshot                 the standard classes' names; ``Future._get_snapshot``
