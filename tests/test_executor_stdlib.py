@@ -7,8 +7,9 @@ and the package it became in 3.12, ``Lib/test/test_concurrent_futures/``, for
 the tests it added or rewrote: ``executor.py`` at b53167051304,
 ``test_wait.py`` and ``test_as_completed.py`` at 1b2e7aadfd0b,
 ``test_shutdown.py`` at 095c4b093b19, ``test_init.py`` at 047ff92462f8,
-``test_future.py`` at 028c70d14567, ``test_deadlock.py`` and ``util.py`` (its
-helpers and the hand-made futures below). Every test keeps CPython's class
+``test_future.py`` at 028c70d14567, ``test_process_pool.py`` at 05a627cc4fb8,
+``test_thread_pool.py`` at 03445c62940c, ``test_deadlock.py`` and ``util.py``
+(its helpers and the hand-made futures below). Every test keeps CPython's class
 and test name and says in its docstring which file it comes from; the 3.11
 file holds the same classes in one module.
 
