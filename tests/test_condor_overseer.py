@@ -29,6 +29,8 @@ from tests.condor_support import (
     computation,
     finished_jobs,
     history,
+    job_events,
+    job_life,
     job_states,
     logs,
     member_id,
@@ -209,10 +211,12 @@ def test_shrinking_removes_idle_jobs_and_never_a_busy_slave(condor_pool: Pool, c
     assert "values [4, 9]" in wait_master_done(condor_workdir, master), logs(condor_workdir)
     wait_until(lambda: overseer.reconcile().verdict is Verdict.FINISHED and not job_states(condor_workdir), 60, "end")
     history = finished_jobs(condor_workdir, expected=len(running) + len(backend.removed))
+    events = job_events(condor_workdir)
     for job in running:
         assert (history[job]["JobStatus"], history[job]["ExitCode"]) == (COMPLETED, 0), history[job]
+        assert "started" in job_life(events, job), job_life(events, job)
     for job in backend.removed:
-        assert history[job]["NumJobStarts"] == 0, history[job]  # removed while idle: never ran
+        assert "started" not in job_life(events, job), job_life(events, job)  # removed while idle: never ran
 
 
 def test_overseer_sub_runs_the_overseer_under_condor(condor_pool: Pool, condor_workdir: Path) -> None:
