@@ -185,7 +185,7 @@ class Slave:
     def _work(self, timeout: float | None) -> None:
         self._receive(timeout, wait=not self._queue)
         for _ in range(len(self._queue)):
-            if not self._step():
+            if not self._queue or not self._step():  # a Cancel read between two tasks may have emptied it
                 break
 
     def loop_once(self, timeout: float = 0.0001) -> SlaveStatus:
