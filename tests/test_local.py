@@ -215,11 +215,13 @@ def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> Non
     try:
         watch = SetupFailures()
         watch.look(backend.jobs())
-        wait_until(lambda: (backend.jobs()[0].failed_runs or 0) >= SETUP_FAILURE_LIMIT + 1, 60, "the slave to fail four times")
+        failures = SETUP_FAILURE_LIMIT + 1
+        wait_until(lambda: (backend.jobs()[0].failed_runs or 0) >= failures, 60, f"{failures} failed runs")
         watch.look(backend.jobs())
-        assert watch.count >= SETUP_FAILURE_LIMIT + 1
+        assert watch.count >= failures
         problem = watch.problem(results_so_far=0)
-        assert problem is not None and "no numpy here" in problem
+        assert problem is not None
+        assert "no numpy here" in problem
         assert watch.problem(results_so_far=1) is None  # a computation that had results never stops this way
     finally:
         backend.close()

@@ -7,8 +7,8 @@ failure repeats for ever while the master waits. :class:`SetupFailures`
 watches the back end's jobs: a back end that counts each job's failed runs
 is read exactly (the local back end restarts a slave within half a second,
 so one that fails fast can fail and restart between two looks); for one that
-does not, each time a job is seen to have exited with a failure counts one, and once ``limit`` runs have failed while the
-computation has not yet had a single result, :meth:`problem` names the
+does not, each time a job is seen to have exited with a failure counts one,
+and once ``limit`` runs have failed while the computation has not yet had a single result, :meth:`problem` names the
 failure (the job's last error line). A computation that has had results
 never stops this way: its slaves can work, and one that fails later is the
 black-hole and retry rules' business.
