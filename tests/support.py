@@ -37,6 +37,25 @@ PYTHON = sys.executable
 T = TypeVar("T")
 
 
+class Quiet:
+    """A task listener (mwpy/core/scheduler.py's Listener) that lets every task run and lists what it is told."""
+
+    def may_start(self) -> bool:
+        return True
+
+    def began(self) -> None:
+        pass
+
+    def unrunnable(self) -> bool:
+        return True
+
+    def settle(self, result: Result) -> bool:
+        return True
+
+
+QUIET = Quiet()
+
+
 def wait_until(
     predicate: Callable[[], T],
     timeout: float,

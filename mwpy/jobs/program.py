@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from mwpy import program
+from mwpy import program, safe_files
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
@@ -203,10 +203,7 @@ class _Summary:
             return
         self._written = now
         counts = {"total": self.total, "finished": self.done, "failed": self.failures, "summary": self.out.name}
-        temporary = f"{self.status}.{os.getpid()}.tmp"
-        with open(temporary, "w") as out:
-            json.dump(counts, out)
-        os.replace(temporary, self.status)
+        safe_files.write_atomically(self.status, json.dumps(counts).encode(), mode=None)
 
     def close(self, started: float, counters: dict[str, Any]) -> None:
         elapsed = time.time() - started
