@@ -102,6 +102,9 @@ class Master:
         #: Inputs of sized ``map``/``as_completed`` calls not submitted yet; None until such a call starts.
         self._ahead: int | None = None
         self._tokens: list[contextvars.Token[Master | None]] = []
+        #: Whether finishing prints the goodput summary (with --mw-events); a program that ends with a line of
+        #: its own (``mwpy jobs``) turns it off.
+        self.goodput_summary = True
         self._observers = _Observers.open(options)
         #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
         self._timed = self._observers.events is not None
@@ -545,7 +548,7 @@ class Master:
         self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
         self._audit(f'FINI SHUTDOWN "{self._options.member_id}"')
         self._audit.flush()
-        self._observers.stop(status, self._sched.done_total)
+        self._observers.stop(status, self._sched.done_total, summary=self.goodput_summary)
 
 
 @attrs.frozen
@@ -629,13 +632,13 @@ class _Observers:
             events.subscribers.append(exporter)
         return cls(events, accountant, exporter)
 
-    def stop(self, status: int, tasks_done: int) -> None:
+    def stop(self, status: int, tasks_done: int, *, summary: bool = True) -> None:
         """Record the end, print where the slot time went, release the file and the port."""
         if self.events is not None:
             self.events.master_stop(status=status, tasks_done=tasks_done)
             if self.events.failed is not None:
                 print(f"mwpy: {self.events.failed}", file=sys.stderr)
-        if self._accountant is not None and status != INTERRUPTED:  # Ctrl-C ends with one line, nothing more
+        if summary and self._accountant is not None and status != INTERRUPTED:  # Ctrl-C: one line, nothing more
             print(goodput.summary(self._accountant.result()), end="", file=sys.stderr, flush=True)
         self.close()
 
