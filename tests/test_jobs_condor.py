@@ -40,6 +40,7 @@ def test_jobs_master_sub_runs_a_submit_file_s_jobs_on_reused_condor_slaves(
     shutil.copy(PROGRAMS / "jobs" / "use_shared.sh", condor_workdir / "use_shared.sh")
     (condor_workdir / "jobs.sub").write_text(
         "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\n"
+        "should_transfer_files = YES\n"
         "output = out.$(Cluster).$(Process)\nlog = jobs.log\nqueue 8\n"
     )
     condor_pool.give(condor_workdir)

@@ -39,7 +39,7 @@ def test_streams_arguments_environment_and_outputs_come_back_under_condor_s_name
         (tmp_path / f"in.{process}").write_text(f"line one of {process}\nline two\n")
     submit(
         tmp_path,
-        "executable = echo_job.sh\n"
+        "executable = echo_job.sh\nshould_transfer_files = YES\n"
         "arguments = \"$(Process) 'two words' $(flavour)\"\n"
         "flavour = mint\n"
         "environment = \"GREETING='hello there'\"\n"
@@ -68,7 +68,8 @@ def test_streams_arguments_environment_and_outputs_come_back_under_condor_s_name
 def test_named_output_files_and_folders_come_back_and_nothing_else(tmp_path: Path) -> None:
     submit(
         tmp_path,
-        "executable = echo_job.sh\narguments = $(Process)\ntransfer_output_files = folder, made.$(Process)\nqueue 2\n",
+        "executable = echo_job.sh\narguments = $(Process)\nshould_transfer_files = YES\n"
+        "transfer_output_files = folder, made.$(Process)\nqueue 2\n",
         "echo_job.sh",
     )
     done = run_jobs(tmp_path)
@@ -144,7 +145,7 @@ def test_failed_jobs_leave_no_work_folder_but_a_master_that_cannot_start_says_wh
 def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Path) -> None:
     submit(
         tmp_path,
-        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\n"
+        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\nshould_transfer_files = YES\n"
         "when_to_transfer_output = ON_SUCCESS\nqueue in (0, 5)\n",
         "status_job.sh",
     )
@@ -173,7 +174,8 @@ def test_a_shared_input_crosses_the_wire_once_per_slave_and_big_files_stream_int
     (tmp_path / "shared.bin").write_bytes(shared)
     submit(
         tmp_path,
-        "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\nqueue 12\n",
+        "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\n"
+        "should_transfer_files = YES\nqueue 12\n",
         "use_shared.sh",
     )
     done = run_jobs(tmp_path, slaves=2)
@@ -221,7 +223,7 @@ def test_a_restarted_master_does_not_run_finished_jobs_again(tmp_path: Path) -> 
     assert all((tmp_path / f"done.{n}").exists() for n in range(16))
 
 
-def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves_nothing_running(
+def test_a_job_that_cannot_execute_is_held_and_one_past_its_timeout_leaves_nothing_running(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "not_a_program").write_text("just text, no #! line\n")
@@ -234,8 +236,10 @@ def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves
     done = run_jobs(tmp_path, "--", "--mw-task-timeout", "2")
     assert done.returncode == 1, done.stderr
     jobs, _ = summary(tmp_path)
-    assert jobs["1.0"]["status"] == "failed"
-    assert jobs["1.0"]["why"].startswith("not started: job 1.0: cannot run not_a_program: Exec format error")
+    assert jobs["1.0"]["status"] == "held"  # as Condor holds a job whose executable does not execute
+    assert jobs["1.0"]["why"].endswith(
+        f"Failed to execute '{tmp_path}/not_a_program': (errno=13: 'Permission denied')"
+    )  # run in place: no chmod, as in Condor
     assert jobs["1.1"]["status"] == "failed"
     assert jobs["1.1"]["why"].startswith("TaskTimeoutError: the task ran past its timeout of 2 s")
     wait_until(lambda: not _running("^/bin/sleep 3600$"), 30, "the timed-out job's process to be gone")
@@ -248,7 +252,7 @@ def _running(pattern: str) -> bool:
 def test_symbolic_links_a_job_makes_are_not_sent_back(tmp_path: Path) -> None:
     submit(
         tmp_path,
-        "executable = /bin/sh\n"
+        "executable = /bin/sh\nshould_transfer_files = YES\n"
         "arguments = \"-c 'ln -s /etc/hostname leak; ln -s .. up; mkdir d; ln -s /etc d/link; echo real > real'\"\n"
         "queue\n",
     )

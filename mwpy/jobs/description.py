@@ -63,7 +63,7 @@ class JobSpec:
     inputs: tuple[InputFile, ...]
     transfer_outputs: tuple[str, ...] | None  # None: every new or changed top-level file
     output_remaps: tuple[tuple[str, str], ...]  # output name -> absolute path (transfer_output_remaps)
-    transfer: bool  # should_transfer_files is not NO: the job runs in a scratch folder
+    transfer: bool  # should_transfer_files is YES or IF_NEEDED: the job may run in a scratch folder
     outputs_on_success_only: bool  # when_to_transfer_output = ON_SUCCESS
     log: str | None = None  # the user log (absolute), if any
     ad: jobad.JobAd = jobad.DEFAULT_AD  # the job-ad attributes policy and placement are made of
@@ -71,6 +71,9 @@ class JobSpec:
     skip_filechecks: bool = False  # missing inputs fail the job when it starts, not the run before it
     #: transfer_input/output/error (stdin, stdout, stderr): False uses the path on the execute side
     transfer_streams: tuple[bool, bool, bool] = (True, True, True)
+    #: should_transfer_files = IF_NEEDED (Condor's default): a slave that shares the submit side's file system
+    #: runs the job in initialdir, as Condor's starter does on a machine of the same FileSystemDomain
+    if_needed: bool = False
 
     @property
     def job_id(self) -> str:
@@ -285,7 +288,10 @@ class _JobMaker:
         where = f"job {self.cluster}.{process}"
         self._check_values(where)
         initialdir = os.path.normpath(os.path.join(self.base, self.value("initialdir").strip()))
-        transfer = self.value("should_transfer_files").strip().upper() != "NO"
+        should = self.value("should_transfer_files").strip().upper() or "IF_NEEDED"
+        if should not in ("YES", "NO", "IF_NEEDED"):
+            raise SubmitError(f"should_transfer_files = {should}: expected YES, NO or IF_NEEDED")
+        transfer = should != "NO"
         when = self.value("when_to_transfer_output").strip().upper() or "ON_EXIT"
         if when not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "ON_SUCCESS"):
             raise SubmitError(f"when_to_transfer_output = {when}: expected ON_EXIT, ON_EXIT_OR_EVICT or ON_SUCCESS")
@@ -319,6 +325,7 @@ class _JobMaker:
             ad=jobad.JobAd.from_commands(self.value, self.segment.spellings, where),
             core_size=_core_size(self.value("core_size"), where),
             skip_filechecks=self.flag("skip_filechecks", False),
+            if_needed=should == "IF_NEEDED",
         )
 
     def _check_values(self, where: str) -> None:

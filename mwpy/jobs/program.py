@@ -33,6 +33,7 @@ import hashlib
 import json
 import secrets
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -175,7 +176,20 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         kill_timeout=float(spec.ad.kill_timeout) if spec.ad.kill_timeout is not None else 10.0,
         core_size=spec.core_size,
         check_interval=args.periodic_interval if _checked_while_running(spec) else None,
+        cpus=int(spec.ad.placement.cpus) if spec.ad.placement.cpus.isdigit() else 1,
+        shared=submit_side() if spec.if_needed else None,
+        in_place=(spec.executable, spec.stdin, spec.stdout, spec.stderr) if spec.if_needed else None,
     )
+
+
+@functools.cache
+def submit_side() -> tuple[str, str]:
+    """This host's FileSystemDomain (HTCondor's FILESYSTEM_DOMAIN, by default its full name) and its name: a slave
+    that shares them sees initialdir as it is here."""
+    import htcondor2  # noqa: PLC0415 (already loaded by the description)
+
+    domain = htcondor2.param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
+    return str(domain), socket.gethostname()
 
 
 def _stream(spec: JobSpec, path: str | None, index: int) -> bool | str | None:
@@ -488,6 +502,9 @@ class _Run:
             self.resumed = True
             print("mwpy jobs: resumed: finished jobs are answered from the journal", file=sys.stderr)
         outcome = result.value if result.error is None else None
+        if isinstance(outcome, runner.JobOutcome) and outcome.hold is not None:
+            self._not_executed(job, outcome, outcome_record(job_id, result))
+            return
         if job.life is None or not isinstance(outcome, runner.JobOutcome):
             self.summary.job(outcome_record(job_id, result))
             self._log_end(job, outcome)
@@ -508,6 +525,29 @@ class _Run:
             else:  # the policy stopped it while it ran: already held or removed
                 decision = Decision(Verdict.HOLD if life.status == HELD else Verdict.REMOVE, life.hold_reason)
         self._decided(job, decision, now, run, outcome_record(job_id, result))
+
+    def _not_executed(self, job: _Job, outcome: runner.JobOutcome, record: dict[str, Any]) -> None:
+        """The executable could not be executed: Condor holds the job (code 6, the errno), whatever its policy."""
+        assert outcome.hold is not None
+        reason, code, subcode = outcome.hold
+        decision = Decision(Verdict.HOLD, reason, code, subcode)
+        now = time.time()
+        log = self._log(job.spec)
+        if log is not None:
+            spec = job.spec
+            log.executing(spec.cluster, spec.process, outcome.started, outcome.host, "")
+            log.not_executed(spec.cluster, spec.process, now, decision)
+        if job.life is None:  # nothing can release it
+            self.summary.job({**record, "status": "held", "why": reason})
+            return
+        with self.lock:
+            job.life.start(outcome.started)
+            job.life.apply(decision, now)
+        self.held[job.spec.job_id] = job
+        self.summary.held_now[job.spec.job_id] = reason
+        log = self._log(job.spec)
+        if log is not None:
+            log.held(job.spec.cluster, job.spec.process, now, decision)
 
     def _decided(self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any]) -> None:
         """Act on what the policy decided for a job that exited (or was stopped)."""

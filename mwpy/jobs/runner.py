@@ -45,6 +45,21 @@ STDOUT_UPLOAD = ":stdout"
 STDERR_UPLOAD = ":stderr"
 #: The permission bits a transferred executable gets, as Condor's starter gives them.
 EXECUTABLE_MODE = 0o755
+#: Set to the job's CPUs unless the job sets them (HTCondor's STARTER_NUM_THREADS_ENV_VARS default).
+THREAD_VARIABLES = (
+    "CUBACORES",
+    "GOMAXPROCS",
+    "JULIA_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "OMP_THREAD_LIMIT",
+    "OPENBLAS_NUM_THREADS",
+    "PYTHON_CPU_COUNT",
+    "ROOT_MAX_THREADS",
+    "TF_LOOP_PARALLEL_ITERATIONS",
+    "TF_NUM_THREADS",
+)
 
 
 class JobSetupError(MwpyError):
@@ -73,6 +88,11 @@ class JobTask:
     kill_timeout: float = 10.0  # seconds before SIGKILL follows
     core_size: int | None = None  # RLIMIT_CORE of the job's processes, bytes
     check_interval: float | None = None  # seconds between usage reports to the master (None: no periodic policy)
+    cpus: int = 1  # request_cpus: OMP_NUM_THREADS and its kin, as Condor's starter sets them
+    #: should_transfer_files = IF_NEEDED: the submit side's (FileSystemDomain, host); a slave that shares it runs
+    #: the job in initialdir with ``in_place``'s (executable, stdin, stdout, stderr) instead of in a scratch folder
+    shared: tuple[str, str] | None = None
+    in_place: tuple[str, str | None, str | None, str | None] | None = None
 
 
 @attrs.frozen
@@ -92,10 +112,12 @@ class JobOutcome:
     user_cpu: float = 0.0
     sys_cpu: float = 0.0
     stopped: str | None = None  # "hold" or "remove": the master's policy stopped it while it ran
+    #: (reason, code, subcode) when the job could not be executed: Condor holds it (code 6, the errno)
+    hold: tuple[str, int, int] | None = None
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.output_errors and self.stopped is None
+        return self.exit_code == 0 and not self.output_errors and self.stopped is None and self.hold is None
 
 
 class _SlaveState:
@@ -119,6 +141,9 @@ def run(task: JobTask, secret: bytes, member_id: str) -> JobOutcome:
         if _state is not None:
             _state.client.close()
         _state = _SlaveState(task.service, secret, member_id)
+    if task.shared is not None and task.in_place is not None and _shares(*task.shared):
+        executable, stdin, stdout, stderr = task.in_place
+        task = attrs.evolve(task, transfer=False, executable=executable, stdin=stdin, stdout=stdout, stderr=stderr)
     if not task.transfer:
         return _run_in(Path(task.initialdir), task, _state, fetched=0)
     scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=_state.workspace))
@@ -127,6 +152,34 @@ def run(task: JobTask, secret: bytes, member_id: str) -> JobOutcome:
         return _run_in(scratch, task, _state, fetched=fetched)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _shares(domain: str, host: str) -> bool:
+    """Whether this slave sees the submit side's files: a Condor slot of the same FileSystemDomain (its machine
+    ad says), or, outside Condor, a slave on the submit host itself."""
+    machine = os.environ.get("_CONDOR_MACHINE_AD")
+    if machine:
+        with contextlib.suppress(OSError):
+            for line in Path(machine).read_text(errors="replace").splitlines():
+                name, _, value = line.partition("=")
+                if name.strip().lower() == "filesystemdomain":
+                    return value.strip().strip('"') == domain
+    return socket.gethostname() == host
+
+
+def _environment(folder: Path, task: JobTask) -> dict[str, str]:
+    """The job's environment as Condor's starter makes it: the submit file's, the scratch folder as TMPDIR, the
+    thread counts of STARTER_NUM_THREADS_ENV_VARS at the job's CPUs (unless the job sets them)."""
+    environment = {
+        "BATCH_SYSTEM": "HTCondor",
+        "_CONDOR_SCRATCH_DIR": str(folder),
+        "_CONDOR_JOB_IWD": str(folder),
+        "TMPDIR": str(folder),
+        "TEMP": str(folder),
+        "TMP": str(folder),
+    }
+    environment |= {name: str(task.cpus) for name in THREAD_VARIABLES}
+    return environment | dict(task.environment)
 
 
 def _place_inputs(task: JobTask, cache: InputCache, scratch: Path) -> int:
@@ -165,8 +218,7 @@ def _executable(folder: Path, task: JobTask) -> str:
 
 def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) -> JobOutcome:
     before = _snapshot(folder) if task.transfer else {}
-    environment = dict(task.environment)
-    environment.setdefault("_CONDOR_SCRATCH_DIR", str(folder))
+    environment = _environment(folder, task)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     with contextlib.ExitStack() as files:
@@ -184,8 +236,10 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
                 start_new_session=True,
                 preexec_fn=_core_limit(task.core_size),  # noqa: PLW1509 (setrlimit only, before exec)
             )
-        except OSError as exc:
-            raise JobSetupError(f"job {task.job_id}: cannot run {task.executable}: {exc.strerror}") from None
+        except OSError as exc:  # Condor holds such a job: "Failed to execute", code 6, the errno as subcode
+            reason = f"Error from {state.host}: Failed to execute '{_executable(folder, task)}': "
+            reason += f"(errno={exc.errno}: '{exc.strerror}')"
+            return _unstarted(task, state, started, fetched, (reason, 6, exc.errno or 0))
         status, stopped = _wait(process, task, state.client, started)
     ended = time.time()
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -207,6 +261,24 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
         user_cpu=round(used.ru_utime - children.ru_utime, 6),
         sys_cpu=round(used.ru_stime - children.ru_stime, 6),
         stopped=stopped,
+    )
+
+
+def _unstarted(
+    task: JobTask, state: _SlaveState, started: float, fetched: int, hold: tuple[str, int, int]
+) -> JobOutcome:
+    return JobOutcome(
+        job_id=task.job_id,
+        exit_code=None,
+        signal=None,
+        started=started,
+        ended=time.time(),
+        host=state.host,
+        pid=os.getpid(),
+        outputs=(),
+        output_errors=(),
+        fetched_bytes=fetched,
+        hold=hold,
     )
 
 

@@ -99,6 +99,21 @@ class UserLog:
         )
         self._write(_header(4, cluster, process, when) + body)
 
+    def not_executed(self, cluster: int, process: int, when: float, decision: Decision) -> None:
+        """021 and 004: the starter's error, then the eviction that precedes the hold (as Condor writes them)."""
+        reason = _line(decision.reason)
+        where, _, message = reason.removeprefix("Error from ").partition(": ")
+        error = f"Error from starter on {where}:\n\t{message}\n\tCode {decision.code} Subcode {decision.subcode}\n"
+        self._write(_header(21, cluster, process, when) + error)
+        body = (
+            "Job was evicted.\n\t(0) CPU times\n"
+            + f"\t\t{_usage(0, 0)}  -  Run Remote Usage\n"
+            + f"\t\t{_usage(0, 0)}  -  Run Local Usage\n"
+            + "\t0  -  Run Bytes Sent By Job\n\t0  -  Run Bytes Received By Job\n"
+            + f"\t{reason}\n"
+        )
+        self._write(_header(4, cluster, process, when) + body)
+
     def held(self, cluster: int, process: int, when: float, decision: Decision) -> None:
         body = f"Job was held.\n\t{_line(decision.reason) or 'Reason unspecified'}\n"
         self._write(_header(12, cluster, process, when) + body + f"\tCode {decision.code} Subcode {decision.subcode}\n")
