@@ -50,7 +50,8 @@ def test_docs_jobs_md_holds_the_table_of_every_command() -> None:
 def test_a_macro_is_no_command_and_a_plus_attribute_is_a_job_attribute() -> None:
     assert commands.lookup("my_own_macro") is None
     attribute = commands.lookup("+ProjectName")
-    assert attribute is not None and attribute.honoured
+    assert attribute is not None
+    assert attribute.honoured
     assert commands.lookup("PeriodicRelease") == commands.lookup("periodic_release")
 
 

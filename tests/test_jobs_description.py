@@ -243,3 +243,9 @@ def test_an_undefined_macro_or_a_missing_initialdir_is_one_line(tmp_path: Path) 
     (tmp_path / "run0").mkdir()
     with pytest.raises(SubmitError, match=f"job 1.1: initialdir {tmp_path}/run1 does not exist"):
         description.check_inputs()
+
+
+def test_a_queue_count_that_is_undefined_is_refused_not_taken_for_a_number(tmp_path: Path) -> None:
+    """classad2's Undefined is an IntEnum member (2): it must not queue two jobs."""
+    with pytest.raises(SubmitError, match=r"line 3: queue \$\(N\): "):
+        _describe(tmp_path, "executable = /bin/echo\nN = nothing_defined\nqueue $(N)\n")

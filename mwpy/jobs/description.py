@@ -436,7 +436,7 @@ def _queue_count(submit: object, qargs: str, variables: tuple[str, ...], where: 
         value = classad2.ExprTree(expanded).eval()
     except Exception:
         value = None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31 - 1:
+    if isinstance(value, bool | classad2.Value) or not isinstance(value, int) or not 0 <= value < 2**31 - 1:
         raise SubmitError(f"{where}: queue count {text!r} ({expanded!r}) is not a non-negative integer")
     return value
 

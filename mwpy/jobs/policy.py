@@ -273,6 +273,8 @@ class JobLife:
 
 def _number(value: object) -> float | None:
     """A ClassAd value as a number (booleans count), or None when it is undefined, an error or a string."""
+    if isinstance(value, classad2.Value):  # Undefined and Error are IntEnum members: not numbers
+        return None
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, int | float):

@@ -45,7 +45,7 @@ from mwpy import program
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
-from mwpy.jobs.policy import HELD, Decision, Exit, JobLife, Verdict
+from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
 from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
 from mwpy.net import filestore
@@ -363,6 +363,8 @@ class _Job:
     life: JobLife | None
     runs: int = 0
     journaled: bool = False  # its last run was answered from the journal
+    started_logged: bool = False  # this run's executing event is in the user log
+    stopped: Decision | None = None  # what the policy decided while this run ran (and the log already has)
 
 
 @master
@@ -476,6 +478,7 @@ class _Run:
 
     def _send(self, job: _Job) -> None:
         job.runs += 1
+        job.started_logged, job.stopped = False, None
         task = prepare(job.spec, self.server, self.args)
         policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=(job.spec.job_id, task.token))
         with self.lock:
@@ -513,18 +516,23 @@ class _Run:
         run = Exit(
             outcome.exit_code, outcome.signal, outcome.ended - outcome.started, outcome.user_cpu, outcome.sys_cpu
         )
-        log = self._log(job.spec)
-        if log is not None:
-            log.executing(job.spec.cluster, job.spec.process, outcome.started, outcome.host, result.slave_id or "")
+        self._log_start(job, outcome.started, outcome.host)
         with self.lock:
             life = job.life
-            if outcome.stopped is None:
-                if life.status != 2:  # RUNNING: not known yet when no usage report came in
+            if outcome.stopped is None or job.stopped is None:
+                if life.status != RUNNING:  # not known yet when no usage report came in
                     life.start(outcome.started)
                 decision = life.exit(run, now)
-            else:  # the policy stopped it while it ran: already held or removed
-                decision = Decision(Verdict.HOLD if life.status == HELD else Verdict.REMOVE, life.hold_reason)
-        self._decided(job, decision, now, run, outcome_record(job_id, result))
+            else:  # the policy stopped it while it ran: already held or removed, and logged
+                decision = job.stopped
+        self._decided(job, decision, now, run, outcome_record(job_id, result), logged=job.stopped is not None)
+
+    def _log_start(self, job: _Job, started: float, host: str) -> None:
+        """This run's executing event, once (from the first usage report, or from the result)."""
+        log = self._log(job.spec)
+        if log is not None and not job.started_logged:
+            log.executing(job.spec.cluster, job.spec.process, started, host, "")
+        job.started_logged = True
 
     def _not_executed(self, job: _Job, outcome: runner.JobOutcome, record: dict[str, Any]) -> None:
         """The executable could not be executed: Condor holds the job (code 6, the errno), whatever its policy."""
@@ -549,8 +557,10 @@ class _Run:
         if log is not None:
             log.held(job.spec.cluster, job.spec.process, now, decision)
 
-    def _decided(self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any]) -> None:
-        """Act on what the policy decided for a job that exited (or was stopped)."""
+    def _decided(
+        self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any], *, logged: bool = False
+    ) -> None:
+        """Act on what the policy decided for a job that exited (or was stopped, and ``logged`` already)."""
         assert job.life is not None
         if decision.verdict == Verdict.COMPLETE:
             self._log_terminated(job, run, now)
@@ -561,7 +571,8 @@ class _Run:
                 log.requeued(job.spec.cluster, job.spec.process, now, run, decision)
             self.waiting.append(job)
         else:
-            self._logged(job, decision, now)
+            if not logged:
+                self._logged(job, decision, now)
             if decision.verdict == Verdict.HOLD:
                 self.held[job.spec.job_id] = job
                 self.summary.held_now[job.spec.job_id] = decision.reason
@@ -608,13 +619,16 @@ class _Run:
             job = self.in_flight.get(token)
             if job is None or job.life is None:
                 return None
-            if job.life.status != 2:
-                job.life.start(now - allowed.get("RemoteWallClockTime", 0.0))
+            if job.life.status != RUNNING:
+                started = now - allowed.get("RemoteWallClockTime", 0.0)
+                job.life.start(started)
+                self._log_start(job, started, "")
             decision = job.life.periodic(now, allowed)
-        if decision.verdict in (Verdict.HOLD, Verdict.REMOVE):
-            self._logged(job, decision, now)
-            return str(decision.verdict.value)
-        return None
+            if decision.verdict not in (Verdict.HOLD, Verdict.REMOVE):
+                return None
+            job.stopped = decision
+        self._logged(job, decision, now)
+        return str(decision.verdict.value)
 
     def _sweep(self, now: float) -> None:
         """Every --periodic-interval: held jobs may be released or removed, waiting ones held or removed."""
