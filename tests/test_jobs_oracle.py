@@ -12,6 +12,7 @@ initialdir, input files, and the policy attributes condor_submit writes
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,11 @@ def dry_run(pool: Pool, folder: Path, name: str) -> list[dict[str, str]]:
     current: dict[str, str] = {}
     for line in done.stdout.splitlines():
         if line == ".":
-            ads.append({**(ads[-1] if ads else {}), **current})
+            merged = dict(ads[-1]) if ads else {}
+            for pair in (("Args", "Arguments"), ("Arguments", "Args")):  # a job states its arguments one way
+                if pair[0] in current:
+                    merged.pop(pair[1], None)
+            ads.append(merged | current)
             current = {}
             continue
         found = re.match(r"^([A-Za-z_][\w.]*)=(.*)$", line)
@@ -124,27 +129,34 @@ def _compared(spec: JobSpec, ad: dict[str, str]) -> list[str]:
     return [name for name in POLICY if name in ad and spec.ad.get(name)]
 
 
+def _canonical(expression: str) -> str:
+    """An expression as HTCondor's ClassAd library writes it back (spaces and parentheses its own way)."""
+    import classad2  # noqa: PLC0415
+
+    return str(classad2.ExprTree(expression))
+
+
 def _expected(spec: JobSpec, ad: dict[str, str]) -> dict[str, Any]:
     """What of ``spec`` the dry run's ``ad`` must show."""
     found = {
-        "Iwd": spec.initialdir,
+        "Iwd": os.path.normpath(spec.initialdir),
         "arguments": list(spec.arguments),
         "In": spec.stdin or "/dev/null",
         "transfer_input": sorted(Path(item.source).name for item in spec.inputs),
     }
-    return found | {name: spec.ad.get(name) for name in _compared(spec, ad)}
+    return found | {name: _canonical(spec.ad.get(name)) for name in _compared(spec, ad)}
 
 
 def _seen(spec: JobSpec, ad: dict[str, str]) -> dict[str, Any]:
     stdin = _unquoted(ad.get("In", '"/dev/null"'))
-    iwd = _unquoted(ad["Iwd"])
+    iwd = os.path.normpath(_unquoted(ad["Iwd"]))  # matching dirs gives "run_1/"
     found = {
         "Iwd": iwd,
         "arguments": _arguments(ad),
         "In": stdin if stdin.startswith("/") else str(Path(iwd) / stdin),
         "transfer_input": sorted(Path(x).name for x in _unquoted(ad.get("TransferInput", '""')).split(",") if x),
     }
-    return found | {name: ad[name] for name in _compared(spec, ad)}
+    return found | {name: _canonical(ad[name]) for name in _compared(spec, ad)}
 
 
 @pytest.mark.parametrize("name", sorted(FILES))

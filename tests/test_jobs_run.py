@@ -262,3 +262,89 @@ def test_symbolic_links_a_job_makes_are_not_sent_back(tmp_path: Path) -> None:
     assert jobs["1.0"]["outputs"] == ["real"]
     assert not (tmp_path / "leak").exists()
     assert not (tmp_path / "leak").is_symlink()
+
+
+def test_inputs_arrive_with_their_modes_and_an_executable_input_runs(tmp_path: Path) -> None:
+    """A tutorial ships its binary in transfer_input_files: Condor keeps its execute bit, and every mode."""
+    (tmp_path / "tool").write_text("#!/bin/sh\necho tool ran\n")
+    (tmp_path / "tool").chmod(0o750)
+    (tmp_path / "data").write_text("data\n")
+    (tmp_path / "data").chmod(0o640)
+    submit(
+        tmp_path,
+        "executable = /bin/sh\narguments = \"-c 'stat -c %a tool data; ./tool'\"\nshould_transfer_files = YES\n"
+        "transfer_input_files = tool, data\noutput = out.$(Process)\nqueue 3\n",
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / f"out.{n}").read_text() for n in range(3)] == ["750\n640\ntool ran\n"] * 3
+
+
+def test_holds_releases_and_the_user_log_as_condor_writes_them(tmp_path: Path) -> None:
+    """The OSG tutorials' pattern: failed jobs held, released to run again; one never released stays held."""
+    import htcondor2  # noqa: PLC0415
+
+    (tmp_path / "flaky.sh").write_text(
+        '#!/bin/sh\nn=$(cat "$1" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$1"\n[ "$n" -ge "$2" ]\n'
+    )
+    (tmp_path / "flaky.sh").chmod(0o755)
+    submit(
+        tmp_path,
+        f"executable = flaky.sh\narguments = {tmp_path}/count.$(Process) $(needs)\nlog = jobs.log\n"
+        'on_exit_hold = ExitCode != 0\non_exit_hold_reason = strcat("failed with ", ExitCode)\n'
+        "on_exit_hold_subcode = 9\nperiodic_release = NumJobStarts < 2\nqueue needs in (2, 5)\n",
+    )
+    done = run_jobs(tmp_path, "--workdir", str(tmp_path / "work"), "--periodic-interval", "0.5")
+    assert done.returncode == 1, done.stderr
+    assert "mwpy jobs: 2 jobs in" in done.stdout
+    assert "1 ok, 0 failed, 1 held;" in done.stdout
+    jobs, run = summary(tmp_path)
+    assert (jobs["1.0"]["status"], jobs["1.1"]["status"], jobs["1.1"]["why"]) == ("ok", "held", "failed with 1")
+    assert run["held"] == 1
+    kinds = {0: [], 1: []}  # type: dict[int, list[int]]
+    for event in htcondor2.JobEventLog(str(tmp_path / "jobs.log")).events(0):
+        kinds[event.proc].append(int(event.type))
+        if int(event.type) == 12:
+            assert (event["HoldReason"], event["HoldReasonCode"], event["HoldReasonSubCode"]) == ("failed with 1", 3, 9)
+    assert kinds[0] == [0, 1, 12, 13, 1, 5]  # submitted, executing, held, released, executing, terminated
+    assert kinds[1] == [0, 1, 12, 13, 1, 12]  # held again, for good: NumJobStarts < 2 is false from now on
+    status = subprocess.run(
+        mwpy_command("status", str(tmp_path / "work" / "resource.json"), "--no-condor"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "2 of 2 jobs finished (1 failed), 1 held, 0 to run" in status.stdout
+    assert "held     1.1: failed with 1\n" in status.stdout
+
+
+def test_remaps_getenv_common_inputs_and_an_executable_found_in_the_scratch_folder(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "common.db").write_bytes(b"x" * 100_000)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tool").write_text('#!/bin/sh\necho "$MWPY_TEST_COLOUR $(wc -c < common.db)" > made.txt\n')
+    (tmp_path / "bin" / "tool").chmod(0o755)
+    submit(
+        tmp_path,
+        "executable = tool\ntransfer_executable = false\nshould_transfer_files = YES\n"
+        "transfer_input_files = bin/tool\ntransfer_common_input = common.db\ngetenv = MWPY_TEST_*\n"
+        'transfer_output_remaps = "made.txt = results/made.$(Process).txt"\nqueue 4\n',
+    )
+    command = mwpy_command("jobs", "jobs.sub", "--slaves", "1", "--no-progress")
+    environment = {**os.environ, "MWPY_TEST_COLOUR": "teal"}
+    done = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / "results" / f"made.{n}.txt").read_text() for n in range(4)] == ["teal 100000\n"] * 4
+    assert not (tmp_path / "made.txt").exists()
+    _, run = summary(tmp_path)
+    assert run["fetches"][hashlib.sha256(b"x" * 100_000).hexdigest()] == 1  # once for the slave, not per job
+
+
+def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_path: Path) -> None:
+    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = logs/out.$(Process)\nqueue 2\n")
+    done = run_jobs(tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"mwpy jobs: error: job 1.0: output {tmp_path}/logs/out.0: its folder does not exist\n",
+    )
+    assert not (tmp_path / "ran").exists()

@@ -179,7 +179,7 @@ def status_report(resource: str) -> dict[str, Any]:
     if not isinstance(counts, dict) or not all(isinstance(counts.get(key), int) for key in keys):
         return {}
     found = {key: counts[key] for key in keys} | {"summary": str(counts.get("summary", ""))}
-    for key in ("held", "journaled"):
+    for key in ("held", "waiting_release", "journaled"):
         found[key] = counts[key] if isinstance(counts.get(key), int) else 0
     reasons = counts.get("hold_reasons")
     found["hold_reasons"] = {str(k): str(v) for k, v in reasons.items()} if isinstance(reasons, dict) else {}
@@ -196,7 +196,7 @@ def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     if "jobs" not in report:
         return []
     jobs = report["jobs"]
-    left = jobs["total"] - jobs["finished"] - jobs.get("held", 0)
+    left = jobs["total"] - jobs["finished"] - jobs.get("waiting_release", 0)
     held = f", {jobs['held']} held" if jobs.get("held") else ""
     journal = f"; {jobs['journaled']} answered from the journal" if jobs.get("journaled") else ""
     batch = f"{jobs['batch']}: " if jobs.get("batch") else ""

@@ -157,7 +157,7 @@ class SubmitDescription:
                 items = submit.itemdata()
             except Exception as exc:
                 raise SubmitError(f"{self.path}, line {statement.number}: queue {qargs.strip()}: {exc}") from None
-        rows = None if items is None else [_as_dict(item) for item in items]
+        rows = None if items is None else _sliced(qargs, [_as_dict(item) for item in items])
         variables = tuple(rows[0]) if rows else ()
         count = _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
         return _Segment(submit, count, rows, _spellings([*submit.keys(), *variables]))
@@ -407,6 +407,20 @@ def _as_dict(item: object) -> dict[str, str]:
     if isinstance(item, dict):
         return {str(k): str(v) for k, v in item.items()}
     return {"Item": str(item)}
+
+
+_SLICE = re.compile(r"\b(?:in|from|matching)\s+(?:(?:files|dirs|any)\s+)*\[([-\d\s:]*)\]", re.IGNORECASE)
+
+
+def _sliced(qargs: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``queue ... from [1:] FILE``: the bindings give every item; condor_submit keeps the slice's (Python's rules)."""
+    found = _SLICE.search(qargs)
+    if found is None:
+        return rows
+    parts = [int(part) if part.strip() else None for part in found.group(1).split(":")]
+    return (
+        rows[slice(*parts[:3])] if len(parts) > 1 else rows[slice(parts[0], None if parts[0] is None else parts[0] + 1)]
+    )
 
 
 _KEYWORD = re.compile(r"(?:^|\s)(in|from|matching)(?=\s|\(|$)", re.IGNORECASE)

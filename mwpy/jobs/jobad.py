@@ -114,7 +114,7 @@ DEFAULT_AD = JobAd()
 #: Commands that become an integer attribute as they are.
 _INTEGERS = {"allowed_job_duration": "AllowedJobDuration", "allowed_execute_duration": "AllowedExecuteDuration"}
 #: Commands that become a string attribute.
-_STRINGS = {"batch_name": "JobBatchName", "description": "JobDescription"}
+_STRINGS = {"batch_name": "JobBatchName", "description": "JobDescription", "submit_event_notes": "SubmitEventNotes"}
 
 
 def _retries(value: Callable[[str], str], attributes: dict[str, str], where: str) -> bool:

@@ -131,13 +131,17 @@ def _one(htcondor2: Any, path: Path, macros: dict[str, str]) -> int:
 
 
 def _wait(htcondor2: Any, cluster: int) -> int:
-    """Until the master's job has left the queue; its exit code from the history."""
-    schedd = htcondor2.Schedd()
+    """Until the master's job has left the queue; its exit code from the history.
+
+    The schedd may restart meanwhile (the master then resumes from its journal): a failed query is asked
+    again of a freshly located schedd (after a restart the first calls fail on stale sessions).
+    """
     constraint = f"ClusterId == {cluster}"
-    while schedd.query(constraint, projection=["JobStatus"]):
+    while _ask(htcondor2, lambda schedd: schedd.query(constraint, projection=["JobStatus"])):
         time.sleep(POLL)
+    projection = ["ExitCode", "ExitBySignal", "JobStatus"]
     for _ in range(30):  # the history may lag the queue by a moment
-        ads = list(schedd.history(constraint, projection=["ExitCode", "ExitBySignal", "JobStatus"], match=1))
+        ads = _ask(htcondor2, lambda schedd: list(schedd.history(constraint, projection=projection, match=1)))
         if ads:
             ad = ads[0]
             if int(ad.get("JobStatus", 0)) == 3:
@@ -147,6 +151,18 @@ def _wait(htcondor2: Any, cluster: int) -> int:
             return int(ad.get("ExitCode", 1))
         time.sleep(1.0)
     raise PoolRunError(f"the master job {cluster}.0 left the queue but is not in the history")
+
+
+def _ask(htcondor2: Any, call: Any) -> Any:
+    """A schedd call, tried again for up to a minute while the schedd is away or restarting."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return call(htcondor2.Schedd())
+        except htcondor2.HTCondorException:
+            if time.monotonic() > deadline:
+                raise PoolRunError("the schedd did not answer for a minute") from None
+            time.sleep(POLL)
 
 
 def _relay(work: Path, cluster: int) -> None:

@@ -241,7 +241,8 @@ class _Summary:
         self.batch = batch
         self.counts: collections.Counter[str] = collections.Counter()
         self.journaled = 0
-        self.held_now: dict[str, str] = {}  # job -> hold reason, of the jobs held at the moment
+        self.held_now: dict[str, str] = {}  # job -> hold reason, of the jobs held now (for good or not yet)
+        self.waiting_release = 0  # of those, the ones a periodic_release may still release
         self.failed: list[str] = []  # the first failed jobs in queue order, for the last lines (bounded)
         self._written = 0.0
         self._write_status(force=True)
@@ -275,6 +276,7 @@ class _Summary:
             "finished": self.done,
             "failed": self.failures,
             "held": len(self.held_now),
+            "waiting_release": self.waiting_release,
             "hold_reasons": dict(list(self.held_now.items())[:SHOWN_FAILURES]),
             "journaled": self.journaled,
             "batch": self.batch,
@@ -420,6 +422,7 @@ class _Run:
 
     def run(self) -> None:
         while True:
+            self.summary.waiting_release = len(self.held)
             self._fill()
             if self._over():
                 return
@@ -443,6 +446,7 @@ class _Run:
         with self.lock:
             if any(not job.life.held_for_good(now) for job in self.held.values() if job.life is not None):
                 return False
+        self.summary.waiting_release = 0
         for job in list(self.held.values()):  # held for good: that is how they end
             reason = job.life.hold_reason if job.life is not None else ""
             self.summary.job({"job": job.spec.job_id, "status": "held", "why": reason, "journaled": job.journaled})
@@ -472,6 +476,7 @@ class _Run:
             if job.life is not None and job.life.status == HELD:  # submitted on hold
                 self._logged(job, Decision(Verdict.HOLD, job.life.hold_reason, int(job.life.ad["HoldReasonCode"])), now)
                 self.held[spec.job_id] = job
+                self.summary.held_now[spec.job_id] = job.life.hold_reason
                 continue
             return job
         return None
@@ -580,9 +585,9 @@ class _Run:
                 self.summary.job({**record, "status": "removed", "why": decision.reason})
 
     def _log_end(self, job: _Job, outcome: object) -> None:
-        """The fast path's events: executing and terminated, from the outcome."""
+        """The fast path's events: executing and terminated, from the outcome (a journaled one is logged already)."""
         log = self._log(job.spec)
-        if log is None or not isinstance(outcome, runner.JobOutcome):
+        if log is None or not isinstance(outcome, runner.JobOutcome) or job.journaled:
             return
         run = Exit(
             outcome.exit_code, outcome.signal, outcome.ended - outcome.started, outcome.user_cpu, outcome.sys_cpu
