@@ -14,7 +14,9 @@ never sees half of one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import time
 
 from mwpy.jobs.policy import Decision, Exit
@@ -53,10 +55,27 @@ def _termination(run: Exit) -> str:
 
 
 class UserLog:
-    """Appends a job's events to its ``log`` file."""
+    """Appends a job's events to its ``log`` file.
+
+    A job's submitted event is written once per log: a master that Condor restarts (and that answers the
+    finished jobs from its journal) does not submit them again, and ``condor_wait``, which counts submitted
+    jobs against terminated ones, would wait for ever on a second one.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._submitted: set[tuple[int, int]] | None = None  # read from the file on the first submit
+
+    def _already_submitted(self, cluster: int, process: int) -> bool:
+        if self._submitted is None:
+            self._submitted = set()
+            with contextlib.suppress(OSError), open(self.path, "rb") as existing:
+                for line in existing:
+                    if line.startswith(b"000 ("):
+                        found = re.match(rb"000 \((\d+)\.(\d+)\.", line)
+                        if found is not None:
+                            self._submitted.add((int(found[1]), int(found[2])))
+        return (cluster, process) in self._submitted  # this master makes each job once: only older ones count
 
     def _write(self, text: str) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -66,6 +85,8 @@ class UserLog:
             os.close(fd)
 
     def submitted(self, cluster: int, process: int, when: float, notes: str = "") -> None:
+        if self._already_submitted(cluster, process):
+            return
         body = f"Job submitted from host: {SUBMIT_HOST}\n" + (f"    {_line(notes)}\n" if notes else "")
         self._write(_header(0, cluster, process, when) + body)
 
