@@ -123,8 +123,9 @@ def run(options: argparse.Namespace) -> int:
     if options.pool:
         from mwpy.jobs import pool  # noqa: PLC0415 (the Condor back end only when asked for)
 
+        _note_placement(description, "the overseer's slaves run every group until slave shapes per group (issue 24)")
         return pool.run(options, master_arguments(options))
-    _note_placement(description)
+    _note_placement(description, "local slaves run every job")
     args = [*master_arguments(options), *options.program_args]
     summary = args[args.index("--summary") + 1]
     started = time.time()
@@ -138,15 +139,14 @@ def run(options: argparse.Namespace) -> int:
     )
 
 
-def _note_placement(description: SubmitDescription) -> None:
-    """Local slaves are all alike: what the jobs ask of a machine is noted once, not enforced."""
+def _note_placement(description: SubmitDescription, how: str) -> None:
+    """What the jobs ask of a machine, noted once: local slaves are all alike, and a pool's are not shaped per
+    placement group yet."""
     placements = {placement for placement in description.placements() if placement.describe() != "cpus 1"}
     if placements:
         shown = "; ".join(sorted(placement.describe() for placement in placements)[:3])
-        print(
-            f"mwpy jobs: note: placement ({shown}) applies on a pool; local slaves run every job",
-            file=sys.stderr,
-        )
+        more = f" and {len(placements) - 3} more" if len(placements) > 3 else ""
+        print(f"mwpy jobs: note: placement ({shown}{more}) applies on a pool; {how}", file=sys.stderr)
 
 
 def failed_jobs_summarised(summary: str, *, since: float) -> bool:

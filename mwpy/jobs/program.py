@@ -45,6 +45,7 @@ from mwpy import program
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
+from mwpy.jobs.jobad import Placement
 from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
 from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
@@ -240,6 +241,7 @@ class _Summary:
         self.status = status
         self.batch = batch
         self.counts: collections.Counter[str] = collections.Counter()
+        self.placements: collections.Counter[Placement] = collections.Counter()  # jobs made, by what they ask
         self.journaled = 0
         self.held_now: dict[str, str] = {}  # job -> hold reason, of the jobs held now (for good or not yet)
         self.waiting_release = 0  # of those, the ones a periodic_release may still release
@@ -296,6 +298,7 @@ class _Summary:
             "removed": self.counts["removed"],
             "journaled": self.journaled,
             "seconds": elapsed,
+            "placements": [{"placement": p.describe(), "jobs": n} for p, n in self.placements.most_common()],
             **counters,
         }
         self.out.write(json.dumps({"run": run}) + "\n")
@@ -355,6 +358,19 @@ def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
         "fetched_bytes": outcome.fetched_bytes,
         "journaled": result.journaled,
     }
+
+
+@attrs.frozen
+class JobTag:
+    """What each job's task carries on the master (its policy's tag): which job and run, and the job's placement.
+
+    The placement is what a job asks of the machine that runs it (requirements, request_*, ...); the pool
+    side's slave shapes (issue 24) are to send a task only to a slave of its placement's shape.
+    """
+
+    job_id: str
+    token: str  # the run's name to the file service
+    placement: Placement
 
 
 @attrs.define
@@ -430,7 +446,7 @@ class _Run:
             for result in self.mw.results():
                 self._arrived(result)
             for lost in self.mw.unrunnable_tasks():
-                job_id, token = lost.tag
+                job_id, token = lost.tag.job_id, lost.tag.token
                 self.server.forget(token)
                 job = self.in_flight.pop(token)
                 self.summary.job({"job": job_id, "status": "failed", "why": "unrunnable: its slave was lost"})
@@ -470,6 +486,7 @@ class _Run:
                 return None
             now = time.time()
             job = _Job(spec, JobLife(spec, now) if spec.ad.policy else None)
+            self.summary.placements[spec.ad.placement] += 1
             log = self._log(spec)
             if log is not None:
                 log.submitted(spec.cluster, spec.process, now, spec.ad.get("SubmitEventNotes").strip('"'))
@@ -485,7 +502,8 @@ class _Run:
         job.runs += 1
         job.started_logged, job.stopped = False, None
         task = prepare(job.spec, self.server, self.args)
-        policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=(job.spec.job_id, task.token))
+        tag = JobTag(job.spec.job_id, task.token, job.spec.ad.placement)
+        policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=tag)
         with self.lock:
             self.in_flight[task.token] = job
         policy.submit(task)
@@ -501,7 +519,7 @@ class _Run:
     # ------------------------------------------------------------------ what comes back
 
     def _arrived(self, result: Result) -> None:
-        job_id, token = result.tag
+        job_id, token = result.tag.job_id, result.tag.token
         self.server.forget(token)
         with self.lock:
             job = self.in_flight.pop(token)
