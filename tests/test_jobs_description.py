@@ -153,7 +153,6 @@ def test_a_line_no_job_uses_gets_condor_submit_s_warning(tmp_path: Path) -> None
     assert description.warnings() == [
         "the line 'argumnets = hello' was unused by mwpy jobs. Is it a typo?",
         "the line 'myvar = 3' was unused by mwpy jobs. Is it a typo?",
-        "the line 'late = 1' was unused by mwpy jobs. Is it a typo?",
         "line 7: 'late = 1' comes after the last queue statement: no job uses it",
     ]
 

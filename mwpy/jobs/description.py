@@ -181,10 +181,13 @@ class SubmitDescription:
         for segment in self._segments:
             used |= {name.lower() for name in (segment.items[0] if segment.items else {})}
         found = []
-        for _, name, value in statements.assignments(self.text):
-            if commands.lookup(name) is None and name.lower() not in used and name.lower() not in _AUTOMATIC:
+        late = statements.after_last_queue(self.text)
+        after = {line.number for line in late}
+        for line, name, value in statements.assignments(self.text):
+            unknown = commands.lookup(name) is None and name.lower() not in used | _AUTOMATIC
+            if unknown and line.number not in after:
                 found.append(f"the line '{name} = {value.strip()}' was unused by mwpy jobs. Is it a typo?")
-        for line in statements.after_last_queue(self.text):
+        for line in late:
             found.append(
                 f"line {line.number}: {line.text.strip()!r} comes after the last queue statement: no job uses it"
             )
