@@ -131,6 +131,7 @@ class SubmitDescription:
         except (OSError, UnicodeDecodeError) as exc:
             raise SubmitError(f"{path}: cannot read: {exc}") from None
         self._segments = [self._read(statement) for statement in self._statements()]
+        self._placements: set[jobad.Placement] | None = None
         self._check_commands()
         self.total = sum(segment.total for segment in self._segments)
         next(self.jobs(), None)  # the first job's values, checked now: most mistakes show there
@@ -194,8 +195,10 @@ class SubmitDescription:
         return found
 
     def placements(self) -> set[jobad.Placement]:
-        """The different placements the jobs ask for (expands every job: for a note, not the hot path)."""
-        return {spec.ad.placement for spec in self.jobs()}
+        """The different placements the jobs ask for (seen by :meth:`check_inputs`, else every job expanded)."""
+        if self._placements is None:
+            self._placements = {spec.ad.placement for spec in self.jobs()}
+        return self._placements
 
     # ------------------------------------------------------------------ the jobs
 
@@ -216,7 +219,9 @@ class SubmitDescription:
         """
         seen: set[str] = set()
         priorities: set[str] = set()
+        placements: set[jobad.Placement] = set()
         for spec in self.jobs():
+            placements.add(spec.ad.placement)
             if not os.path.isdir(spec.initialdir):
                 raise SubmitError(f"job {spec.job_id}: initialdir {spec.initialdir} does not exist")
             _check_folders(spec)
@@ -232,6 +237,7 @@ class SubmitDescription:
                     raise SubmitError(f"job {spec.job_id}: {what} {path} does not exist")
                 if len(seen) < 100_000:  # the shared files come first; private ones need not be remembered
                     seen.add(path)
+        self._placements = placements
 
 
 def _check_folders(spec: JobSpec) -> None:
