@@ -97,15 +97,21 @@ def test_environment_in_both_syntaxes() -> None:
 
 def test_transfer_settings(tmp_path: Path) -> None:
     text = (
-        "executable = /bin/true\ntransfer_executable = false\nshould_transfer_files = NO\n"
+        "executable = /bin/true\ntransfer_executable = false\nshould_transfer_files = ALWAYS\n"
         "when_to_transfer_output = ON_SUCCESS\ntransfer_output_files = a, dir/b\nqueue\n"
     )
     (job,) = _describe(tmp_path, text).jobs()
-    assert (job.transfer_executable, job.transfer, job.outputs_on_success_only) == (False, False, True)
+    assert (job.transfer_executable, job.transfer, job.outputs_on_success_only) == (False, True, True)
     assert job.executable == "/bin/true"
     assert job.transfer_outputs == ("a", "dir/b")
     (plain,) = _describe(tmp_path, "executable = /bin/true\nqueue\n").jobs()
-    assert (plain.transfer, plain.transfer_outputs, plain.outputs_on_success_only) == (True, None, False)
+    assert (plain.transfer, plain.if_needed, plain.transfer_outputs) == (True, True, None)
+    (shared,) = _describe(tmp_path, "executable = /bin/true\nshould_transfer_files = FALSE\nqueue\n").jobs()
+    assert not shared.transfer
+    with pytest.raises(SubmitError, match="when_to_transfer_output = ON_EXIT: expected NONE with"):
+        _describe(
+            tmp_path, "executable = /bin/true\nshould_transfer_files = NO\nwhen_to_transfer_output = ON_EXIT\nqueue\n"
+        )
 
 
 @pytest.mark.parametrize(

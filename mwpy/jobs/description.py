@@ -297,13 +297,16 @@ class _JobMaker:
         where = f"job {self.cluster}.{process}"
         self._check_values(where)
         initialdir = os.path.normpath(os.path.join(self.base, self.value("initialdir").strip()))
-        should = self.value("should_transfer_files").strip().upper() or "IF_NEEDED"
-        if should not in ("YES", "NO", "IF_NEEDED"):
-            raise SubmitError(f"should_transfer_files = {should}: expected YES, NO or IF_NEEDED")
+        given = self.value("should_transfer_files").strip().upper() or "IF_NEEDED"
+        should = _SHOULD_TRANSFER.get(given)
+        if should is None:
+            raise SubmitError(f"should_transfer_files = {given}: expected YES, NO or IF_NEEDED")
         transfer = should != "NO"
-        when = self.value("when_to_transfer_output").strip().upper() or "ON_EXIT"
-        if when not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "ON_SUCCESS"):
-            raise SubmitError(f"when_to_transfer_output = {when}: expected ON_EXIT, ON_EXIT_OR_EVICT or ON_SUCCESS")
+        given = self.value("when_to_transfer_output").strip().upper() or ("ON_EXIT" if transfer else "NONE")
+        when = _WHEN_TO_TRANSFER.get(given)
+        if when is None or (when == "NONE") == transfer:  # NONE goes with NO only, as condor_submit checks
+            expected = "ON_EXIT, ON_EXIT_OR_EVICT or ON_SUCCESS" if transfer else "NONE with should_transfer_files = NO"
+            raise SubmitError(f"when_to_transfer_output = {given}: expected {expected}")
         transfer_executable = self.flag("transfer_executable", True)
         streams = (
             self.flag("transfer_input", True) or not transfer,
@@ -383,6 +386,28 @@ class _JobMaker:
             return None
         return tuple(_split_list(self.value("transfer_output_files")))
 
+
+#: should_transfer_files and when_to_transfer_output as condor_submit reads them (enum_utils.cpp's tables).
+_SHOULD_TRANSFER = {
+    "YES": "YES",
+    "TRUE": "YES",
+    "ALWAYS": "YES",
+    "NO": "NO",
+    "FALSE": "NO",
+    "NEVER": "NO",
+    "IF_NEEDED": "IF_NEEDED",
+    "AUTO": "IF_NEEDED",
+}
+_WHEN_TO_TRANSFER = {
+    "ON_EXIT_OR_EVICT": "ON_EXIT_OR_EVICT",
+    "ALWAYS": "ON_EXIT_OR_EVICT",
+    "ON_EXIT": "ON_EXIT",
+    "ONEXIT": "ON_EXIT",
+    "NONE": "NONE",
+    "NULL": "NONE",
+    "ON_SUCCESS": "ON_SUCCESS",
+    "ONSUCCESS": "ON_SUCCESS",
+}
 
 #: Commands honoured for some values only (docs/jobs.md says which).
 _ONLY_VALUES: dict[str, frozenset[str]] = {
