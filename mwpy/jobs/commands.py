@@ -75,7 +75,8 @@ _ROWS = (
     _Row(
         True,
         "files, `dir` and `dir/`, with their modes; `transfer_common_input` files are fetched once per slave "
-        "and kept, like every shared input; `preserve_relative_paths` keeps `a/b` as `a/b`; "
+        "and kept, like every shared input, and arrive read-only as HTCondor 25 hands them over; "
+        "`preserve_relative_paths` keeps `a/b` as `a/b`; "
         "`skip_filechecks` leaves missing inputs to fail the job when it starts",
         "transfer_input_files(TransferInput TransferInputFiles) transfer_common_input(CommonInputFiles) "
         "preserve_relative_paths(PreserveRelativePaths) skip_filechecks",
@@ -100,7 +101,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "every form, with queue variables of any name (also command names), several `queue` statements, a "
+        "every form, with queue variables of any name (also command names), slices, several `queue` statements "
+        "(one cluster, as HTCondor 23 runs them; HTCondor 24 and later refuse them, and mwpy jobs warns), a "
         "count that is an expression; `max_materialize` and `max_idle` bound how many jobs are made ahead "
         "of the results",
         "queue max_materialize(JobMaterializeLimit) max_idle(JobMaterializeMaxIdle materialize_max_idle)",

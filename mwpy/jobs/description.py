@@ -43,6 +43,8 @@ class InputFile:
 
     source: str  # absolute path on the submit side (a file or a folder)
     name: str  # path relative to the scratch folder (a folder's files go below it)
+    #: transfer_common_input: shared by the jobs of an execute node, so HTCondor 25 hands it over read-only
+    common: bool = False
 
 
 @attrs.frozen
@@ -188,6 +190,11 @@ class SubmitDescription:
             unknown = commands.lookup(name) is None and name.lower() not in used | _AUTOMATIC
             if unknown and line.number not in after:
                 found.append(f"the line '{name} = {value.strip()}' was unused by mwpy jobs. Is it a typo?")
+        if len(self._segments) > 1:
+            found.append(
+                f"{len(self._segments)} queue statements: condor_submit of HTCondor 23 runs them as one cluster, "
+                "as mwpy jobs does; HTCondor 24 and later refuse them"
+            )
         for line in late:
             found.append(
                 f"line {line.number}: {line.text.strip()!r} comes after the last queue statement: no job uses it"
@@ -378,8 +385,12 @@ class _JobMaker:
 
     def _inputs(self, initialdir: str) -> tuple[InputFile, ...]:
         keep_paths = self.flag("preserve_relative_paths", False)
-        entries = [*_split_list(self.value("transfer_common_input")), *_split_list(self.value("transfer_input_files"))]
-        return tuple(_input(initialdir, entry, keep_paths) for entry in entries)
+        common = [
+            _input(initialdir, entry, keep_paths, common=True)
+            for entry in _split_list(self.value("transfer_common_input"))
+        ]
+        own = [_input(initialdir, entry, keep_paths) for entry in _split_list(self.value("transfer_input_files"))]
+        return (*common, *own)
 
     def _output_names(self) -> tuple[str, ...] | None:
         if "transfer_output_files" not in self.segment.spellings:
@@ -506,15 +517,15 @@ def _getenv(value: str, environment: Mapping[str, str]) -> tuple[tuple[str, str]
     )
 
 
-def _input(initialdir: str, entry: str, keep_paths: bool) -> InputFile:
+def _input(initialdir: str, entry: str, keep_paths: bool, *, common: bool = False) -> InputFile:
     """A file lands under its base name (or its relative path with ``preserve_relative_paths``), ``dir`` as
     ``dir/...``, ``dir/`` as its contents."""
     source = os.path.join(initialdir, entry)
     if entry.endswith("/"):
-        return InputFile(source, "")
+        return InputFile(source, "", common)
     normal = os.path.normpath(entry)
     keep = keep_paths and not os.path.isabs(entry) and not normal.startswith("..")
-    return InputFile(source, normal if keep else os.path.basename(normal))
+    return InputFile(source, normal if keep else os.path.basename(normal), common)
 
 
 def _remaps(initialdir: str, value: str, where: str) -> tuple[tuple[str, str], ...]:

@@ -111,7 +111,8 @@ class _Files:
         self.inputs: list[tuple[str, str, int]] = []
         self.protected: set[str] = set()
 
-    def add(self, source: str, name: str, mode: int | None = None) -> None:
+    def add(self, source: str, name: str, mode: int | None = None, *, common: bool = False) -> None:
+        """Publish ``source`` as ``name`` in the scratch folder, with its mode (read-only when ``common``)."""
         if os.path.isdir(source):
             for folder, dirs, files in os.walk(source):
                 dirs.sort()
@@ -119,10 +120,11 @@ class _Files:
                     path = os.path.join(folder, file)
                     if os.path.isfile(path):
                         relative = os.path.relpath(path, source)
-                        self.add(path, f"{name}/{relative}" if name else relative)
+                        self.add(path, f"{name}/{relative}" if name else relative, common=common)
             return
         digest, _ = self.server.publish(source)
-        self.inputs.append((name, digest, os.stat(source).st_mode & 0o7777 if mode is None else mode))
+        bits = os.stat(source).st_mode & 0o7777 if mode is None else mode
+        self.inputs.append((name, digest, bits & ~0o222 if common else bits))
         self.protected.add(_real_path(source))
 
 
@@ -138,7 +140,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         files.add(spec.stdin, "_condor_stdin")
         stdin = "_condor_stdin"
     for item in spec.inputs:
-        files.add(item.source, item.name)
+        files.add(item.source, item.name, common=item.common)
     if spec.transfer_executable:
         files.protected.add(_real_path(spec.executable))
     token = secrets.token_hex(16)
