@@ -39,8 +39,10 @@ CORPUS = Path(__file__).resolve().parent / "conformance"
 CASES = sorted(path.name for path in CORPUS.iterdir() if path.is_dir())
 #: How long one arm of one case may take.
 DEADLINE = 300.0
-#: Events of Condor's starter and shadow that mwpy does not write (image size, file transfer, job-ad info).
-STARTER_EVENTS = frozenset({6, 28, 40})
+#: Events of Condor's starter and shadow that mwpy does not write: image size (6), job-ad information (28), and
+#: its file-transfer machinery: transfers (40), space reserved and released (41, 42), reuse (43-45), the common
+#: files of HTCondor 25 (47).
+STARTER_EVENTS = frozenset({6, 28, 40, 41, 42, 43, 44, 45, 47})
 #: Condor's job states.
 REMOVED, COMPLETED, HELD = 3, 4, 5
 #: What the runs add that the jobs did not make: mwpy's summary and work folder.

@@ -7,7 +7,7 @@ the event's ``formatBody``): a header ``NNN (CCC.PPP.000) YYYY-MM-DD
 HH:MM:SS`` in local time, the body, and the ``...`` line that ends every
 event. mwpy writes the events a job's life has: submitted (000), executing
 (001), evicted and requeued (004), terminated (005), aborted (009), held (012)
-and released (013); not the file-transfer (040) and image-size (006) events
+and released (013); not the file-transfer (040-045, 047) and image-size (006) events
 of Condor's starter. Each event is one ``write`` in append mode, so a reader
 never sees half of one.
 """
