@@ -28,6 +28,12 @@ def summary(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     return {line["job"]: line for line in lines if "job" in line}, lines[-1]["run"]
 
 
+def mwpy_status(workdir: Path) -> subprocess.CompletedProcess[str]:
+    """``mwpy status RESOURCE --no-condor`` for the run whose work folder is ``workdir``."""
+    command = mwpy_command("status", str(workdir / "resource.json"), "--no-condor")
+    return subprocess.run(command, capture_output=True, text=True, check=True)
+
+
 def submit(folder: Path, text: str, *scripts: str) -> None:
     for script in scripts:
         shutil.copy(JOBS / script, folder / script)
@@ -93,12 +99,7 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
     done = run_jobs(tmp_path, "--workdir", str(tmp_path / "work"))
     assert done.returncode == 1, done.stderr
     jobs, run = summary(tmp_path)
-    status = subprocess.run(
-        mwpy_command("status", str(tmp_path / "work" / "resource.json"), "--no-condor"),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    status = mwpy_status(tmp_path / "work")
     assert "run      4 of 4 jobs finished (3 failed), 0 to run" in status.stdout
     assert [(jobs[j]["exit_code"], jobs[j]["signal"]) for j in ("1.0", "1.1", "1.2", "1.3")] == [
         (0, None),
@@ -308,12 +309,7 @@ def test_holds_releases_and_the_user_log_as_condor_writes_them(tmp_path: Path) -
             assert (event["HoldReason"], event["HoldReasonCode"], event["HoldReasonSubCode"]) == ("failed with 1", 3, 9)
     assert kinds[0] == [0, 1, 12, 13, 1, 5]  # submitted, executing, held, released, executing, terminated
     assert kinds[1] == [0, 1, 12, 13, 1, 12]  # held again, for good: NumJobStarts < 2 is false from now on
-    status = subprocess.run(
-        mwpy_command("status", str(tmp_path / "work" / "resource.json"), "--no-condor"),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    status = mwpy_status(tmp_path / "work")
     assert "2 of 2 jobs finished (1 failed), 1 held, 0 to run" in status.stdout
     assert "held     1.1: failed with 1\n" in status.stdout
 
