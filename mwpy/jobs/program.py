@@ -448,11 +448,10 @@ class _Run:
             for result in self.mw.results():
                 self._arrived(result)
             for lost in self.mw.unrunnable_tasks():
-                job_id, token = lost.tag.job_id, lost.tag.token
-                self.server.forget(token)
-                job = self.in_flight.pop(token)
-                self.summary.job({"job": job_id, "status": "failed", "why": "unrunnable: its slave was lost"})
-                del job
+                self.server.forget(lost.tag.token)
+                with self.lock:
+                    self.in_flight.pop(lost.tag.token, None)
+                self.summary.job({"job": lost.tag.job_id, "status": "failed", "why": "unrunnable: its slave was lost"})
             if time.monotonic() >= self.next_sweep:
                 self.next_sweep = time.monotonic() + self.args.periodic_interval
                 self._sweep(time.time())
