@@ -52,8 +52,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "submits up to --slaves slave jobs; wait for the end (Ctrl-C leaves the run to the pool)",
     )
     jobs.add_argument("--summary", help="the run summary, JSON lines (default SUBMIT_FILE.summary.jsonl)")
-    jobs.add_argument("--cluster", type=int, default=1, help="the $(Cluster) of the jobs (default 1)")
-    jobs.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
+    jobs.add_argument(
+        "--cluster", type=int, default=1, help="the $(Cluster) of the jobs (default 1; with --pool: the master job's)"
+    )
+    jobs.add_argument(
+        "--workdir",
+        help="folder for the resource file, logs and slave sandboxes (kept); with --pool, instead of SUBMIT_FILE.mwpy",
+    )
     jobs.add_argument(
         "--max-output-bytes",
         type=positive_int,
@@ -122,6 +127,10 @@ def run(options: argparse.Namespace) -> int:
         return USAGE
     if options.pool:
         from mwpy.jobs import pool  # noqa: PLC0415 (the Condor back end only when asked for)
+
+        if options.cluster != 1:
+            print("mwpy jobs: error: --cluster: on the pool $(Cluster) is the master job's cluster id", file=sys.stderr)
+            return USAGE
 
         _note_placement(description, "the overseer's slaves run every group until slave shapes per group (issue 24)")
         return pool.run(options, master_arguments(options))

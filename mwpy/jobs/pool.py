@@ -51,7 +51,7 @@ def run(options: argparse.Namespace, program_args: list[str]) -> int:
 
     from mwpy.backends.htcondor import explain  # noqa: PLC0415
 
-    work = workdir(options.submit_file)
+    work = Path(options.workdir).resolve() if options.workdir else workdir(options.submit_file)
     try:
         master, overseer = _submit(htcondor2, options, program_args, work)
     except (htcondor2.HTCondorException, ValueError, OSError) as exc:
