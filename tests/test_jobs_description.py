@@ -254,3 +254,18 @@ def test_a_queue_count_that_is_undefined_is_refused_not_taken_for_a_number(tmp_p
     """classad2's Undefined is an IntEnum member (2): it must not queue two jobs."""
     with pytest.raises(SubmitError, match=r"line 3: queue \$\(N\): "):
         _describe(tmp_path, "executable = /bin/echo\nN = nothing_defined\nqueue $(N)\n")
+
+
+def test_a_missing_executable_is_called_the_executable(tmp_path: Path) -> None:
+    description = _describe(tmp_path, "executable = no_such_program\nqueue\n")
+    with pytest.raises(SubmitError, match=f"^job 1.0: executable {tmp_path}/no_such_program does not exist$"):
+        description.check_inputs()
+
+
+def test_mwpy_jobs_names_the_line_of_a_syntax_error_and_stops_with_status_2(tmp_path: Path) -> None:
+    (tmp_path / "jobs.sub").write_text("executable = /bin/true\nqueue 2\nthis is not a command\n")
+    done = subprocess.run(mwpy_command("jobs", "jobs.sub"), cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mwpy jobs: error: jobs.sub, line 3: 'this is not a command' is not a submit command (expected NAME = VALUE)\n",
+    )

@@ -133,6 +133,7 @@ class SubmitDescription:
         except (OSError, UnicodeDecodeError) as exc:
             raise SubmitError(f"{path}: cannot read: {exc}") from None
         self._segments = [self._read(statement) for statement in self._statements()]
+        self._check_trailing_lines()
         self._placements: set[jobad.Placement] | None = None
         self._check_commands()
         self.total = sum(segment.total for segment in self._segments)
@@ -165,10 +166,19 @@ class SubmitDescription:
         count = _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
         return _Segment(submit, count, rows, _spellings([*submit.keys(), *variables]))
 
+    def _check_trailing_lines(self) -> None:
+        """The lines after the last queue statement, which the bindings never read: condor_submit parses them."""
+        wrong = next(
+            (line for line in statements.after_last_queue(self.text) if not statements.is_statement(line)), None
+        )
+        if wrong is not None:
+            raise SubmitError(self._not_a_command(wrong))
+
     def _syntax_error(self) -> str:
         line = statements.syntax_error(self.text)
-        if line is None:
-            return f"{self.path}: HTCondor cannot parse this submit file"
+        return f"{self.path}: HTCondor cannot parse this submit file" if line is None else self._not_a_command(line)
+
+    def _not_a_command(self, line: statements.Line) -> str:
         return f"{self.path}, line {line.number}: {line.text.strip()!r} is not a submit command (expected NAME = VALUE)"
 
     def _check_commands(self) -> None:

@@ -113,15 +113,16 @@ def after_last_queue(text: str) -> list[Line]:
 
 
 def syntax_error(text: str) -> Line | None:
-    """The first line that is no statement of the submit language (a blank, a comment, ``NAME = VALUE``,
-    ``NAME @= TAG``, ``queue``, ``if``/``else``/``endif``, ``include``...), or None."""
-    for line in logical_lines(text):
-        stripped = line.text.strip()
-        if not stripped or _comment(stripped) or _is_queue(stripped) or _CONTROL.match(stripped):
-            continue
-        if _ASSIGNMENT.match(stripped) is None:
-            return line
-    return None
+    """The first line that is no statement of the submit language, or None."""
+    return next((line for line in logical_lines(text) if not is_statement(line)), None)
+
+
+def is_statement(line: Line) -> bool:
+    """A blank, a comment, ``NAME = VALUE``, ``NAME @= TAG``, ``queue``, ``if``/``else``/``endif``, ``include``..."""
+    stripped = line.text.strip()
+    if not stripped or _comment(stripped) or _is_queue(stripped) or _CONTROL.match(stripped):
+        return True
+    return _ASSIGNMENT.match(stripped) is not None
 
 
 def assignments(text: str) -> Iterator[tuple[Line, str, str]]:
