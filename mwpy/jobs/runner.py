@@ -371,14 +371,10 @@ def _send_outputs(
 ) -> tuple[list[str], list[str]]:
     """Send the streams and the outputs back; return the names sent and one line per output that failed."""
     errors: list[str] = []
-    sent: list[str] = []
-    for name, path in _outputs(folder, task, before, errors):
-        try:
-            client.upload(task.token, name, path)
-            sent.append(name)
-        except FileServiceError as exc:
-            errors.append(f"{name}: {exc}")
-    return sent, errors
+    outputs = _outputs(folder, task, before, errors)
+    failed = client.upload_all(task.token, outputs) if outputs else []
+    errors += [error for error in failed if error is not None]
+    return [name for (name, _), error in zip(outputs, failed, strict=True) if error is None], errors
 
 
 def _outputs(

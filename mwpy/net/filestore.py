@@ -570,20 +570,52 @@ class FileClient:
             self.close()
             raise FileServiceError(f"sending {name}: {exc}") from None
 
+    def upload_all(self, token: str, outputs: list[tuple[str, Path]]) -> list[str | None]:
+        """Send job ``token``'s outputs one after the other, then read the master's answers (in order, as it
+        handles them): one round trip for all, not one each. An error (a line) or None per output."""
+        try:
+            link = self._connected()
+            sent: list[str | None] = []  # None: sent; else why it could not be
+            for name, path in outputs:
+                try:
+                    source = open(path, "rb")  # noqa: SIM115 (closed once sent)
+                except OSError as exc:
+                    sent.append(f"{name}: cannot be read on the slave: {exc.strerror}")
+                    continue
+                with source:
+                    self._send_upload(link, token, name, source)
+                sent.append(None)
+            errors: list[str | None] = []
+            for (name, _), unread in zip(outputs, sent, strict=True):
+                if unread is not None:
+                    errors.append(unread)
+                    continue
+                kind, answer = link.receive_json(b"K", b"X")
+                errors.append(None if kind == b"K" else f"{name}: {answer.get('error')}")
+            return errors
+        except (ProtocolError, OSError) as exc:
+            self.close()
+            return [f"{name}: sending: {exc}" for name, _ in outputs]
+
     def _upload(self, token: str, name: str, path: Path) -> None:
         link = self._connected()
         with open(path, "rb") as source:
-            info = os.fstat(source.fileno())
-            executable = bool(info.st_mode & stat.S_IXUSR)
-            link.send_json(b"P", {"job": token, "name": name, "size": info.st_size, "executable": executable})
-            digest = hashlib.sha256()
-            for chunk in iter(lambda: source.read(CHUNK), b""):
-                digest.update(chunk)
-                link.send(b"D", chunk)
-        link.send_json(b"E", {"sha256": digest.hexdigest()})
+            self._send_upload(link, token, name, source)
         kind, answer = link.receive_json(b"K", b"X")
         if kind == b"X":
             raise FileServiceError(str(answer.get("error")))
+
+    @staticmethod
+    def _send_upload(link: _Link, token: str, name: str, source: BinaryIO) -> None:
+        """One output's frames: its header, its chunks, its end with the hash of what was sent."""
+        info = os.fstat(source.fileno())
+        executable = bool(info.st_mode & stat.S_IXUSR)
+        link.send_json(b"P", {"job": token, "name": name, "size": info.st_size, "executable": executable})
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: source.read(CHUNK), b""):
+            digest.update(chunk)
+            link.send(b"D", chunk)
+        link.send_json(b"E", {"sha256": digest.hexdigest()})
 
 
 class InputCache:
