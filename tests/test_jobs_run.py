@@ -344,3 +344,16 @@ def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_pa
         f"mwpy jobs: error: job 1.0: output {tmp_path}/logs/out.0: its folder does not exist\n",
     )
     assert not (tmp_path / "ran").exists()
+
+
+def test_max_materialize_bounds_how_many_jobs_exist_at_once(tmp_path: Path) -> None:
+    submit(tmp_path, "executable = /bin/sleep\narguments = 0.5\nmax_materialize = 2\nqueue 6\n")
+    done = run_jobs(tmp_path, slaves=4)
+    assert done.returncode == 0, done.stderr
+    jobs, _ = summary(tmp_path)
+    moments = sorted([(job["started"], 1) for job in jobs.values()] + [(job["ended"], -1) for job in jobs.values()])
+    running = most = 0
+    for _, change in moments:
+        running += change
+        most = max(most, running)
+    assert most <= 2  # four slaves, but never more than two jobs materialized

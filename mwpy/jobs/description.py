@@ -134,6 +134,7 @@ class SubmitDescription:
             raise SubmitError(f"{path}: cannot read: {exc}") from None
         self._segments = [self._read(statement) for statement in self._statements()]
         self._check_trailing_lines()
+        self.materialize_limits()  # a wrong value stops the run before any job
         self._placements: set[jobad.Placement] | None = None
         self._check_commands()
         self.total = sum(segment.total for segment in self._segments)
@@ -210,6 +211,17 @@ class SubmitDescription:
                 f"line {line.number}: {line.text.strip()!r} comes after the last queue statement: no job uses it"
             )
         return found
+
+    def materialize_limits(self) -> tuple[int | None, int | None]:
+        """``max_materialize`` and ``max_idle`` (None when unset): how many jobs may exist, and wait, at once."""
+        maker = _JobMaker(self, self._segments[0])
+        found = []
+        for command in ("max_materialize", "max_idle"):
+            value = maker.value(command).strip()
+            if value and not (value.isdigit() and int(value) > 0):
+                raise SubmitError(f"{command} = {value}: expected a positive integer")
+            found.append(int(value) if value else None)
+        return found[0], found[1]
 
     def placements(self) -> set[jobad.Placement]:
         """The different placements the jobs ask for (seen by :meth:`check_inputs`, else every job expanded)."""

@@ -428,6 +428,7 @@ class _Run:
         self.summary = summary
         self.args = args
         self.jobs: Iterator[JobSpec] = description.jobs()
+        self.max_materialize, self.max_idle = description.materialize_limits()
         self.exhausted = False
         self.in_flight: dict[str, _Job] = {}  # task token -> job
         self.waiting: collections.deque[_Job] = collections.deque()  # requeued or released: to run again
@@ -472,8 +473,16 @@ class _Run:
 
     # ------------------------------------------------------------------ sending jobs
 
+    def _ahead(self) -> int:
+        """How many jobs may be in flight: --max-pending, and max_materialize, and max_idle beyond the busy slaves."""
+        limit = min(int(self.args.max_pending), self.max_materialize or int(self.args.max_pending))
+        if self.max_idle is not None:
+            limit = min(limit, len(self.mw.connected_slaves()) + self.max_idle)
+        return max(limit, 1)
+
     def _fill(self) -> None:
-        while len(self.in_flight) < self.args.max_pending:
+        ahead = self._ahead()
+        while len(self.in_flight) < ahead:
             job = self.waiting.popleft() if self.waiting else self._new()
             if job is None:
                 return
