@@ -71,6 +71,8 @@ class JobAd:
     policy: bool = False
     hold: bool = False  # submitted on hold (``hold = true``)
     kill_sig: str = ""  # the signal that stops a held or removed job (``""``: SIGTERM)
+    hold_kill_sig: str = ""  # for a job held while it runs, if not kill_sig
+    remove_kill_sig: str = ""  # for a job removed while it runs, if not kill_sig
     kill_timeout: int | None = None  # seconds before SIGKILL (kill_sig_timeout / job_max_vacate_time)
 
     def get(self, name: str, default: str = "") -> str:
@@ -104,7 +106,9 @@ class JobAd:
             placement=placement,
             policy=policy or hold,
             hold=hold,
-            kill_sig=value("kill_sig").strip() or value("hold_kill_sig").strip() or value("remove_kill_sig").strip(),
+            kill_sig=value("kill_sig").strip(),
+            hold_kill_sig=value("hold_kill_sig").strip(),
+            remove_kill_sig=value("remove_kill_sig").strip(),
             kill_timeout=int(_integer(timeout, "kill_sig_timeout", where)) if timeout else None,
         )
 

@@ -176,6 +176,10 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         outputs_on_success_only=spec.outputs_on_success_only,
         initialdir=spec.initialdir,
         kill_signal=_signal(spec.ad.kill_sig),
+        stop_signals=(
+            _signal(spec.ad.hold_kill_sig or spec.ad.kill_sig),
+            _signal(spec.ad.remove_kill_sig or spec.ad.kill_sig),
+        ),
         kill_timeout=float(spec.ad.kill_timeout) if spec.ad.kill_timeout is not None else 10.0,
         core_size=spec.core_size,
         check_interval=args.periodic_interval if _checked_while_running(spec) else None,
@@ -299,6 +303,7 @@ class _Summary:
             "held": self.counts["held"],
             "removed": self.counts["removed"],
             "journaled": self.journaled,
+            "batch": self.batch,
             "seconds": elapsed,
             "placements": [{"placement": p.describe(), "jobs": n} for p, n in self.placements.most_common()],
             **counters,
@@ -401,7 +406,8 @@ def main(mw: Master, argv: list[str]) -> int:
     mw.goodput_summary = False  # the run ends with its own line
     server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=mw.bind)  # where the master listens
     status = None if me.resource_file is None else status_path(me.resource_file)
-    batch = next((spec.ad.get("JobBatchName") for spec in description.jobs()), "").strip('"')
+    first = next(description.jobs())
+    batch = (first.ad.get("JobBatchName") or first.ad.get("JobDescription")).strip('"')  # as condor_q names a batch
     summary = _Summary(args.summary, description.total, status, batch)
     started = time.time()
     try:

@@ -84,7 +84,9 @@ class JobTask:
     transfer: bool
     outputs_on_success_only: bool
     initialdir: str  # where the job runs when it does not transfer files (a shared file system)
-    kill_signal: int = int(signal.SIGTERM)  # how a job the policy stops is asked to end
+    kill_signal: int = int(signal.SIGTERM)  # how a job is asked to end (a task timeout)
+    #: (hold_kill_sig, remove_kill_sig): how a job the policy holds or removes while it runs is asked to end
+    stop_signals: tuple[int, int] = (int(signal.SIGTERM), int(signal.SIGTERM))
     kill_timeout: float = 10.0  # seconds before SIGKILL follows
     core_size: int | None = None  # RLIMIT_CORE of the job's processes, bytes
     check_interval: float | None = None  # seconds between usage reports to the master (None: no periodic policy)
@@ -308,16 +310,16 @@ def _wait(
             verdict = client.check(task.token, _usage(process.pid, started))
             if verdict is not None:
                 stopped = verdict
-                _stop(process, task)
+                _stop(process, task, task.stop_signals[0] if verdict == "hold" else task.stop_signals[1])
     finally:
         if process.poll() is None:
-            _stop(process, task)
+            _stop(process, task, task.kill_signal)
 
 
-def _stop(process: subprocess.Popen[bytes], task: JobTask) -> None:
-    """``kill_sig`` to the job's process group, then SIGKILL once ``kill_timeout`` has passed."""
+def _stop(process: subprocess.Popen[bytes], task: JobTask, signal_number: int) -> None:
+    """``signal_number`` to the job's process group, then SIGKILL once ``kill_timeout`` has passed."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, task.kill_signal)
+        os.killpg(process.pid, signal_number)
     try:
         process.wait(timeout=task.kill_timeout)
     except subprocess.TimeoutExpired:
