@@ -127,7 +127,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "how a job that is held or removed while it runs is stopped: this signal, then SIGKILL after the timeout",
+        "how a running job is stopped (held: `hold_kill_sig`, removed: `remove_kill_sig`, else `kill_sig`), then "
+        "SIGKILL after the timeout",
         "kill_sig(KillSig) remove_kill_sig(RemoveKillSig) hold_kill_sig(HoldKillSig) "
         "kill_sig_timeout(KillSigTimeout) job_max_vacate_time(JobMaxVacateTime)",
     ),
@@ -148,7 +149,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "shown by `mwpy status` and written to the summary, as condor_q shows them",
+        "the batch's name (`batch_name`, else `description`, as condor_q names a batch): shown by `mwpy status` "
+        "and in the summary's last line (`batch`)",
         "batch_name(JobBatchName) description(JobDescription)",
     ),
     _Row(
