@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import attrs
 
-from mwpy import program
+from mwpy import program, safe_files
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
@@ -290,10 +290,7 @@ class _Summary:
             "batch": self.batch,
             "summary": self.out.name,
         }
-        temporary = f"{self.status}.{os.getpid()}.tmp"
-        with open(temporary, "w") as out:
-            json.dump(counts, out)
-        os.replace(temporary, self.status)
+        safe_files.write_atomically(self.status, json.dumps(counts).encode(), mode=None)
 
     def close(self, started: float, counters: dict[str, Any]) -> None:
         elapsed = time.time() - started

@@ -41,7 +41,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import socket
 import stat
@@ -53,6 +52,7 @@ from typing import Any, BinaryIO
 
 import attrs
 
+from mwpy import safe_files
 from mwpy.errors import MwpyError, ProtocolError
 from mwpy.wire import protocol
 
@@ -230,7 +230,6 @@ def place_output(dest: Destination, name: str, chunks: Iterator[bytes], sha256: 
     parts = check_output_name(name)
     final = Path(dest.initialdir, *parts)
     parent = _open_parent(dest, parts)
-    temporary = UPLOAD_PREFIX + secrets.token_hex(8)
     try:
         real = os.path.join(os.path.realpath(f"/proc/self/fd/{parent}"), parts[-1])
         if real in dest.protected or os.path.realpath(final) in dest.protected:
@@ -238,20 +237,13 @@ def place_output(dest: Destination, name: str, chunks: Iterator[bytes], sha256: 
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISDIR(os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode):
                 raise OutputRefused(f"output {name!r} is a folder on the submit side")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=parent)
         digest = hashlib.sha256()
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for chunk in chunks:
-                    digest.update(chunk)
-                    out.write(chunk)
+        with safe_files.replacing(parts[-1], mode=None, dir_fd=parent, prefix=UPLOAD_PREFIX) as out:
+            for chunk in chunks:
+                digest.update(chunk)
+                out.write(chunk)
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise FileServiceError(f"output {name!r}: content does not match its hash")
-            os.rename(temporary, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=parent)
-            raise
     finally:
         os.close(parent)
     return final
@@ -525,26 +517,20 @@ class FileClient:
         kind, header = link.receive_json(b"S", b"X")
         if kind == b"X":
             raise FileServiceError(str(header.get("error")))
-        temporary = target.with_name(f"{UPLOAD_PREFIX}{secrets.token_hex(8)}")
         check = hashlib.sha256()
         received = 0
-        try:
-            with open(temporary, "wb") as out:
-                while True:
-                    kind, payload = link.receive()
-                    if kind == b"E":
-                        break
-                    if kind != b"D":
-                        raise ProtocolError(f"unexpected frame {kind!r}")
-                    check.update(payload)
-                    out.write(payload)
-                    received += len(payload)
+        with safe_files.replacing(target, mode=None, prefix=UPLOAD_PREFIX) as out:
+            while True:
+                kind, payload = link.receive()
+                if kind == b"E":
+                    break
+                if kind != b"D":
+                    raise ProtocolError(f"unexpected frame {kind!r}")
+                check.update(payload)
+                out.write(payload)
+                received += len(payload)
             if check.hexdigest() != digest:
                 raise FileServiceError(f"{digest[:16]}: the content received does not match its hash")
-            os.replace(temporary, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
         return received
 
     def check(self, token: str, usage: dict[str, float]) -> str | None:
@@ -648,9 +634,8 @@ class InputCache:
         if other is None:
             self.fetched_bytes += self.client.fetch(digest, path)
         else:
-            temporary = path.with_name(f"{UPLOAD_PREFIX}{secrets.token_hex(8)}")
-            shutil.copyfile(other, temporary)
-            os.replace(temporary, path)
+            with safe_files.replacing(path, mode=None, prefix=UPLOAD_PREFIX) as out, other.open("rb") as source:
+                shutil.copyfileobj(source, out)
         path.chmod(mode & 0o7777)
         info = path.stat()
         self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)

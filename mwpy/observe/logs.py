@@ -4,10 +4,13 @@ The ``[A]`` audit trail (mwpy/observe/audit.py) stays what it is: CL-MW's record
 run, one line per event, for reconstructing what happened. Logging is for
 people watching a program: warnings and errors a user should see (a slave
 dropped, a task stuck past its timeout, an executor that broke) and, at INFO
-or DEBUG, what the executor and the engine are doing. Loggers are named after
-modules (``mwpy.net.engine``, ``mwpy.executor``, ``mwpy.slave``), so the usual
-``logging`` configuration applies; a program that configures nothing gets
-Python's default (warnings and above on stderr, through the last-resort handler).
+or DEBUG, what the executor and the master are doing. What a master says of
+its slaves and tasks logs under ``mwpy.master`` (the facts of
+mwpy/core/facts.py, rendered by mwpy/observe/renderers.py, whichever module
+noticed them); other loggers are named after their modules (``mwpy.executor``,
+``mwpy.slave``, ``mwpy.pool.slave_pool``), so the usual ``logging``
+configuration applies; a program that configures nothing gets Python's
+default (warnings and above on stderr, through the last-resort handler).
 
 ``--mw-log-level LEVEL`` (or the ``MWPY_LOG_LEVEL`` environment variable, for
 ``mwpy.Executor`` users who pass no options) sets the level of the ``mwpy``
@@ -21,33 +24,25 @@ import os
 import sys
 
 from mwpy.errors import ConfigurationError
+from mwpy.names import LOG_LEVEL_VARIABLE
+from mwpy.options import LOG_LEVELS, level_name
 
 ROOT = "mwpy"
-ENVIRONMENT = "MWPY_LOG_LEVEL"
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler mwpy installed, so configuring twice does not print every line twice."""
 
 
-def level_name(text: str) -> str:
-    """``text`` as a logging level name; ValueError when it is none (the option parser's contract)."""
-    name = text.strip().upper()
-    if name not in LEVELS:
-        raise ValueError(text)
-    return name
-
-
 def configure(level: str | None = None) -> None:
     """Set the ``mwpy`` logger's level from ``level`` or ``MWPY_LOG_LEVEL``; nothing when neither is set."""
-    chosen = level or os.environ.get(ENVIRONMENT)
+    chosen = level or os.environ.get(LOG_LEVEL_VARIABLE)
     if not chosen:
         return
     try:
         name = level_name(chosen)
     except ValueError:
-        raise ConfigurationError(f"{ENVIRONMENT}={chosen!r}: expected one of {', '.join(LEVELS)}") from None
+        raise ConfigurationError(f"{LOG_LEVEL_VARIABLE}={chosen!r}: expected one of {', '.join(LOG_LEVELS)}") from None
     logger = logging.getLogger(ROOT)
     logger.setLevel(name)
     if not any(isinstance(handler, _Handler) for handler in logger.handlers):

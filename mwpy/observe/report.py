@@ -21,7 +21,6 @@ import html
 import math
 import os
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from mwpy import safe_files
 from mwpy.errors import EventLogError
 from mwpy.observe import events as ev
 from mwpy.observe import goodput
@@ -595,15 +595,7 @@ def build_report(events_path: str | os.PathLike[str], output_path: str | os.Path
     """
     text = render(digest(events_path), os.fspath(events_path))
     target = Path(output_path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_files.write_atomically(target, text.encode("utf-8"), mode=0o644)
     return target
 
 
