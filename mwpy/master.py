@@ -94,6 +94,9 @@ class Master:
         #: The total the algorithm declared (``mw.tasks_total = n``), or None.
         self._declared_total: int | None = None
         self._tokens: list[contextvars.Token[Master | None]] = []
+        #: Whether finishing prints the goodput summary (with --mw-events); a program that ends with a line of
+        #: its own (``mwpy jobs``) turns it off.
+        self.goodput_summary = True
         with contextlib.ExitStack() as undo:  # a part that fails to start (a port taken) releases those before it
             self._observers = Observers(options, audit)
             undo.callback(self._observers.close)
@@ -352,4 +355,4 @@ class Master:
         self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
         self._facts(facts.MasterStopped(self._options.member_id, status, self._sched.done_total))
         self._audit.flush()
-        self._observers.stop(status)
+        self._observers.stop(status, summary=self.goodput_summary)

@@ -26,6 +26,8 @@ handshake a body is a kind byte, a payload and a MAC tag)::
     S {"size"}, D chunk..., E        ─►     (or X {"error"})
                                      ◄─     P {"job","name","size","executable"}, D chunk..., E {"sha256"}
     K {}                             ─►     (or X {"error"})             upload
+                                     ◄─     J {"job","usage"}            a running job's usage (mwpy jobs)
+    K {"stop": null|"hold"|"remove"} ─►
 
 Outputs are the part a hostile slave could abuse, so the server decides where
 they land (:func:`place_output`): only below the job's ``initialdir``, never
@@ -44,7 +46,7 @@ import socket
 import stat
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -289,6 +291,8 @@ class FileServer:
         self._reads: dict[str, tuple[str, ...]] = {}  # job token -> the hashes it reads
         self._budget: dict[str, tuple[int, int]] = {}  # job token -> (files, bytes) received so far
         self.counters = Counters()
+        #: Asked with a running job's token and usage (numbers): "hold"/"remove" stops the job (mwpy jobs' policy).
+        self.checks: Callable[[str, dict[str, float]], str | None] | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name="mwpy-filestore", daemon=True)
         self._thread.start()
@@ -346,13 +350,25 @@ class FileServer:
             try:
                 link = _server_handshake(sock, self._secret, self._member_id)
                 while True:
-                    kind, header = link.receive_json(b"G", b"P")
+                    kind, header = link.receive_json(b"G", b"P", b"J")
                     if kind == b"G":
                         self._send_file(link, str(header.get("sha256")))
+                    elif kind == b"J":
+                        link.send_json(b"K", {"stop": self._check(header)})
                     else:
                         self._receive_file(link, header)
             except (MwpyError, OSError, ValueError, TypeError):
                 return  # a broken or hostile peer costs only its own connection
+
+    def _check(self, header: dict[str, Any]) -> str | None:
+        """A running job's usage, for the master's periodic policy; only for a job in flight, numbers only."""
+        token, usage = str(header.get("job")), header.get("usage")
+        with self._lock:
+            known = token in self._destinations
+        if not known or not isinstance(usage, dict) or self.checks is None:
+            return None
+        numbers = {str(k): float(v) for k, v in usage.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        return self.checks(token, numbers)
 
     def _send_file(self, link: _Link, digest: str) -> None:
         with self._lock:
@@ -517,6 +533,21 @@ class FileClient:
                 raise FileServiceError(f"{digest[:16]}: the content received does not match its hash")
         return received
 
+    def check(self, token: str, usage: dict[str, float]) -> str | None:
+        """Report a running job's usage; the master's answer: ``"hold"``/``"remove"`` to stop it, else None.
+
+        A master that cannot be reached stops nothing: the job goes on, as a job goes on when its shadow is away.
+        """
+        try:
+            link = self._connected()
+            link.send_json(b"J", {"job": token, "usage": usage})
+            _, answer = link.receive_json(b"K")
+        except (FileServiceError, ProtocolError, OSError):
+            self.close()
+            return None
+        stop = answer.get("stop")
+        return stop if stop in ("hold", "remove") else None
+
     def upload(self, token: str, name: str, path: Path) -> None:
         """Send the file ``path`` as job ``token``'s output ``name``; raise if the master refuses it."""
         try:
@@ -525,48 +556,102 @@ class FileClient:
             self.close()
             raise FileServiceError(f"sending {name}: {exc}") from None
 
+    def upload_all(self, token: str, outputs: list[tuple[str, Path]]) -> list[str | None]:
+        """Send job ``token``'s outputs one after the other, then read the master's answers (in order, as it
+        handles them): one round trip for all, not one each. An error (a line) or None per output."""
+        try:
+            link = self._connected()
+            sent: list[str | None] = []  # None: sent; else why it could not be
+            for name, path in outputs:
+                try:
+                    source = open(path, "rb")  # noqa: SIM115 (closed once sent)
+                except OSError as exc:
+                    sent.append(f"{name}: cannot be read on the slave: {exc.strerror}")
+                    continue
+                with source:
+                    self._send_upload(link, token, name, source)
+                sent.append(None)
+            errors: list[str | None] = []
+            for (name, _), unread in zip(outputs, sent, strict=True):
+                if unread is not None:
+                    errors.append(unread)
+                    continue
+                kind, answer = link.receive_json(b"K", b"X")
+                errors.append(None if kind == b"K" else f"{name}: {answer.get('error')}")
+            return errors
+        except (ProtocolError, OSError) as exc:
+            self.close()
+            return [f"{name}: sending: {exc}" for name, _ in outputs]
+
     def _upload(self, token: str, name: str, path: Path) -> None:
         link = self._connected()
         with open(path, "rb") as source:
-            info = os.fstat(source.fileno())
-            executable = bool(info.st_mode & stat.S_IXUSR)
-            link.send_json(b"P", {"job": token, "name": name, "size": info.st_size, "executable": executable})
-            digest = hashlib.sha256()
-            for chunk in iter(lambda: source.read(CHUNK), b""):
-                digest.update(chunk)
-                link.send(b"D", chunk)
-        link.send_json(b"E", {"sha256": digest.hexdigest()})
+            self._send_upload(link, token, name, source)
         kind, answer = link.receive_json(b"K", b"X")
         if kind == b"X":
             raise FileServiceError(str(answer.get("error")))
 
+    @staticmethod
+    def _send_upload(link: _Link, token: str, name: str, source: BinaryIO) -> None:
+        """One output's frames: its header, its chunks, its end with the hash of what was sent."""
+        info = os.fstat(source.fileno())
+        executable = bool(info.st_mode & stat.S_IXUSR)
+        link.send_json(b"P", {"job": token, "name": name, "size": info.st_size, "executable": executable})
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: source.read(CHUNK), b""):
+            digest.update(chunk)
+            link.send(b"D", chunk)
+        link.send_json(b"E", {"sha256": digest.hexdigest()})
+
 
 class InputCache:
-    """A slave's inputs by hash, each fetched once and kept (read-only) until the slave ends."""
+    """A slave's inputs by hash, each fetched once and kept until the slave ends.
+
+    Condor delivers an input with its permission bits (an executable script
+    stays executable, a ``0640`` file stays ``0640``); jobs get hard links to
+    the cached file, so each ``(hash, mode)`` has its own cached copy (made
+    from one already here, not fetched again). A job that writes to its input
+    or changes its mode changes the cached file: the next job that needs it
+    sees the size, time or mode differ and gets a clean copy.
+    """
 
     def __init__(self, folder: Path, client: FileClient) -> None:
         self.folder = folder
         self.client = client
         folder.mkdir(parents=True, exist_ok=True)
-        self._known: dict[str, tuple[int, int]] = {}  # hash -> (size, mtime) as cached
+        self._known: dict[Path, tuple[int, int, int]] = {}  # cached file -> (size, mtime, mode) as cached
+        self._copies: dict[str, list[Path]] = {}  # hash -> its cached files (one per mode)
         self.fetched_bytes = 0  # what crossed the wire into this cache
 
-    def get(self, digest: str) -> Path:
-        """The cached file with hash ``digest``, fetched if this slave does not hold it yet (or it changed)."""
-        path = self.folder / digest
-        known = self._known.get(digest)
-        if known is not None:
-            with contextlib.suppress(OSError):
-                info = path.stat()
-                if (info.st_size, info.st_mtime_ns) == known:
-                    return path
-            with contextlib.suppress(OSError):
-                path.unlink()  # a job wrote to its copy: fetch a clean one
-        self.fetched_bytes += self.client.fetch(digest, path)
-        path.chmod(0o444)
+    def get(self, digest: str, mode: int = 0o444) -> Path:
+        """The cached file with hash ``digest`` and permission bits ``mode`` (fetched if no intact copy is here)."""
+        path = self.folder / f"{digest}.{mode & 0o7777:o}"
+        if self._intact(path):
+            return path
+        with contextlib.suppress(OSError):
+            path.unlink()  # a job wrote to its copy: make a clean one
+        other = next((copy for copy in self._copies.get(digest, ()) if copy != path and self._intact(copy)), None)
+        if other is None:
+            self.fetched_bytes += self.client.fetch(digest, path)
+        else:
+            with safe_files.replacing(path, mode=None, prefix=UPLOAD_PREFIX) as out, other.open("rb") as source:
+                shutil.copyfileobj(source, out)
+        path.chmod(mode & 0o7777)
         info = path.stat()
-        self._known[digest] = (info.st_size, info.st_mtime_ns)
+        self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)
+        if path not in self._copies.setdefault(digest, []):
+            self._copies[digest].append(path)
         return path
+
+    def _intact(self, path: Path) -> bool:
+        known = self._known.get(path)
+        if known is None:
+            return False
+        try:
+            info = path.stat()
+        except OSError:
+            return False
+        return (info.st_size, info.st_mtime_ns, info.st_mode) == known
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

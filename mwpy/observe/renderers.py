@@ -193,11 +193,14 @@ class Observers:
         """Whether tasks need their queue time stamped (only the event log and the exporter read it)."""
         return self.events is not None
 
-    def stop(self, status: int) -> None:
-        """Say why events stopped (if they did), print where the slot time went, release the file and the port."""
+    def stop(self, status: int, *, summary: bool = True) -> None:
+        """Say why events stopped (if they did), print where the slot time went, release the file and the port.
+
+        ``summary=False``: a program that ends with a line of its own (``mwpy jobs``) prints no goodput table.
+        """
         if self.events is not None and self.events.failed is not None:
             print(f"mwpy: {self.events.failed}", file=sys.stderr)
-        if self._accountant is not None and status != INTERRUPTED:  # Ctrl-C ends with one line, nothing more
+        if summary and self._accountant is not None and status != INTERRUPTED:  # Ctrl-C: one line, nothing more
             from mwpy.observe import goodput  # noqa: PLC0415
 
             print(goodput.summary(self._accountant.result()), end="", file=sys.stderr, flush=True)
