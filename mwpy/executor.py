@@ -47,7 +47,6 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
-import logging
 import os
 import pickle
 import secrets
@@ -105,7 +104,7 @@ JOBS_GONE_TIMEOUT = 30.0
 SUBMIT_BATCH = 1024
 
 _numbers = itertools.count()
-log = logging.getLogger(__name__)
+log = logs.logger(__name__)
 
 
 @task(name="mwpy.call")

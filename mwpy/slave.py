@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import os
 import pickle
 import resource
@@ -46,6 +45,7 @@ from mwpy import safe_files
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
 from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
+from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.task import registry
 from mwpy.wire import protocol
@@ -54,7 +54,7 @@ from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
-log = logging.getLogger(__name__)
+log = logs.logger(__name__)
 
 _RECV_SIZE = 256 * 1024
 #: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.

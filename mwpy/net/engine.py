@@ -34,6 +34,7 @@ from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.net.spin import Spinner
 from mwpy.observe import events as ev
+from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options
 from mwpy.task import Result, Task, TaskError, task_exception
@@ -41,7 +42,7 @@ from mwpy.wire import protocol
 from mwpy.wire.protocol import ExitCode, Results
 from mwpy.wire.session import HandshakeReply, MasterSession, MasterState, Refused
 
-log = logging.getLogger(__name__)
+log = logs.logger(__name__)
 
 #: Bytes read from a socket per call.
 RECV_SIZE = 256 * 1024
@@ -114,20 +115,6 @@ def decode_result(
     return Result(task.task_id, task.algorithm, sid, tag, compute_time, error=TaskError(*failure))
 
 
-def _log_failed_output(result: Result) -> None:
-    """A failed task's output is worth seeing where the master runs (``mwpy local`` shows the master's stderr)."""
-    assert result.error is not None
-    printed = "".join(
-        f"\n--- its {name}:\n{text.rstrip()}"
-        for name, text in (("stdout", result.stdout), ("stderr", result.stderr))
-        if text
-    )
-    log.warning(
-        "task %d (%s) failed on %s with %s: %s%s",
-        result.task_id, result.algorithm, result.slave_id, result.error.type, result.error.message, printed,
-    )  # fmt: skip
-
-
 def _retryable(task: Task, result: Result) -> bool:
     """Whether the policy's ``retry_on`` (if any) covers the exception the task raised."""
     kinds = task.policy.retry_on
@@ -160,6 +147,8 @@ class Engine:
         self._deliver = deliver
         self._on_tick = on_tick
         self._events = events
+        #: A failed task's output is worth seeing where the master runs (``mwpy local`` shows its stderr): capped.
+        self._failed_output = logs.FailedOutput(log, raw=options.raw_task_output)
         self._peers: set[_Peer] = set()
         self._by_sid: dict[str, _Peer] = {}
         #: Condor job id (CLUSTER.PROC) by slave id, for the connected slaves that reported one.
@@ -452,10 +441,22 @@ class Engine:
                 continue
             sched.complete(task)
             if result.error is not None and (result.stdout or result.stderr):
-                _log_failed_output(result)
+                self._show_failed_output(result)
             self._deliver(task, result)
         for hole in holes:
             self._expel(hole)
+
+    def _show_failed_output(self, result: Result) -> None:
+        error = result.error
+        assert error is not None
+        self._failed_output.show(
+            task=result.task_id,
+            algorithm=result.algorithm,
+            slave=result.slave_id,
+            error=error.type,
+            message=error.message,
+            streams={"stdout": result.stdout, "stderr": result.stderr},
+        )
 
     def _succeeded(self, sid: str, task: Task, blob: bytes, compute_time: float) -> list[str]:
         """Book a success (journal, event log); the black holes it reveals."""
@@ -474,12 +475,17 @@ class Engine:
         if again:
             self._audit(f"{sid} -> task {task.task_id} failed ({error.type}); queued to run again")
         if self._events is not None:
-            self._record_failure(sid, task, error, compute_time, retried=again)
+            self._record_failure(sid, task, result, compute_time, retried=again)
         return again
 
-    def _record_failure(self, sid: str, task: Task, error: TaskError, run: float, *, retried: bool) -> None:
-        """A task that raised, in the event log: its time counts as lost, its traceback is kept."""
+    def _record_failure(self, sid: str, task: Task, result: Result, run: float, *, retried: bool) -> None:
+        """A task that raised, in the event log: its time counts as lost, its traceback and output are kept."""
         assert self._events is not None
+        error = result.error
+        assert error is not None
+        streams = [(name, text) for name, text in (("stdout", result.stdout), ("stderr", result.stderr)) if text]
+        both = "".join(f"--- {name}:\n{text}" for name, text in streams)
+        output = streams[0][1] if len(streams) == 1 else both or None  # what the task printed, labelled if both
         outcome: ev.Outcome = "retried" if retried else "error"
         self._events.task_finished(sid, task.algorithm, outcome, run, task.sent_at - task.queued_at)
         self._events.task_failed(
@@ -490,6 +496,7 @@ class Engine:
             message=error.message,
             traceback=error.traceback,
             retried=retried,
+            output=output,
         )
 
     def _slave_left(self, sid: str, cause: str, why: str, lost: list[Task], unrunnable: int) -> None:

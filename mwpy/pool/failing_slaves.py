@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mwpy import safe_text
 from mwpy.backends import Job, JobState
 
 #: Failed slave runs, with no result yet, after which a computation gives up.
@@ -42,7 +43,7 @@ class SetupFailures:
                 self._reported.add(job.job_id)
                 self._running.discard(job.job_id)
                 self.count += 1
-                self.last_reason = job.reason
+                self.last_reason = safe_text.one_line(job.reason)  # quotes the slave: printed and raised
 
     def problem(self, results_so_far: int) -> str | None:
         """Why to stop, or None: ``limit`` failed runs and not one result yet."""

@@ -29,7 +29,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.segment import Segment
 
-from mwpy import resource_file
+from mwpy import resource_file, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
 from mwpy.observe.goodput import duration
@@ -354,7 +354,8 @@ class _LocalRun:
             if job.reason is not None and job.job_id not in reported and self.master.poll() is None:
                 reported.add(job.job_id)
                 errors = self.backend.sandbox(job.job_id) / "slave.err"
-                text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
+                why = safe_text.one_line(job.reason)  # the slave's last error line: its words, not mwpy's
+                text = f"mwpy local: slave {job.job_id} {why} (started again; see {errors})\n"
                 self.display.output(text.encode(), sys.stderr)
 
     def _clean_up(self, *, quiet: bool = False) -> None:
