@@ -19,8 +19,9 @@ from typing import Any, NoReturn
 
 import attrs
 
-from mwpy import resource_file, safe_files
+from mwpy import resource_file, safe_files, safe_text
 from mwpy._version import __version__
+from mwpy.core.journal import SIDE_FILES
 from mwpy.errors import (
     ConfigurationError,
     EventLogError,
@@ -50,11 +51,24 @@ _algorithms: dict[str, Callable[..., Any]] = {}
 
 @attrs.frozen
 class Membership:
-    """This process in its computation: the secret and member id it proves membership with, its resource file."""
+    """This process in its computation: the secret and member id it proves membership with, its resource file.
+
+    And what a service beside the master (``mwpy jobs``' file service) needs to be as safe as the master's
+    own port: its TLS settings, its client timeout, the run's own files no peer may replace.
+    """
 
     secret: bytes
     member_id: str
     resource_file: str | None
+    #: Master with ``--mw-tls-cert``: the certificate and key it speaks TLS with.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Slave of a TLS master: the fingerprint it pinned for the master's certificate.
+    tls_fingerprint: str | None = None
+    #: ``--mw-client-timeout``.
+    client_timeout: float = 60.0
+    #: Master: the files of the run (resource file, journal, event log, audit, secret...), which no peer may replace.
+    own_files: tuple[str, ...] = ()
 
 
 #: Set once this process's side knows it (the master at start, a slave once it has read its endpoint).
@@ -150,7 +164,15 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     global _membership  # this process's, for membership()
     try:
         secret = _master_secret(options)
-        _membership = Membership(secret, options.member_id, options.resource_file)
+        _membership = Membership(
+            secret,
+            options.member_id,
+            options.resource_file,
+            tls_cert=options.tls_cert,
+            tls_key=options.tls_key,
+            client_timeout=options.client_timeout,
+            own_files=_own_files(options),
+        )
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
     except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
@@ -166,12 +188,19 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
         except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
             status = _status_of(exc)
             audit(f"MASTER ALGORITHM EXITED: exit status {status}")
-        except BaseException:
-            traceback.print_exc()
+        except BaseException:  # a task's exception re-raised here quotes the task: printed safe
+            sys.stderr.write(safe_text.terminal(traceback.format_exc()))
             audit("MASTER ALGORITHM RAISED: exit status 255")
             status = 255
         mw.finish(status)
     return status
+
+
+def _own_files(options: Options) -> tuple[str, ...]:
+    """The files a master writes or trusts, named by its options (SQLite's side files with the journal)."""
+    named = (options.resource_file, options.events, options.audit_file, options.secret_file, options.tls_cert)
+    journal = () if options.journal is None else tuple(options.journal + side for side in ("", *SIDE_FILES))
+    return (*(path for path in named if path is not None), *journal)
 
 
 def _master_secret(options: Options) -> bytes:
@@ -216,7 +245,13 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         endpoint, stale = _endpoint(options, audit)
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
-    _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
+    _membership = Membership(
+        endpoint.secret,
+        endpoint.member_id,
+        options.resource_file,
+        tls_fingerprint=endpoint.tls_fingerprint,
+        client_timeout=options.client_timeout,
+    )
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     try:
         worker = connect(

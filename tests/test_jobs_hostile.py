@@ -74,7 +74,8 @@ def test_names_that_leave_initialdir_are_refused(server: FileServer, job: Path, 
 
 def test_a_folder_symlink_out_of_initialdir_is_not_followed(server: FileServer, job: Path, tmp_path: Path) -> None:
     (job / "link").symlink_to(tmp_path / "outside")
-    refusal = _upload(server, tmp_path, "link/evil")
+    server.expect("t2", Destination(str(job), frozenset(), outputs=("link",)))  # transfer_output_files = link
+    refusal = _upload(server, tmp_path, "link/evil", token="t2")
     assert refusal is not None
     assert "symbolic link" in refusal
     assert list((tmp_path / "outside").iterdir()) == []

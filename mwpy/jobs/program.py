@@ -26,18 +26,22 @@ import functools
 import hashlib
 import json
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from mwpy import program
+from mwpy import program, safe_text
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
 from mwpy.master import Master
 from mwpy.net import filestore
+from mwpy.net.filestore import output_upload_name
 from mwpy.program import Membership, master, run
 from mwpy.task import Result, task
+from mwpy.wire import protocol
 
 #: Exit status for a submit file mwpy cannot run (as for every other usage error).
 USAGE = 2
@@ -45,6 +49,8 @@ USAGE = 2
 MAX_PENDING = 2000
 #: Failed jobs named on stderr at the end (the summary has them all).
 SHOWN_FAILURES = 20
+#: Characters of each failed job's reason in that list (the summary has all of it).
+SHOWN_WHY = 300
 
 
 def membership() -> Membership:
@@ -59,7 +65,7 @@ def membership() -> Membership:
 def run_job(task: runner.JobTask) -> runner.JobOutcome:
     """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
     me = membership()
-    return runner.run(task, me.secret, me.member_id)
+    return runner.run(task, me.secret, me.member_id, me.tls_fingerprint)
 
 
 # ---------------------------------------------------------------------- the master
@@ -142,6 +148,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
             tuple(streams),
             max_bytes=args.max_output_bytes,
             max_files=args.max_output_files,
+            outputs=None if spec.transfer_outputs is None else tuple(map(output_upload_name, spec.transfer_outputs)),
         ),
         tuple(digest for _, digest in files.inputs),
     )
@@ -177,7 +184,7 @@ class _Summary:
     """
 
     def __init__(self, path: str, total: int, status: str | None) -> None:
-        self.out: IO[str] = open(path, "w")  # noqa: SIM115 (kept open for the run, closed by close())
+        self.out: IO[str] = open(path, "w+")  # noqa: SIM115 (kept open for the run, closed by close())
         self.total = total
         self.status = status
         self.done = 0
@@ -192,23 +199,52 @@ class _Summary:
         self.done += 1
         if record["status"] != "ok":
             self.failures += 1
-            self.failed.append(f"{record['job']} ({record['why']})")
+            why = safe_text.one_line(record["why"])[:SHOWN_WHY]  # quotes the job (file names it made): shown safe
+            self.failed.append(f"{record['job']} ({why})")
             if len(self.failed) > 10 * SHOWN_FAILURES:
                 self.failed = sorted(self.failed, key=_process_order)[:SHOWN_FAILURES]
         self._write_status()
 
     def _write_status(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if self.status is None or (not force and now - self._written < 1.0):
+        if not force and now - self._written < 1.0:
             return
         self._written = now
+        self._keep_own_file()
+        if self.status is None:
+            return
         counts = {"total": self.total, "finished": self.done, "failed": self.failures, "summary": self.out.name}
         temporary = f"{self.status}.{os.getpid()}.tmp"
         with open(temporary, "w") as out:
             json.dump(counts, out)
         os.replace(temporary, self.status)
 
+    def _keep_own_file(self) -> None:
+        """The file at the summary's path must be the one written here, or its lines would go nowhere.
+
+        Removed or replaced during the run (by a job sharing the folder, say: outputs never replace it), it is
+        written out again in full and the run goes on with it, saying so once.
+        """
+        path = self.out.name
+        try:
+            ours = os.path.samestat(os.stat(path), os.fstat(self.out.fileno()))
+        except OSError:
+            ours = False
+        if ours:
+            return
+        print(f"mwpy jobs: note: {path} was removed or replaced during the run; written again in full", file=sys.stderr)
+        self.out.flush()
+        self.out.seek(0)
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".mwpy-summary-")
+        os.fchmod(fd, os.fstat(self.out.fileno()).st_mode & 0o777)  # as the summary was made
+        with os.fdopen(fd, "w") as copy:
+            shutil.copyfileobj(self.out, copy)
+        os.replace(temporary, path)
+        self.out.close()
+        self.out = open(path, "a+")  # noqa: SIM115 (kept open for the run, closed by close())
+
     def close(self, started: float, counters: dict[str, Any]) -> None:
+        self._keep_own_file()
         elapsed = time.time() - started
         run = {"jobs": self.total, "failed": self.failures, "seconds": elapsed, **counters}
         self.out.write(json.dumps({"run": run}) + "\n")
@@ -278,8 +314,9 @@ def main(mw: Master, argv: list[str]) -> int:
         return USAGE
     for note in description.notes():
         print(f"mwpy jobs: note: {note}", file=sys.stderr)
-    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=mw.bind)  # where the master listens
+    server = _file_service(mw, me)
     status = None if me.resource_file is None else status_path(me.resource_file)
+    server.protect(args.submit_file, args.summary, *me.own_files, *([status] if status else []))
     summary = _Summary(args.summary, description.total, status)
     started = time.time()
     try:
@@ -288,6 +325,14 @@ def main(mw: Master, argv: list[str]) -> int:
         server.close()
         summary.close(started, server.counters.as_dict())
     return 1 if summary.failures else 0
+
+
+def _file_service(mw: Master, me: Membership) -> filestore.FileServer:
+    """The file service, listening where the master listens, as safe as it is: TLS when it has TLS, its timeout."""
+    tls = None if me.tls_cert is None else protocol.tls_server_context(me.tls_cert, me.tls_key)[0]
+    return filestore.FileServer(
+        me.secret, me.member_id, host=mw.host, bind=mw.bind, tls=tls, client_timeout=me.client_timeout
+    )
 
 
 def _run(
