@@ -191,7 +191,7 @@ class _Summary:
         self.failures = 0
         self.failed: list[str] = []  # the first failed jobs in queue order, for the last lines (bounded)
         self._written = 0.0
-        self._write_status(force=True)
+        self._write_status()
 
     def job(self, record: dict[str, Any]) -> None:
         self.out.write(json.dumps(record) + "\n")
@@ -203,14 +203,18 @@ class _Summary:
             self.failed.append(f"{record['job']} ({why})")
             if len(self.failed) > 10 * SHOWN_FAILURES:
                 self.failed = sorted(self.failed, key=_process_order)[:SHOWN_FAILURES]
-        self._write_status()
+        self._tick()
 
-    def _write_status(self, *, force: bool = False) -> None:
+    def _tick(self) -> None:
+        """At most once a second: make sure the summary is still ours, and write the job counts."""
         now = time.monotonic()
-        if not force and now - self._written < 1.0:
+        if now - self._written < 1.0:
             return
         self._written = now
         self._keep_own_file()
+        self._write_status()
+
+    def _write_status(self) -> None:
         if self.status is None:
             return
         counts = {"total": self.total, "finished": self.done, "failed": self.failures, "summary": self.out.name}
@@ -249,7 +253,7 @@ class _Summary:
         run = {"jobs": self.total, "failed": self.failures, "seconds": elapsed, **counters}
         self.out.write(json.dumps({"run": run}) + "\n")
         self.out.close()
-        self._write_status(force=True)
+        self._write_status()
         print(
             f"mwpy jobs: {self.done} jobs in {elapsed:.1f} s: {self.done - self.failures} ok, "
             f"{self.failures} failed; summary in {self.out.name}"

@@ -258,16 +258,15 @@ class _Proving:
         return True
 
     def _receive(self) -> None:
-        while True:
+        """Read what the handshake can use, no more: a request sent right behind the hello stays for the link."""
+        while len(self._in) < _HANDSHAKE_BYTES:
             try:
-                got = self.sock.recv(4096)
+                got = self.sock.recv(_HANDSHAKE_BYTES - len(self._in))
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             if not got:
                 raise ProtocolError("connection closed")
             self._in += got
-            if len(self._in) > 2 * (protocol.HEADER.size + MAX_HELLO_FRAME):
-                raise ProtocolError("too much data before the proof of membership")
 
     def _frame(self, max_size: int) -> bytes | None:
         if len(self._in) < protocol.HEADER.size:
@@ -315,6 +314,10 @@ class _Proving:
                 sent = 0
             del self._out[:sent]
         self.wants_write = bool(self._out)
+
+
+#: The most bytes read while a peer proves itself: its proof's frame and its hello's, both at their limits.
+_HANDSHAKE_BYTES = 2 * protocol.HEADER.size + protocol.MAX_HANDSHAKE_FRAME + MAX_HELLO_FRAME
 
 
 def _client_handshake(sock: socket.socket, secret: bytes, member_id: str) -> _Link:
