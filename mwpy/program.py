@@ -218,13 +218,14 @@ def _master_secret(options: Options) -> bytes:
 
 
 def _read_secret(path: Path) -> bytes:
-    """The secret in ``path``: a regular file of this user's that nobody else can write.
+    """The secret in ``path``: a regular file of this user's that nobody else can write or read.
 
-    Whoever can write the secret file controls every slave (docs/security.md), so a
-    file others could have changed is refused rather than trusted.
+    Whoever can write the secret file controls every slave, and whoever can read it is inside
+    the computation and can run code in the master (docs/security.md): a file others could have
+    changed or read is refused, as ssh refuses such a private key, rather than trusted.
     """
     try:
-        secret = safe_files.read_bytes(path, max_size=SECRET_MAX_SIZE, private=True).strip()
+        secret = safe_files.read_bytes(path, max_size=SECRET_MAX_SIZE, secret=True).strip()
     except UnsafeFileError as exc:
         raise ConfigurationError(f"--mw-secret-file: cannot use {exc}") from None
     if not secret:

@@ -57,6 +57,10 @@ CONFIRM_SIZE = MAC_SIZE
 #: The largest frame a peer may send before it has proved membership.
 MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
 #: A Condor job id as slaves report it and the resource file lists it: ``CLUSTER.PROC``.
+#: Bytes: more memory than a slave can have (64 TiB: the largest single machines hold 32 to 48 TiB, and
+#: x86-64 processors address 2^46 to 2^52 bytes). A Heartbeat claiming more is refused: the master publishes
+#: the largest peak, and the overseer asks Condor for that much for every new slave job.
+MAX_PEAK_MEMORY = 1 << 46
 CONDOR_JOB_ID = re.compile(r"[0-9]{1,10}\.[0-9]{1,10}")
 
 
@@ -265,9 +269,11 @@ def check_results(msg: Results) -> None:
 
 
 def check_heartbeat(msg: Heartbeat) -> None:
-    """Reject a Heartbeat whose peak memory is not a non-negative int."""
+    """Reject a Heartbeat whose peak memory is not a non-negative int a slave could have (see MAX_PEAK_MEMORY)."""
     if type(msg.peak_memory) is not int or msg.peak_memory < 0:
         raise ProtocolError("malformed Heartbeat message")
+    if msg.peak_memory > MAX_PEAK_MEMORY:
+        raise ProtocolError(f"Heartbeat: a peak memory of {msg.peak_memory} bytes is more than any machine has")
 
 
 def check_hello(msg: Hello) -> None:
