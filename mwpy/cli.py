@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from mwpy import backends, resource_file
+from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
@@ -287,8 +287,8 @@ def _status(options: argparse.Namespace) -> int:
         rows.extend(("", _job_line(job)) for job in listed or [])
     elif why and options.condor:
         rows.append(("jobs", f"unknown: {why}"))
-    for name, value in rows:
-        print(f"{name:<8} {value}")
+    for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
+        print(f"{name:<8} {safe_text.one_line(value)}")
     return 1 if why and options.condor else 0
 
 
