@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
+from mwpy.core.journal import Entry as JournalEntry
 from mwpy.core.journal import Journal
 from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.errors import ComputationFinishedError, ConfigurationError
@@ -244,9 +245,12 @@ class Master:
         entry = None if key is None or self._journal is None else self._journal.lookup(key)
         if entry is not None:
             replay = decode_result(task, entry.slave_id, True, entry.value, entry.compute_time, journaled=True)
-            self._deliver(task, replay)
-        else:
-            self._sched.add(task)
+            unusable = _unusable(entry, task, replay)
+            if unusable is None:
+                self._deliver(task, replay)
+                return
+            self._audit(f"JOURNAL ENTRY {key!r} UNUSABLE ({unusable}): task {task.task_id} runs again")
+        self._sched.add(task)
 
     def _cancel(self, task_ids: list[int]) -> None:
         """Cancelled futures: tasks still queued here are dropped when they would leave (their start hook);
@@ -592,6 +596,17 @@ class _Ahead:
 
 #: The exit status of a master algorithm stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
+
+
+def _unusable(entry: JournalEntry, task: Task, replay: Result) -> str | None:
+    """Why a journal entry cannot answer ``task`` (then it is treated as absent), or None when it can."""
+    if entry.damaged:
+        return "damaged: its digest does not match"
+    if entry.algorithm != task.algorithm:
+        return f"written for algorithm {entry.algorithm!r}"
+    if replay.error is not None:
+        return f"its value does not unpickle here: {replay.error.message}"
+    return None
 
 
 class _Observers:
