@@ -26,7 +26,7 @@ from mwpy.wire import protocol
 from tests.support import PROGRAMS, mwpy_command, spawn_master, spawn_slave
 
 HOSTILE = PROGRAMS / "jobs" / "hostile_slave.py"
-INSIDER = PROGRAMS / "jobs" / "insider_slave.py"
+INSIDER = HOSTILE  # with MWPY_TEST_INSIDER_NAMES: the names it sends
 JOBS_PROGRAM_PATH = Path(PROGRAM)
 
 SECRET = b"s" * 32
@@ -286,7 +286,7 @@ def test_an_insider_slave_plants_nothing_and_the_summary_keeps_every_line(
     assert (tmp_path / "jobs.sub").read_text() == submit_text
     assert not (tmp_path / ".ssh").exists()
     assert not (tmp_path / "deep").exists()
-    assert "planted" not in (tmp_path / "resource.json").read_text()
+    assert "hostile slave" not in (tmp_path / "resource.json").read_text()
     Journal(tmp_path / "run.journal").close()  # still a journal this mwpy opens
     failed = [line for line in master.err().splitlines() if line.startswith("mwpy jobs: failed:")]
     assert "\x1b" not in master.err()

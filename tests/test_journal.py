@@ -106,6 +106,12 @@ def test_master_killed_half_way_resumes_from_its_journal(tmp_path: Path) -> None
     assert executions(runs) == after
 
 
+def run_alone(program: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``program`` as a master on loopback with ``args``, no slave: for masters that must not get far."""
+    master = ("--mw-master", "--mw-master-host", "127.0.0.1", "--mw-resource-file", str(workdir / "resource.json"))
+    return run_program(program, workdir, *master, *args, timeout=DEADLINE)
+
+
 def _foreign(path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("create table results (name text, score real)")
@@ -155,21 +161,7 @@ def test_damaged_journal_is_one_clear_line_and_status_1(tmp_path: Path, damage: 
     """
     journal = tmp_path / "journal.sqlite"
     DAMAGE[damage](journal)
-    done = run_program(
-        JOURNALED,
-        tmp_path,
-        "--mw-master",
-        "--mw-master-host",
-        "127.0.0.1",
-        "--mw-resource-file",
-        str(tmp_path / "resource.json"),
-        "--mw-journal",
-        str(journal),
-        "squares",
-        "3",
-        str(tmp_path),
-        timeout=DEADLINE,
-    )
+    done = run_alone(JOURNALED, tmp_path, "--mw-journal", str(journal), "squares", "3", str(tmp_path))
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -224,21 +216,7 @@ def test_journal_others_can_write_is_one_line_and_status_1(tmp_path: Path, writa
     target = Path(f"{journal}{writable}")
     target.touch()
     target.chmod(mode)
-    done = run_program(
-        JOURNALED,
-        tmp_path,
-        "--mw-master",
-        "--mw-master-host",
-        "127.0.0.1",
-        "--mw-resource-file",
-        str(tmp_path / "resource.json"),
-        "--mw-journal",
-        str(journal),
-        "squares",
-        "3",
-        str(tmp_path),
-        timeout=DEADLINE,
-    )
+    done = run_alone(JOURNALED, tmp_path, "--mw-journal", str(journal), "squares", "3", str(tmp_path))
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -345,21 +323,7 @@ def test_a_journal_or_event_log_on_a_read_only_disk_is_one_line_and_status_1(
     tmp_path: Path, small_disk: Path, option: str
 ) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True, timeout=DEADLINE)
-    done = run_program(
-        FILLER,
-        tmp_path,
-        "--mw-master",
-        "--mw-master-host",
-        "127.0.0.1",
-        "--mw-resource-file",
-        str(tmp_path / "resource.json"),
-        option,
-        str(small_disk / "file"),
-        "fill",
-        "3",
-        "10",
-        timeout=DEADLINE,
-    )
+    done = run_alone(FILLER, tmp_path, option, str(small_disk / "file"), "fill", "3", "10")
     assert done.returncode == 1, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert f"{small_disk / 'file'}: " in line

@@ -21,8 +21,8 @@ def cited() -> dict[str, set[str]]:
         cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
         if len(cells) != 3 or not cells[2].startswith("test_"):
             continue
-        for group in cells[2].split(";"):
-            group = re.sub(r"\([^)]*\)", "", group).strip()  # "(a real tmpfs)": a note, not a test
+        for cell in cells[2].split(";"):
+            group = re.sub(r"\([^)]*\)", "", cell).strip()  # "(a real tmpfs)": a note, not a test
             name, _, tests = group.partition("::") if "::" in group else group.partition(":")
             found.setdefault(name.strip(), set()).update(t.strip() for t in tests.split(",") if t.strip())
     return found
