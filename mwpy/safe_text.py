@@ -20,7 +20,8 @@ as a newline there); in one-line text (names, messages in a status line) a
 newline is shown as ``\\n``. Backslashes are left alone, so a Windows path
 stays readable and a literal ``\\x1b`` in the text looks like an escaped ESC:
 neither does anything. Each character is translated on its own, so a stream
-may be made safe chunk by chunk (task output forwarded live).
+may be made safe chunk by chunk (task output forwarded live); only a ``\r\n``
+split between two chunks shows its ``\r``.
 
 **In HTML** (:func:`html`) the five special characters are escaped, so no
 tag, attribute or link can be made; **in plotly's text** (:func:`plot`: axis

@@ -607,12 +607,15 @@ class FileServer:
     # ------------------------------------------------------------------ the selector thread
 
     def _run(self) -> None:
+        failed = False
         try:
             while not self._closed:
                 try:
                     self._pass()
                 except Exception:  # a bug must not take the service down with it: the next pass goes on
-                    log.exception("file service: a pass of its loop failed")
+                    if not failed:  # said once: a bug that recurs every pass must not flood the log
+                        log.exception("file service: a pass of its loop failed")
+                    failed = True
         finally:
             self._shut_down()
 
@@ -666,6 +669,8 @@ class FileServer:
             self._prove(peer)
 
     def _prove(self, peer: _Proving) -> None:
+        if peer.sock not in self._proving:
+            return  # dropped earlier in this pass (evicted to make room) although the selector reported it
         try:
             link = peer.step()
         except Exception:  # a broken or hostile peer costs only its own connection, whatever it sent
