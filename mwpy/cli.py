@@ -198,7 +198,8 @@ def _status_command(options: argparse.Namespace) -> int:
 
 
 def _log(text: str) -> None:
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [O] {text}", flush=True)
+    """One overseer line; it may quote Condor's hold reasons and the jobs they quote: shown safe."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [O] {safe_text.one_line(text)}", flush=True)
 
 
 def _backend_name(args: Sequence[str]) -> str:
