@@ -177,6 +177,9 @@ class Sizes:
     fanin_tasks: int = 100_000
     idle_seconds: float = 10.0
     warmup_tasks: int = 2_000
+    #: Scenario 7's short script: calls that sleep this long each, about 2 s of work on 2 workers.
+    script_tasks: int = 20
+    script_task_seconds: float = 0.2
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -191,6 +194,8 @@ class Sizes:
             fanin_tasks=2_000,
             idle_seconds=1.0,
             warmup_tasks=100,
+            script_tasks=4,
+            script_task_seconds=0.05,
         )
 
     def scaled(self, factor: float) -> Sizes:

@@ -30,6 +30,7 @@ import functools
 import json
 import statistics
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,9 @@ SUMMARY_FIELDS = (
     "startup_seconds",
     "sampled_peak_rss_mb",
     "events_bytes",
+    "first_result_s",
+    "shutdown_s",
+    "total_s",
 )
 
 
@@ -525,14 +529,20 @@ def baseline(settings: Settings) -> Outcome:
 
 
 EXECUTOR_PROGRAM = Path(__file__).with_name("executor_program.py")
+STARTUP_PROGRAM = Path(__file__).with_name("startup_program.py")
+
+
+def _script(settings: Settings, scenario: str, label: str, program: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """Run a benchmark script by path in a child process, as a user runs one; its JSON report."""
+    settings.log(f"{scenario}: {label}")
+    argv = [settings.python, str(program), json.dumps({**params, "workers": settings.workers})]
+    return run_child_json(argv, timeout=900, name=program.stem)
 
 
 def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
     """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
-    settings.log(f"{scenario}: {label}")
-    argv = [settings.python, str(EXECUTOR_PROGRAM), json.dumps({**params, "workers": settings.workers})]
     try:
-        report = run_child_json(argv, timeout=900, name="executor")
+        report = _script(settings, scenario, label, EXECUTOR_PROGRAM, params)
     except BenchError as exc:
         return Row(scenario, label, skipped=f"failed: {exc}")
     return Row(
@@ -570,6 +580,61 @@ def executor(settings: Settings) -> Outcome:
     return run_rounds(settings, name, systems, targets)
 
 
+# ---------------------------------------------------------------------- 7. a short script's start-up
+
+
+def _short_script(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
+    """Run ``startup_program.py`` and time the whole process, start to exit, or a row saying it failed."""
+    began = time.perf_counter()
+    try:
+        report = _script(settings, scenario, label, STARTUP_PROGRAM, params)
+    except BenchError as exc:
+        return Row(scenario, label, skipped=f"failed: {exc}")
+    report["total_s"] = time.perf_counter() - began
+    return Row(scenario, label, tasks=report["tasks"], seconds=report["total_s"], extra=report)
+
+
+#: What scenario 7's table notes say of each run (the table's columns are for task streams).
+SCRIPT_FIGURES = (("whole script", "total_s"), ("first result", "first_result_s"), ("shutdown", "shutdown_s"))
+
+
+def startup(settings: Settings) -> Outcome:
+    """Issue 21 item 4: a short script with ``mwpy.Executor`` and with ``ProcessPoolExecutor``, same round.
+
+    The same script (``startup_program.py``: a ``with`` block, ``script_tasks``
+    calls that sleep, every result) runs once with each executor per round.
+    The targets are the issue's: the first result within 0.3 s, the whole
+    script within 1.2 times ProcessPoolExecutor's, the ``with`` block left
+    within 0.1 s; the ratios of the first result and of the shutdown to
+    ProcessPoolExecutor's are given for information.
+    """
+    name = "7 start-up"
+    sizes = settings.sizes
+    params = {"tasks": sizes.script_tasks, "task_seconds": sizes.script_task_seconds}
+    work = sizes.script_tasks * sizes.script_task_seconds / settings.workers
+    systems = [
+        System(key, label, functools.partial(_short_script, settings, name, label, {**params, "system": system}))
+        for key, system, label in (
+            ("pool", "processpool", f"ProcessPoolExecutor({settings.workers}), {work:.1f} s script"),
+            ("mwpy", "mwpy", f"mwpy.Executor({settings.workers}), {work:.1f} s script"),
+        )
+    ]
+    targets = [
+        single("7. short script: first result, mwpy.Executor (s)", "mwpy", "first_result_s", 0.3),
+        ratio("7. short script: first result, mwpy.Executor / ProcessPool", "mwpy", "pool", "first_result_s", None),
+        ratio("7. short script: whole script, mwpy.Executor / ProcessPool", "mwpy", "pool", "total_s", 1.2, op="≤"),
+        single("7. short script: leaving the with block, mwpy.Executor (s)", "mwpy", "shutdown_s", 0.1),
+        ratio(
+            "7. short script: leaving the with block, mwpy.Executor / ProcessPool", "mwpy", "pool", "shutdown_s", None
+        ),
+    ]
+    series, checks = run_rounds(settings, name, systems, targets)
+    for one in series:
+        figures = [(what, one.spread(field)) for what, field in SCRIPT_FIGURES]
+        one.note = _join(one.note, ", ".join(f"{what} {spread.format('.2f')} s" for what, spread in figures if spread))
+    return series, checks
+
+
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -581,6 +646,7 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "events": event_log,
     "baseline": baseline,
     "executor": executor,
+    "startup": startup,
 }
 
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).

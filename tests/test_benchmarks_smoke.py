@@ -65,7 +65,10 @@ def _median(row: dict[str, Any], field: str) -> float:
 
 
 def test_every_mwpy_measurement_ran_in_every_round(quick_report: dict[str, Any]) -> None:
-    mwpy_rows = [row for row in quick_report["rows"] if row["system"].startswith("mwpy") and row["scenario"][0] != "5"]
+    # Scenario 5 runs once; scenario 7 times whole scripts (test_a_short_script_is_timed_with_both_executors).
+    mwpy_rows = [
+        row for row in quick_report["rows"] if row["system"].startswith("mwpy") and row["scenario"][0] not in "57"
+    ]
     assert len(mwpy_rows) == 12  # throughput 3, latency 1, streaming 2, fan-in 2, event log 2, executor 2
     for row in mwpy_rows:
         assert row["skipped"] is None, row
@@ -149,6 +152,22 @@ def test_the_executor_is_measured_beside_the_master_api(quick_report: dict[str, 
     assert check["measured"] is not None
 
 
+def test_a_short_script_is_timed_with_both_executors(quick_report: dict[str, Any]) -> None:
+    """Issue 21 item 4: the same short script with mwpy.Executor and ProcessPoolExecutor, in the same rounds."""
+    rows = {row["key"]: row for row in _rows(quick_report, "7")}
+    assert set(rows) == {"pool", "mwpy"}
+    for row in rows.values():
+        assert [run["round"] for run in row["runs"]] == [0, 1]
+        first, shutdown, total = (_median(row, field) for field in ("first_result_s", "shutdown_s", "total_s"))
+        assert 0 < first < total
+        assert 0 <= shutdown < total
+    checks = {c["target"]: c for c in quick_report["checks"] if c["target"].startswith("7.")}
+    assert checks["7. short script: first result, mwpy.Executor (s)"]["bound"] == "≤ 0.3"
+    assert checks["7. short script: whole script, mwpy.Executor / ProcessPool"]["bound"] == "≤ 1.2"
+    assert checks["7. short script: leaving the with block, mwpy.Executor (s)"]["bound"] == "≤ 0.1"
+    assert all(len(check["values"]) == 2 for check in checks.values())
+
+
 def test_fanin_reports_idle_cpu(quick_report: dict[str, Any]) -> None:
     rows = _rows(quick_report, "4")
     assert len(rows) == 2
@@ -171,7 +190,7 @@ def test_json_describes_the_run(quick_report: dict[str, Any]) -> None:
     assert "--quick" in quick_report["command"]
     assert quick_report["checkouts"]["new"]["mwpy"].startswith(str(REPO))
     assert "baseline" not in quick_report["checkouts"]
-    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "6", "E"}
+    assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "6", "7", "E"}
 
 
 @pytest.mark.skipif(
