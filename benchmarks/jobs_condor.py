@@ -7,6 +7,9 @@ the pool's slots, so that whole jobs can fill every slot to the end) is submitte
 
 * **plain**: ``condor_submit jobs.sub`` (one cluster of N jobs; Condor moves
   the input with every job);
+* **common** (``--arms plain,common,mwpy``; HTCondor 25 pools only, ``tools/condor_pool.py up --suite
+  sid``): ``condor_submit`` of the same file with the input in ``transfer_common_input``
+  (HTCondor stages it once per execute node);
 * **mwpy**: ``condor_submit submit/jobs-master.sub -a jobs=jobs.sub``, then,
   once the master has written its resource file and ``mwpy.pyz``,
   ``condor_submit submit/slaves.sub -a program=submit/mwpy_jobs.py -a
@@ -18,12 +21,16 @@ the arm is left in the queue. With ``--rounds R`` every case runs R times,
 the two arms in turn first (plain then mwpy, then mwpy then plain), and each
 ratio is taken within a round: the table gives median [min-max] over rounds.
 It prints a Markdown table and ``--json FILE`` keeps every figure, for
-``python -m benchmarks.jobs_plot``.
+``python -m benchmarks.jobs_plot``. For mwpy it also says where each job's time
+goes beyond d: the job's own run (process start, reading the shared input) and
+the gap between two jobs on one slave (sending outputs back, the result, the
+next task, the scratch folder), medians from the run summary.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -57,6 +64,7 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--first-round", type=int, default=0, help="number of the first round (0: plain first; 1: mwpy first)"
     )
+    parser.add_argument("--arms", default="plain,mwpy", help="arms to run: plain, common, mwpy (default plain,mwpy)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument(
         "--table", type=Path, nargs="+", metavar="JSON", help="only print the table of these --json files (merged)"
@@ -64,14 +72,16 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _write_jobs(workdir: Path, jobs: int, seconds: float, size_mb: float) -> None:
+def _write_jobs(workdir: Path, jobs: int, seconds: float, size_mb: float, *, common: bool = False) -> None:
+    """``jobs.sub``: the shared input in ``transfer_input_files``, or in ``transfer_common_input`` (``common``)."""
     with open(workdir / "shared.bin", "wb") as out:
         for _ in range(int(size_mb)):
             out.write(os.urandom(1 << 20))
     (workdir / "job.sh").write_text(JOB)
     (workdir / "job.sh").chmod(0o755)
+    command = "transfer_common_input" if common else "transfer_input_files"
     (workdir / "jobs.sub").write_text(
-        f'executable = job.sh\narguments = "{seconds:g} $(Process)"\ntransfer_input_files = shared.bin\n'
+        f'executable = job.sh\narguments = "{seconds:g} $(Process)"\n{command} = shared.bin\n'
         f"should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\nrequest_memory = 128\n"
         f"output = out.$(Process)\nlog = jobs.log\nqueue {jobs}\n"
     )
@@ -89,9 +99,9 @@ def _busy_since(start: tuple[int, int]) -> float:
     return (busy - start[0]) / max(1, total - start[1])
 
 
-def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float) -> dict[str, Any]:
-    workdir = queue.new_workdir(f"plain-{seconds:g}s-{size_mb:g}MB")
-    _write_jobs(workdir, jobs, seconds, size_mb)
+def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, *, common: bool = False) -> dict[str, Any]:
+    workdir = queue.new_workdir(f"{'common' if common else 'plain'}-{seconds:g}s-{size_mb:g}MB")
+    _write_jobs(workdir, jobs, seconds, size_mb, common=common)
     queue.give(workdir)
     cluster = None
     ok = False
@@ -108,7 +118,8 @@ def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float) -> dict[
         ok = True
     finally:
         queue.finish(workdir, None if cluster is None else f"ClusterId == {cluster}", keep=not ok)
-    return {"wall_seconds": wall, "cpu_busy": busy, "shared_bytes_moved": jobs * int(size_mb) * (1 << 20)}
+    moved = None if common else jobs * int(size_mb) * (1 << 20)  # common: once per node, Condor does not say
+    return {"wall_seconds": wall, "cpu_busy": busy, "shared_bytes_moved": moved}
 
 
 def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
@@ -171,7 +182,22 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
         "bytes_sent": run["bytes_sent"],
         "shared_fetches": shared_fetches,
         "shared_bytes_moved": shared_fetches * int(size_mb) * (1 << 20),
+        **per_job_time(records, seconds),
     }
+
+
+def per_job_time(records: list[dict[str, Any]], seconds: float) -> dict[str, float]:
+    """Where a job's time beyond d goes, medians over the jobs: its own run past d (process start, reading the
+    input), and the gap before the next job on the same slave (outputs back, result, next task, scratch folder)."""
+    own = statistics.median(record["seconds"] - seconds for record in records)
+    gaps = []
+    by_slave: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_slave.setdefault(record["slave"], []).append(record)
+    for runs in by_slave.values():
+        runs.sort(key=lambda record: record["started"])
+        gaps += [after["started"] - before["ended"] for before, after in itertools.pairwise(runs)]
+    return {"job_overrun_seconds": own, "between_jobs_seconds": statistics.median(gaps) if gaps else 0.0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     queue = PoolQueue(pool)
     runs = []
     for number in range(args.first_round, args.first_round + args.rounds):
-        order = ("plain", "mwpy") if number % 2 == 0 else ("mwpy", "plain")
+        arms = args.arms.split(",")
+        shift = number % len(arms)
+        order = arms[shift:] + arms[:shift]  # each arm goes first in turn
         for size_mb in (float(s) for s in args.sizes.split(",")):
             for seconds in (float(d) for d in args.durations.split(",")):
                 for system in order:
@@ -203,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                         figures = (
                             _mwpy(queue, jobs, seconds, size_mb, slots)
                             if system == "mwpy"
-                            else _plain(queue, jobs, seconds, size_mb)
+                            else _plain(queue, jobs, seconds, size_mb, common=system == "common")
                         )
                     except BenchError as exc:
                         figures = {"error": str(exc)}
@@ -249,21 +277,24 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def cases(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One summary per (S, d): each figure over the rounds in which both arms succeeded, ratios within a round."""
+    """One summary per (S, d): each figure over the rounds in which plain and mwpy succeeded, ratios within a
+    round; ``commons`` pairs the common-input arm with mwpy of the same round, where it ran."""
     found = []
     for size in sorted({r["size_mb"] for r in runs}):
         for seconds in sorted({r["seconds"] for r in runs}):
-            pairs = []
+            pairs, commons = [], []
             for number in sorted({r["round"] for r in runs}):
                 arms = {
                     r["system"]: r
                     for r in runs
                     if (r["round"], r["size_mb"], r["seconds"]) == (number, size, seconds) and "error" not in r
                 }
-                if len(arms) == 2:
+                if "plain" in arms and "mwpy" in arms:
                     pairs.append((arms["plain"], arms["mwpy"]))
+                if "common" in arms and "mwpy" in arms:
+                    commons.append((arms["common"], arms["mwpy"]))
             if pairs:
-                found.append({"size_mb": size, "seconds": seconds, "pairs": pairs})
+                found.append({"size_mb": size, "seconds": seconds, "pairs": pairs, "commons": commons})
     return found
 
 
@@ -281,8 +312,9 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         "median [min-max] over rounds",
         "",
         "| N | job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy ÷ ideal N·d/slots "
-        "(first job to last) | mwpy start: first job at | shared moved ÷ (slaves \N{MULTIPLICATION SIGN} S) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "(first job to last) | mwpy start: first job at | shared moved ÷ (slaves \N{MULTIPLICATION SIGN} S) | "
+        "condor_submit, transfer_common_input | speed-up over it | mwpy beyond d: job's own run; between jobs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in cases(runs):
         seconds, size, pairs = case["seconds"], case["size_mb"], case["pairs"]
@@ -296,9 +328,20 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"{_spread([100 * ideal / m for m in mwpy], '.0f')} % "
             f"({_spread([100 * ideal / m['jobs_span_seconds'] for _, m in pairs], '.0f')} %) | "
             f"{_spread([m['after_first_submit']['first_job_started'] for _, m in pairs], '.1f')} s | "
-            f"{_spread(moved, '.2f')} |"
+            f"{_spread(moved, '.2f')} | {_common_columns(case['commons'])} | "
+            f"{_spread([1000 * m.get('job_overrun_seconds', 0.0) for _, m in pairs], '.0f')} ms; "
+            f"{_spread([1000 * m.get('between_jobs_seconds', 0.0) for _, m in pairs], '.0f')} ms |"
         )
     return "\n".join(lines)
+
+
+def _common_columns(commons: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """The common-input arm's wall and mwpy's speed-up over it (same rounds), or two empty cells."""
+    if not commons:
+        return " | "
+    walls = [c["wall_seconds"] for c, _ in commons]
+    ratios = [c["wall_seconds"] / m["wall_seconds"] for c, m in commons]
+    return f"{_spread(walls, '.1f')} s | {_spread(ratios, '.1f')}\N{MULTIPLICATION SIGN}"
 
 
 def startup(runs: list[dict[str, Any]]) -> dict[str, float]:

@@ -3,10 +3,24 @@
 One program holds task algorithms (``@mwpy.task``), a master algorithm
 (``@mwpy.master``) and optionally a slave algorithm (``@mwpy.slave``), and ends
 with ``mwpy.run()``; ``--mw-master`` or ``--mw-slave`` picks the role.
+
+Everything but the exceptions is loaded when first used (PEP 562's module
+``__getattr__``): ``import mwpy`` (which every ``import mwpy.x`` runs first)
+costs next to nothing, a slave loads the slave's parts only, and ``mwpy
+status`` or an overseer neither. The decorators ``task``, ``master`` and
+``slave`` share their names with the submodules ``mwpy.task``,
+``mwpy.master`` and ``mwpy.slave``; importing one of those would make Python
+bind the submodule in their place, so this package keeps its attributes of
+those names (see :class:`_Package`): ``@mwpy.master`` works whatever was
+imported before (tests/test_lazy_imports.py).
 """
 
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from mwpy._version import __version__
-from mwpy.core.scheduler import SlaveKind
 from mwpy.errors import (
     BackendError,
     ComputationFinishedError,
@@ -22,23 +36,74 @@ from mwpy.errors import (
     UnrunnableTaskError,
     UsageError,
 )
-from mwpy.executor import Executor
-from mwpy.master import LoopEvents, Master
-from mwpy.program import exit_status, main, master, run, slave
-from mwpy.slave import Slave, SlaveStatus
-from mwpy.task import (
-    Policy,
-    Result,
-    Submitter,
-    Task,
-    TaskAlgorithm,
-    TaskError,
-    TaskFailedError,
-    TaskFuture,
-    TaskRaisedError,
-    task,
-)
-from mwpy.wire.protocol import ExitCode
+
+if TYPE_CHECKING:
+    from mwpy.core.scheduler import SlaveKind
+    from mwpy.executor import Executor
+    from mwpy.master import LoopEvents, Master
+    from mwpy.program import exit_status, main, master, run, slave
+    from mwpy.slave import Slave, SlaveStatus
+    from mwpy.task import (
+        Policy,
+        Result,
+        Submitter,
+        Task,
+        TaskAlgorithm,
+        TaskError,
+        TaskFailedError,
+        TaskFuture,
+        TaskRaisedError,
+        task,
+    )
+    from mwpy.wire.protocol import ExitCode
+
+#: Where each public name that is loaded on first use lives.
+_HOMES = {
+    "Executor": "mwpy.executor",
+    "ExitCode": "mwpy.wire.protocol",
+    "LoopEvents": "mwpy.master",
+    "Master": "mwpy.master",
+    "Slave": "mwpy.slave",
+    "SlaveKind": "mwpy.core.scheduler",
+    "SlaveStatus": "mwpy.slave",
+    **dict.fromkeys(("exit_status", "main", "master", "run", "slave"), "mwpy.program"),
+    **dict.fromkeys(("Policy", "Result", "Submitter", "Task", "TaskAlgorithm", "TaskError"), "mwpy.task"),
+    **dict.fromkeys(("TaskFailedError", "TaskFuture", "TaskRaisedError", "task"), "mwpy.task"),
+}
+#: Package attributes that are decorators and also the names of submodules.
+_DECORATORS = frozenset({"task", "master", "slave"})
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mwpy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # found once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """The ``mwpy`` package, which keeps its decorators when a submodule of the same name is imported.
+
+    The import system binds a submodule as an attribute of its package
+    (``setattr(mwpy, "master", <module mwpy.master>)``) when it first loads
+    it; here that is ignored for the three decorator names, so
+    ``mwpy.master`` stays the decorator. ``from mwpy.master import Master``
+    is unaffected (it reads ``sys.modules``).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _DECORATORS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BackendError",

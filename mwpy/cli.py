@@ -20,6 +20,7 @@ from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
 from mwpy.jobs import command as jobs_command
+from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
 from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
@@ -104,7 +105,7 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         description="Write a zipapp that runs an mwpy program with mwpy importable: "
         "python3 mwpy.pyz PROGRAM.py --mw-slave ...",
     )
-    bundle_cmd.add_argument("-o", "--output", default="mwpy.pyz", help="where to write it (default mwpy.pyz)")
+    bundle_cmd.add_argument("-o", "--output", default=BUNDLE_FILE, help=f"where to write it (default {BUNDLE_FILE})")
 
     status = commands.add_parser("status", help="show a computation's state from its resource file")
     status.add_argument("resource_file")

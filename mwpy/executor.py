@@ -15,25 +15,26 @@ How it is built, and why:
   that owns it. Users of ``concurrent.futures`` call ``future.result()`` from
   any thread, so the engine cannot be driven by whoever waits; it runs on its
   own and submitters hand it work through a thread-safe queue and a wake-up
-  socket (:meth:`mwpy.net.engine.Engine.wake`) that cuts its ``select`` short.
+  socket (the master's intake, mwpy/intake.py) that cuts its ``select`` short.
 * Arguments are checked and pickled in ``submit()``, in the caller's thread:
   an argument that cannot travel raises there, as everywhere in mwpy.
 * With ``backend="condor"`` the script is shipped with the slave job and
   named by its base name; the slave's Python is ``sys.executable`` unless
   ``options=["--mw-slave-executable", ...]`` or ``["--mw-slave-bundle"]`` say
   otherwise; tests/test_condor_executor.py runs it on the test pool.
-* Slaves are started the way ``mwpy local`` (or the overseer) starts them: the
-  master publishes a resource file in a private work folder and an
-  :class:`~mwpy.pool.overseer.Overseer` with a back end (``local`` processes by
-  default, ``condor`` through htcondor2) runs in a thread and keeps the slave
-  jobs matched to it, at most ``max_workers``. The slaves run
+* Slaves are started the way ``mwpy local`` (or the overseer) starts them,
+  by the same :class:`~mwpy.pool.slave_pool.SlavePool`: the master publishes a
+  resource file in a private work folder and an overseer with a back end
+  (``local`` processes by default, ``condor`` through htcondor2) runs in a
+  thread and keeps the slave jobs matched to it, at most ``max_workers``. The slaves run
   ``mwpy/_spawn.py``, which loads the user's script as ``__mp_main__`` like
   ``multiprocessing``'s spawn start method, so functions of a script's
   ``__main__`` work; functions of a REPL's or notebook's ``__main__`` cannot
   (there is no file to load) and are refused at ``submit()`` with the fix.
-* A future is *running* from the moment its task leaves for a slave (the
-  scheduler asks the task's start hook); ``cancel()`` succeeds before that,
-  and a cancelled task is dropped unsent.
+* A future is its task's listener (mwpy/core/scheduler.py): *running* once
+  its task is the first in flight on its slave; ``cancel()`` succeeds before
+  that — a task still queued here is dropped unsent, one waiting in a slave's
+  window is pulled back.
 * A task that raises is a result (its future raises its exception), run again
   only when ``@mwpy.task(retries=N)`` asks. A slave that vanishes still has its
   tasks run elsewhere.
@@ -48,11 +49,9 @@ import contextlib
 import functools
 import itertools
 import os
-import pickle
 import secrets
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import types
@@ -63,26 +62,18 @@ from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
-from mwpy import backends
-from mwpy.errors import BackendError, ConfigurationError, SlavesFailError
-from mwpy.master import Master, chunked, encode_task
+from mwpy import backends, calls, safe_text
+from mwpy.errors import ConfigurationError, SlavesFailError
+from mwpy.master import Master
+from mwpy.names import AUDIT_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse
-from mwpy.pool.failing_slaves import SetupFailures
-from mwpy.task import (
-    DEFAULT_POLICY,
-    LightFuture,
-    Policy,
-    Result,
-    TaskAlgorithm,
-    TaskError,
-    registry,
-    task,
-    task_exception,
-)
-from mwpy.wire.protocol import PICKLE_PROTOCOL
+from mwpy.pool.slave_pool import SlavePool, WorkFolder
+from mwpy.streams import chunked
+from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, registry, unrunnable_error
+from mwpy.wire import codec
 
 __all__ = ["Executor"]
 
@@ -91,53 +82,13 @@ R = TypeVar("R")
 
 #: The program slaves run: loads the user's script as ``__mp_main__``, then serves as a slave.
 SPAWN_PROGRAM = str(Path(__file__).with_name("_spawn.py"))
-#: How often the overseer reconciles without being woken by a resource-file write.
-OVERSEER_INTERVAL = 0.5
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
-
-#: Seconds between two looks at the back end's jobs (for slaves that fail to start).
-JOB_LOOK_INTERVAL = 1.0
-#: Seconds shutdown keeps removing slave jobs until the back end lists none.
-JOBS_GONE_TIMEOUT = 30.0
 #: Submissions ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
 SUBMIT_BATCH = 1024
 
 _numbers = itertools.count()
-log = logs.logger(__name__)
-
-
-@task(name="mwpy.call")
-def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The task an undecorated function travels in: the function itself is pickled by reference."""
-    return fn(*args, **kwargs)
-
-
-#: Functions a slave has unpickled, by their pickled reference (a module-level function pickles as its name).
-_functions: dict[bytes, Callable[..., Any]] = {}
-#: At most this many are kept (a program has few functions; a bound keeps a pathological one finite).
-FUNCTIONS_KEPT = 1024
-
-
-@task(name="mwpy.call_function")
-def _call_function(reference: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The task a module-level function travels in: pickled once by the executor, looked up once per slave.
-
-    Pickling the function for every call, and finding it again on the slave,
-    cost about 2 µs of a no-op task's 13.
-    """
-    fn = _functions.get(reference)
-    if fn is None:
-        if len(_functions) >= FUNCTIONS_KEPT:
-            _functions.clear()
-        fn = _functions[reference] = pickle.loads(reference)
-    return fn(*args, **kwargs)
-
-
-@task(name="mwpy.call_chunk")
-def _call_chunk(fn: Callable[..., Any], chunk: list[tuple[Any, ...]]) -> list[Any]:
-    """``Executor.map(..., chunksize=n)``: one task runs ``fn`` over n argument tuples."""
-    return [fn(*args) for args in chunk]
+log = safe_text.logger(__name__)
 
 
 class _Future(LightFuture[R]):
@@ -159,23 +110,32 @@ class _Future(LightFuture[R]):
         self._executor._one_done(self)
         return True
 
-    def _start(self) -> bool:
-        """The task's start hook: it may leave for a slave unless this future was cancelled."""
+    # The scheduler's Listener (mwpy/core/scheduler.py), called in the engine's thread.
+
+    def may_start(self) -> bool:
+        """The task may leave for a slave unless this future was cancelled."""
         return not self.cancelled()
 
-    def _begin(self) -> object:
+    def began(self) -> None:
         """The task is first in flight on its slave: this future is running (no longer cancellable)."""
-        return self.running() or self._mark_running()
+        if not self.running():
+            self._mark_running()
 
-    def _settle(self, result: Result) -> None:
-        """The task's result sink (in the engine's thread)."""
-        if self.done():  # cancelled before it started (a task dropped for a full frame, say)
-            return
-        if result.error is None:
-            self._finish(result.value, None)
-        else:
-            self._finish(None, task_exception(result))
-        self._executor._one_done(self)
+    def unrunnable(self) -> bool:
+        self._end(None, unrunnable_error(self._task_id or 0))
+        return False
+
+    def settle(self, result: Result) -> bool:
+        """The task's result settles this future (unless it was cancelled before it started); never mw.results()."""
+        if not self.done():  # cancelled before it started (a task dropped for a full frame, say)
+            self._settle_with(result)
+            self._executor._one_done(self)
+        return False
+
+    def _end(self, value: Any, exception: BaseException | None) -> None:
+        if not self.done():
+            self._finish(value, exception)
+            self._executor._one_done(self)
 
 
 #: What ``submit()`` hands the engine's thread: (future, task name, pickled arguments, policy).
@@ -212,45 +172,19 @@ class Executor(concurrent.futures.Executor):
         # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
-        self._own_workdir = workdir is None
-        self._workdir = Path(tempfile.mkdtemp(prefix="mwpy-executor-") if workdir is None else workdir).resolve()
-        self._workdir.mkdir(parents=True, exist_ok=True)
-        resource = self._workdir / "resource.json"
-        resource.unlink(missing_ok=True)
-        self._options = _master_options(options, resource, backend)
+        work = WorkFolder.make(workdir, prefix="mwpy-executor-")
+        self._options = _master_options(options, work.resource_file, backend)
         logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
-        self._audit = Audit(str(self._workdir / "master.audit"), packets=self._options.audit_packets)
+        self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
         factory = backends.lookup(backend)
-        parser = argparse.ArgumentParser(
-            prog=f"mwpy.Executor(backend={backend!r})", add_help=False, conflict_handler="resolve"
-        )
-        parser.add_argument("--workdir", default=str(self._workdir))
-        factory.add_arguments(parser)
-        try:
-            namespace = parser.parse_args(list(backend_arguments))
-        except SystemExit:
-            raise ConfigurationError(f"backend_arguments {list(backend_arguments)!r} are not valid") from None
-        namespace.workdir = str(self._workdir)
-        program = _spawn_program(backend, self._workdir)
+        namespace = _backend_options(factory, backend, backend_arguments, work)
+        program = _spawn_program(backend, work.path)
         self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
-        self._master._count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
-        self._backend = factory.create(str(resource), namespace)
-        # Imported here, not at the top: mwpy/__init__ imports this module, and slaves (whose bundle ships
-        # attrs and cattrs only) must be able to import mwpy without watchdog, which the overseer needs.
-        from mwpy.pool.overseer import Limits, Overseer  # noqa: PLC0415
-
-        self._overseer = Overseer(
-            resource, self._backend, Limits(max_jobs=max_workers, max_idle=max_workers, batch=max_workers),
-            finish_grace=0.0,
-        )  # fmt: skip
-        self._stop_overseer = threading.Event()
-        self._overseer_thread = threading.Thread(
-            target=self._overseer.run,
-            args=(self._stop_overseer,),
-            kwargs={"interval": OVERSEER_INTERVAL},
-            name="mwpy-executor-overseer",
-            daemon=True,
-        )
+        #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
+        self._intake = self._master._intake
+        self._intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
+        self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
+                               name=f"executor {self._options.member_id}")  # fmt: skip
         self._lock = threading.Lock()
         self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
         self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once
@@ -258,14 +192,11 @@ class Executor(concurrent.futures.Executor):
         self._waiting: set[_Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
         self._closing = False
         self._broken: BaseException | None = None
-        self._setup = SetupFailures()
-        self._next_job_look = 0.0
         self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
-        self._overseer_thread.start()
         self._thread.start()
         log.info(
             "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
-            self._options.member_id, self._master.host, self._master.port, max_workers, backend, self._workdir,
+            self._options.member_id, self._master.host, self._master.port, max_workers, backend, work.path,
         )  # fmt: skip
         atexit.register(self.shutdown)
 
@@ -291,7 +222,7 @@ class Executor(concurrent.futures.Executor):
             wake = not self._incoming
             self._incoming += submissions
         if wake:
-            self._master._engine.wake()
+            self._intake.wake()
 
     def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]]) -> list[_Future[R]]:
         """``map``'s submissions: a future per call, handed over ``SUBMIT_BATCH`` at a time (one lock, one wake)."""
@@ -331,7 +262,7 @@ class Executor(concurrent.futures.Executor):
             end = None if timeout is None else time.monotonic() + timeout
             return _in_order(self._submit_each(fn, zip(*iterables, strict=False)), end)
         chunks = chunked(zip(*iterables, strict=False), chunksize)
-        results = super().map(_call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
+        results = super().map(calls.call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
         return itertools.chain.from_iterable(results)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -346,7 +277,7 @@ class Executor(concurrent.futures.Executor):
         for future in doomed:
             future.cancel()
         with contextlib.suppress(OSError):  # the engine may be closed already
-            self._master._engine.wake()
+            self._intake.wake()
         if wait:
             self._thread.join()
             atexit.unregister(self.shutdown)
@@ -366,122 +297,79 @@ class Executor(concurrent.futures.Executor):
                 pull_back = True
                 self._cancelled.append(task_id)  # the engine's thread asks its slave to give it back
         if last or pull_back:
-            self._master._engine.wake()
+            self._intake.wake()
 
     def _serve(self) -> None:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
-        master = self._master
-        step = master._engine.step
+        intake = self._intake
         try:
-            with master:
+            with self._master:
                 while True:
-                    self._take_submissions(master)
-                    self._pull_back(master)
+                    self._take_submissions()
+                    self._pull_back()
                     with self._lock:
                         if self._closing and not self._waiting and not self._incoming:
                             break
-                    step(TICK)
-                    self._check_slaves(master)
-                    for lost in master.unrunnable_tasks():  # only sid=/retry=False policies make these
-                        if lost.sink is not None:
-                            lost.sink(_unrunnable_result(lost.task_id, lost.algorithm))
+                    intake.step(TICK)
+                    problem = self._pool.setup_problem(intake.tasks_done)
+                    if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
+                        raise SlavesFailError(problem)
         except BaseException as exc:
             log.error("executor %s stopped: %r", self._options.member_id, exc)
             self._break(exc)
         finally:
-            self._wind_down()
+            self._pool.stop()
             self._audit.close()
-            if self._own_workdir:
-                shutil.rmtree(self._workdir, ignore_errors=True)
+            self._pool.work.remove()
 
-    def _wind_down(self) -> None:
-        """Stop the overseer, then remove every slave job still queued, and release the back end.
-
-        A batch system's jobs outlive this process: a slave job still idle when
-        the computation ends would start later, find the finished resource file
-        and leave, but it would hold a place in the queue until then (and none
-        would ever start if the file were gone). So shutdown removes them all and
-        looks again until the back end lists none, for at most ``JOBS_GONE_TIMEOUT``
-        seconds (a schedd that does not answer is logged, not waited for).
-        """
-        self._stop_overseer.set()
-        self._overseer_thread.join()
-        deadline = time.monotonic() + JOBS_GONE_TIMEOUT
-        try:
-            while jobs := self._backend.jobs():
-                if time.monotonic() > deadline:
-                    log.warning("executor %s: %d slave jobs are left in the queue", self._options.member_id, len(jobs))
-                    break
-                self._backend.remove([job.job_id for job in jobs])
-                time.sleep(JOB_LOOK_INTERVAL / 4)
-        except BackendError as exc:
-            log.warning("executor %s: cannot remove its slave jobs: %s", self._options.member_id, exc)
-        finally:
-            self._backend.close()
-
-    def _pull_back(self, master: Master) -> None:
+    def _pull_back(self) -> None:
         """Cancelled futures: ask their slaves to give back tasks waiting in their windows (engine thread)."""
         with self._lock:
             ids, self._cancelled = self._cancelled, []
         if ids:
-            master._cancel(ids)
+            self._intake.cancel(ids)
 
-    def _check_slaves(self, master: Master) -> None:
-        """Slaves that cannot start (the script fails on them, say) would be restarted for ever: give up."""
-        now = time.monotonic()
-        if now < self._next_job_look:
-            return
-        self._next_job_look = now + JOB_LOOK_INTERVAL
-        self._setup.look(self._backend.jobs())
-        problem = self._setup.problem(master._sched.done_total)
-        if problem is not None:
-            raise SlavesFailError(problem)
-
-    def _take_submissions(self, master: Master) -> None:
+    def _take_submissions(self) -> None:
         with self._lock:
             incoming, self._incoming = self._incoming, []
+        enqueue = self._intake.enqueue
         for future, name, payload, policy in incoming:
             if future.cancelled():
                 continue  # cancelled before the engine saw it
-            future._task_id = master._enqueue(
-                name, payload, policy, sink=future._settle, start=future._start, begin=future._begin
-            )  # cancelled from now on: the start hook drops it, or _one_done pulls it back from a slave
+            future._task_id = enqueue(name, payload, policy, future)
+            # cancelled from now on: its listener drops it unsent, or _one_done pulls it back from a slave
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:
             self._broken = exc
             doomed = list(self._waiting)
         for future in doomed:
-            future._finish(None, concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
-            self._one_done(future)
+            future._end(None, concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
 
     # ------------------------------------------------------------------ functions
 
     def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes]:
         """The task name and pickled arguments for ``fn(*args, **kwargs)``, checked here."""
-        limit = self._options.max_write_buffer_size
-        if type(fn) is types.FunctionType:  # the common case: pickled by reference once (_call_function)
+        limit = self._intake.max_frame
+        if type(fn) is types.FunctionType:  # the common case: pickled by reference once (calls.call_function)
             reference = self._references.get(fn) or self._reference(fn)
-            return _call_function.name, encode_task(_call_function, (reference, args, kwargs), {}, limit)
+            return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit)
         if isinstance(fn, TaskAlgorithm):
             _check_travels(fn.fn)
-            return fn.name, encode_task(fn, args, kwargs, limit)
+            return fn.name, fn.encode(args, kwargs, limit)
         if isinstance(fn, functools.partial):
             _check_travels(fn.func)
-            return _call.name, encode_task(_call, (fn, args, kwargs), {}, limit)
+            return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit)
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
         _check_travels(fn)
-        return _call.name, encode_task(_call, (fn, args, kwargs), {}, limit)
+        return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit)
 
     def _reference(self, fn: types.FunctionType) -> bytes:
         """``fn`` pickled (by reference), kept for its next calls; refused with the fix if slaves cannot find it."""
         _check_travels(fn)
-        try:
-            reference = pickle.dumps(fn, PICKLE_PROTOCOL)
-        except Exception as exc:
-            raise TypeError(f"cannot send the function {fn.__qualname__} to slaves: {exc}") from exc
-        if len(self._references) >= FUNCTIONS_KEPT:
+        reference = codec.function_reference(fn)
+        if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
         self._references[fn] = reference
         return reference
@@ -546,9 +434,21 @@ def _check_travels(fn: Callable[..., Any]) -> None:
         )
 
 
-def _unrunnable_result(task_id: int, algorithm: str) -> Result:
-    error = TaskError("Unrunnable", "the slave running the task vanished and its policy forbids a retry", "")
-    return Result(task_id, algorithm, "", None, 0.0, error=error)
+def _backend_options(
+    factory: backends.BackendFactory, backend: str, arguments: Sequence[str], work: WorkFolder
+) -> argparse.Namespace:
+    """The back end's own options (``mwpy overseer``'s), from ``backend_arguments``; the work folder is ours."""
+    parser = argparse.ArgumentParser(
+        prog=f"mwpy.Executor(backend={backend!r})", add_help=False, conflict_handler="resolve"
+    )
+    parser.add_argument("--workdir", default=str(work.path))
+    factory.add_arguments(parser)
+    try:
+        namespace = parser.parse_args(list(arguments))
+    except SystemExit:
+        raise ConfigurationError(f"backend_arguments {list(arguments)!r} are not valid") from None
+    namespace.workdir = str(work.path)
+    return namespace
 
 
 def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Options:
@@ -583,7 +483,7 @@ def _spawn_program(backend: str, workdir: Path) -> str:
     """
     if backend == "local":
         return SPAWN_PROGRAM
-    copy = workdir / "mwpy_spawn.py"
+    copy = workdir / SPAWN_COPY
     shutil.copyfile(SPAWN_PROGRAM, copy)
     return str(copy)
 
@@ -595,8 +495,3 @@ def _script() -> str:
     if path is None or not os.path.isfile(path):
         return "-"
     return os.path.abspath(path)
-
-
-#: Names of the built-in task algorithms, for tests.
-BUILTIN_TASKS = (_call.name, _call_function.name, _call_chunk.name)
-assert all(name in registry for name in BUILTIN_TASKS)

@@ -15,9 +15,22 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
-from mwpy.net.spin import DEFAULT_SPIN_US
-from mwpy.observe.logs import level_name
 from mwpy.resource_file import ABANDON_AFTER
+
+#: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
+#: slave's or master's share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
+DEFAULT_SPIN_US = 200
+#: The levels ``--mw-log-level`` (and ``MWPY_LOG_LEVEL``) accept.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def level_name(text: str) -> str:
+    """``text`` as a logging level name; ValueError when it is none (the option parser's contract)."""
+    name = text.strip().upper()
+    if name not in LOG_LEVELS:
+        raise ValueError(text)
+    return name
+
 
 Role = Literal["master", "slave"]
 

@@ -9,19 +9,17 @@ removed from argv before either algorithm sees it.
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
 from mwpy import resource_file, safe_files, safe_text
 from mwpy._version import __version__
-from mwpy.core.journal import SIDE_FILES
 from mwpy.errors import (
     ConfigurationError,
     EventLogError,
@@ -31,14 +29,17 @@ from mwpy.errors import (
     UnsafeFileError,
     UsageError,
 )
-from mwpy.master import Master
+from mwpy.names import JOURNAL_SIDE_FILES
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
 from mwpy.wire.protocol import ExitCode
 
-MasterAlgorithm = Callable[[Master, list[str]], Any]
+if TYPE_CHECKING:  # the master's parts load only in a master (a slave never needs them)
+    from mwpy.master import Master
+
+MasterAlgorithm = Callable[["Master", list[str]], Any]
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
 
 #: A secret file is a few dozen bytes; anything past this is not one.
@@ -173,6 +174,8 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
             client_timeout=options.client_timeout,
             own_files=_own_files(options),
         )
+        from mwpy.master import Master  # noqa: PLC0415 (a slave, which never gets here, need not load it)
+
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
     except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
@@ -199,12 +202,14 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
 def _own_files(options: Options) -> tuple[str, ...]:
     """The files a master writes or trusts, named by its options (SQLite's side files with the journal)."""
     named = (options.resource_file, options.events, options.audit_file, options.secret_file, options.tls_cert)
-    journal = () if options.journal is None else tuple(options.journal + side for side in ("", *SIDE_FILES))
+    journal = () if options.journal is None else tuple(options.journal + side for side in ("", *JOURNAL_SIDE_FILES))
     return (*(path for path in named if path is not None), *journal)
 
 
 def _master_secret(options: Options) -> bytes:
     """The computation's secret: from --mw-secret-file (created if missing), else fresh."""
+    import secrets  # noqa: PLC0415 (a master's business: a slave, which never gets here, need not load it)
+
     if options.secret_file is None:
         return secrets.token_bytes(32)
     path = Path(options.secret_file)

@@ -20,10 +20,8 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import attrs
@@ -31,7 +29,7 @@ import cattrs
 
 from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
-from mwpy.wire.protocol import CONDOR_JOB_ID, MAX_PEAK_MEMORY
+from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 
 FORMAT = "mwpy-resource-file"
 VERSION = 1
@@ -250,18 +248,5 @@ def read(path: str | os.PathLike[str]) -> ResourceFile:
 
 
 def write(path: str | os.PathLike[str], record: ResourceFile) -> None:
-    """Replace the file atomically: readers see the old or the new file, never a mix.
-
-    ``mkstemp`` creates the temporary file with mode 0600, which the rename keeps.
-    """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(dumps(record))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace the file atomically (readers see the old or the new file, never a mix), mode 0600, on disk."""
+    safe_files.write_atomically(path, dumps(record).encode("utf-8"), durable=True)

@@ -1,4 +1,4 @@
-"""Open a file mwpy reads without trusting what is at the path.
+"""Files mwpy reads without trusting what is at the path, and files it replaces atomically.
 
 A path given to mwpy (resource file, secret file, journal) may name anything:
 a FIFO that blocks ``open`` and ``read`` for ever, ``/dev/zero`` that never
@@ -13,13 +13,22 @@ between) and accept only a regular file, no bigger than a cap; optionally only
 one owned by this user and not writable by group or others. Symlinks are
 followed on purpose: users link their files, and the checks apply to the
 target.
+
+Writing is the other half: a file others read while mwpy rewrites it (the
+resource file, a report, the slave bundle, ``mwpy jobs``' outputs and
+summary) is written under a temporary name beside it and renamed over it
+(:func:`replacing`), so a reader sees the old file or the new one, never a
+mix, and a failed write leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from mwpy.errors import UnsafeFileError
 
@@ -154,3 +163,51 @@ def check_existing(path: str | os.PathLike[str], *, private: bool = True) -> boo
         raise
     os.close(fd)
     return True
+
+
+@contextlib.contextmanager
+def replacing(
+    path: str | os.PathLike[str],
+    *,
+    mode: int | None = 0o600,
+    durable: bool = False,
+    dir_fd: int | None = None,
+    prefix: str | None = None,
+) -> Iterator[BinaryIO]:
+    """A new file, written in the ``with`` block, that takes ``path``'s place when the block ends.
+
+    An exception in the block (a hash that does not match, a full disk)
+    removes the new file and leaves ``path`` as it was. ``mode``: the new
+    file's mode, exactly (``None``: as any new file gets it, 0666 less the
+    umask). ``durable``: on disk before the rename (the resource file, which
+    other machines read). ``dir_fd``: ``path`` is a name in that open folder,
+    and the temporary file is made there without following a symbolic link
+    (``mwpy jobs``' outputs). ``prefix``: the temporary name's beginning
+    (default ``.NAME.``), for a folder whose readers skip such names.
+    """
+    name = os.fspath(path)
+    folder, base = os.path.split(name)
+    temporary = os.path.join(folder, f"{prefix or f'.{base}.'}{os.urandom(8).hex()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o666 if mode is None else 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
+            if durable:
+                os.fsync(out.fileno())
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+
+
+def write_atomically(
+    path: str | os.PathLike[str], data: bytes, *, mode: int | None = 0o600, durable: bool = False
+) -> None:
+    """Replace ``path`` with ``data`` as :func:`replacing` does."""
+    with replacing(path, mode=mode, durable=durable) as out:
+        out.write(data)

@@ -31,11 +31,16 @@ turns entities back into plain characters after it has looked for tags.
 
 Users who want their tasks' colours pass ``--mw-raw-task-output``; only task
 output then goes through unchanged (docs/security.md).
+
+**In the log** every mwpy module takes its logger from :func:`logger`, whose
+records are made safe before any handler sees them (a log record often quotes
+a slave or a task).
 """
 
 from __future__ import annotations
 
 import html as _html
+import logging
 import re
 
 #: Characters shown escaped on a terminal whatever the text (newline handled apart).
@@ -85,3 +90,35 @@ def html(text: object) -> str:
 def plot(text: str) -> str:
     """``text`` for plotly's labels and hover text: shown as written, never a tag or a link."""
     return one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+#: A record with this attribute true is printed as it is (``--mw-raw-task-output``: the task's colours).
+RAW = "mwpy_raw"
+
+_formatter = logging.Formatter()
+
+
+class _SafeRecords(logging.Filter):
+    """Makes a record safe to print: string arguments one line each, then the whole message (and traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, RAW, False):
+            return True
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(one_line(a) if isinstance(a, str) else a for a in record.args)
+        record.msg = terminal(record.getMessage())
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = terminal(_formatter.formatException(record.exc_info))
+        return True
+
+
+_SAFE_RECORDS = _SafeRecords()
+
+
+def logger(name: str) -> logging.Logger:
+    """The logger ``name`` (an mwpy module's ``__name__``), whose records are made safe to print."""
+    log = logging.getLogger(name)
+    if _SAFE_RECORDS not in log.filters:
+        log.addFilter(_SAFE_RECORDS)
+    return log

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import pickle
 import resource
 import select
 import signal
@@ -41,20 +40,26 @@ from typing import Any
 
 import attrs
 
-from mwpy import safe_files
+from mwpy import (
+    calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
+    safe_files,
+    safe_text,
+)
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
-from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
-from mwpy.observe import logs
+from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
+from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
+from mwpy.options import DEFAULT_SPIN_US
 from mwpy.task import registry
-from mwpy.wire import protocol
+from mwpy.wire import codec, protocol
+from mwpy.wire.codec import decode_arguments
 from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
-log = logs.logger(__name__)
+log = safe_text.logger(__name__)
 
 _RECV_SIZE = 256 * 1024
 #: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.
@@ -180,7 +185,7 @@ class Slave:
     def _work(self, timeout: float | None) -> None:
         self._receive(timeout, wait=not self._queue)
         for _ in range(len(self._queue)):
-            if not self._step():
+            if not self._queue or not self._step():  # a Cancel read between two tasks may have emptied it
                 break
 
     def loop_once(self, timeout: float = 0.0001) -> SlaveStatus:
@@ -298,7 +303,7 @@ class Slave:
         started = time.perf_counter()
         try:
             algorithm = registry.require(name)
-            args, kwargs = pickle.loads(blob)
+            args, kwargs = decode_arguments(blob)
             printed, warned = _Capture(), _Capture()
             # sys.stdout/stderr swapped by hand: contextlib.redirect_* cost 2 µs a task, a no-op task's whole run.
             saved = sys.stdout, sys.stderr
@@ -314,13 +319,13 @@ class Slave:
                 if printed.size or warned.size:
                     self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
-            out = protocol.encode_value(value)
+            out = codec.encode_value(value)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
-            return (task_id, False, protocol.encode_error(exc), elapsed)
+            return (task_id, False, codec.encode_error(exc), elapsed)
         if not protocol.fits(len(out), self._max_out):
             reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
-            return (task_id, False, protocol.encode_failure("ResultTooLarge", reason), elapsed)
+            return (task_id, False, codec.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
 
     # ------------------------------------------------------------------ timeouts
@@ -377,7 +382,7 @@ class Slave:
         try:
             raise TaskTimeoutError(reason)
         except TaskTimeoutError as exc:
-            failure = protocol.encode_error(exc)
+            failure = codec.encode_error(exc)
         # The main thread is stuck in the task: the results it held are finished work, and go along.
         self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
         with contextlib.suppress(Exception):
@@ -654,8 +659,6 @@ def _silent(state: SlaveState, address: str, timeout: float | None) -> str:
     return f"no Welcome from the master at {address} {within} after the proofs"
 
 
-#: The file Condor names in this variable holds the job's ClassAd: where a slave learns its job id.
-JOB_AD_VARIABLE = "_CONDOR_JOB_AD"
 #: A job ad is a few KiB; a bigger file is not read.
 JOB_AD_MAX_SIZE = 1 << 20
 
@@ -679,4 +682,4 @@ def condor_job_id() -> str:
         if equals and name.strip().lower() in ("clusterid", "procid"):
             found[name.strip().lower()] = value.strip()
     job = f"{found.get('clusterid', '')}.{found.get('procid', '')}"
-    return job if protocol.CONDOR_JOB_ID.fullmatch(job) else ""
+    return job if CONDOR_JOB_ID.fullmatch(job) else ""

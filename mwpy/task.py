@@ -24,7 +24,6 @@ import contextlib
 import contextvars
 import inspect
 import math
-import pickle
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
@@ -34,9 +33,11 @@ import attrs
 
 from mwpy import safe_text
 from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
-from mwpy.wire.protocol import PICKLE_PROTOCOL
+from mwpy.wire import codec
+from mwpy.wire.protocol import fits
 
 if TYPE_CHECKING:
+    from mwpy.intake import Intake
     from mwpy.master import Master
 
 P = ParamSpec("P")
@@ -73,11 +74,6 @@ class Policy:
     #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
     timeout: float | None = None
 
-    def for_item(self, tag: Any, key: str | None) -> Policy:
-        """This policy with another ``tag`` and ``key``: ``mw.map``'s per-item policy, without ``attrs.evolve``'s
-        per-call introspection (every field is passed, in order: a new field must be added here too)."""
-        return Policy(self.sid, tag, self.retry, self.do_it_anyway, key, self.retries, self.retry_on, self.timeout)
-
     def attempts(self, default: int) -> int:
         """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
         if self.retries is not None:
@@ -88,37 +84,20 @@ class Policy:
 DEFAULT_POLICY = Policy()
 
 
-@attrs.define(eq=False)
+@attrs.frozen(eq=False)
 class Task:
-    """A task held by the master: what to run, under which policy.
+    """A task as the master algorithm sees it: what to run, under which policy.
 
-    Unrunnable tasks are handed back to the master algorithm as these records;
-    ``args``/``kwargs`` decode the stored arguments on demand.
+    Unrunnable tasks are handed back to the master algorithm as these records
+    (``mw.unrunnable_tasks()``); ``args``/``kwargs`` decode the stored
+    arguments on demand. The master's bookkeeping of a task's runs is not
+    here: it is the scheduler's own (:class:`mwpy.core.scheduler.Entry`).
     """
 
     task_id: int
     algorithm: str
-    payload: bytes
+    payload: bytes = attrs.field(repr=False)
     policy: Policy
-    #: Times the task was sent to a slave.
-    attempts: int = 0
-    #: (slave id, that slave's failure streak) for each run that raised; see Scheduler.succeeded.
-    failed_on: list[tuple[str, int]] = attrs.field(factory=list, repr=False)
-    #: A slave it failed on may take it again only after this (monotonic clock).
-    retry_after: float = attrs.field(default=0.0, repr=False)
-    #: Where the result goes; ``None`` is the master's result list.
-    sink: Callable[[Result], None] | None = attrs.field(default=None, repr=False)
-    #: Called as the task leaves for a slave; False means it was cancelled and is dropped unsent.
-    start: Callable[[], bool] | None = attrs.field(default=None, repr=False)
-    #: Called when the task becomes the first in flight on its slave: it is running (its future says so).
-    begin: Callable[[], object] | None = attrs.field(default=None, repr=False)
-    #: When the task last left for a slave (monotonic clock): with the slave's last result, when it started.
-    sent_at: float = attrs.field(default=0.0, repr=False)
-    #: When it was submitted (monotonic clock): the event log's queue wait is ``sent_at - queued_at``.
-    queued_at: float = attrs.field(default=0.0, repr=False)
-    #: The future ``submit()`` returned, settled with the result (or when the task becomes unrunnable). It stands
-    #: in for the hooks: a cancelled one keeps the task from leaving, and it runs when its task begins.
-    future: TaskFuture[Any] | None = attrs.field(default=None, repr=False)
 
     @property
     def sid(self) -> str | None:
@@ -130,11 +109,11 @@ class Task:
 
     @property
     def args(self) -> tuple[Any, ...]:
-        return decode_arguments(self.payload)[0]
+        return codec.decode_arguments(self.payload)[0]
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return decode_arguments(self.payload)[1]
+        return codec.decode_arguments(self.payload)[1]
 
 
 @attrs.frozen
@@ -263,6 +242,13 @@ class LightFuture(concurrent.futures.Future[R]):
                 return True
         return self.running() or self.set_running_or_notify_cancel()
 
+    def _settle_with(self, result: Result) -> None:
+        """The task's value, or its exception as itself (built only while the future is not done yet)."""
+        if result.error is None:
+            self._finish(result.value, None)
+        elif not self.done():
+            self._finish(None, task_exception(result))
+
     def _finish(self, value: Any, exception: BaseException | None) -> None:
         """``set_result``/``set_exception`` unless the future is done already (a cancelled one stays so)."""
         with _MAKING:
@@ -289,9 +275,9 @@ class TaskFuture(LightFuture[R]):
     API is unchanged, and the future is a second view of the same result.
     """
 
-    def __init__(self, task_id: int, master: Master) -> None:  # no super().__init__(): LightFuture's does nothing
+    def __init__(self, task_id: int, intake: Intake) -> None:  # no super().__init__(): LightFuture's does nothing
         self.task_id = task_id
-        self._master = master
+        self._intake = intake  # its master's: how to drive the loop while waiting, how to pull the task back
 
     def __repr__(self) -> str:
         return f"<TaskFuture task {self.task_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
@@ -299,12 +285,12 @@ class TaskFuture(LightFuture[R]):
     def result(self, timeout: float | None = None) -> R:
         """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``)."""
         if self._state != FINISHED:
-            self._master._wait_for(self, timeout)
+            self._intake.wait_for(self, timeout)
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The task's exception as itself, or None; waits like :meth:`result`."""
-        self._master._wait_for(self, timeout)
+        self._intake.wait_for(self, timeout)
         return super().exception(timeout)
 
     def cancel(self) -> bool:
@@ -314,10 +300,16 @@ class TaskFuture(LightFuture[R]):
         """
         if not super().cancel():
             return False
-        self._master._cancel([self.task_id])
+        self._intake.cancel([self.task_id])
         return True
 
-    def _begin(self) -> object:
+    # The scheduler's Listener (mwpy/core/scheduler.py): the master tells the future what becomes of its task.
+
+    def may_start(self) -> bool:
+        """A cancelled future's task is dropped unsent."""
+        return self._state not in _CANCELLED
+
+    def began(self) -> None:
         """The task is first in flight on its slave: running, so no longer cancellable.
 
         No lock: only the master's thread changes this future's state before it
@@ -326,18 +318,22 @@ class TaskFuture(LightFuture[R]):
         """
         if self._state == PENDING:
             self._state = RUNNING
-            return True
-        return self._state == RUNNING or self.set_running_or_notify_cancel()
+        elif self._state != RUNNING:
+            self.set_running_or_notify_cancel()
 
-    def _settle(self, result: Result) -> None:
+    def unrunnable(self) -> bool:
+        self._finish(None, unrunnable_error(self.task_id))
+        return True
+
+    def settle(self, result: Result) -> bool:
+        """The result settles the future and goes to ``mw.results()`` too, unless the future was cancelled."""
+        if self._state in _CANCELLED:
+            return False  # no result of a cancelled task reaches the user
         if result.error is None:
-            self._finish(result.value, None)
-        elif not self.done():
-            self._finish(None, task_exception(result))
-
-    def _unrunnable(self) -> None:
-        message = f"task {self.task_id}: its slave vanished and its policy forbids running it again"
-        self._finish(None, UnrunnableTaskError(message))
+            self._finish(result.value, None)  # the hot path, without _settle_with's call
+        else:
+            self._settle_with(result)
+        return True
 
 
 class TaskFailedError(MwpyError):
@@ -377,12 +373,7 @@ def task_exception(result: Result) -> BaseException:
     """
     error = result.error
     assert error is not None
-    exc: BaseException | None = None
-    if error.pickled is not None:
-        try:
-            exc = pickle.loads(error.pickled)
-        except Exception:
-            exc = None
+    exc = None if error.pickled is None else codec.decode_exception(error.pickled)
     if not isinstance(exc, Exception):
         failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
         _add_output_notes(failed, result)
@@ -392,24 +383,17 @@ def task_exception(result: Result) -> BaseException:
     return exc
 
 
+def unrunnable_error(task_id: int) -> UnrunnableTaskError:
+    """What the future of a task raises whose slave vanished and whose policy forbids running it again."""
+    return UnrunnableTaskError(f"task {task_id}: its slave vanished and its policy forbids running it again")
+
+
 def _add_output_notes(exc: BaseException, result: Result) -> None:
     """What the task printed goes with its exception (PEP 678 notes: shown under the traceback)."""
     for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
         if text:
             shown = safe_text.terminal(text.rstrip())  # printed under the traceback; the Result has it as written
             exc.add_note(f"[task {result.task_id} {name} on {safe_text.one_line(result.slave_id)}]\n{shown}")
-
-
-def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    try:
-        return pickle.dumps((args, kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:
-        raise TypeError(f"cannot send the arguments of task {algorithm!r}: {exc}") from exc
-
-
-def decode_arguments(payload: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    args, kwargs = pickle.loads(payload)
-    return args, kwargs
 
 
 def use_master(master: Master | None) -> contextvars.Token[Master | None]:
@@ -467,6 +451,18 @@ class TaskAlgorithm(Generic[P, R]):
             except TypeError as exc:
                 raise TypeError(f"{self.name}.submit(): {exc}") from None
 
+    def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int) -> bytes:
+        """Check and pickle a call's arguments at the call site: a wrong or unsendable argument fails here, and
+        so do arguments a frame of ``max_frame`` bytes (``--mw-max-write-buffer-size``) cannot carry."""
+        self.check_arguments(args, kwargs)
+        payload = codec.encode_arguments(self.name, args, kwargs)
+        if not fits(len(payload), max_frame):
+            raise ConfigurationError(
+                f"the arguments of task {self.name!r} take {len(payload)} bytes, more than a frame "
+                f"of --mw-max-write-buffer-size {max_frame} bytes can carry"
+            )
+        return payload
+
     def __repr__(self) -> str:
         return f"<task algorithm {self.name!r}>"
 
@@ -475,7 +471,7 @@ class TaskAlgorithm(Generic[P, R]):
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
         """Queue one task with the default policy; returns its future (``.task_id`` is its id)."""
-        return _current_master(f"{self.name}.submit()")._submit_future(self, self.policy, args, kwargs)
+        return _current_master(f"{self.name}.submit()")._intake.submit_future(self, self.policy, args, kwargs)
 
     def with_policy(
         self,
@@ -495,14 +491,14 @@ class TaskAlgorithm(Generic[P, R]):
         """
         base = self.policy
         policy = Policy(
-            sid,
-            tag,
-            retry,
-            do_it_anyway,
-            key,
-            base.retries if retries is None else _check_retries(retries),
-            base.retry_on if retry_on is None else _check_retry_on(retry_on),
-            base.timeout if timeout is None else _check_timeout(timeout),
+            sid=sid,
+            tag=tag,
+            retry=retry,
+            do_it_anyway=do_it_anyway,
+            key=key,
+            retries=base.retries if retries is None else _check_retries(retries),
+            retry_on=base.retry_on if retry_on is None else _check_retry_on(retry_on),
+            timeout=base.timeout if timeout is None else _check_timeout(timeout),
         )
         return Submitter(self, policy)
 
@@ -553,7 +549,7 @@ class Submitter(Generic[P, R]):
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
         """Queue one task under this policy; returns its future (``.task_id`` is its id)."""
         name = self.algorithm.name
-        return _current_master(f"{name}.submit()")._submit_future(self.algorithm, self.policy, args, kwargs)
+        return _current_master(f"{name}.submit()")._intake.submit_future(self.algorithm, self.policy, args, kwargs)
 
     __call__ = submit
 

@@ -11,6 +11,7 @@ query here is retried.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -34,6 +35,8 @@ POOL_TOOL = ROOT / "tools" / "condor_pool.py"
 SUBMIT = ROOT / "submit"
 #: The resource file's name in every work folder (master.sub's default).
 RESOURCE = "resource.json"
+#: The Condor user log every slave job writes in its work folder (slaves.sub's and the overseer's ``log``).
+SLAVES_LOG = "slaves.log"
 #: Environment for scheduler-universe jobs that use the pool venv's htcondor bindings: they are
 #: newer (PyPI) than the pool's schedd (Debian), whose FS authentication they refuse otherwise.
 FS_BINDING = "_condor_SEC_FS_ENFORCE_CHANNEL_BINDING=false"
@@ -212,7 +215,7 @@ def job_states(workdir: Path, role: str = "slave") -> dict[str, int]:
 
 def finished_jobs(workdir: Path, role: str = "slave", *, expected: int | None = None) -> dict[str, Any]:
     """``{"ClusterId.ProcId": ad}`` from the history (waits until ``expected`` jobs are there, if given)."""
-    projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "NumJobStarts"]
+    projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal"]
 
     def found() -> dict[str, Any]:
         ads = {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in history(computation(workdir, role), projection)}
@@ -230,6 +233,87 @@ def remove_computation_jobs(workdir: Path) -> None:
     constraint = computation(workdir)
     if query(constraint):
         retried(lambda: htcondor2.Schedd().act(htcondor2.JobAction.Remove, constraint, reason="mwpy test clean-up"))
+
+
+def job_events(workdir: Path, log: str = SLAVES_LOG) -> list[Any]:
+    """The events (``htcondor2.JobEvent``) Condor has written so far to the user log ``workdir/log``, in order.
+
+    The user log is what to assert on about a job's life: the shadow writes an
+    event as each thing happens (execute, evicted, terminated, ...), whereas job
+    ad counters such as NumJobStarts are not always updated (a pool restart
+    whose reconnect fails leaves NumJobStarts where it was).
+    """
+    import htcondor2  # noqa: PLC0415
+
+    path = workdir / log
+    if not path.exists():
+        return []
+    log_reader = htcondor2.JobEventLog(str(path))
+    try:
+        return list(log_reader.events(stop_after=0))  # what is there now; never waits for more
+    finally:
+        log_reader.close()
+
+
+def event_job(event: Any) -> str:
+    """The ``"ClusterId.ProcId"`` of the job a user-log event is about."""
+    return f"{event.cluster}.{event.proc}"
+
+
+def starts(events: Sequence[Any]) -> collections.Counter[str]:
+    """How many times each job began to run, per ``"ClusterId.ProcId"``: its execute events in ``events``."""
+    import htcondor2  # noqa: PLC0415
+
+    return collections.Counter(event_job(e) for e in events if e.type == htcondor2.JobEventType.EXECUTE)
+
+
+def _outcome(event: Any) -> str:
+    """How a run ended, as an evicted or terminated event records it: ``exit N`` or ``signal N``."""
+    if event.get("TerminatedNormally"):
+        return f"exit {event.get('ReturnValue')}"
+    return f"signal {event.get('TerminatedBySignal')}"
+
+
+def job_life(events: Sequence[Any], job: str) -> list[str]:
+    """What happened to ``job`` ("ClusterId.ProcId"), in order, in words a test can compare.
+
+    ``started`` (execute), ``requeued exit N`` (ended, kept by on_exit_remove),
+    ``evicted`` (vacated), ``ended exit N`` (left the queue), ``held``,
+    ``released``, ``removed``, ``reconnect failed``. File transfers, image
+    sizes and the like are left out.
+    """
+    import htcondor2  # noqa: PLC0415
+
+    kind = htcondor2.JobEventType
+    words: dict[Any, Callable[[Any], str]] = {
+        kind.EXECUTE: lambda e: "started",
+        kind.JOB_EVICTED: lambda e: f"requeued {_outcome(e)}" if e.get("TerminatedAndRequeued") else "evicted",
+        kind.JOB_TERMINATED: lambda e: f"ended {_outcome(e)}",
+        kind.JOB_HELD: lambda e: "held",
+        kind.JOB_RELEASED: lambda e: "released",
+        kind.JOB_ABORTED: lambda e: "removed",
+        kind.JOB_RECONNECT_FAILED: lambda e: "reconnect failed",
+    }
+    return [words[e.type](e) for e in events if event_job(e) == job and e.type in words]
+
+
+def in_order(life: Sequence[str], steps: Sequence[str]) -> bool:
+    """Whether ``steps`` happen in ``life`` in this order (other entries may come between them)."""
+    rest = iter(life)
+    return all(step in rest for step in steps)
+
+
+def wait_events(workdir: Path, check: Callable[[list[Any]], bool], what: str, timeout: float = 90) -> list[Any]:
+    """Wait until the slaves' user log satisfies ``check``; the events read then. Fails with the jobs' logs."""
+
+    def satisfied() -> list[Any]:
+        events = job_events(workdir)
+        return events if events and check(events) else []
+
+    try:
+        return wait_until(satisfied, timeout, what, interval=0.5)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out} in {SLAVES_LOG}\n{logs(workdir)}") from None
 
 
 def wait_gone(workdir: Path, role: str, timeout: float) -> None:

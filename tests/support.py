@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import secrets
 import socket
 import subprocess
@@ -34,6 +35,25 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 PYTHON = sys.executable
 
 T = TypeVar("T")
+
+
+class Quiet:
+    """A task listener (mwpy/core/scheduler.py's Listener) that lets every task run and lists what it is told."""
+
+    def may_start(self) -> bool:
+        return True
+
+    def began(self) -> None:
+        pass
+
+    def unrunnable(self) -> bool:
+        return True
+
+    def settle(self, result: Result) -> bool:
+        return True
+
+
+QUIET = Quiet()
 
 
 def wait_until(
@@ -278,12 +298,31 @@ def audit_lines(text: str) -> list[str]:
     return [line.split(" [A] ", 1)[1] for line in text.splitlines() if " [A] " in line]
 
 
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on (bound once, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A loopback port nobody listens on, and that nothing else on the machine is about to take.
+
+    A port the system picks (bind to 0) comes from its ephemeral range, which it hands out again to
+    every outgoing connection and every bind to 0 on the machine: released, it could be taken by
+    another process before the test's master binds it, or listened on before a slave is sent to it
+    to find nobody there. Below that range only a program that names the port can take it.
+    """
+    start = _ephemeral_start()
+    for port in random.sample(range(start // 2, start), 100):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free loopback port found below the ephemeral range ({start})")
 
 
 def resource_record(**changes: Any) -> ResourceFile:

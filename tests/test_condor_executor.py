@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mwpy import resource_file
-from tests.condor_support import RESOURCE, Pool, history, query
+from tests.condor_support import RESOURCE, Pool, history, job_events, query, starts
 from tests.support import PROGRAMS, ROOT
 
 pytestmark = pytest.mark.condor
@@ -121,6 +121,8 @@ def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_lea
     assert resource_file.read(condor_workdir / RESOURCE).finished
     constraint = f'MwpyMemberId == "{member}"'
     assert query(constraint) == [], "slave jobs of the computation are left in the queue"
-    ran = history(constraint, ["ClusterId", "ProcId", "NumJobStarts"])
+    left = {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in history(constraint, ["ClusterId", "ProcId"])}
+    ran = set(starts(job_events(condor_workdir)))
     assert ran, "no slave job of the computation ever ran"
+    assert ran <= left, (ran, left)  # each slave job that ran has left the queue, into the history
     assert os.stat(condor_workdir / RESOURCE).st_uid == condor_pool.facts["uid"]

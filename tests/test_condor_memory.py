@@ -2,7 +2,7 @@
 
 The pool test runs a task that needs 200 MB in slave jobs that ask for 64 MB.
 The test pool holds a job that uses more memory than it asked for when the job
-opts in (``+MwpyEnforceMemory = true``, set here through ``--submit-file``;
+opts in (``MwpyEnforceMemory`` true, set here through ``--submit-file``;
 tools/condor_pool.py), as a site's cgroup policy would. The overseer must
 replace the held job by one asking for double, or for the peak the slave
 reported before it was held (with a quarter more) when that is more, and the
@@ -37,7 +37,9 @@ from tests.condor_support import (
     setup_workdir,
     submit_master,
     wait_master_done,
+    wait_resource,
 )
+from tests.support import wait_until
 
 NEED = 200  # MB the task fills (the slave's peak is a little more)
 ASK = 64  # MB the first slave job asks for
@@ -47,11 +49,18 @@ ASK = 64  # MB the first slave job asks for
 def test_a_job_held_for_memory_is_replaced_by_one_asking_for_enough_and_the_task_completes(
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
+    """The first job is held only once the test has seen its slave's peak published (MwpyPeakPublished,
+    set with condor_qedit): Condor's hold and the slave's report race otherwise, and a hold that came first
+    would make a replacement that asks for double only, is held again and replaced once more."""
     setup_workdir(condor_pool, condor_workdir, ["hungry.py"])
+    release = condor_workdir / "release"
     extra = condor_workdir / "memory.sub"
-    extra.write_text(f"request_memory = {ASK}\n+MwpyEnforceMemory = true\n", encoding="utf-8")
+    extra.write_text(
+        f"request_memory = {ASK}\n+MwpyEnforceMemory = (MwpyPeakPublished =?= true) || (RequestMemory > {ASK})\n",
+        encoding="utf-8",
+    )
     condor_pool.give(extra)
-    master = submit_master(condor_pool, condor_workdir, "program=hungry.py", f"program_args={NEED} 20")
+    master = submit_master(condor_pool, condor_workdir, "program=hungry.py", f"program_args={NEED} {release}")
     out = condor_workdir / "overseer.out"
     with out.open("wb") as sink:
         overseer = subprocess.Popen(
@@ -60,6 +69,13 @@ def test_a_job_held_for_memory_is_replaced_by_one_asking_for_enough_and_the_task
             stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=condor_pool.env(),
         )  # fmt: skip
     try:
+        peaked = wait_resource(condor_workdir, lambda r: r.slave_peak_memory >= NEED * MIB, "the peak", timeout=120)
+        [first] = peaked.condor_jobs_connected  # the job whose slave reported it
+        # -forward: the shadow of a running job evaluates the hold on its own copy of the job ad.
+        qedit = condor_pool.inside(condor_workdir, "condor_qedit", "-forward", first, "MwpyPeakPublished", "true")
+        assert qedit.returncode == 0, qedit.stdout + qedit.stderr
+        wait_until(lambda: "exceeded request_memory" in out.read_text(), 120, f"job {first} held and replaced")
+        release.touch()
         done = wait_master_done(condor_workdir, master, timeout=240)
         assert overseer.wait(90) == 0, out.read_text()
     finally:

@@ -22,13 +22,18 @@ from tests.condor_support import (
     HELD,
     Pool,
     finished_jobs,
+    in_order,
+    job_events,
+    job_life,
     job_states,
     logs,
     member_id,
     read_resource,
     setup_workdir,
+    starts,
     status_json,
     submit_master,
+    wait_events,
     wait_gone,
     wait_master_done,
     wait_resource,
@@ -90,9 +95,10 @@ def test_a_slave_that_exits_non_zero_is_requeued_and_the_computation_completes(
 
     out = wait_master_done(condor_workdir, master)
     assert f"sum {sum(i * i for i in range(30))}" in out, logs(condor_workdir)
-    ads = check_slaves_left_cleanly(condor_workdir, 1)
+    check_slaves_left_cleanly(condor_workdir, 1)
     failed = marker.read_text(encoding="utf-8")
-    assert ads[failed]["NumJobStarts"] >= 2, ads  # exited 1, was kept and started again
+    life = job_life(job_events(condor_workdir), failed)
+    assert in_order(life, ["started", "requeued exit 1", "started", "ended exit 0"]), life  # kept and started again
 
 
 def test_slaves_submitted_before_the_master_wait_on_hold_and_then_complete(
@@ -126,13 +132,16 @@ def test_a_master_restarted_by_condor_writes_a_fresh_file_and_resumes_with_reque
         f"program_args={release} {count}",
         "master_options=--mw-journal master.journal --mw-slave-window 1",
     )
-    condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=journaled.py", "slaves=2")
+    slaves = condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=journaled.py", "slaves=2")
+    slave_jobs = {f"{slaves}.0", f"{slaves}.1"}
     # Mid-run: the first half done (and journaled), both slaves holding a task of the second half.
     before = wait_resource(
         condor_workdir,
         lambda r: r.tasks_done == count // 2 and r.tasks_running == 2,
         "half of the tasks done and two running",
     )
+    # Condor's record of the first starts, read before the restart: whatever it writes later is after it.
+    seen = len(wait_events(condor_workdir, lambda events: set(starts(events)) == slave_jobs, "both execute events"))
 
     condor_pool.restart()  # every daemon and job killed; the queue survives, as after a reboot
 
@@ -151,5 +160,6 @@ def test_a_master_restarted_by_condor_writes_a_fresh_file_and_resumes_with_reque
     journaled = re.search(r"journaled (\d+) of", out)
     assert journaled is not None
     assert int(journaled[1]) >= count // 2  # the restarted master did not run the first half again
-    ads = check_slaves_left_cleanly(condor_workdir, 2)
-    assert all(ad["NumJobStarts"] >= 2 for ad in ads.values()), ads  # both slaves were requeued and ran again
+    check_slaves_left_cleanly(condor_workdir, 2)
+    # Both slaves were requeued and ran again: an execute event of each after the restart, in their user log.
+    assert set(starts(job_events(condor_workdir)[seen:])) == slave_jobs, logs(condor_workdir)

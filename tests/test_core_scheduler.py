@@ -12,24 +12,28 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mwpy.core.scheduler import MAX_WINDOW, Scheduler, SlaveKind
-from mwpy.task import DEFAULT_POLICY, Policy, Task
+from mwpy.core.scheduler import MAX_WINDOW, Entry, Scheduler, SlaveKind
+from mwpy.task import DEFAULT_POLICY, Policy
+from tests.support import QUIET
+
+#: The time every call of these tests happens at, unless a test says otherwise: the scheduler has no clock.
+NOW = 1000.0
 
 ORDERED, INTERMINGLE, UNORDERED = SlaveKind.ORDERED, SlaveKind.INTERMINGLE, SlaveKind.UNORDERED
 
 
-def submit(sched: Scheduler, policy: Policy = DEFAULT_POLICY, algorithm: str = "f") -> Task:
-    task = Task(sched.new_id(), algorithm, b"", policy)
+def submit(sched: Scheduler, policy: Policy = DEFAULT_POLICY, algorithm: str = "f") -> Entry:
+    task = Entry(sched.new_id(), algorithm, b"", policy, QUIET)
     sched.add(task)
     return task
 
 
-def run_all(sched: Scheduler, sid: str, compute_time: float = 0.001) -> list[Task]:
+def run_all(sched: Scheduler, sid: str, compute_time: float = 0.001) -> list[Entry]:
     """Let ``sid`` take and finish work until it gets none; the tasks it ran, in order."""
-    ran: list[Task] = []
-    while batch := sched.take(sid):
+    ran: list[Entry] = []
+    while batch := sched.take(sid, NOW):
         for task in batch:
-            assert sched.finish(sid, task.task_id, compute_time) is task
+            assert sched.finish(sid, task.task_id, compute_time, NOW) is task
             sched.complete(task)
             ran.append(task)
     return ran
@@ -97,15 +101,17 @@ def test_tasks_of_a_vanished_slave_follow_their_policy() -> None:
     sched.join("u")
     again = submit(sched)
     dropped = submit(sched, Policy(retry=False))
-    assert sched.take("u") == [again, dropped]
+    assert sched.take("u", NOW) == [again, dropped]
     ordered = submit(sched, Policy(sid="o"))
     anyway = submit(sched, Policy(sid="o", do_it_anyway=True))
     anyway_no_retry = submit(sched, Policy(sid="o", do_it_anyway=True, retry=False))
-    assert sched.take("o") == [ordered, anyway, anyway_no_retry]
+    assert sched.take("o", NOW) == [ordered, anyway, anyway_no_retry]
     queued_anyway = submit(sched, Policy(sid="o", do_it_anyway=True, retry=False))  # never sent
 
     assert sched.leave("u") == [again, dropped]
+    assert sched.unrunnable_total == 1
     assert sched.leave("o") == [ordered, anyway, anyway_no_retry]
+    assert sched.unrunnable_total == 3  # counted whether or not a listener lists them for the algorithm
     assert sorted(t.task_id for t in sched.drain_unrunnable()) == sorted(
         t.task_id for t in (dropped, ordered, anyway_no_retry)
     )
@@ -123,8 +129,8 @@ def test_tasks_of_a_vanished_slave_keep_their_submission_order() -> None:
     moved = [submit(sched, Policy(sid="o", do_it_anyway=True)) for _ in range(5)]
     dropped = [submit(sched, Policy(retry=False)) for _ in range(2)]
     retried = [submit(sched) for _ in range(2)]
-    assert sched.take("o") == moved[:2]  # two in flight, three still queued on the slave
-    assert sched.take("u") == dropped
+    assert sched.take("o", NOW) == moved[:2]  # two in flight, three still queued on the slave
+    assert sched.take("u", NOW) == dropped
     sched.leave("o")
     sched.leave("u")
     assert sched.drain_unrunnable() == dropped
@@ -149,12 +155,12 @@ def test_free_waits_for_ordered_work_in_flight_then_the_slave_takes_unordered_wo
     sched.allocate(1, ORDERED)
     sched.join("o")
     running = submit(sched, Policy(sid="o"))
-    assert sched.take("o") == [running]
+    assert sched.take("o", NOW) == [running]
     loose = submit(sched)
     sched.free("o")
     assert sched.kind_of("o") is ORDERED
     assert sched.slaves_needed == 1  # only the loose task wants a slave; no replacement for "o"
-    sched.finish("o", running.task_id, 0.001)
+    sched.finish("o", running.task_id, 0.001, NOW)
     sched.complete(running)
     assert sched.kind_of("o") is UNORDERED
     assert run_all(sched, "o") == [loose]
@@ -177,10 +183,11 @@ def test_window_grows_for_short_tasks_and_stays_at_one_for_long_ones() -> None:
 
 def test_task_group_sets_the_smallest_batch() -> None:
     sched = Scheduler(task_group=10)
+    assert sched.task_group == 10  # the engine packs frames of this many
     sched.join("a")
     for _ in range(25):
         submit(sched)
-    assert len(sched.take("a")) == 10
+    assert len(sched.take("a", NOW)) == 10
 
 
 def test_pending_counts_follow_tasks_per_algorithm() -> None:
@@ -216,10 +223,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.sched = Scheduler()
-        self.submitted: list[Task] = []
+        self.submitted: list[Entry] = []
         self.completed: Counter[int] = Counter()
-        self.held: dict[str, list[Task]] = {}
-        self.unrunnable: list[Task] = []
+        self.held: dict[str, list[Entry]] = {}
+        self.unrunnable: list[Entry] = []
 
     @rule(policy=policies)
     def submit(self, policy: Policy) -> None:
@@ -242,14 +249,14 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def take(self, data: st.DataObject) -> None:
         sid = data.draw(st.sampled_from(sorted(self.held)))
-        self.held[sid] += self.sched.take(sid)
+        self.held[sid] += self.sched.take(sid, NOW)
 
     @precondition(lambda self: any(self.held.values()))
     @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
         sid = data.draw(st.sampled_from(sorted(s for s, tasks in self.held.items() if tasks)))
         task = self.held[sid].pop(0)
-        assert self.sched.finish(sid, task.task_id, 0.001) is task
+        assert self.sched.finish(sid, task.task_id, 0.001, NOW) is task
         self.sched.complete(task)
         self.completed[task.task_id] += 1
 
@@ -284,7 +291,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         sched = self.sched
         for sid, tasks in self.held.items():
             for task in tasks:
-                assert sched.finish(sid, task.task_id, 0.001) is task
+                assert sched.finish(sid, task.task_id, 0.001, NOW) is task
                 sched.complete(task)
                 self.completed[task.task_id] += 1
         sched.deallocate(99, ORDERED)

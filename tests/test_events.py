@@ -224,26 +224,6 @@ def test_flushes_within_the_interval_only_read_the_clock(tmp_path: Path) -> None
     assert len(ev.read_events(path)) == 4
 
 
-@pytest.mark.parametrize(
-    ("why", "cause"),
-    [
-        ("EOF", "eof"),
-        ("left on a soft-kill signal, 2 tasks handed back", "eof"),
-        ("silent for 60 s (client timeout)", "timeout"),
-        ("read error: [Errno 104] Connection reset by peer", "error"),
-        ("write error: [Errno 32] Broken pipe", "error"),
-        ("protocol error: frame too big", "error"),
-        ("TLS handshake failed: wrong version", "error"),
-        ("computation finished", "shutdown"),
-        ("told to leave: 3 of its failed tasks succeeded elsewhere (black hole)", "expelled"),
-    ],
-)
-def test_the_masters_reasons_map_to_causes(why: str, cause: str) -> None:
-    """The master's audit wording for a lost slave (mwpy/master.py ``_lose``) becomes a documented cause."""
-    assert ev.cause_of(why) == cause
-    assert cause in ev.CAUSES
-
-
 def test_a_resource_file_record_becomes_its_event(tmp_path: Path) -> None:
     from mwpy.resource_file import ResourceFile  # noqa: PLC0415
 

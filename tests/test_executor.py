@@ -194,7 +194,7 @@ def test_shutdown_cancel_futures_cancels_the_pending_and_keeps_the_running(tmp_p
 
 def test_the_work_folder_is_removed_at_shutdown() -> None:
     ex = mwpy.Executor(max_workers=1)
-    folder = ex._workdir
+    folder = ex._pool.work.path
     assert ex.submit(work.square, 2).result(timeout=60) == 4
     ex.shutdown()
     assert not folder.exists()

@@ -285,7 +285,7 @@ def test_insider_cannot_answer_tasks_held_by_other_slaves(live: Live) -> None:
 
 
 def test_an_absurd_peak_memory_never_reaches_the_resource_file(live: Live) -> None:
-    """Guards: a Heartbeat's peak memory is bounded by what a slave could have (protocol.MAX_PEAK_MEMORY).
+    """Guards: a Heartbeat's peak memory is bounded by what a slave could have (names.MAX_PEAK_MEMORY).
 
     An insider reporting 1 EiB once made the master publish it and the overseer ask Condor for its memory cap
     for every new slave job. A plausible peak (2 GiB) is published; the absurd one drops its sender and the

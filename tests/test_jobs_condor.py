@@ -11,22 +11,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.condor_support import (
     COMPLETED,
+    FS_BINDING,
+    POOL_TOOL,
     Pool,
     finished_jobs,
+    job_states,
     logs,
+    remove_computation_jobs,
     setup_workdir,
     wait_gone,
     wait_master_done,
     wait_resource,
 )
-from tests.support import PROGRAMS
+from tests.support import PROGRAMS, wait_until
 
 pytestmark = pytest.mark.condor
 
@@ -40,6 +47,7 @@ def test_jobs_master_sub_runs_a_submit_file_s_jobs_on_reused_condor_slaves(
     shutil.copy(PROGRAMS / "jobs" / "use_shared.sh", condor_workdir / "use_shared.sh")
     (condor_workdir / "jobs.sub").write_text(
         "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\n"
+        "should_transfer_files = YES\n"
         "output = out.$(Cluster).$(Process)\nlog = jobs.log\nqueue 8\n"
     )
     condor_pool.give(condor_workdir)
@@ -64,3 +72,66 @@ def test_jobs_master_sub_runs_a_submit_file_s_jobs_on_reused_condor_slaves(
     wait_gone(condor_workdir, "slave", 60)  # the slaves leave by themselves once the jobs are done
     ads = finished_jobs(condor_workdir, expected=2)
     assert all((ad["JobStatus"], ad["ExitCode"]) == (COMPLETED, 0) for ad in ads.values()), ads
+
+
+def test_mwpy_jobs_pool_runs_a_submit_file_in_one_command_and_a_restarted_master_resumes_from_its_journal(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Nothing but the installed package and the submit file: the master and the overseer come from inside mwpy.
+
+    A pool restart (a reboot: every daemon and every process in the pool's root stops, this command too)
+    brings the master back from the queue; it answers the finished jobs from its journal and says so.
+    """
+    ran = condor_workdir / "ran.log"
+    shutil.copy(PROGRAMS / "jobs" / "record_run.sh", condor_workdir / "record_run.sh")
+    (condor_workdir / "jobs.sub").write_text(
+        f"executable = record_run.sh\narguments = $(Process) {ran} 1\nshould_transfer_files = YES\n"
+        "output = out.$(Process)\nlog = jobs.log\nqueue 12\n"
+    )
+    condor_pool.give(condor_workdir)
+    command = [
+        sys.executable,
+        str(POOL_TOOL),
+        "exec",
+        "--base",
+        condor_pool.facts["base"],
+        "--cwd",
+        str(condor_workdir),
+        "--env",
+        FS_BINDING,
+        "--",
+        "mwpy",
+        "jobs",
+        "jobs.sub",
+        "--pool",
+        "--slaves",
+        "2",
+    ]
+    work = condor_workdir / "jobs.sub.mwpy"
+    try:
+        _run_restart_and_resume(condor_pool, condor_workdir, work, command, ran)
+    finally:
+        remove_computation_jobs(work)
+
+
+def _run_restart_and_resume(pool: Pool, folder: Path, work: Path, command: list[str], ran: Path) -> None:
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    summary = folder / "jobs.sub.summary.jsonl"
+    wait_until(lambda: summary.exists() and summary.read_text().count('"ok"') >= 3, 120, "three jobs done")
+    said = run.stderr.readline() if run.stderr is not None else ""
+    master = int(re.search(r"master job (\d+)\.0", said)[1])  # type: ignore[index]
+    pool.restart()
+    run.wait(timeout=60)
+    wait_until(lambda: not job_states(work, "master"), 180, "the restarted master to finish", interval=1.0)
+    out = (work / f"master.{master}.0.out").read_text()
+    assert re.search(r"^mwpy jobs: 12 jobs in [\d.]+ s: 12 ok, 0 failed; \d+ answered from the journal;", out, re.M), (
+        out
+    )
+    assert "resumed: finished jobs are answered from the journal" in (work / f"master.{master}.0.err").read_text()
+    runs = [line.split()[1] for line in ran.read_text().splitlines()]
+    journaled = {line["job"] for line in map(json.loads, summary.read_text().splitlines()) if line.get("journaled")}
+    assert journaled, "the restarted master answered from its journal"
+    for job in journaled:  # a job answered from the journal ran once, before the restart
+        assert runs.count(job.rpartition(".")[2]) == 1
+    wait = pool.inside(folder, "condor_wait", "-wait", "60", "jobs.log")  # HTCondor's own reader
+    assert (wait.returncode, wait.stdout.strip()) == (0, "All jobs done."), wait.stdout + wait.stderr

@@ -16,10 +16,10 @@ from mwpy.jobs.description import SubmitDescription, SubmitError, parse_argument
 from tests.support import mwpy_command
 
 
-def _describe(tmp_path: Path, text: str, **kwargs: int) -> SubmitDescription:
+def _describe(tmp_path: Path, text: str, cluster: int = 1) -> SubmitDescription:
     path = tmp_path / "jobs.sub"
     path.write_text(text)
-    return SubmitDescription(path, base=str(tmp_path), **kwargs)
+    return SubmitDescription(path, base=str(tmp_path), cluster=cluster)
 
 
 def test_queue_n_numbers_the_jobs_and_expands_process_and_cluster(tmp_path: Path) -> None:
@@ -97,26 +97,36 @@ def test_environment_in_both_syntaxes() -> None:
 
 def test_transfer_settings(tmp_path: Path) -> None:
     text = (
-        "executable = /bin/true\ntransfer_executable = false\nshould_transfer_files = NO\n"
+        "executable = /bin/true\ntransfer_executable = false\nshould_transfer_files = ALWAYS\n"
         "when_to_transfer_output = ON_SUCCESS\ntransfer_output_files = a, dir/b\nqueue\n"
     )
     (job,) = _describe(tmp_path, text).jobs()
-    assert (job.transfer_executable, job.transfer, job.outputs_on_success_only) == (False, False, True)
+    assert (job.transfer_executable, job.transfer, job.outputs_on_success_only) == (False, True, True)
     assert job.executable == "/bin/true"
     assert job.transfer_outputs == ("a", "dir/b")
     (plain,) = _describe(tmp_path, "executable = /bin/true\nqueue\n").jobs()
-    assert (plain.transfer, plain.transfer_outputs, plain.outputs_on_success_only) == (True, None, False)
+    assert (plain.transfer, plain.if_needed, plain.transfer_outputs) == (True, True, None)
+    (shared,) = _describe(tmp_path, "executable = /bin/true\nshould_transfer_files = FALSE\nqueue\n").jobs()
+    assert not shared.transfer
+    with pytest.raises(SubmitError, match="when_to_transfer_output = ON_EXIT: expected NONE with"):
+        _describe(
+            tmp_path, "executable = /bin/true\nshould_transfer_files = NO\nwhen_to_transfer_output = ON_EXIT\nqueue\n"
+        )
 
 
 @pytest.mark.parametrize(
     ("line", "named"),
     [
         ("universe = docker", "universe = docker"),
-        ("requirements = Memory > 100", "requirements"),
-        ("on_exit_remove = ExitCode == 0", "on_exit_remove"),
-        ('transfer_output_remaps = "a=b"', "transfer_output_remaps"),
-        ("getenv = true", "getenv"),
+        ("docker_image = debian", "docker_image"),
+        ("accounting_group = physics", "accounting_group"),
+        ("checkpoint_exit_code = 85", "checkpoint_exit_code"),
+        ("notification = complete", "notification = complete"),
+        ("stream_output = true", "stream_output = true"),
+        ("log_xml = true", "log_xml = true"),
         ("transfer_input_files = https://example.org/x", "transfer_input_files"),
+        ("max_transfer_input_mb = 10", "max_transfer_input_mb"),
+        ("MaxTransferInputMB = 10", "MaxTransferInputMB"),  # a command under its job-attribute name
     ],
 )
 def test_a_command_mwpy_cannot_honour_is_refused_by_name(tmp_path: Path, line: str, named: str) -> None:
@@ -124,16 +134,76 @@ def test_a_command_mwpy_cannot_honour_is_refused_by_name(tmp_path: Path, line: s
         _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
 
 
-def test_bookkeeping_commands_are_accepted_with_a_note(tmp_path: Path) -> None:
-    description = _describe(tmp_path, "executable = /bin/true\nlog = x.log\nrequest_memory = 1G\nqueue\n")
-    assert [note.split(":")[0] for note in description.notes()] == ["log", "request_memory"]
+@pytest.mark.parametrize(
+    "line",
+    [
+        "requirements = Memory > 100",
+        "on_exit_remove = ExitCode == 0",
+        'transfer_output_remaps = "a=b"',
+        "getenv = true",
+        "PeriodicRelease = NumJobStarts < 3",
+        "max_materialize = 10",
+        "max_idle = 10",
+        "request_gpus = 1",
+    ],
+)
+def test_commands_mwpy_honours_are_accepted(tmp_path: Path, line: str) -> None:
+    _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
 
 
-def test_several_queue_statements_and_commands_after_the_queue_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(SubmitError, match="2 queue statements"):
-        _describe(tmp_path, "executable = /bin/true\nqueue 1\narguments = x\nqueue 1\n")
-    with pytest.raises(SubmitError, match="after the queue statement"):
-        _describe(tmp_path, "executable = /bin/true\nqueue 1\narguments = x\n")
+def test_a_line_no_job_uses_gets_condor_submit_s_warning(tmp_path: Path) -> None:
+    description = _describe(
+        tmp_path,
+        "executable = /bin/echo\nargumnets = hello\nmyvar = 3\nused = x\narguments = $(used)\nqueue 2\nlate = 1\n",
+    )
+    assert description.warnings() == [
+        "the line 'argumnets = hello' was unused by mwpy jobs. Is it a typo?",
+        "the line 'myvar = 3' was unused by mwpy jobs. Is it a typo?",
+        "line 7: 'late = 1' comes after the last queue statement: no job uses it",
+    ]
+
+
+def test_several_queue_statements_make_one_cluster_with_the_commands_each_one_sees(tmp_path: Path) -> None:
+    text = (
+        "executable = /bin/echo\narguments = first\nqueue 2\n"
+        "arguments = second $(Process)\nqueue input in (a, b)\narguments = late\n"
+    )
+    jobs = list(_describe(tmp_path, text).jobs())
+    assert [(job.job_id, job.arguments, job.stdin) for job in jobs] == [
+        ("1.0", ("first",), None),
+        ("1.1", ("first",), None),
+        ("1.2", ("second", "2"), str(tmp_path / "a")),
+        ("1.3", ("second", "3"), str(tmp_path / "b")),
+    ]
+
+
+def test_queue_variables_may_have_the_names_of_commands(tmp_path: Path) -> None:
+    """The manual's forms: a variable named input, arguments or initialdir sets that command for its job."""
+    for folder in ("d1", "d2"):
+        (tmp_path / folder).mkdir()
+    text = "executable = /bin/cat\nqueue 1 input in A, B, C\n"
+    assert [job.stdin for job in _describe(tmp_path, text).jobs()] == [str(tmp_path / x) for x in "ABC"]
+    text = "executable = /bin/echo\nqueue input, arguments from (\n  file1, -a -b 26\n  file2, -c -d 92\n)\n"
+    assert [(job.stdin, job.arguments) for job in _describe(tmp_path, text).jobs()] == [
+        (str(tmp_path / "file1"), ("-a", "-b", "26")),
+        (str(tmp_path / "file2"), ("-c", "-d", "92")),
+    ]
+    text = "executable = /bin/pwd\nqueue initialdir matching dirs d*\n"
+    assert [job.initialdir for job in _describe(tmp_path, text).jobs()] == [str(tmp_path / "d1"), str(tmp_path / "d2")]
+
+
+def test_a_queue_count_is_an_expression(tmp_path: Path) -> None:
+    text = "executable = /bin/echo\nN = 3\nqueue $(N)+1 X in (a, b)\n"
+    description = _describe(tmp_path, text)
+    assert description.total == 8
+    assert [job.job_id for job in description.jobs()][-1] == "1.7"
+    with pytest.raises(SubmitError, match="line 2: queue two: Invalid Queue count expression"):
+        _describe(tmp_path, "executable = /bin/echo\nqueue two\n")
+
+
+def test_a_syntax_error_names_its_line(tmp_path: Path) -> None:
+    with pytest.raises(SubmitError, match=r"jobs.sub, line 2: 'foo bar' is not a submit command"):
+        _describe(tmp_path, "executable = /bin/echo\nfoo bar\nqueue\n")
 
 
 def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:
@@ -172,9 +242,30 @@ def test_mwpy_jobs_refuses_another_universe_in_one_line(tmp_path: Path) -> None:
 
 
 def test_an_undefined_macro_or_a_missing_initialdir_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(SubmitError, match=r"executable = \$\(exe\): cannot expand"):
+    with pytest.raises(SubmitError, match=r"job 1.0: no executable"):  # undefined macros expand to nothing
         _describe(tmp_path, "executable = $(exe)\nqueue\n")
     description = _describe(tmp_path, "executable = /bin/true\ninitialdir = run$(Process)\nqueue 2\n")
     (tmp_path / "run0").mkdir()
     with pytest.raises(SubmitError, match=f"job 1.1: initialdir {tmp_path}/run1 does not exist"):
         description.check_inputs()
+
+
+def test_a_queue_count_that_is_undefined_is_refused_not_taken_for_a_number(tmp_path: Path) -> None:
+    """classad2's Undefined is an IntEnum member (2): it must not queue two jobs."""
+    with pytest.raises(SubmitError, match=r"line 3: queue \$\(N\): "):
+        _describe(tmp_path, "executable = /bin/echo\nN = nothing_defined\nqueue $(N)\n")
+
+
+def test_a_missing_executable_is_called_the_executable(tmp_path: Path) -> None:
+    description = _describe(tmp_path, "executable = no_such_program\nqueue\n")
+    with pytest.raises(SubmitError, match=f"^job 1.0: executable {tmp_path}/no_such_program does not exist$"):
+        description.check_inputs()
+
+
+def test_mwpy_jobs_names_the_line_of_a_syntax_error_and_stops_with_status_2(tmp_path: Path) -> None:
+    (tmp_path / "jobs.sub").write_text("executable = /bin/true\nqueue 2\nthis is not a command\n")
+    done = subprocess.run(mwpy_command("jobs", "jobs.sub"), cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mwpy jobs: error: jobs.sub, line 3: 'this is not a command' is not a submit command (expected NAME = VALUE)\n",
+    )

@@ -186,7 +186,8 @@ def test_a_hostile_slave_process_cannot_place_outputs_outside_initialdir(tmp_pat
     (iwd / "victim.txt").write_text("the user's input")
     (iwd / "link").symlink_to(tmp_path)
     (tmp_path / "jobs.sub").write_text(
-        "executable = /bin/true\ninitialdir = iwd\ntransfer_input_files = victim.txt\nqueue\n"
+        "executable = /bin/true\ninitialdir = iwd\ntransfer_input_files = victim.txt\n"
+        "should_transfer_files = YES\nqueue\n"
     )
     master = spawn_master(JOBS_PROGRAM_PATH, tmp_path, "jobs.sub", "--summary", "summary.jsonl")
     slave = spawn_slave(HOSTILE, tmp_path)

@@ -28,6 +28,12 @@ def summary(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     return {line["job"]: line for line in lines if "job" in line}, lines[-1]["run"]
 
 
+def mwpy_status(workdir: Path) -> subprocess.CompletedProcess[str]:
+    """``mwpy status RESOURCE --no-condor`` for the run whose work folder is ``workdir``."""
+    command = mwpy_command("status", str(workdir / "resource.json"), "--no-condor")
+    return subprocess.run(command, capture_output=True, text=True, check=True)
+
+
 def submit(folder: Path, text: str, *scripts: str) -> None:
     for script in scripts:
         shutil.copy(JOBS / script, folder / script)
@@ -39,7 +45,7 @@ def test_streams_arguments_environment_and_outputs_come_back_under_condor_s_name
         (tmp_path / f"in.{process}").write_text(f"line one of {process}\nline two\n")
     submit(
         tmp_path,
-        "executable = echo_job.sh\n"
+        "executable = echo_job.sh\nshould_transfer_files = YES\n"
         "arguments = \"$(Process) 'two words' $(flavour)\"\n"
         "flavour = mint\n"
         "environment = \"GREETING='hello there'\"\n"
@@ -49,7 +55,7 @@ def test_streams_arguments_environment_and_outputs_come_back_under_condor_s_name
     )
     done = run_jobs(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "mwpy jobs: note: log: no Condor user log is written" in done.stderr
+    assert done.stderr == ""  # nothing to warn about, nothing refused, no table at the end
     assert (tmp_path / "out.1").read_text() == (
         "args: 1 two words mint\nGREETING=hello there\nstdin: line one of 1\nstdin: line two\n"
     )
@@ -68,7 +74,8 @@ def test_streams_arguments_environment_and_outputs_come_back_under_condor_s_name
 def test_named_output_files_and_folders_come_back_and_nothing_else(tmp_path: Path) -> None:
     submit(
         tmp_path,
-        "executable = echo_job.sh\narguments = $(Process)\ntransfer_output_files = folder, made.$(Process)\nqueue 2\n",
+        "executable = echo_job.sh\narguments = $(Process)\nshould_transfer_files = YES\n"
+        "transfer_output_files = folder, made.$(Process)\nqueue 2\n",
         "echo_job.sh",
     )
     done = run_jobs(tmp_path)
@@ -92,12 +99,7 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
     done = run_jobs(tmp_path, "--workdir", str(tmp_path / "work"))
     assert done.returncode == 1, done.stderr
     jobs, run = summary(tmp_path)
-    status = subprocess.run(
-        mwpy_command("status", str(tmp_path / "work" / "resource.json"), "--no-condor"),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    status = mwpy_status(tmp_path / "work")
     assert "run      4 of 4 jobs finished (3 failed), 0 to run" in status.stdout
     assert [(jobs[j]["exit_code"], jobs[j]["signal"]) for j in ("1.0", "1.1", "1.2", "1.3")] == [
         (0, None),
@@ -144,7 +146,7 @@ def test_failed_jobs_leave_no_work_folder_but_a_master_that_cannot_start_says_wh
 def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Path) -> None:
     submit(
         tmp_path,
-        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\n"
+        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\nshould_transfer_files = YES\n"
         "when_to_transfer_output = ON_SUCCESS\nqueue in (0, 5)\n",
         "status_job.sh",
     )
@@ -173,7 +175,8 @@ def test_a_shared_input_crosses_the_wire_once_per_slave_and_big_files_stream_int
     (tmp_path / "shared.bin").write_bytes(shared)
     submit(
         tmp_path,
-        "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\nqueue 12\n",
+        "executable = use_shared.sh\narguments = $(Process)\ntransfer_input_files = shared.bin\n"
+        "should_transfer_files = YES\nqueue 12\n",
         "use_shared.sh",
     )
     done = run_jobs(tmp_path, slaves=2)
@@ -189,10 +192,13 @@ def test_a_shared_input_crosses_the_wire_once_per_slave_and_big_files_stream_int
 
 
 def test_a_restarted_master_does_not_run_finished_jobs_again(tmp_path: Path) -> None:
-    ran = tmp_path / "ran.log"
+    """Jobs 8 to 15 wait for a gate the test opens only for the second master: the first cannot finish them
+    all, however slowly the machine reacts to its fourth finished job."""
+    ran, gate = tmp_path / "ran.log", tmp_path / "gate"
+    gates = "\n".join(["none"] * 8 + [str(gate)] * 8)
     submit(
         tmp_path,
-        f"executable = record_run.sh\narguments = $(Process) {ran} 0.3\nqueue 16\n",
+        f"executable = record_run.sh\narguments = $(Process) {ran} 0.3 $(gate)\nqueue gate from (\n{gates}\n)\n",
         "record_run.sh",
     )
     args = ["--slaves", "2", "--no-progress", "--workdir", str(tmp_path / "work"), "--", "--mw-journal"]
@@ -208,7 +214,9 @@ def test_a_restarted_master_does_not_run_finished_jobs_again(tmp_path: Path) -> 
     first.wait(timeout=60)
     done_before = {line["job"] for line in map(json.loads, summary_file.read_text().splitlines()) if "job" in line}
     runs_before = ran.read_text().count("ran")
-    assert 4 <= len(done_before) < 16
+    assert 4 <= len(done_before) <= 8
+    assert all(int(job.split(".")[1]) < 8 for job in done_before), done_before
+    gate.touch()
 
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False)
     assert second.returncode == 0, second.stderr
@@ -221,7 +229,7 @@ def test_a_restarted_master_does_not_run_finished_jobs_again(tmp_path: Path) -> 
     assert all((tmp_path / f"done.{n}").exists() for n in range(16))
 
 
-def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves_nothing_running(
+def test_a_job_that_cannot_execute_is_held_and_one_past_its_timeout_leaves_nothing_running(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "not_a_program").write_text("just text, no #! line\n")
@@ -234,8 +242,10 @@ def test_a_job_that_cannot_start_or_runs_past_its_timeout_is_reported_and_leaves
     done = run_jobs(tmp_path, "--", "--mw-task-timeout", "2")
     assert done.returncode == 1, done.stderr
     jobs, _ = summary(tmp_path)
-    assert jobs["1.0"]["status"] == "failed"
-    assert jobs["1.0"]["why"].startswith("not started: job 1.0: cannot run not_a_program: Exec format error")
+    assert jobs["1.0"]["status"] == "held"  # as Condor holds a job whose executable does not execute
+    assert jobs["1.0"]["why"].endswith(
+        f"Failed to execute '{tmp_path}/not_a_program': (errno=13: 'Permission denied')"
+    )  # run in place: no chmod, as in Condor
     assert jobs["1.1"]["status"] == "failed"
     assert jobs["1.1"]["why"].startswith("TaskTimeoutError: the task ran past its timeout of 2 s")
     wait_until(lambda: not _running("^/bin/sleep 3600$"), 30, "the timed-out job's process to be gone")
@@ -248,7 +258,7 @@ def _running(pattern: str) -> bool:
 def test_symbolic_links_a_job_makes_are_not_sent_back(tmp_path: Path) -> None:
     submit(
         tmp_path,
-        "executable = /bin/sh\n"
+        "executable = /bin/sh\nshould_transfer_files = YES\n"
         "arguments = \"-c 'ln -s /etc/hostname leak; ln -s .. up; mkdir d; ln -s /etc d/link; echo real > real'\"\n"
         "queue\n",
     )
@@ -258,3 +268,97 @@ def test_symbolic_links_a_job_makes_are_not_sent_back(tmp_path: Path) -> None:
     assert jobs["1.0"]["outputs"] == ["real"]
     assert not (tmp_path / "leak").exists()
     assert not (tmp_path / "leak").is_symlink()
+
+
+def test_inputs_arrive_with_their_modes_and_an_executable_input_runs(tmp_path: Path) -> None:
+    """A tutorial ships its binary in transfer_input_files: Condor keeps its execute bit, and every mode."""
+    (tmp_path / "tool").write_text("#!/bin/sh\necho tool ran\n")
+    (tmp_path / "tool").chmod(0o750)
+    (tmp_path / "data").write_text("data\n")
+    (tmp_path / "data").chmod(0o640)
+    submit(
+        tmp_path,
+        "executable = /bin/sh\narguments = \"-c 'stat -c %a tool data; ./tool'\"\nshould_transfer_files = YES\n"
+        "transfer_input_files = tool, data\noutput = out.$(Process)\nqueue 3\n",
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / f"out.{n}").read_text() for n in range(3)] == ["750\n640\ntool ran\n"] * 3
+
+
+def test_holds_releases_and_the_user_log_as_condor_writes_them(tmp_path: Path) -> None:
+    """The OSG tutorials' pattern: failed jobs held, released to run again; one never released stays held."""
+    import htcondor2  # noqa: PLC0415
+
+    (tmp_path / "flaky.sh").write_text(
+        '#!/bin/sh\nn=$(cat "$1" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$1"\n[ "$n" -ge "$2" ]\n'
+    )
+    (tmp_path / "flaky.sh").chmod(0o755)
+    submit(
+        tmp_path,
+        f"executable = flaky.sh\narguments = {tmp_path}/count.$(Process) $(needs)\nlog = jobs.log\n"
+        'on_exit_hold = ExitCode != 0\non_exit_hold_reason = strcat("failed with ", ExitCode)\n'
+        "on_exit_hold_subcode = 9\nperiodic_release = NumJobStarts < 2\nqueue needs in (2, 5)\n",
+    )
+    done = run_jobs(tmp_path, "--workdir", str(tmp_path / "work"), "--periodic-interval", "0.5")
+    assert done.returncode == 1, done.stderr
+    assert "mwpy jobs: 2 jobs in" in done.stdout
+    assert "1 ok, 0 failed, 1 held;" in done.stdout
+    jobs, run = summary(tmp_path)
+    assert (jobs["1.0"]["status"], jobs["1.1"]["status"], jobs["1.1"]["why"]) == ("ok", "held", "failed with 1")
+    assert run["held"] == 1
+    kinds = {0: [], 1: []}  # type: dict[int, list[int]]
+    for event in htcondor2.JobEventLog(str(tmp_path / "jobs.log")).events(0):
+        kinds[event.proc].append(int(event.type))
+        if int(event.type) == 12:
+            assert (event["HoldReason"], event["HoldReasonCode"], event["HoldReasonSubCode"]) == ("failed with 1", 3, 9)
+    assert kinds[0] == [0, 1, 12, 13, 1, 5]  # submitted, executing, held, released, executing, terminated
+    assert kinds[1] == [0, 1, 12, 13, 1, 12]  # held again, for good: NumJobStarts < 2 is false from now on
+    status = mwpy_status(tmp_path / "work")
+    assert "2 of 2 jobs finished (1 failed), 1 held, 0 to run" in status.stdout
+    assert "held     1.1: failed with 1\n" in status.stdout
+
+
+def test_remaps_getenv_common_inputs_and_an_executable_found_in_the_scratch_folder(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "common.db").write_bytes(b"x" * 100_000)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tool").write_text('#!/bin/sh\necho "$MWPY_TEST_COLOUR $(wc -c < common.db)" > made.txt\n')
+    (tmp_path / "bin" / "tool").chmod(0o755)
+    submit(
+        tmp_path,
+        "executable = tool\ntransfer_executable = false\nshould_transfer_files = YES\n"
+        "transfer_input_files = bin/tool\ntransfer_common_input = common.db\ngetenv = MWPY_TEST_*\n"
+        'transfer_output_remaps = "made.txt = results/made.$(Process).txt"\nqueue 4\n',
+    )
+    command = mwpy_command("jobs", "jobs.sub", "--slaves", "1", "--no-progress")
+    environment = {**os.environ, "MWPY_TEST_COLOUR": "teal"}
+    done = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / "results" / f"made.{n}.txt").read_text() for n in range(4)] == ["teal 100000\n"] * 4
+    assert not (tmp_path / "made.txt").exists()
+    _, run = summary(tmp_path)
+    assert run["fetches"][hashlib.sha256(b"x" * 100_000).hexdigest()] == 1  # once for the slave, not per job
+
+
+def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_path: Path) -> None:
+    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = logs/out.$(Process)\nqueue 2\n")
+    done = run_jobs(tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"mwpy jobs: error: job 1.0: output {tmp_path}/logs/out.0: its folder does not exist\n",
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+def test_max_materialize_bounds_how_many_jobs_exist_at_once(tmp_path: Path) -> None:
+    submit(tmp_path, "executable = /bin/sleep\narguments = 0.5\nmax_materialize = 2\nqueue 6\n")
+    done = run_jobs(tmp_path, slaves=4)
+    assert done.returncode == 0, done.stderr
+    jobs, _ = summary(tmp_path)
+    moments = sorted([(job["started"], 1) for job in jobs.values()] + [(job["ended"], -1) for job in jobs.values()])
+    running = most = 0
+    for _, change in moments:
+        running += change
+        most = max(most, running)
+    assert most <= 2  # four slaves, but never more than two jobs materialized

@@ -8,11 +8,14 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 
-from mwpy.pool.failing_slaves import SETUP_FAILURE_LIMIT
+from mwpy.backends import Launch
+from mwpy.backends.local import LocalBackend
+from mwpy.pool.failing_slaves import SETUP_FAILURE_LIMIT, SetupFailures
 from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
 
@@ -197,3 +200,28 @@ def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("mwpy local: interrupted")
+
+
+def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> None:
+    """The overseer's thread polls the local back end (and restarts a failed slave half a second later) more often
+    than the set-up watch looks; a slave that fails fast can fail and be running again between two looks. The CI
+    run of 753d13a hung on exactly that (the watch saw it running at every look and counted one failure). Here
+    the back end restarts at once and the watch looks only after many failed runs: every one is counted."""
+    backend = LocalBackend(tmp_path, restart_delay=0.0)
+    resource = tmp_path / "resource.json"
+    resource.write_text("{}", encoding="utf-8")
+    fail = Launch("mwpy:test", str(resource), sys.executable, ["-c", "raise SystemExit('no numpy here')"], [])
+    backend.submit(fail, 1)
+    try:
+        watch = SetupFailures()
+        watch.look(backend.jobs())
+        failures = SETUP_FAILURE_LIMIT + 1
+        wait_until(lambda: (backend.jobs()[0].failed_runs or 0) >= failures, 60, f"{failures} failed runs")
+        watch.look(backend.jobs())
+        assert watch.count >= failures
+        problem = watch.problem(results_so_far=0)
+        assert problem is not None
+        assert "no numpy here" in problem
+        assert watch.problem(results_so_far=1) is None  # a computation that had results never stops this way
+    finally:
+        backend.close()

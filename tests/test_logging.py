@@ -33,7 +33,7 @@ def test_the_option_is_listed_and_a_wrong_level_is_one_line_and_status_2(tmp_pat
     assert "--mw-log-level" in wrong.stderr
 
 
-def test_mwpy_log_level_shows_the_executor_and_the_engine_at_work(tmp_path: Path) -> None:
+def test_mwpy_log_level_shows_the_executor_and_the_master_at_work(tmp_path: Path) -> None:
     script = tmp_path / "logged.py"
     script.write_text(
         textwrap.dedent("""\
@@ -59,7 +59,7 @@ def test_mwpy_log_level_shows_the_executor_and_the_engine_at_work(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
     assert "mwpy.executor INFO: executor" in done.stderr
-    assert "mwpy.net.engine INFO: slave-0 connected" in done.stderr
+    assert "mwpy.master INFO: slave-0 connected" in done.stderr
     assert "[A]" not in done.stderr  # the audit trail is its own thing
 
 

@@ -198,13 +198,14 @@ def test_the_finish_grace_counts_from_the_first_finished_reconciliation(rf: Path
     queue, lines = Queue(), list[str]()
     queue.add(JobState.RUNNING)
     write(rf, computation_status="finished")
-    overseer = watch(rf, queue, lines, grace=3.0)
+    # A grace far longer than the test: however slowly the machine runs it, the second look is within it.
+    overseer = watch(rf, queue, lines, grace=30.0)
     assert overseer.reconcile().removed == 0
-    assert lines[-1].endswith("1 running ones get 3 s more to exit by themselves")
-    time.sleep(1.1)
+    assert lines[-1].endswith("1 running ones get 30 s more to exit by themselves")
+    time.sleep(1.1)  # the time that passes, not a wait for an outcome
     assert overseer.reconcile().removed == 0  # part of the grace gone: still waiting, and the log counts down
     left = int(lines[-1].split(" get ")[1].split(" s ")[0])
-    assert left <= 2, lines[-1]
+    assert left <= 29, lines[-1]
     overseer.finish_grace = 1.0  # (a shorter grace) now over
     assert overseer.reconcile().removed == 1
     zero = Queue()

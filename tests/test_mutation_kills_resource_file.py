@@ -208,13 +208,13 @@ def test_write_renames_a_hidden_temporary_file_from_the_same_folder(
     """Same folder: the rename is atomic. ``.NAME.*``: .gitignore and users' globs rely on the name."""
     record = resource_file.loads(json.dumps(resource_fields()))
     renamed: list[tuple[str, str]] = []
-    real_replace = os.replace
+    real_rename = os.rename
 
-    def replace(src: Any, dst: Any) -> None:
+    def rename(src: Any, dst: Any, **dir_fds: Any) -> None:
         renamed.append((os.fspath(src), os.fspath(dst)))
-        real_replace(src, dst)
+        real_rename(src, dst, **dir_fds)
 
-    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "rename", rename)
     monkeypatch.chdir(tmp_path.parent)
     target = tmp_path / "resource.json"
     resource_file.write(target, record)
@@ -229,7 +229,7 @@ def test_write_renames_a_hidden_temporary_file_from_the_same_folder(
 def test_a_failed_write_raises_its_own_error_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     record = resource_file.loads(json.dumps(resource_fields()))
     target = tmp_path / "resource.json"
-    target.mkdir()  # os.replace cannot put a file over a folder
+    target.mkdir()  # a rename cannot put a file over a folder
     with pytest.raises(IsADirectoryError):
         resource_file.write(target, record)
     assert [p.name for p in tmp_path.iterdir()] == ["resource.json"]

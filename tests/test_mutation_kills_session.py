@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from mwpy.errors import MembershipError, ProtocolError
-from mwpy.wire import protocol
+from mwpy.wire import codec, protocol
 from mwpy.wire.protocol import Heartbeat, Hello, Results, Shutdown, Tasks, Welcome
 from mwpy.wire.session import Event, HandshakeReply, MasterSession, MasterState, Refused, SlaveSession, SlaveState
 
@@ -180,7 +180,7 @@ def test_a_slave_s_limit_on_frames_holds_once_it_is_welcome() -> None:
 def test_tasks_and_results_pass_once_both_sides_are_ready() -> None:
     master, slave = ready()
     assert events(slave, master.send_tasks([(1, "f", b"a")], {1: 3.0})) == [Tasks([(1, "f", b"a")], {1: 3.0})]
-    result = (1, True, protocol.encode_value("done"), 0.25)
+    result = (1, True, codec.encode_value("done"), 0.25)
     assert events(master, slave.send_results([result], {1: ("out", "")})) == [Results([result], {1: ("out", "")})]
 
 

@@ -30,7 +30,7 @@ from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
 from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
-from tests.programs.spool_backend import SpoolBackend
+from tests.programs.spool_backend import SpoolBackend, write_job
 from tests.support import PROGRAMS, ROOT, wait_until
 
 
@@ -571,7 +571,7 @@ def oversee_with_the_spool(rf: Path, spool: Path, backend: str, env: dict[str, s
     try:
         wait_until(lambda: len(spool_jobs(spool)) == 3, 30, "3 job files from the overseer")
         first = spool / "job.0.json"
-        first.write_text(json.dumps({**json.loads(first.read_text()), "state": "held"}))  # the batch system holds one
+        write_job(first, {**json.loads(first.read_text()), "state": "held"})  # the batch system holds one
         wait_until(lambda: len(spool_jobs(spool)) == 4, 30, "a job submitted in place of the held one")
         assert {job["member_id"] for job in spool_jobs(spool).values()} == {"mwpy:test"}
         write_resource(rf, computation_status="finished")

@@ -32,7 +32,7 @@ from mwpy.master import Master
 from mwpy.observe.audit import Audit
 from mwpy.slave import ExitCode as FromSlave
 from mwpy.task import DEFAULT_POLICY, current_master, registry, task
-from mwpy.wire import protocol
+from mwpy.wire import codec, protocol
 from mwpy.wire.protocol import Cancel, Cancelled, Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
 from mwpy.wire.session import (
     MASTER_RECEIVES,
@@ -136,14 +136,14 @@ def test_a_whole_conversation_in_memory() -> None:
     assert slave.max_send == LIMIT
     items = [(1, "sq", pickle.dumps(((2,), {}))), (2, "sq", pickle.dumps(((3,), {})))]
     assert events(slave, master.send_tasks(items)) == [Tasks(items)]
-    results = [(1, True, protocol.encode_value(4), 0.5), (2, False, protocol.encode_failure("E", "m"), 0.1)]
+    results = [(1, True, codec.encode_value(4), 0.5), (2, False, codec.encode_failure("E", "m"), 0.1)]
     assert events(master, slave.send_results(results)) == [Results(results)]
     assert events(master, slave.send(Heartbeat())) == [Heartbeat()]
     assert events(slave, master.send(Heartbeat())) == [Heartbeat()]
     assert events(slave, master.send(Shutdown(0))) == [Shutdown(0)]
     assert slave.state is SlaveState.SHUTDOWN
     assert master.state is MasterState.CLOSING
-    late = slave.send_results([(3, True, protocol.encode_value(9), 0.1)])  # finished before the Shutdown came
+    late = slave.send_results([(3, True, codec.encode_value(9), 0.1)])  # finished before the Shutdown came
     assert events(master, late) == []  # authenticated, checked and dropped
     with pytest.raises(ProtocolError):
         master.send_tasks(items)
@@ -181,7 +181,7 @@ def test_timeouts_and_outputs_travel_only_when_present() -> None:
     assert plain.timeouts == {}
     [timed] = events(slave, master.send_tasks(items, {1: 2.5}))
     assert timed.timeouts == {1: 2.5}
-    result = [(1, True, protocol.encode_value(1), 0.1)]
+    result = [(1, True, codec.encode_value(1), 0.1)]
     [printed] = events(master, slave.send_results(result, {1: ("out", "err")}))
     assert printed.outputs == {1: ("out", "err")}
     sender = slave._channel
@@ -304,28 +304,6 @@ def test_malformed_results_and_welcome_are_protocol_errors() -> None:
         assert sender is not None
         with pytest.raises(ProtocolError, match="malformed"):
             events(slave, sender.seal(bad))
-
-
-def test_results_round_trip_through_the_protocol_encoders() -> None:
-    assert protocol.decode_outcome(True, protocol.encode_value([1, 2])) == ([1, 2], None)
-    try:
-        raise KeyError("k")
-    except KeyError as exc:
-        blob = protocol.encode_error(exc)
-    value, failure = protocol.decode_outcome(False, blob)
-    assert value is None
-    assert failure is not None
-    assert failure[:2] == ("KeyError", "'k'")
-    assert "raise KeyError" in failure[2]
-    assert failure[3] is not None
-    assert repr(pickle.loads(failure[3])) == "KeyError('k')"  # the exception itself travels too
-    undecodable = protocol.decode_outcome(True, b"garbage")[1]
-    assert undecodable is not None
-    assert undecodable[0] == "ResultDecodeError"
-    assert undecodable[1].startswith("the master cannot unpickle the result: UnpicklingError")
-    assert (
-        protocol.decode_outcome(False, protocol.encode_value(42))[1] is not None
-    )  # a failure must be 3 strings and bytes
 
 
 def test_a_tls_certificate_that_cannot_be_read_is_a_configuration_error(tmp_path: Path) -> None:
@@ -457,7 +435,7 @@ class Conversation(RuleBasedStateMachine):
             return
         todo = self.tasks_got[len(self.results_sent) :]
         count = data.draw(st.integers(1, len(todo)))
-        items = [(task_id, True, protocol.encode_value(task_id), 0.001) for task_id, _, _ in todo[:count]]
+        items = [(task_id, True, codec.encode_value(task_id), 0.001) for task_id, _, _ in todo[:count]]
         self._emit_to_master(self.s.send_results(items))
         self.results_sent += items
 
@@ -472,7 +450,7 @@ class Conversation(RuleBasedStateMachine):
         self._flush()
         todo = self.tasks_got[len(self.results_sent) :]
         if todo and self.s.state is SlaveState.READY:
-            answers = [(task_id, True, protocol.encode_value(task_id), 0.001) for task_id, _, _ in todo]
+            answers = [(task_id, True, codec.encode_value(task_id), 0.001) for task_id, _, _ in todo]
             self._emit_to_master(self.s.send_results(answers))
             self.results_sent += answers
             self._flush()
@@ -652,7 +630,7 @@ def test_with_master_makes_it_current_and_restores_the_previous_one(tmp_path: Pa
                 assert double.submit(1).task_id == 1
             assert current_master() is outer
             with pytest.raises(ComputationFinishedError):
-                inner._submit(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
+                inner._intake.submit_future(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
             assert double.pending_tasks() == 0
         assert current_master() is None
         with pytest.raises(NotInMasterError):

@@ -96,7 +96,7 @@ def captured() -> Iterator[io.StringIO]:
 
 
 def test_records_of_mwpy_loggers_are_safe_whatever_handler_prints_them(captured: io.StringIO) -> None:
-    log = logs.logger("mwpy.net.engine")
+    log = safe_text.logger("mwpy.net.engine")
     host = "node\n2024-01-01 mwpy.net.engine WARNING: forged" + ATTACKS["title"]
     log.info("%s connected from %s (host %s)", "slave-0", "10.0.0.1:5", host)
     try:
@@ -110,7 +110,7 @@ def test_records_of_mwpy_loggers_are_safe_whatever_handler_prints_them(captured:
     assert "ValueError: \\x1b[2J" in printed
 
 
-def test_every_mwpy_module_takes_its_logger_from_logs_logger() -> None:
+def test_every_mwpy_module_takes_its_logger_from_safe_text_logger() -> None:
     """A module that called logging.getLogger itself would print a slave's words raw."""
     offenders = []
     for path in sorted((ROOT / "mwpy").rglob("*.py")):
@@ -132,7 +132,7 @@ def test_failed_output_is_capped_per_task_and_per_run_then_one_line(
 ) -> None:
     monkeypatch.setattr(logs, "TASK_OUTPUT_SHOWN", 100)
     monkeypatch.setattr(logs, "RUN_OUTPUT_SHOWN", 250)
-    shown = logs.FailedOutput(logs.logger("mwpy.net.engine"))
+    shown = logs.FailedOutput(safe_text.logger("mwpy.net.engine"))
     chatty = ("x" * 60 + "\n") * 10 + ATTACKS["forge"]
     for task in range(1000):
         shown.show(task=task, algorithm="chatty", slave="slave-1", error="ValueError", message="no", streams={
@@ -148,7 +148,7 @@ def test_failed_output_is_capped_per_task_and_per_run_then_one_line(
 
 
 def test_raw_task_output_passes_the_task_s_colours_and_nothing_else(captured: io.StringIO) -> None:
-    shown = logs.FailedOutput(logs.logger("mwpy.net.engine"), raw=True)
+    shown = logs.FailedOutput(safe_text.logger("mwpy.net.engine"), raw=True)
     shown.show(task=1, algorithm="col\x1b[31mour", slave="slave-1", error="E", message="m\x1b[2J", streams={
         "stdout": "\x1b[32mgreen\x1b[0m\n", "stderr": ""
     })  # fmt: skip

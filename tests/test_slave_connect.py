@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from mwpy import ExitCode
+from mwpy.names import JOB_AD_VARIABLE
 from mwpy.observe import events
 from mwpy.resource_file import ResourceFile
-from mwpy.slave import JOB_AD_VARIABLE, condor_job_id
+from mwpy.slave import condor_job_id
 from mwpy.wire import protocol
 from tests.support import PROGRAMS, local_master, spawn_slave
 from tests.test_overseer import write_resource

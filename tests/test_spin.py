@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mwpy.net.spin import DEFAULT_SPIN_US, Spinner
+from mwpy.net.spin import Spinner
+from mwpy.options import DEFAULT_SPIN_US
 
 
 class CountedPoll:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import mwpy
-from mwpy.net.engine import MASTER_TIMEOUT_GRACE
+from mwpy.core.outcomes import MASTER_TIMEOUT_GRACE
 from mwpy.wire.protocol import ExitCode
 from tests.programs.workload import block, sleepy, stubborn
 from tests.support import LocalMaster, local_master

@@ -45,7 +45,10 @@ from typing import IO, Any, NoReturn
 
 DEFAULT_BASE = Path("/var/cache/mwpy-condor")
 BASE_ENV = "MWPY_CONDOR_BASE"
+#: The Debian suite of a new root: trixie (stable: minicondor 23.9) by default; `up --suite sid` builds one with
+#: HTCondor 25 (the bindings' version) in its own BASE. A built root keeps its suite (written in its marker).
 SUITE = "trixie"
+SUITES = ("trixie", "sid")
 PACKAGES = ("minicondor", "python3", "python3-venv", "procps", "ca-certificates")
 USER = "mwpy"
 DOMAIN = "mwpy.pool"
@@ -654,7 +657,15 @@ def discard_tree(layout: Layout, path: Path) -> None:
     run(["rm", "-rf", "--one-file-system", str(path)], capture=True)
 
 
-def build_root(layout: Layout) -> bool:
+def root_suite(layout: Layout, asked: str | None) -> str:
+    """The suite of BASE's root: the one it was built with, or the one asked for (default trixie) for a new root."""
+    built = layout.marker.read_text(encoding="utf-8").split()[0] if layout.marker.exists() else None
+    if built is not None and asked is not None and asked != built:
+        raise PoolError(f"{layout.base} holds a {built} root; use another --base for --suite {asked}")
+    return built or asked or SUITE
+
+
+def build_root(layout: Layout, suite: str = SUITE) -> bool:
     """Make sure a complete root exists; return True if it had to be built.
 
     debootstrap writes into root.partial, which becomes `root` only on success;
@@ -669,11 +680,11 @@ def build_root(layout: Layout) -> bool:
         discard_tree(layout, layout.partial_root)
         discard_tree(layout, layout.root)
         mirror = debian_mirror()
-        progress(f"debootstrap --variant=minbase {SUITE} from {mirror} (about a minute)")
+        progress(f"debootstrap --variant=minbase {suite} from {mirror} (about a minute)")
         log = layout.log_dir / "debootstrap.log"
         log.unlink(missing_ok=True)
         run(
-            ["debootstrap", "--variant=minbase", "--components=main", SUITE, str(layout.partial_root), mirror],
+            ["debootstrap", "--variant=minbase", "--components=main", suite, str(layout.partial_root), mirror],
             log=log,
         )
         unmount_all(layout.partial_root)
@@ -682,13 +693,15 @@ def build_root(layout: Layout) -> bool:
     return built
 
 
-def install_packages(layout: Layout) -> None:
+def install_packages(layout: Layout, suite: str = SUITE) -> None:
     """apt-get the pool's packages inside the (mounted) root; no service is started."""
     # Debian's convention for chroots: tell maintainer scripts not to start daemons.
     write_if_changed(layout.inside("/usr/sbin/policy-rc.d"), "#!/bin/sh\nexit 101\n", 0o755)
+    # sid's Release file can read as expired on a snapshot mirror: do not refuse it for that.
+    valid_until = 'Acquire::Check-Valid-Until "false";\n' if suite == "sid" else ""
     write_if_changed(
         layout.inside("/etc/apt/apt.conf.d/99mwpy"),
-        'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n',
+        'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' + valid_until,
     )
     env = root_env({"DEBIAN_FRONTEND": "noninteractive"})
     log = layout.log_dir / "root-apt.log"
@@ -1413,7 +1426,7 @@ def facts(layout: Layout, identity: Identity, state: str, settings: Mapping[str,
         "venv_python": f"{VENV}/bin/python",
         "job_python": JOB_PYTHON,
         "python_version": python_version,
-        "suite": SUITE,
+        "suite": root_suite(layout, None),
         "condor_version": condor_version,
         "project": settings.get("project"),
         "project_hash": settings.get("project_hash"),
@@ -1512,19 +1525,20 @@ def cmd_up(args: argparse.Namespace) -> int:
         for share in shares[1:]:
             check_share(layout, share)
         nodes = args.nodes if args.nodes is not None else int(previous.get("nodes") or 1)
-        built = build_root(layout)
+        suite = root_suite(layout, args.suite)
+        built = build_root(layout, suite)
         layout.share.mkdir(parents=True, exist_ok=True)
         mount_root(layout, [])
         sync_host_files(layout, nodes)
         if not layout.marker.exists():
-            install_packages(layout)
+            install_packages(layout, suite)
         identity = ensure_identity(layout)
         os.chown(layout.share, identity.uid, identity.gid)
         os.chmod(layout.share, 0o755)
         mount_shares(layout, shares)
         prepare_condor_run_dirs(layout)
         ensure_venv(layout)
-        write_if_changed(layout.marker, f"{SUITE} {' '.join(PACKAGES)}\n")
+        write_if_changed(layout.marker, f"{suite} {' '.join(PACKAGES)}\n")
         settings: dict[str, Any] = {
             "shares": [str(s.path) for s in shares],
             "port": args.port,
@@ -1730,6 +1744,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--stock-cycles",
         action="store_true",
         help="HTCondor's own negotiator, schedd and update intervals instead of 1-2 s (for benchmarks; until next up)",
+    )
+    up.add_argument(
+        "--suite",
+        choices=SUITES,
+        help="Debian suite of a new root (default trixie: HTCondor 23.9; sid: HTCondor 25); a built root keeps its own",
     )
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="collector port on 127.0.0.1")
     up.add_argument(

@@ -56,6 +56,9 @@ class Job:
     memory: int | None = None
     #: Held because it used more memory than it asked for (the overseer replaces it asking for more).
     memory_hold: bool = False
+    #: How many of the job's runs have failed, when the batch system counts them; a watcher that looks
+    #: now and then cannot otherwise tell one failure from several between two looks.
+    failed_runs: int | None = None
 
     def in_state_for(self, now: float | None = None) -> float | None:
         """Seconds the job has been in its current state (None when unknown)."""

@@ -28,11 +28,8 @@ import htcondor2
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.errors import BackendError, ConfigurationError
+from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE
 
-#: The job attribute that ties a job to its computation.
-MEMBER_ATTRIBUTE = "MwpyMemberId"
-#: The job attribute that says what a job is: "slave", "master" or "overseer".
-ROLE_ATTRIBUTE = "MwpyRole"
 ON_EXIT_REMOVE = "(ExitBySignal == False) && (ExitCode == 0)"
 #: Memory (MB) a slave job asks for, as in submit/slaves.sub. An explicit request keeps a
 #: slave that once grew big from never matching again (CL-MW's memory note).

@@ -24,6 +24,7 @@ from pathlib import Path
 import attrs
 
 from mwpy.backends import Job, JobState, Launch
+from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
 
 #: Seconds before a slave that exited non-zero is started again.
 RESTART_DELAY = 0.5
@@ -40,6 +41,8 @@ class _LocalJob:
     start_at: float = 0.0
     #: The exit status of the last run, None before the first one ended.
     last_status: int | None = None
+    #: Runs that exited non-zero or by a signal.
+    failed_runs: int = 0
     #: When (Unix time) the job last became idle or running, like Condor's EnteredCurrentStatus.
     since: float = attrs.Factory(time.time)
 
@@ -48,11 +51,14 @@ class _LocalJob:
         state = JobState.RUNNING if self.process is not None else JobState.IDLE
         status = self.last_status
         if not status:  # not exited yet, or exited 0 (and about to leave the queue)
-            return Job(self.job_id, state, exit_code=status, since=self.since)
+            return Job(self.job_id, state, exit_code=status, since=self.since, failed_runs=self.failed_runs)
         how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
-        last = last_line(self.sandbox / "slave.err")
+        last = last_line(self.sandbox / SLAVE_STDERR)
         reason = f"{how}: {last}" if last else how
-        return Job(self.job_id, state, exit_code=status if status > 0 else None, reason=reason, since=self.since)
+        exit_code = status if status > 0 else None
+        return Job(
+            self.job_id, state, exit_code=exit_code, reason=reason, since=self.since, failed_runs=self.failed_runs
+        )
 
 
 class LocalBackend:
@@ -137,6 +143,7 @@ class LocalBackend:
         if status == 0:
             del self._jobs[job.job_id]
         else:
+            job.failed_runs += 1
             job.start_at = now + self._restart_delay
         return True
 
@@ -148,7 +155,7 @@ class LocalBackend:
             if not link.exists():
                 link.symlink_to(Path(file).resolve())
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
-        with (job.sandbox / "slave.out").open("ab") as out, (job.sandbox / "slave.err").open("ab") as err:
+        with (job.sandbox / SLAVE_STDOUT).open("ab") as out, (job.sandbox / SLAVE_STDERR).open("ab") as err:
             job.since = time.time()
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],

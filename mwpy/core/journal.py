@@ -17,7 +17,8 @@ a traceback (docs/reliability.md):
 
 * **A full or read-only disk.** The first write or commit that fails turns
   the journal off for the rest of the run, with one line naming the file and
-  the problem (logged at ERROR on ``mwpy.core.journal``, :attr:`Journal.failed`);
+  the problem (given to ``on_failure``: the master reports it as a
+  :class:`~mwpy.core.facts.JournalOff` fact, logged at ERROR; :attr:`Journal.failed`);
   the computation goes on, as it does when the event log cannot be written.
   Results from then on reach the master algorithm without being journaled: a
   restarted master runs those tasks again. Stopping instead would throw away
@@ -36,18 +37,14 @@ import hashlib
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
 from mwpy import safe_files
 from mwpy.errors import JournalError, UnsafeFileError
-from mwpy.observe import logs
-
-log = logs.logger(__name__)
-
-#: Files SQLite keeps next to the journal in WAL mode.
-SIDE_FILES = ("-wal", "-shm")
+from mwpy.names import JOURNAL_SIDE_FILES
 
 _SCHEMA = """
 create table if not exists results (
@@ -86,7 +83,9 @@ class Entry:
 class Journal:
     """Results by task key in one SQLite file; writes are committed in batches by the event loop."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, on_failure: Callable[[str], None] | None = None) -> None:
+        """Open (or create) the journal at ``path``; ``on_failure`` hears, once, why it turned itself off."""
+        self._on_failure = on_failure
         _prepare(Path(path))
         try:
             self._db = sqlite3.connect(path, isolation_level=None)
@@ -152,7 +151,8 @@ class Journal:
         if self.failed is not None:
             return
         self.failed = f"{self.path}: {problem}; results from now on are not journaled (a restart runs them again)"
-        log.error("%s", self.failed)
+        if self._on_failure is not None:
+            self._on_failure(self.failed)
         if self._db.in_transaction:
             with contextlib.suppress(sqlite3.Error):  # nothing more to undo: the journal is off either way
                 self._db.execute("rollback")
@@ -180,7 +180,7 @@ def _prepare(path: Path) -> None:
     """
     try:
         os.close(safe_files.open_checked(path, private=True, flags=os.O_RDWR | os.O_CREAT, create_mode=0o600))
-        for suffix in SIDE_FILES:
+        for suffix in JOURNAL_SIDE_FILES:
             safe_files.check_existing(f"{path}{suffix}", private=True)
     except UnsafeFileError as exc:
         raise JournalError(f"{exc.path}: cannot use as a journal: {exc.problem}") from None

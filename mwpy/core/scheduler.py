@@ -13,19 +13,25 @@ slave groups lives in one place and can be read (and tested) on its own:
   that it holds a few milliseconds of work: deep for tiny tasks (no idle round
   trips), one task for long ones (no task stuck behind another while a
   different slave idles).
+
+The scheduler reads no clock: whoever calls it says what time it is (``now``,
+monotonic seconds), so a test can play any timing. It holds tasks as
+:class:`Entry` records (the task and its bookkeeping), never the user's
+:class:`~mwpy.task.Task`; and it tells each task's :class:`Listener` (a
+future, a ``map`` stream) what becomes of it, without knowing what it is.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-import time
 from collections import Counter, deque
+from typing import Any, Protocol
 
 import attrs
 
 from mwpy.errors import ConfigurationError
-from mwpy.task import Task
+from mwpy.task import Policy, Result, Task
 
 #: Work a slave should hold beyond its current task, in seconds of compute.
 PIPELINE_SECONDS = 0.005
@@ -38,6 +44,88 @@ _MAX_SKIP = 64
 RETRY_DELAY = 1.0
 
 
+class Listener(Protocol):
+    """Who hears what becomes of one task: ``submit()``'s future, an executor's future, a ``map`` stream's item.
+
+    The scheduler calls the first three; the master's outcomes call
+    :meth:`settle` with the task's result. Each returns at once (they run on
+    the master's hot path, in its thread).
+    """
+
+    def may_start(self) -> bool:
+        """Asked as the task is about to leave for a slave: False (it was cancelled) drops it unsent."""
+        ...
+
+    def began(self) -> None:
+        """The task is the first in flight on its slave, which runs tasks in the order sent: it runs now."""
+        ...
+
+    def unrunnable(self) -> bool:
+        """Its slave vanished and its policy forbids running it again; True: ``mw.unrunnable_tasks()`` lists it."""
+        ...
+
+    def settle(self, result: Result) -> bool:
+        """Its result (a value or a failure); True: ``mw.results()`` gets it too."""
+        ...
+
+
+class Entry:
+    """The scheduler's record of one task: what to run and for whom, and the bookkeeping of its runs.
+
+    Private to the master (the user sees :class:`~mwpy.task.Task` and
+    :class:`~mwpy.task.Result`). ``tag`` and ``key`` are the task's own, not
+    read from its policy on the way, so that ``mw.map`` gives each item its
+    position and journal key without a policy per item.
+    """
+
+    __slots__ = (
+        "task_id", "algorithm", "payload", "policy", "listener", "tag", "key",
+        "attempts", "failed_on", "retry_after", "sent_at", "queued_at",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        task_id: int,
+        algorithm: str,
+        payload: bytes,
+        policy: Policy,
+        listener: Listener,
+        *,
+        tag: Any = None,
+        key: str | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.algorithm = algorithm
+        #: The pickled ``(args, kwargs)`` (mwpy/wire/codec.py).
+        self.payload = payload
+        self.policy = policy
+        self.listener = listener
+        #: Handed back with the result; the journal's name for the task.
+        self.tag = tag
+        self.key = key
+        #: Times the task was sent to a slave.
+        self.attempts = 0
+        #: (slave id, that slave's failure streak) for each run that raised; see Scheduler.succeeded.
+        self.failed_on: list[tuple[str, int]] = []
+        #: A slave it failed on may take it again only after this (monotonic clock).
+        self.retry_after = 0.0
+        #: When the task last left for a slave: with the slave's last result, when it started.
+        self.sent_at = 0.0
+        #: When it was submitted (stamped only when someone reads it): the event log's queue wait is
+        #: ``sent_at - queued_at``.
+        self.queued_at = 0.0
+
+    def __repr__(self) -> str:
+        return f"<Entry task {self.task_id} {self.algorithm!r}>"
+
+    def task(self) -> Task:
+        """The task as the master algorithm sees it (``mw.unrunnable_tasks()``)."""
+        policy = self.policy
+        if self.tag is not policy.tag or self.key != policy.key:
+            policy = attrs.evolve(policy, tag=self.tag, key=self.key)  # mw.map's item: its own position and key
+        return Task(self.task_id, self.algorithm, self.payload, policy)
+
+
 class SlaveKind(enum.Enum):
     """The slave groups of CL-MW, in the order a connecting slave fills them."""
 
@@ -46,23 +134,25 @@ class SlaveKind(enum.Enum):
     UNORDERED = "unordered"
 
 
-@attrs.define(eq=False)
 class _Slot:
     """The scheduler's view of one connected slave."""
 
-    sid: str
-    kind: SlaveKind
-    ordered: deque[Task] = attrs.Factory(deque)
-    in_flight: dict[int, Task] = attrs.Factory(dict)
-    freeing: bool = False
-    compute_time: float | None = None  # moving average, seconds per task
-    last_result_at: float = 0.0  # monotonic clock: the next task in flight started no earlier
-    streak: int = 0  # numbers this slave's runs of failures; a success starts a new one
-    proven: int = 0  # failures of the current streak that later succeeded elsewhere
+    __slots__ = ("sid", "kind", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven")
+
+    def __init__(self, sid: str, kind: SlaveKind) -> None:
+        self.sid = sid
+        self.kind = kind
+        self.ordered: deque[Entry] = deque()
+        self.in_flight: dict[int, Entry] = {}
+        self.freeing = False
+        self.compute_time: float | None = None  # moving average, seconds per task
+        self.last_result_at = 0.0  # the next task in flight started no earlier
+        self.streak = 0  # numbers this slave's runs of failures; a success starts a new one
+        self.proven = 0  # failures of the current streak that later succeeded elsewhere
 
 
 class Scheduler:
-    """Task queues, slave groups and target numbers of one master."""
+    """Entry queues, slave groups and target numbers of one master."""
 
     def __init__(
         self,
@@ -84,7 +174,7 @@ class Scheduler:
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
         self._next_id = 0
-        self._unordered: deque[Task] = deque()
+        self._unordered: deque[Entry] = deque()
         self._slots: dict[str, _Slot] = {}
         self._hungry: set[str] = set()
         self._with_ordered_work: set[str] = set()
@@ -101,33 +191,33 @@ class Scheduler:
         self._unordered_running = 0
         self.done_total = 0
         self.cancelled_total = 0
+        #: Tasks that became unrunnable so far (whether or not their listener lists them for the algorithm).
+        self.unrunnable_total = 0
         # What the master algorithm has yet to be told; the master drains these, never touches them.
-        self._unrunnable: list[Task] = []
+        self._unrunnable: list[Entry] = []
         self._connected_ordered: list[str] = []
         self._disconnected_ordered: list[str] = []
 
     # ------------------------------------------------------------------ tasks
 
-    def add(self, task: Task) -> None:
+    def add(self, task: Entry) -> None:
         """Take in a new task (its id already assigned by :meth:`new_id`)."""
         if task.policy.timeout is not None:
             self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
-        if task.policy.sid is None:
+        sid = task.policy.sid
+        if sid is None:
             self._unordered.append(task)
         else:
-            self._place(task)
+            self._place(task, sid)
 
     def new_id(self) -> int:
         self._next_id += 1
         return self._next_id
 
-    def _place(self, task: Task) -> None:
-        sid = task.policy.sid
-        if sid is None:
-            self._unordered.append(task)
-            return
+    def _place(self, task: Entry, sid: str) -> None:
+        """An ordered task goes to its slave's queue, or follows its policy when that slave is not there."""
         slot = self._slots.get(sid)
         if slot is None or slot.kind is SlaveKind.UNORDERED:
             self._orphan(task, ran=False)
@@ -135,7 +225,7 @@ class Scheduler:
         slot.ordered.append(task)
         self._with_ordered_work.add(sid)
 
-    def _orphan(self, task: Task, *, ran: bool) -> None:
+    def _orphan(self, task: Entry, *, ran: bool) -> None:
         """Apply the task policy to a task whose slave is gone."""
         policy = task.policy
         if policy.sid is None:
@@ -148,7 +238,7 @@ class Scheduler:
         else:
             self._drop(task)
 
-    def _orphan_all(self, tasks: list[tuple[Task, bool]]) -> None:
+    def _orphan_all(self, tasks: list[tuple[Entry, bool]]) -> None:
         """``_orphan`` each (task, ran) keeping their order: at the front of the pool, and among the unrunnable."""
         pool, self._unordered = self._unordered, deque()
         for task, ran in tasks:
@@ -156,20 +246,20 @@ class Scheduler:
         requeued, self._unordered = self._unordered, pool
         pool.extendleft(requeued)  # requeued was built by appendleft: reversed, and extendleft reverses back
 
-    def _drop(self, task: Task) -> None:
+    def _drop(self, task: Entry) -> None:
         self._forget(task)
-        self._unrunnable.append(task)
-        if task.future is not None:
-            task.future._unrunnable()
+        self.unrunnable_total += 1
+        if task.listener.unrunnable():
+            self._unrunnable.append(task)
 
-    def _forget(self, task: Task) -> None:
+    def _forget(self, task: Entry) -> None:
         self._pending[task.algorithm] -= 1
         if not self._pending[task.algorithm]:
             del self._pending[task.algorithm]
         self.pending_total -= 1
 
-    def finish(self, sid: str, task_id: int, compute_time: float) -> Task | None:
-        """Record a result; returns its task, or ``None`` if this slave does not hold it."""
+    def finish(self, sid: str, task_id: int, compute_time: float, now: float) -> Entry | None:
+        """Record a result that came at ``now``; returns its task, or ``None`` if this slave does not hold it."""
         slot = self._slots.get(sid)
         if slot is None:
             return None
@@ -178,13 +268,9 @@ class Scheduler:
             return None
         self._landed(slot, 1)
         if self.may_time_out:  # true since before any task with a timeout was sent: its start is known
-            slot.last_result_at = time.monotonic()
+            slot.last_result_at = now
         if slot.in_flight:
-            head = next(iter(slot.in_flight.values()))  # the next task in flight is the one the slave runs now
-            if head.begin is not None:
-                head.begin()
-            elif head.future is not None:
-                head.future._begin()
+            next(iter(slot.in_flight.values())).listener.began()  # the next task in flight is the one it runs now
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
@@ -192,18 +278,18 @@ class Scheduler:
         self._hungry.add(sid)
         return task
 
-    def failed(self, sid: str, task: Task) -> bool:
-        """A run of ``task`` on ``sid`` raised. True: queued to run again; False: hand the failure over."""
+    def failed(self, sid: str, task: Entry, now: float) -> bool:
+        """A run of ``task`` on ``sid`` raised (known at ``now``). True: queued to run again; False: hand it over."""
         slot = self._slots.get(sid)
         if slot is not None:
             task.failed_on.append((sid, slot.streak))
         if len(task.failed_on) >= task.policy.attempts(self.task_attempts) or task.policy.sid is not None:
             return False
-        task.retry_after = time.monotonic() + RETRY_DELAY * len(task.failed_on)
+        task.retry_after = now + RETRY_DELAY * len(task.failed_on)
         self._unordered.append(task)  # at the back: most likely another slave takes it
         return True
 
-    def succeeded(self, sid: str, task: Task) -> list[str]:
+    def succeeded(self, sid: str, task: Entry) -> list[str]:
         """A run of ``task`` on ``sid`` gave a value. Returns slaves now proven to be black holes.
 
         A slave is a black hole when ``black_hole_failures`` tasks that failed on
@@ -226,7 +312,7 @@ class Scheduler:
                 holes.append(failed_sid)
         return holes
 
-    def complete(self, task: Task) -> None:
+    def complete(self, task: Entry) -> None:
         """The task's result has been handed over: it leaves the master's memory."""
         pending = self._pending
         algorithm = task.algorithm
@@ -256,8 +342,8 @@ class Scheduler:
             return [sid for sid in self._with_ordered_work if sid in self._hungry]
         return []
 
-    def take(self, sid: str) -> list[Task]:
-        """Tasks to send to ``sid`` now (possibly none); they count as running."""
+    def take(self, sid: str, now: float) -> list[Entry]:
+        """Tasks to send to ``sid`` at ``now`` (possibly none); they count as running."""
         slot = self._slots[sid]
         if not self._unordered and not slot.ordered:
             return []  # nothing for it (ready() is a snapshot: another slave may have taken the last task)
@@ -266,15 +352,14 @@ class Scheduler:
         if room < self._least and slot.in_flight:
             self._hungry.discard(sid)
             return []
-        batch: list[Task] = []
+        batch: list[Entry] = []
         if slot.kind is not SlaveKind.UNORDERED:
             self._take_ordered(sid, slot, room, batch)
         if slot.kind is not SlaveKind.ORDERED:
-            self._take_unordered(sid, room, batch)
+            self._take_unordered(sid, room, batch, now)
         idle = not slot.in_flight
-        sent_at = time.monotonic()
         for task in batch:
-            task.sent_at = sent_at
+            task.sent_at = now
             slot.in_flight[task.task_id] = task
             task.attempts += 1
         self.running_total += len(batch)
@@ -286,44 +371,43 @@ class Scheduler:
             self._hungry.discard(sid)
         return batch
 
-    def _take_ordered(self, sid: str, slot: _Slot, room: int, batch: list[Task]) -> None:
+    def _take_ordered(self, sid: str, slot: _Slot, room: int, batch: list[Entry]) -> None:
         """Fill ``batch`` up to ``room`` from the slave's own ordered queue, in order."""
         queue = slot.ordered
         while queue and len(batch) < room:
             task = queue.popleft()
-            if (task.start is None or task.start()) and (task.future is None or not task.future.cancelled()):
+            if task.listener.may_start():
                 batch.append(task)
             else:
                 self._cancelled(task)
         if not queue:
             self._with_ordered_work.discard(sid)
 
-    def _take_unordered(self, sid: str, room: int, batch: list[Task]) -> None:
+    def _take_unordered(self, sid: str, room: int, batch: list[Entry], now: float) -> None:
         """Fill ``batch`` up to ``room`` from the shared queue, passing over tasks that just failed on ``sid``."""
         queue = self._unordered
-        skipped: list[Task] = []
-        now = time.monotonic()
+        skipped: list[Entry] = []
         while queue and len(batch) < room and len(skipped) < _MAX_SKIP:
             task = queue.popleft()
             if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
-            elif (task.start is None or task.start()) and (task.future is None or not task.future.cancelled()):
+            elif task.listener.may_start():
                 batch.append(task)
             else:
                 self._cancelled(task)
         queue.extendleft(reversed(skipped))
 
-    def _cancelled(self, task: Task) -> None:
-        """The task's start hook said no (it was cancelled): it leaves without a result."""
+    def _cancelled(self, task: Entry) -> None:
+        """The task's listener said no (it was cancelled): it leaves without a result."""
         self._forget(task)
         self.cancelled_total += 1
 
-    def timeout_of(self, task: Task) -> float | None:
+    def timeout_of(self, task: Entry) -> float | None:
         """The task's timeout: its policy's, else the master's ``--mw-task-timeout``."""
         timeout = task.policy.timeout
         return self.task_timeout if timeout is None else timeout
 
-    def overdue(self, now: float, grace: float) -> list[tuple[str, Task]]:
+    def overdue(self, now: float, grace: float) -> list[tuple[str, Entry]]:
         """(slave, task) for each slave whose running task is past its timeout by more than ``grace``.
 
         A slave runs its tasks in the order they were sent, so the first in
@@ -347,11 +431,7 @@ class Scheduler:
     @staticmethod
     def _begin_head(slot: _Slot) -> None:
         """The first task in flight on a slave is the one it runs: tell it (its future becomes running)."""
-        head = next(iter(slot.in_flight.values()))
-        if head.begin is not None:
-            head.begin()
-        elif head.future is not None:
-            head.future._begin()
+        next(iter(slot.in_flight.values())).listener.began()
 
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
@@ -363,7 +443,7 @@ class Scheduler:
                 found[sid] = held
         return found
 
-    def withdraw(self, sid: str, task_id: int) -> Task | None:
+    def withdraw(self, sid: str, task_id: int) -> Entry | None:
         """``sid`` gave back ``task_id`` unstarted (it was cancelled): it leaves the master's books."""
         slot = self._slots.get(sid)
         task = None if slot is None else slot.in_flight.pop(task_id, None)
@@ -393,7 +473,7 @@ class Scheduler:
         self._orphan_all([(task, False) for task in back if task.policy.sid is not None])
         return len(back)
 
-    def abandon(self, sid: str, task: Task) -> None:
+    def abandon(self, sid: str, task: Entry) -> None:
         """Take ``task`` off ``sid`` without a result (it timed out there): it will not be re-queued."""
         slot = self._slots.get(sid)
         if slot is not None and slot.in_flight.pop(task.task_id, None) is not None:
@@ -406,7 +486,7 @@ class Scheduler:
             self._unordered_running -= count
 
     @staticmethod
-    def _failed_here(task: Task, sid: str) -> bool:
+    def _failed_here(task: Entry, sid: str) -> bool:
         return any(failed_sid == sid for failed_sid, _ in task.failed_on)
 
     # ------------------------------------------------------------------ slaves
@@ -425,7 +505,7 @@ class Scheduler:
             self._connected_ordered.append(sid)
         return kind
 
-    def leave(self, sid: str) -> list[Task]:
+    def leave(self, sid: str) -> list[Entry]:
         """A slave is gone: apply task policies to everything it held. Returns what it ran."""
         slot = self._slots.pop(sid, None)
         if slot is None:
@@ -510,7 +590,7 @@ class Scheduler:
         """Unrunnable tasks not yet drained."""
         return len(self._unrunnable)
 
-    def drain_unrunnable(self) -> list[Task]:
+    def drain_unrunnable(self) -> list[Entry]:
         """Tasks that became unrunnable since the last call, in order."""
         tasks, self._unrunnable = self._unrunnable, []
         return tasks

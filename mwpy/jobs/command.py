@@ -1,9 +1,12 @@
-"""``mwpy jobs SUBMITFILE --slaves N``: check the submit file here, then run it like ``mwpy local`` runs a program.
+"""``mwpy jobs SUBMITFILE``: check the submit file here, then run it on local slaves or on the pool.
 
 Everything a user can get wrong is found before a process starts: the file is
-parsed, every refused command named, every input file looked for (exit 2,
-one line). Then :func:`mwpy.pool.local.run_local` runs :mod:`mwpy.jobs.program` as
-the master with N local slaves: the same machinery, the same exit statuses.
+parsed, every refused command named, every input file and every output folder
+looked for (exit 2, one line); condor_submit's warnings are printed. Then
+either :func:`mwpy.pool.local.run_local` runs :mod:`mwpy.jobs.program` as the
+master with N local slaves (the same machinery and exit statuses as ``mwpy
+local``), or, with ``--pool``, :mod:`mwpy.jobs.pool` submits the master and
+the overseer to HTCondor from the submit files inside the package.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mwpy import safe_files
+from mwpy import safe_files, safe_text
 from mwpy.errors import MwpyError
 from mwpy.jobs.description import SubmitDescription
 from mwpy.net import filestore
-from mwpy.options import positive_int
+from mwpy.options import positive_float, positive_int
 from mwpy.pool.local import run_local
 
 #: The program the master and the slaves run.
@@ -37,14 +40,25 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     jobs = commands.add_parser(
         "jobs",
         help="run the jobs of an HTCondor submit file as mwpy tasks on reused slaves",
-        description="Run every job SUBMIT_FILE queues on N local slaves, as condor_submit would run them "
-        "(docs/jobs.md). --mw-* options for the master go after --.",
+        description="Run every job SUBMIT_FILE queues, as condor_submit would run them, on N local slaves or "
+        "(--pool) on the HTCondor pool (docs/jobs.md). --mw-* options for the master go after --.",
     )
     jobs.add_argument("submit_file", help="a plain HTCondor submit description (vanilla universe)")
-    jobs.add_argument("--slaves", type=positive_int, default=2, help="most slave processes at once (default 2)")
+    jobs.add_argument("--slaves", type=positive_int, default=2, help="most slaves at once (default 2)")
+    jobs.add_argument(
+        "--pool",
+        action="store_true",
+        help="run on the HTCondor pool: submit the jobs master and the overseer (scheduler universe), which "
+        "submits up to --slaves slave jobs; wait for the end (Ctrl-C leaves the run to the pool)",
+    )
     jobs.add_argument("--summary", help="the run summary, JSON lines (default SUBMIT_FILE.summary.jsonl)")
-    jobs.add_argument("--cluster", type=int, default=1, help="the $(Cluster) of the jobs (default 1)")
-    jobs.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
+    jobs.add_argument(
+        "--cluster", type=int, default=1, help="the $(Cluster) of the jobs (default 1; with --pool: the master job's)"
+    )
+    jobs.add_argument(
+        "--workdir",
+        help="folder for the resource file, logs and slave sandboxes (kept); with --pool, instead of SUBMIT_FILE.mwpy",
+    )
     jobs.add_argument(
         "--max-output-bytes",
         type=positive_int,
@@ -56,6 +70,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=positive_int,
         default=filestore.MAX_OUTPUT_FILES,
         help=f"most output files one job may send back (default {filestore.MAX_OUTPUT_FILES})",
+    )
+    jobs.add_argument(
+        "--slave-python",
+        default="/usr/bin/python3",
+        help="--pool: the Python that runs the slaves on the execute nodes (needs no mwpy; default /usr/bin/python3)",
+    )
+    jobs.add_argument(
+        "--periodic-interval",
+        type=positive_float,
+        default=60.0,
+        help="seconds between evaluations of periodic_hold/release/remove (HTCondor's PERIODIC_EXPR_INTERVAL, "
+        "default 60)",
     )
     jobs.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="live progress line (default: on a tty)"
@@ -78,17 +104,37 @@ def master_arguments(options: argparse.Namespace) -> list[str]:
         str(options.max_output_bytes),
         "--max-output-files",
         str(options.max_output_files),
+        "--periodic-interval",
+        str(options.periodic_interval),
     ]
 
 
+def check(submit_file: str, cluster: int) -> SubmitDescription:
+    """Read and check the file before anything runs; print condor_submit's warnings (raises MwpyError)."""
+    description = SubmitDescription(submit_file, cluster=cluster)
+    description.check_inputs()
+    for warning in description.warnings():
+        print(f"mwpy jobs: warning: {warning}", file=sys.stderr)
+    return description
+
+
 def run(options: argparse.Namespace) -> int:
-    """``mwpy jobs``: refuse what cannot run (exit 2), then run the master (which prints the notes) and N slaves."""
+    """``mwpy jobs``: refuse what cannot run (exit 2), then run the master and its slaves, here or on the pool."""
     try:
-        description = SubmitDescription(options.submit_file, cluster=options.cluster)
-        description.check_inputs()
+        description = check(options.submit_file, options.cluster)
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
+    if options.pool:
+        from mwpy.jobs import pool  # noqa: PLC0415 (the Condor back end only when asked for)
+
+        if options.cluster != 1:
+            print("mwpy jobs: error: --cluster: on the pool $(Cluster) is the master job's cluster id", file=sys.stderr)
+            return USAGE
+
+        _note_placement(description, "the overseer's slaves run every group until slave shapes per group (issue 24)")
+        return pool.run(options, master_arguments(options))
+    _note_placement(description, "local slaves run every job")
     args = [*master_arguments(options), *options.program_args]
     summary = args[args.index("--summary") + 1]
     started = time.time()
@@ -100,6 +146,16 @@ def run(options: argparse.Namespace) -> int:
         progress=options.progress,
         explains=lambda status: status == FAILED and failed_jobs_summarised(summary, since=started),
     )
+
+
+def _note_placement(description: SubmitDescription, how: str) -> None:
+    """What the jobs ask of a machine, noted once: local slaves are all alike, and a pool's are not shaped per
+    placement group yet."""
+    placements = {placement for placement in description.placements() if placement.describe() != "cpus 1"}
+    if placements:
+        shown = "; ".join(sorted(placement.describe() for placement in placements)[:3])
+        more = f" and {len(placements) - 3} more" if len(placements) > 3 else ""
+        print(f"mwpy jobs: note: placement ({shown}{more}) applies on a pool; {how}", file=sys.stderr)
 
 
 def failed_jobs_summarised(summary: str, *, since: float) -> bool:
@@ -131,20 +187,36 @@ def status_report(resource: str) -> dict[str, Any]:
     keys = ("total", "finished", "failed")
     if not isinstance(counts, dict) or not all(isinstance(counts.get(key), int) for key in keys):
         return {}
-    return {"jobs": {key: counts[key] for key in keys} | {"summary": str(counts.get("summary", ""))}}
+    found = {key: counts[key] for key in keys} | {"summary": str(counts.get("summary", ""))}
+    for key in ("held", "waiting_release", "journaled"):
+        found[key] = counts[key] if isinstance(counts.get(key), int) else 0
+    reasons = counts.get("hold_reasons")
+    found["hold_reasons"] = {str(k): str(v) for k, v in reasons.items()} if isinstance(reasons, dict) else {}
+    found["batch"] = str(counts.get("batch") or "")
+    return {"jobs": found}
 
 
 def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """The ``run`` line of ``mwpy status``: jobs finished, failed, still to run, and where the summary is."""
+    """The ``run`` line of ``mwpy status``: jobs finished, failed, held, still to run, journal answers, summary.
+
+    Then one ``held`` line per held job (the first few) with its hold reason, as ``condor_q -hold`` shows it.
+    Text in a hold reason comes from the job's own expressions: it is shown printable only.
+    """
     if "jobs" not in report:
         return []
     jobs = report["jobs"]
-    left = jobs["total"] - jobs["finished"]
+    left = jobs["total"] - jobs["finished"] - jobs.get("waiting_release", 0)
+    held = f", {jobs['held']} held" if jobs.get("held") else ""
+    journal = f"; {jobs['journaled']} answered from the journal" if jobs.get("journaled") else ""
+    batch = f"{jobs['batch']}: " if jobs.get("batch") else ""
     # "run", not "jobs": that row is the Condor slave jobs' (mwpy status --condor).
-    return [
+    rows = [
         (
             "run",
-            f"{jobs['finished']} of {jobs['total']} jobs finished ({jobs['failed']} failed), {left} to run; "
-            f"summary {jobs['summary']}",
+            f"{batch}{jobs['finished']} of {jobs['total']} jobs finished ({jobs['failed']} failed){held}, "
+            f"{left} to run{journal}; summary {jobs['summary']}",
         )
     ]
+    # a hold reason may quote the job (a file name it made): one safe line
+    rows += [("held", f"{job}: {safe_text.one_line(why)[:200]}") for job, why in jobs.get("hold_reasons", {}).items()]
+    return rows

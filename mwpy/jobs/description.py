@@ -1,112 +1,36 @@
 """A plain HTCondor submit description, read with HTCondor's own parser, as one :class:`JobSpec` per job.
 
-``htcondor2.Submit`` parses the file, gives the queue statement's item data
-(``queue N``, ``in (...)``, ``from FILE``, ``matching ...``) and expands the
-macros; this module only decides, per command, whether mwpy honours it, and
-turns each queued job into a record the slave can run. Jobs are generated
-lazily (:meth:`SubmitDescription.jobs`), so a file that queues 100,000 jobs
-is never 100,000 records in memory.
+``htcondor2.Submit`` parses the file (each ``queue`` statement with the lines
+before it: :mod:`mwpy.jobs.statements`), gives the statement's item data
+(``queue N``, ``in``, ``from``, ``matching``, slices) and expands the macros;
+``classad2`` evaluates a queue count that is an expression. This module
+decides, per command, whether mwpy honours it (:mod:`mwpy.jobs.commands`),
+and turns each queued job into a record a slave can run. Jobs are made lazily
+(:meth:`SubmitDescription.jobs`), so a file that queues 100,000 jobs is never
+100,000 records in memory.
 
 Paths follow ``condor_submit``: ``executable`` and ``initialdir`` are relative
-to the folder the command runs in; ``input``, ``output``, ``error`` and
-``transfer_input_files`` are relative to the job's ``initialdir``.
+to the folder the command runs in; ``input``, ``output``, ``error``, ``log``
+and ``transfer_input_files`` are relative to the job's ``initialdir``.
 
 A command mwpy cannot honour is refused (:class:`SubmitError`, one line naming
-it); a command that only concerns the schedd's bookkeeping is accepted and
-listed by :meth:`SubmitDescription.notes`, so nothing is silently ignored.
+it) before any job runs; a name that is no command and that no value uses is
+warned about (:meth:`SubmitDescription.warnings`), as ``condor_submit`` warns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import attrs
 
 from mwpy.errors import ConfigurationError
-
-#: Commands whose effect mwpy reproduces (docs/jobs.md has the table).
-HONOURED = frozenset(
-    {
-        "universe",
-        "executable",
-        "arguments",
-        "args",
-        "environment",
-        "env",
-        "input",
-        "output",
-        "error",
-        "initialdir",
-        "initial_dir",
-        "iwd",
-        "transfer_input_files",
-        "transfer_output_files",
-        "transfer_executable",
-        "should_transfer_files",
-        "when_to_transfer_output",
-        "getenv",
-    }
-)
-
-#: Commands that only concern the schedd's own bookkeeping or the slot size: accepted, with a note.
-NOTED = {
-    "log": "no Condor user log is written; the run summary (--summary) records every job",
-    "log_xml": "no Condor user log is written; the run summary (--summary) records every job",
-    "notification": "no e-mail is sent",
-    "notify_user": "no e-mail is sent",
-    "request_cpus": "each slave runs one job at a time in its own slot (slaves.sub sets the slot's size)",
-    "request_memory": "each slave runs one job at a time in its own slot (slaves.sub sets the slot's size)",
-    "request_disk": "each slave runs one job at a time in its own slot (slaves.sub sets the slot's size)",
-    "stream_output": "output comes back when the job ends",
-    "stream_error": "error comes back when the job ends",
-    "copy_to_spool": "the executable is sent to each slave once, by content hash",
-    "batch_name": "shown by condor_q only",
-    "job_batch_name": "shown by condor_q only",
-    "accounting_group": "the slaves' jobs carry the accounting",
-    "accounting_group_user": "the slaves' jobs carry the accounting",
-}
-
-#: Commands mwpy cannot honour, and why; refused rather than ignored.
-REFUSED = {
-    "requirements": "per-job requirements cannot be enforced on reused slaves (put them in slaves.sub)",
-    "rank": "per-job rank cannot be honoured on reused slaves (put it in slaves.sub)",
-    "on_exit_remove": "jobs run once; a failed job is reported, not re-queued",
-    "on_exit_hold": "mwpy has no hold state",
-    "on_exit_hold_reason": "mwpy has no hold state",
-    "periodic_remove": "mwpy does not evaluate periodic expressions",
-    "periodic_hold": "mwpy does not evaluate periodic expressions",
-    "periodic_release": "mwpy does not evaluate periodic expressions",
-    "max_retries": "use --mw-task-attempts for jobs that could not start",
-    "retry_until": "use --mw-task-attempts for jobs that could not start",
-    "success_exit_code": "a job's exit code is reported as it is",
-    "transfer_output_remaps": "outputs come back under their own names",
-    "output_destination": "outputs come back to initialdir",
-    "docker_image": "mwpy runs vanilla-universe jobs only",
-    "container_image": "mwpy runs vanilla-universe jobs only",
-    "request_gpus": "GPUs cannot be assigned per job on reused slaves",
-    "hold": "mwpy has no hold state",
-    "deferral_time": "jobs start as soon as a slave is free",
-    "cron_minute": "jobs start as soon as a slave is free",
-    "allowed_execute_duration": "use --mw-task-timeout",
-    "allowed_job_duration": "use --mw-task-timeout",
-    "job_max_vacate_time": "mwpy does not vacate jobs",
-    "kill_sig": "mwpy does not vacate jobs",
-    "transfer_plugins": "inputs move through mwpy's file service only",
-    "encrypt_input_files": "inputs move through mwpy's file service only",
-    "encrypt_output_files": "inputs move through mwpy's file service only",
-    "run_as_owner": "jobs run as the slave's user",
-    "load_profile": "jobs run as the slave's user",
-    "coresize": "no core-file limit is set",
-    "nice_user": "the slaves' jobs carry the priority",
-    "priority": "jobs run in queue order",
-    "want_io_proxy": "no Condor I/O proxy on mwpy slaves",
-    "+wantiopro": "no Condor I/O proxy on mwpy slaves",
-}
-
-_QUEUE_LINE = re.compile(r"^\s*queue(\s|$)", re.IGNORECASE)
+from mwpy.jobs import commands, jobad, statements
 
 
 class SubmitError(ConfigurationError):
@@ -119,6 +43,8 @@ class InputFile:
 
     source: str  # absolute path on the submit side (a file or a folder)
     name: str  # path relative to the scratch folder (a folder's files go below it)
+    #: transfer_common_input: shared by the jobs of an execute node, so HTCondor 25 hands it over read-only
+    common: bool = False
 
 
 @attrs.frozen
@@ -132,148 +58,260 @@ class JobSpec:
     arguments: tuple[str, ...]
     environment: tuple[tuple[str, str], ...]
     initialdir: str  # absolute
-    stdin: str | None  # absolute path on the submit side
-    stdout: str | None  # absolute path in initialdir's tree
+    # stdin/stdout/stderr: absolute on the submit side when transferred, else the path as the execute side sees it
+    stdin: str | None
+    stdout: str | None
     stderr: str | None
     inputs: tuple[InputFile, ...]
     transfer_outputs: tuple[str, ...] | None  # None: every new or changed top-level file
-    transfer: bool  # should_transfer_files is not NO: the job runs in a scratch folder
+    output_remaps: tuple[tuple[str, str], ...]  # output name -> absolute path (transfer_output_remaps)
+    transfer: bool  # should_transfer_files is YES or IF_NEEDED: the job may run in a scratch folder
     outputs_on_success_only: bool  # when_to_transfer_output = ON_SUCCESS
+    log: str | None = None  # the user log (absolute), if any
+    ad: jobad.JobAd = jobad.DEFAULT_AD  # the job-ad attributes policy and placement are made of
+    core_size: int | None = None  # bytes; None: the slave's own limit
+    skip_filechecks: bool = False  # missing inputs fail the job when it starts, not the run before it
+    #: transfer_input/output/error (stdin, stdout, stderr): False uses the path on the execute side
+    transfer_streams: tuple[bool, bool, bool] = (True, True, True)
+    #: should_transfer_files = IF_NEEDED (Condor's default): a slave that shares the submit side's file system
+    #: runs the job in initialdir, as Condor's starter does on a machine of the same FileSystemDomain
+    if_needed: bool = False
 
     @property
     def job_id(self) -> str:
         """``cluster.process``, as Condor names a job."""
         return f"{self.cluster}.{self.process}"
 
-    def submit_side_files(self) -> Iterator[str]:
-        """Every file the job reads from the submit side (what must exist before anything runs)."""
-        if self.transfer_executable:
-            yield self.executable
-        if self.stdin is not None:
-            yield self.stdin
+    def submit_side_files(self) -> Iterator[tuple[str, str]]:
+        """``(what, path)`` of every file the job reads from the submit side (what must exist before it runs)."""
+        if self.transfer and self.transfer_executable:
+            yield "executable", self.executable
+        if self.stdin is not None and self.transfer_streams[0]:
+            yield "input", self.stdin
         for item in self.inputs:
-            yield item.source
+            yield "input file", item.source
 
 
-class SubmitDescription:
-    """A parsed submit file: its accepted commands, its queue statement, and its jobs on demand."""
+@attrs.frozen
+class _Segment:
+    """One ``queue`` statement, read by the bindings: its commands, its count and its items."""
 
-    def __init__(self, path: str | os.PathLike[str], *, cluster: int = 1, base: str | None = None) -> None:
-        """Read ``path``; ``base`` is the folder relative paths start from (``condor_submit``'s current folder)."""
-        import htcondor2  # noqa: PLC0415 (slow to import; only this command needs it)
-
-        self.path = Path(path)
-        self.cluster = cluster
-        self.base = os.path.realpath(base or os.getcwd())  # a str: pathlib interns every part, per job
-        try:
-            text = self.path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SubmitError(f"{path}: cannot read: {exc}") from None
-        _check_one_queue_statement(text, str(path))
-        try:
-            self._submit = htcondor2.Submit(text)
-        except Exception as exc:  # the bindings raise plain ValueError/RuntimeError with Condor's message
-            raise SubmitError(f"{path}: {exc}") from None
-        self._keys = {key.lower(): key for key in self._submit}
-        self._check_commands()
-        self.count = self._queue_count()
-        old = os.getcwd()
-        os.chdir(self.base)  # `from FILE` and `matching` read relative to condor_submit's folder
-        try:
-            items = self._submit.itemdata()
-        except Exception as exc:
-            raise SubmitError(f"{path}: queue {self._submit.getQArgs()}: {exc}") from None
-        finally:
-            os.chdir(old)
-        # The bindings hand the item data over as one list; it holds short strings, not job records.
-        self._items: list[dict[str, str]] | None = None if items is None else [_as_dict(i) for i in items]
-        next(self.jobs(), None)  # the first job's values, checked now: most mistakes show there
-
-    def notes(self) -> list[str]:
-        """One line per accepted command that has no effect under mwpy, saying why."""
-        return [f"{self._keys[key]}: {why}" for key, why in NOTED.items() if key in self._keys]
+    submit: object  # htcondor2.Submit (untyped bindings)
+    count: int
+    items: list[dict[str, str]] | None
+    spellings: Mapping[str, tuple[str, ...]]  # command name -> the spellings this statement defines, in order
 
     @property
     def total(self) -> int:
-        """How many jobs the queue statement queues."""
-        return self.count * (1 if self._items is None else len(self._items))
+        return self.count * (1 if self.items is None else len(self.items))
+
+
+#: Values that turn a boolean command on, as condor_submit reads them.
+_TRUE = frozenset({"true", "yes", "t", "y", "1"})
+_AUTOMATIC = frozenset({"cluster", "clusterid", "process", "procid", "step", "itemindex", "row", "item", "node"})
+
+
+class SubmitDescription:
+    """A parsed submit file: its commands, its queue statements, and its jobs on demand."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        cluster: int = 1,
+        base: str | None = None,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        """Read ``path``; ``base`` is the folder relative paths start from (``condor_submit``'s current folder);
+        ``environment`` is what ``getenv`` copies from (default: this process's)."""
+        self.path = Path(path)
+        self.cluster = cluster
+        self.base = os.path.realpath(base or os.getcwd())  # a str: pathlib interns every part, per job
+        self._environment = dict(os.environ if environment is None else environment)
+        try:
+            self.text = self.path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SubmitError(f"{path}: cannot read: {exc}") from None
+        self._segments = [self._read(statement) for statement in self._statements()]
+        self._check_trailing_lines()
+        self.materialize_limits()  # a wrong value stops the run before any job
+        self._placements: set[jobad.Placement] | None = None
+        self._check_commands()
+        self.total = sum(segment.total for segment in self._segments)
+        next(self.jobs(), None)  # the first job's values, checked now: most mistakes show there
+
+    # ------------------------------------------------------------------ the file
+
+    def _statements(self) -> list[statements.QueueStatement]:
+        found = statements.queue_statements(self.text)
+        if not found:  # condor_submit queues nothing without a queue statement
+            raise SubmitError(f"{self.path}: no queue statement: no job to run")
+        return found
+
+    def _read(self, statement: statements.QueueStatement) -> _Segment:
+        """One queue statement through ``htcondor2.Submit``: its commands, its count, its item data."""
+        import htcondor2  # noqa: PLC0415 (slow to import; only this command needs it)
+
+        with contextlib.chdir(self.base):  # `include`, `from FILE`, `matching` read from condor_submit's folder
+            try:
+                submit = htcondor2.Submit(statement.source)
+            except Exception:  # the bindings say only "parse_up_to_q_line() failed": name the line ourselves
+                raise SubmitError(self._syntax_error()) from None
+            qargs = submit.getQArgs()
+            try:
+                items = submit.itemdata()
+            except Exception as exc:
+                raise SubmitError(f"{self.path}, line {statement.number}: queue {qargs.strip()}: {exc}") from None
+        rows = None if items is None else _sliced(qargs, [_as_dict(item) for item in items])
+        variables = tuple(rows[0]) if rows else ()
+        count = _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
+        return _Segment(submit, count, rows, _spellings([*submit.keys(), *variables]))
+
+    def _check_trailing_lines(self) -> None:
+        """The lines after the last queue statement, which the bindings never read: condor_submit parses them."""
+        wrong = next(
+            (line for line in statements.after_last_queue(self.text) if not statements.is_statement(line)), None
+        )
+        if wrong is not None:
+            raise SubmitError(self._not_a_command(wrong))
+
+    def _syntax_error(self) -> str:
+        line = statements.syntax_error(self.text)
+        return f"{self.path}: HTCondor cannot parse this submit file" if line is None else self._not_a_command(line)
+
+    def _not_a_command(self, line: statements.Line) -> str:
+        return f"{self.path}, line {line.number}: {line.text.strip()!r} is not a submit command (expected NAME = VALUE)"
+
+    def _check_commands(self) -> None:
+        """Refuse by name before any job (the values are checked per job: they may use queue variables)."""
+        for _, name, _ in statements.assignments(self.text):
+            command = commands.lookup(name)
+            if command is not None and not command.honoured:
+                raise SubmitError(f"{name}: not supported by mwpy jobs: {command.how}")
+
+    def warnings(self) -> list[str]:
+        """condor_submit's warnings: a line no job uses (a misspelt command, a macro nothing refers to)."""
+        used = statements.used_names(self.text)
+        for segment in self._segments:
+            used |= {name.lower() for name in (segment.items[0] if segment.items else {})}
+        found = []
+        late = statements.after_last_queue(self.text)
+        after = {line.number for line in late}
+        for line, name, value in statements.assignments(self.text):
+            unknown = commands.lookup(name) is None and name.lower() not in used | _AUTOMATIC
+            if unknown and line.number not in after:
+                found.append(f"the line '{name} = {value.strip()}' was unused by mwpy jobs. Is it a typo?")
+        if len(self._segments) > 1:
+            found.append(
+                f"{len(self._segments)} queue statements: condor_submit of HTCondor 23 runs them as one cluster, "
+                "as mwpy jobs does; HTCondor 24 and later refuse them"
+            )
+        for line in late:
+            found.append(
+                f"line {line.number}: {line.text.strip()!r} comes after the last queue statement: no job uses it"
+            )
+        return found
+
+    def materialize_limits(self) -> tuple[int | None, int | None]:
+        """``max_materialize`` and ``max_idle`` (None when unset): how many jobs may exist, and wait, at once."""
+        maker = _JobMaker(self, self._segments[0])
+        found = []
+        for command in ("max_materialize", "max_idle"):
+            value = maker.value(command).strip()
+            if value and not (value.isdigit() and int(value) > 0):
+                raise SubmitError(f"{command} = {value}: expected a positive integer")
+            found.append(int(value) if value else None)
+        return found[0], found[1]
+
+    def placements(self) -> set[jobad.Placement]:
+        """The different placements the jobs ask for (seen by :meth:`check_inputs`, else every job expanded)."""
+        if self._placements is None:
+            self._placements = {spec.ad.placement for spec in self.jobs()}
+        return self._placements
+
+    # ------------------------------------------------------------------ the jobs
 
     def jobs(self) -> Iterator[JobSpec]:
         """Every queued job, in process order, expanded one at a time."""
-        items: list[dict[str, str]] = [{}] if self._items is None else self._items
         process = 0
-        for index, item in enumerate(items):
-            for step in range(self.count):
-                yield self._job(process, step, index, item)
-                process += 1
+        for segment in self._segments:
+            job = _JobMaker(self, segment)
+            for index, item in enumerate(segment.items or [{}]):
+                for step in range(segment.count):
+                    yield job.make(process, step, index, item)
+                    process += 1
 
     def check_inputs(self) -> None:
-        """Every file every job reads must exist before anything runs: one line names the first missing one."""
+        """What must hold before anything runs: every file any job reads exists, every folder a job writes into.
+
+        One line names the first problem. Priority must be the same for every job (mwpy runs one cluster).
+        """
         seen: set[str] = set()
+        priorities: set[str] = set()
+        placements: set[jobad.Placement] = set()
         for spec in self.jobs():
+            placements.add(spec.ad.placement)
             if not os.path.isdir(spec.initialdir):
                 raise SubmitError(f"job {spec.job_id}: initialdir {spec.initialdir} does not exist")
-            for path in spec.submit_side_files():
+            _check_folders(spec)
+            priorities.add(spec.ad.get("JobPrio", "0"))
+            if len(priorities) > 1:
+                raise SubmitError(f"job {spec.job_id}: priority differs between jobs; mwpy runs them in queue order")
+            if spec.skip_filechecks:
+                continue
+            for what, path in spec.submit_side_files():
                 if path in seen:
                     continue
                 if not os.path.exists(path):
-                    raise SubmitError(f"job {spec.job_id}: input file {path} does not exist")
+                    raise SubmitError(f"job {spec.job_id}: {what} {path} does not exist")
                 if len(seen) < 100_000:  # the shared files come first; private ones need not be remembered
                     seen.add(path)
+        self._placements = placements
 
-    # ------------------------------------------------------------------ reading the commands
 
-    def _check_commands(self) -> None:
-        """Refuse by name, before any job: the values are checked per job (they may use queue variables)."""
-        for key, original in self._keys.items():
-            if key in REFUSED:
-                raise SubmitError(f"{original}: not supported by mwpy jobs: {REFUSED[key]}")
-        if "executable" not in self._keys:
-            raise SubmitError(f"{self.path}: no executable")
+def _check_folders(spec: JobSpec) -> None:
+    """condor_submit opens stdout, stderr and the log before it queues: their folders must exist."""
+    for what, path, transferred in (
+        ("output", spec.stdout, spec.transfer_streams[1]),
+        ("error", spec.stderr, spec.transfer_streams[2]),
+    ):
+        if path is not None and transferred and not os.path.isdir(os.path.dirname(path)):
+            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder does not exist")
+    if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):
+        raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
 
-    def _check_values(self, where: str) -> None:
-        """The commands whose *values* mwpy cannot honour, as this job expands them."""
-        universe = self._expand("universe").strip().lower() or "vanilla"
-        if universe != "vanilla":
-            raise SubmitError(f"universe = {universe}: mwpy jobs runs vanilla-universe jobs only")
-        if not self._expand("executable").strip():
-            raise SubmitError(f"{where}: executable is empty")
-        if self._expand("getenv").strip().lower() not in ("", "false", "no", "0"):
-            raise SubmitError("getenv: not supported by mwpy jobs: name the variables in environment")
-        for key in ("transfer_input_files", "transfer_output_files"):
-            if "://" in self._expand(key):
-                raise SubmitError(f"{key}: URLs are not supported by mwpy jobs: only files and folders")
 
-    def _queue_count(self) -> int:
-        qargs = self._submit.getQArgs().strip()
-        first = qargs.split(None, 1)[0] if qargs else "1"
-        if "$(" in first:
-            self._submit["MWPY_QUEUE_COUNT"] = first
-            self._keys["mwpy_queue_count"] = "MWPY_QUEUE_COUNT"
-            first = self._expand("mwpy_queue_count").strip()
-        return int(first) if first.isdigit() else 1
+class _JobMaker:
+    """Expands one queue statement's commands into :class:`JobSpec` records, job after job."""
 
-    def _expand(self, key: str) -> str:
-        original = self._keys.get(key)
-        if original is None:
-            return ""
-        try:
-            return str(self._submit.expand(original))
-        except Exception as exc:  # the bindings raise KeyError for a macro that is not defined, ValueError...
-            raise SubmitError(f"{original} = {self._submit[original]}: cannot expand: {exc}") from None
+    def __init__(self, description: SubmitDescription, segment: _Segment) -> None:
+        self.description = description
+        self.segment = segment
+        self.sub = segment.submit
+        self.cluster = description.cluster
+        self.base = description.base
+        self.environment = description._environment
 
-    def _first(self, *keys: str) -> str:
-        for key in keys:
-            value = self._expand(key).strip()
-            if value:
-                return value
+    def value(self, command: str) -> str:
+        """The expanded value of ``command`` (any of its spellings this statement defines), or ``""``."""
+        for spelling in self.segment.spellings.get(command, ()):
+            try:
+                expanded = str(self.sub.expand(spelling))  # type: ignore[attr-defined]
+            except KeyError:  # the bindings' way of saying "empty"
+                continue
+            except Exception as exc:
+                raise SubmitError(f"{spelling}: cannot expand: {exc}") from None
+            if expanded.strip():
+                return expanded
         return ""
 
-    # ------------------------------------------------------------------ one job
+    def flag(self, command: str, default: bool) -> bool:
+        value = self.value(command).strip().lower()
+        return default if not value else value in _TRUE
 
-    def _job(self, process: int, step: int, index: int, item: dict[str, str]) -> JobSpec:
-        sub = self._submit
-        for name, value in (
+    def make(self, process: int, step: int, index: int, item: dict[str, str]) -> JobSpec:
+        sub = self.sub
+        for name, number in (
             ("Cluster", self.cluster),
             ("ClusterId", self.cluster),
             ("Process", process),
@@ -282,42 +320,153 @@ class SubmitDescription:
             ("ItemIndex", index),
             ("Row", index),
         ):
-            sub[name] = str(value)
+            sub[name] = str(number)  # type: ignore[index]
         for variable, setting in item.items():
-            sub[variable] = setting
+            sub[variable] = setting  # type: ignore[index]
         where = f"job {self.cluster}.{process}"
         self._check_values(where)
-        initialdir = os.path.normpath(os.path.join(self.base, self._first("initialdir", "initial_dir", "iwd")))
-        transfer = self._expand("should_transfer_files").strip().upper() != "NO"
-        when = self._expand("when_to_transfer_output").strip().upper() or "ON_EXIT"
-        if when not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "ON_SUCCESS"):
-            raise SubmitError(f"when_to_transfer_output = {when}: expected ON_EXIT, ON_EXIT_OR_EVICT or ON_SUCCESS")
-        transfer_executable = self._expand("transfer_executable").strip().lower() not in ("false", "no", "0")
-        executable = self._expand("executable").strip()
-        if transfer_executable:
+        initialdir = os.path.normpath(os.path.join(self.base, self.value("initialdir").strip()))
+        given = self.value("should_transfer_files").strip().upper() or "IF_NEEDED"
+        should = _SHOULD_TRANSFER.get(given)
+        if should is None:
+            raise SubmitError(f"should_transfer_files = {given}: expected YES, NO or IF_NEEDED")
+        transfer = should != "NO"
+        given = self.value("when_to_transfer_output").strip().upper() or ("ON_EXIT" if transfer else "NONE")
+        when = _WHEN_TO_TRANSFER.get(given)
+        if when is None or (when == "NONE") == transfer:  # NONE goes with NO only, as condor_submit checks
+            expected = "ON_EXIT, ON_EXIT_OR_EVICT or ON_SUCCESS" if transfer else "NONE with should_transfer_files = NO"
+            raise SubmitError(f"when_to_transfer_output = {given}: expected {expected}")
+        transfer_executable = self.flag("transfer_executable", True)
+        streams = (
+            self.flag("transfer_input", True) or not transfer,
+            self.flag("transfer_output", True) or not transfer,
+            self.flag("transfer_error", True) or not transfer,
+        )
+        executable = self.value("executable").strip()
+        if transfer_executable:  # on the submit side, from condor_submit's folder; else as the execute side sees it
             executable = os.path.join(self.base, executable)
         return JobSpec(
             cluster=self.cluster,
             process=process,
             executable=executable,
             transfer_executable=transfer_executable,
-            arguments=parse_arguments(self._first("arguments", "args"), where),
-            environment=parse_environment(self._first("environment", "env"), where),
+            arguments=parse_arguments(self.value("arguments") or self.value("arguments2"), where),
+            environment=self._environment(where),
             initialdir=initialdir,
-            stdin=self._path_in(initialdir, "input"),
-            stdout=self._path_in(initialdir, "output"),
-            stderr=self._path_in(initialdir, "error"),
-            inputs=tuple(_inputs(initialdir, self._expand("transfer_input_files"))) if transfer else (),
-            transfer_outputs=_output_names(self._keys, self._expand("transfer_output_files")),
+            stdin=self._stream(initialdir, "input", streams[0]),
+            stdout=self._stream(initialdir, "output", streams[1]),
+            stderr=self._stream(initialdir, "error", streams[2]),
+            transfer_streams=streams,
+            inputs=self._inputs(initialdir) if transfer else (),
+            transfer_outputs=self._output_names(),
+            output_remaps=_remaps(initialdir, self.value("transfer_output_remaps"), where),
             transfer=transfer,
             outputs_on_success_only=when == "ON_SUCCESS",
+            log=self._path_in(initialdir, "log"),
+            ad=jobad.JobAd.from_commands(self.value, self.segment.spellings, where),
+            core_size=_core_size(self.value("core_size"), where),
+            skip_filechecks=self.flag("skip_filechecks", False),
+            if_needed=should == "IF_NEEDED",
         )
 
-    def _path_in(self, initialdir: str, key: str) -> str | None:
-        value = self._expand(key).strip()
+    def _check_values(self, where: str) -> None:
+        """The commands whose *values* mwpy honours only in part, as this job expands them."""
+        universe = self.value("universe").strip().lower() or "vanilla"
+        if universe != "vanilla":
+            raise SubmitError(f"universe = {universe}: mwpy jobs runs vanilla-universe jobs only")
+        if not self.value("executable").strip():
+            raise SubmitError(f"{where}: no executable")
+        for key in ("transfer_input_files", "transfer_output_files", "transfer_common_input"):
+            if "://" in self.value(key):
+                raise SubmitError(f"{key}: URLs are not supported by mwpy jobs: only files and folders")
+        for command, allowed in _ONLY_VALUES.items():
+            value = self.value(command).strip().lower()
+            if value and value not in allowed:
+                raise SubmitError(f"{command} = {value}: mwpy jobs honours only {' or '.join(sorted(allowed))}")
+        if "$$(" in self.value("arguments") + self.value("environment"):
+            raise SubmitError(f"{where}: $$() machine attributes are not supported by mwpy jobs")
+
+    def _environment(self, where: str) -> tuple[tuple[str, str], ...]:
+        explicit = parse_environment(self.value("environment") or self.value("environment2"), where)
+        copied = _getenv(self.value("getenv"), self.environment)
+        if not copied:
+            return explicit
+        named = {name for name, _ in explicit}
+        return tuple((name, value) for name, value in copied if name not in named) + explicit
+
+    def _stream(self, initialdir: str, command: str, transferred: bool) -> str | None:
+        """A stream's path: below initialdir (transferred, or on a shared file system), else as given."""
+        value = self.value(command).strip()
         if not value or value == "/dev/null":
             return None
-        return os.path.join(initialdir, value)
+        return os.path.join(initialdir, value) if transferred else value
+
+    def _path_in(self, initialdir: str, command: str) -> str | None:
+        value = self.value(command).strip()
+        return os.path.join(initialdir, value) if value else None
+
+    def _inputs(self, initialdir: str) -> tuple[InputFile, ...]:
+        keep_paths = self.flag("preserve_relative_paths", False)
+        common = [
+            _input(initialdir, entry, keep_paths, common=True)
+            for entry in _split_list(self.value("transfer_common_input"))
+        ]
+        own = [_input(initialdir, entry, keep_paths) for entry in _split_list(self.value("transfer_input_files"))]
+        return (*common, *own)
+
+    def _output_names(self) -> tuple[str, ...] | None:
+        if "transfer_output_files" not in self.segment.spellings:
+            return None
+        return tuple(_split_list(self.value("transfer_output_files")))
+
+
+#: should_transfer_files and when_to_transfer_output as condor_submit reads them (enum_utils.cpp's tables).
+_SHOULD_TRANSFER = {
+    "YES": "YES",
+    "TRUE": "YES",
+    "ALWAYS": "YES",
+    "NO": "NO",
+    "FALSE": "NO",
+    "NEVER": "NO",
+    "IF_NEEDED": "IF_NEEDED",
+    "AUTO": "IF_NEEDED",
+}
+_WHEN_TO_TRANSFER = {
+    "ON_EXIT_OR_EVICT": "ON_EXIT_OR_EVICT",
+    "ALWAYS": "ON_EXIT_OR_EVICT",
+    "ON_EXIT": "ON_EXIT",
+    "ONEXIT": "ON_EXIT",
+    "NONE": "NONE",
+    "NULL": "NONE",
+    "ON_SUCCESS": "ON_SUCCESS",
+    "ONSUCCESS": "ON_SUCCESS",
+}
+
+#: Commands honoured for some values only (docs/jobs.md says which).
+_ONLY_VALUES: dict[str, frozenset[str]] = {
+    "erase_output_and_error_on_restart": frozenset({"true", "yes", "1"}),
+    "stream_input": frozenset({"false", "no", "0"}),
+    "stream_output": frozenset({"false", "no", "0"}),
+    "stream_error": frozenset({"false", "no", "0"}),
+    "log_xml": frozenset({"false", "no", "0"}),
+    "notification": frozenset({"never"}),
+}
+
+
+def _spellings(keys: list[str]) -> dict[str, tuple[str, ...]]:
+    """command name -> the spellings of it the statement defines (its own name first, as condor_submit prefers)."""
+    found: dict[str, list[str]] = {}
+    for key in keys:
+        command = commands.lookup(key)
+        name = command.name if command is not None and "<" not in command.name else key.lower()
+        found.setdefault(name, [])
+        if key not in found[name]:
+            found[name].append(key)
+    ordered = {}
+    for name, spelt in found.items():
+        spelt.sort(key=lambda key, name=name: key.lower() != name)  # type: ignore[misc]
+        ordered[name] = tuple(spelt)
+    return ordered
 
 
 def _as_dict(item: object) -> dict[str, str]:
@@ -327,35 +476,103 @@ def _as_dict(item: object) -> dict[str, str]:
     return {"Item": str(item)}
 
 
-def _check_one_queue_statement(text: str, path: str) -> None:
-    """The bindings read the first queue statement and drop the rest of the file: refuse what they would drop."""
-    lines = text.splitlines()
-    queue_lines = [n for n, line in enumerate(lines) if _QUEUE_LINE.match(line)]
-    if not queue_lines:
-        return
-    if len(queue_lines) > 1:
-        raise SubmitError(f"{path}: {len(queue_lines)} queue statements: mwpy jobs runs one (split the file)")
-    after = lines[queue_lines[0] + 1 :]
-    if "(" in lines[queue_lines[0]] and ")" not in lines[queue_lines[0]]:
-        closing = next((n for n, line in enumerate(after) if line.strip().startswith(")")), len(after) - 1)
-        after = after[closing + 1 :]
-    for line in after:
-        if line.strip() and not line.lstrip().startswith("#"):
-            raise SubmitError(f"{path}: {line.strip()!r} after the queue statement: put every command before it")
+_SLICE = re.compile(r"\b(?:in|from|matching)\s+(?:(?:files|dirs|any)\s+)*\[([-\d\s:]*)\]", re.IGNORECASE)
 
 
-def _inputs(initialdir: str, value: str) -> Iterator[InputFile]:
-    """``transfer_input_files``: a file lands under its base name, ``dir`` as ``dir/...``, ``dir/`` as its contents."""
-    for entry in _split_list(value):
-        source = os.path.join(initialdir, entry)
-        name = "" if entry.endswith("/") else os.path.basename(os.path.normpath(entry))
-        yield InputFile(source, name)
+def _sliced(qargs: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``queue ... from [1:] FILE``: the bindings give every item; condor_submit keeps the slice's (Python's rules)."""
+    found = _SLICE.search(qargs)
+    if found is None:
+        return rows
+    parts = [int(part) if part.strip() else None for part in found.group(1).split(":")]
+    return (
+        rows[slice(*parts[:3])] if len(parts) > 1 else rows[slice(parts[0], None if parts[0] is None else parts[0] + 1)]
+    )
 
 
-def _output_names(keys: dict[str, str], value: str) -> tuple[str, ...] | None:
-    if "transfer_output_files" not in keys:
+_KEYWORD = re.compile(r"(?:^|\s)(in|from|matching)(?=\s|\(|$)", re.IGNORECASE)
+
+
+def _queue_count(submit: object, qargs: str, variables: tuple[str, ...], where: str) -> int:
+    """The count of ``queue COUNT [vars] [in|from|matching ...]``: an integer expression, as condor_submit reads it.
+
+    The count is what stands before the variable list: macros are expanded, then HTCondor's ClassAd
+    library evaluates it (``queue $(N)+1`` queues N + 1 jobs).
+    """
+    import classad2  # noqa: PLC0415
+    import htcondor2  # noqa: PLC0415
+
+    text = qargs.strip()
+    keyword = _KEYWORD.search(text)
+    if keyword is not None:
+        text = text[: keyword.start()].rstrip()
+        for variable in reversed(variables):  # the variable list ends the part before the keyword
+            text = re.sub(rf"[\s,]*\b{re.escape(variable)}\s*,?\s*$", "", text, flags=re.IGNORECASE)
+    if not text:
+        return 1
+    probe = htcondor2.Submit(dict(submit))  # type: ignore[call-overload]
+    probe["MWPY_QUEUE_COUNT"] = text
+    expanded = str(probe.expand("MWPY_QUEUE_COUNT")).strip()
+    try:
+        value = classad2.ExprTree(expanded).eval()
+    except Exception:
+        value = None
+    if isinstance(value, bool | classad2.Value) or not isinstance(value, int) or not 0 <= value < 2**31 - 1:
+        raise SubmitError(f"{where}: queue count {text!r} ({expanded!r}) is not a non-negative integer")
+    return value
+
+
+def _getenv(value: str, environment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``getenv``: ``true`` copies every variable, a list of names or ``*`` patterns copies those."""
+    value = value.strip()
+    if not value or value.lower() in ("false", "no", "0", "f", "n"):
+        return ()
+    if value.lower() in _TRUE:
+        return tuple(sorted(environment.items()))
+    patterns = _split_list(value.replace(" ", ","))
+    return tuple(
+        sorted(
+            (name, setting)
+            for name, setting in environment.items()
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        )
+    )
+
+
+def _input(initialdir: str, entry: str, keep_paths: bool, *, common: bool = False) -> InputFile:
+    """A file lands under its base name (or its relative path with ``preserve_relative_paths``), ``dir`` as
+    ``dir/...``, ``dir/`` as its contents."""
+    source = os.path.join(initialdir, entry)
+    if entry.endswith("/"):
+        return InputFile(source, "", common)
+    normal = os.path.normpath(entry)
+    keep = keep_paths and not os.path.isabs(entry) and not normal.startswith("..")
+    return InputFile(source, normal if keep else os.path.basename(normal), common)
+
+
+def _remaps(initialdir: str, value: str, where: str) -> tuple[tuple[str, str], ...]:
+    """``transfer_output_remaps = "name = path; name2 = path2"``: where each named output goes instead."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    pairs = []
+    for part in value.split(";"):
+        if not part.strip():
+            continue
+        name, sep, path = part.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise SubmitError(f"transfer_output_remaps ({where}): {part.strip()!r} is not NAME = PATH")
+        pairs.append((name.strip(), os.path.join(initialdir, path.strip())))
+    return tuple(pairs)
+
+
+def _core_size(value: str, where: str) -> int | None:
+    value = value.strip()
+    if not value:
         return None
-    return tuple(_split_list(value))
+    if not value.isdigit():
+        raise SubmitError(f"core_size ({where}): {value!r} is not a number of bytes")
+    return int(value)
 
 
 def _split_list(value: str) -> list[str]:

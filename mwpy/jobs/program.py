@@ -2,14 +2,19 @@
 
 Run by path, like any mwpy program (``python .../mwpy/jobs/program.py
 SUBMITFILE --summary S --mw-master ...``): ``mwpy jobs`` hands it to
-:func:`mwpy.pool.local.run_local`, ``submit/jobs-master.sub`` to Condor's scheduler
-universe, and the slaves load it the same way. The master generates jobs
-lazily from the item data and keeps at most ``--max-pending`` of them
-submitted, so 100,000 queued jobs cost the memory of a few thousand.
+:func:`mwpy.pool.local.run_local`, ``mwpy jobs --pool`` to Condor's scheduler
+universe (:mod:`mwpy.jobs.pool`), and the slaves load it the same way. The
+master makes jobs lazily from the item data and keeps at most
+``--max-pending`` of them submitted (or fewer: ``max_materialize``,
+``max_idle``), so 100,000 queued jobs cost the memory of a few thousand.
 
-Each job is a task keyed by its id and content (``--mw-journal`` then lets a
-restarted master answer finished jobs from the journal instead of running
-them again). Its outcome is appended to the summary as it arrives.
+Each run of a job is a task keyed by the job's id, its run number and its
+content (``--mw-journal`` then lets a restarted master answer finished runs
+from the journal instead of running them again; it says so). A file with a
+policy command keeps each job's ClassAd (:mod:`mwpy.jobs.policy`): a job that
+exits may be held, run again or removed, a held one released, as Condor
+would; the user log (``log = FILE``, :mod:`mwpy.jobs.userlog`) gets Condor's
+events. A job's summary line is written when it is done for good.
 """
 
 from __future__ import annotations
@@ -22,20 +27,28 @@ if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.p
     sys.path[0] = os.path.dirname(os.path.dirname(sys.path[0]))
 
 import argparse
+import collections
 import functools
 import hashlib
 import json
 import secrets
 import shutil
-import tempfile
+import signal
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from mwpy import program, safe_text
+import attrs
+
+from mwpy import program, safe_files, safe_text
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
+from mwpy.jobs.jobad import Placement
+from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
+from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
 from mwpy.net import filestore
 from mwpy.net.filestore import output_upload_name
@@ -51,6 +64,8 @@ MAX_PENDING = 2000
 SHOWN_FAILURES = 20
 #: Characters of each failed job's reason in that list (the summary has all of it).
 SHOWN_WHY = 300
+#: Seconds between evaluations of the periodic expressions (HTCondor's PERIODIC_EXPR_INTERVAL default).
+PERIODIC_INTERVAL = 60.0
 
 
 def membership() -> Membership:
@@ -80,12 +95,13 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-pending", type=int, default=MAX_PENDING)
     parser.add_argument("--max-output-bytes", type=int, default=filestore.MAX_OUTPUT_BYTES)
     parser.add_argument("--max-output-files", type=int, default=filestore.MAX_OUTPUT_FILES)
+    parser.add_argument("--periodic-interval", type=float, default=PERIODIC_INTERVAL)
     return parser.parse_args(argv)
 
 
-def job_key(spec: JobSpec) -> str:
-    """The journal key: the job's id and everything that defines it (a changed job is not answered)."""
-    return f"mwpy-jobs:{spec.job_id}:{hashlib.sha256(repr(spec).encode()).hexdigest()[:24]}"
+def job_key(spec: JobSpec, run_number: int = 1) -> str:
+    """The journal key: the job's id, which run of it, and all that defines it (a changed job is not answered)."""
+    return f"mwpy-jobs:{spec.job_id}:{run_number}:{hashlib.sha256(repr(spec).encode()).hexdigest()[:24]}"
 
 
 #: Real paths of the submit side's files, remembered (a shared input is looked up once, not once per job).
@@ -97,10 +113,11 @@ class _Files:
 
     def __init__(self, server: filestore.FileServer) -> None:
         self.server = server
-        self.inputs: list[tuple[str, str]] = []
+        self.inputs: list[tuple[str, str, int]] = []
         self.protected: set[str] = set()
 
-    def add(self, source: str, name: str) -> None:
+    def add(self, source: str, name: str, mode: int | None = None, *, common: bool = False) -> None:
+        """Publish ``source`` as ``name`` in the scratch folder, with its mode (read-only when ``common``)."""
         if os.path.isdir(source):
             for folder, dirs, files in os.walk(source):
                 dirs.sort()
@@ -108,10 +125,11 @@ class _Files:
                     path = os.path.join(folder, file)
                     if os.path.isfile(path):
                         relative = os.path.relpath(path, source)
-                        self.add(path, f"{name}/{relative}" if name else relative)
+                        self.add(path, f"{name}/{relative}" if name else relative, common=common)
             return
         digest, _ = self.server.publish(source)
-        self.inputs.append((name, digest))
+        bits = os.stat(source).st_mode & 0o7777 if mode is None else mode
+        self.inputs.append((name, digest, bits & ~0o222 if common else bits))
         self.protected.add(_real_path(source))
 
 
@@ -119,38 +137,34 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
     """The task for ``spec``: inputs published by hash, and the file service told where outputs may land."""
     files = _Files(server)
     executable = spec.executable
-    executables: frozenset[str] = frozenset()
     if spec.transfer and spec.transfer_executable:
         executable = os.path.basename(spec.executable)
-        files.add(spec.executable, executable)
-        executables = frozenset({executable})
-    stdin = None
-    if spec.stdin is not None:
-        if spec.transfer:
-            files.add(spec.stdin, "_condor_stdin")
-            stdin = "_condor_stdin"
-        else:
-            stdin = spec.stdin
+        files.add(spec.executable, executable, runner.EXECUTABLE_MODE)
+    stdin = spec.stdin
+    if spec.stdin is not None and spec.transfer and spec.transfer_streams[0]:
+        files.add(spec.stdin, "_condor_stdin")
+        stdin = "_condor_stdin"
     for item in spec.inputs:
-        files.add(item.source, item.name)
-    files.protected.add(_real_path(spec.executable))
+        files.add(item.source, item.name, common=item.common)
+    if spec.transfer_executable:
+        files.protected.add(_real_path(spec.executable))
     token = secrets.token_hex(16)
-    streams = []
-    if spec.stdout is not None:
-        streams.append((runner.STDOUT_UPLOAD, spec.stdout))
-    if spec.stderr is not None:
-        streams.append((runner.STDERR_UPLOAD, spec.stderr))
+    renamed = list(spec.output_remaps)
+    if spec.stdout is not None and spec.transfer_streams[1]:
+        renamed.append((runner.STDOUT_UPLOAD, spec.stdout))
+    if spec.stderr is not None and spec.transfer_streams[2]:
+        renamed.append((runner.STDERR_UPLOAD, spec.stderr))
     server.expect(
         token,
         filestore.Destination(
             spec.initialdir,
             frozenset(files.protected),
-            tuple(streams),
+            tuple(renamed),
             max_bytes=args.max_output_bytes,
             max_files=args.max_output_files,
             outputs=None if spec.transfer_outputs is None else tuple(map(output_upload_name, spec.transfer_outputs)),
         ),
-        tuple(digest for _, digest in files.inputs),
+        tuple(digest for _, digest, _ in files.inputs),
     )
     return runner.JobTask(
         job_id=spec.job_id,
@@ -160,14 +174,64 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         arguments=spec.arguments,
         environment=spec.environment,
         inputs=tuple(files.inputs),
-        executables=executables,
         stdin=stdin,
-        stdout=(spec.stdout is not None) if spec.transfer else spec.stdout,
-        stderr=(spec.stderr is not None) if spec.transfer else spec.stderr,
+        stdout=_stream(spec, spec.stdout, 1),
+        stderr=_stream(spec, spec.stderr, 2),
         transfer_outputs=spec.transfer_outputs,
         transfer=spec.transfer,
         outputs_on_success_only=spec.outputs_on_success_only,
         initialdir=spec.initialdir,
+        kill_signal=_signal(spec.ad.kill_sig),
+        stop_signals=(
+            _signal(spec.ad.hold_kill_sig or spec.ad.kill_sig),
+            _signal(spec.ad.remove_kill_sig or spec.ad.kill_sig),
+        ),
+        kill_timeout=float(spec.ad.kill_timeout) if spec.ad.kill_timeout is not None else 10.0,
+        core_size=spec.core_size,
+        check_interval=args.periodic_interval if _checked_while_running(spec) else None,
+        cpus=int(spec.ad.placement.cpus) if spec.ad.placement.cpus.isdigit() else 1,
+        shared=submit_side() if spec.if_needed else None,
+        in_place=(spec.executable, spec.stdin, spec.stdout, spec.stderr) if spec.if_needed else None,
+    )
+
+
+@functools.cache
+def submit_side() -> tuple[str, str]:
+    """This host's FileSystemDomain (HTCondor's FILESYSTEM_DOMAIN, by default its full name) and its name: a slave
+    that shares them sees initialdir as it is here."""
+    import htcondor2  # noqa: PLC0415 (already loaded by the description)
+
+    domain = htcondor2.param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
+    return str(domain), socket.gethostname()
+
+
+def _stream(spec: JobSpec, path: str | None, index: int) -> bool | str | None:
+    """What the slave does with stdout/stderr: capture and send back (True), write to a path, or discard (None)."""
+    if path is None:
+        return None
+    if spec.transfer and spec.transfer_streams[index]:
+        return True
+    return path
+
+
+def _signal(name: str) -> int:
+    """``kill_sig``: a number or a name (``SIGTERM``, ``TERM``), as condor_submit accepts it."""
+    name = name.strip().upper()
+    if not name:
+        return int(signal.SIGTERM)
+    if name.isdigit():
+        return int(name)
+    found = getattr(signal, name if name.startswith("SIG") else "SIG" + name, None)
+    if not isinstance(found, signal.Signals):
+        raise SubmitError(f"kill_sig = {name}: not a signal")
+    return int(found)
+
+
+def _checked_while_running(spec: JobSpec) -> bool:
+    """Whether the slave must report a running job's usage: its policy has something to evaluate meanwhile."""
+    ad = spec.ad
+    return any(ad.get(name, "false") != "false" for name in ("PeriodicHold", "PeriodicRemove")) or bool(
+        ad.get("AllowedJobDuration") or ad.get("AllowedExecuteDuration")
     )
 
 
@@ -177,28 +241,40 @@ def status_path(resource: str) -> str:
 
 
 class _Summary:
-    """The run summary: one JSON line per job as it ends, a last line for the run, a few lines of text.
+    """The run summary: one JSON line per job when it is done for good, a last line for the run, one line of text.
 
     It also keeps the job counts beside the resource file (at most once a
     second, and at the end), where ``mwpy status`` shows them.
     """
 
-    def __init__(self, path: str, total: int, status: str | None) -> None:
+    def __init__(self, path: str, total: int, status: str | None, batch: str) -> None:
         self.out: IO[str] = open(path, "w+")  # noqa: SIM115 (kept open for the run, closed by close())
         self.total = total
         self.status = status
-        self.done = 0
-        self.failures = 0
+        self.batch = batch
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.placements: collections.Counter[Placement] = collections.Counter()  # jobs made, by what they ask
+        self.journaled = 0
+        self.held_now: dict[str, str] = {}  # job -> hold reason, of the jobs held now (for good or not yet)
+        self.waiting_release = 0  # of those, the ones a periodic_release may still release
         self.failed: list[str] = []  # the first failed jobs in queue order, for the last lines (bounded)
         self._written = 0.0
         self._write_status()
 
+    @property
+    def done(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def failures(self) -> int:
+        return self.done - self.counts["ok"]
+
     def job(self, record: dict[str, Any]) -> None:
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
-        self.done += 1
+        self.counts[record["status"]] += 1
+        self.journaled += bool(record.get("journaled"))
         if record["status"] != "ok":
-            self.failures += 1
             why = safe_text.one_line(record["why"])[:SHOWN_WHY]  # quotes the job (file names it made): shown safe
             self.failed.append(f"{record['job']} ({why})")
             if len(self.failed) > 10 * SHOWN_FAILURES:
@@ -217,11 +293,18 @@ class _Summary:
     def _write_status(self) -> None:
         if self.status is None:
             return
-        counts = {"total": self.total, "finished": self.done, "failed": self.failures, "summary": self.out.name}
-        temporary = f"{self.status}.{os.getpid()}.tmp"
-        with open(temporary, "w") as out:
-            json.dump(counts, out)
-        os.replace(temporary, self.status)
+        counts = {
+            "total": self.total,
+            "finished": self.done,
+            "failed": self.failures,
+            "held": len(self.held_now),
+            "waiting_release": self.waiting_release,
+            "hold_reasons": dict(list(self.held_now.items())[:SHOWN_FAILURES]),
+            "journaled": self.journaled,
+            "batch": self.batch,
+            "summary": self.out.name,
+        }
+        safe_files.write_atomically(self.status, json.dumps(counts).encode(), mode=None)
 
     def _keep_own_file(self) -> None:
         """The file at the summary's path must be the one written here, or its lines would go nowhere.
@@ -238,31 +321,44 @@ class _Summary:
             return
         print(f"mwpy jobs: note: {path} was removed or replaced during the run; written again in full", file=sys.stderr)
         self.out.flush()
-        self.out.seek(0)
-        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".mwpy-summary-")
-        os.fchmod(fd, os.fstat(self.out.fileno()).st_mode & 0o777)  # as the summary was made
-        with os.fdopen(fd, "w") as copy:
-            shutil.copyfileobj(self.out, copy)
-        os.replace(temporary, path)
+        mode = os.fstat(self.out.fileno()).st_mode & 0o777  # as the summary was made
+        with os.fdopen(os.dup(self.out.fileno()), "rb") as source, safe_files.replacing(path, mode=mode) as copy:
+            source.seek(0)
+            shutil.copyfileobj(source, copy)
         self.out.close()
         self.out = open(path, "a+")  # noqa: SIM115 (kept open for the run, closed by close())
 
     def close(self, started: float, counters: dict[str, Any]) -> None:
         self._keep_own_file()
         elapsed = time.time() - started
-        run = {"jobs": self.total, "failed": self.failures, "seconds": elapsed, **counters}
+        run = {
+            "jobs": self.total,
+            "failed": self.failures,
+            "held": self.counts["held"],
+            "removed": self.counts["removed"],
+            "journaled": self.journaled,
+            "batch": self.batch,
+            "seconds": elapsed,
+            "placements": [{"placement": p.describe(), "jobs": n} for p, n in self.placements.most_common()],
+            **counters,
+        }
         self.out.write(json.dumps({"run": run}) + "\n")
         self.out.close()
         self._write_status()
-        print(
-            f"mwpy jobs: {self.done} jobs in {elapsed:.1f} s: {self.done - self.failures} ok, "
-            f"{self.failures} failed; summary in {self.out.name}"
-        )
+        print(f"mwpy jobs: {self.line(elapsed)}")
         if self.failed:
             self.failed.sort(key=_process_order)
             more = self.failures - SHOWN_FAILURES
             shown = ", ".join(self.failed[:SHOWN_FAILURES]) + (f" and {more} more" if more > 0 else "")
             print(f"mwpy jobs: failed: {shown}", file=sys.stderr)
+
+    def line(self, elapsed: float) -> str:
+        """``N jobs in S s: X ok, Y failed[, Z held][, W removed][; J answered from the journal]; summary in F``."""
+        failed = self.failures - self.counts["held"] - self.counts["removed"]
+        parts = [f"{self.counts['ok']} ok", f"{failed} failed"]
+        parts += [f"{self.counts[k]} {k}" for k in ("held", "removed") if self.counts[k]]
+        journal = f"; {self.journaled} answered from the journal" if self.journaled else ""
+        return f"{self.done} jobs in {elapsed:.1f} s: {', '.join(parts)}{journal}; summary in {self.out.name}"
 
 
 def _process_order(line: str) -> tuple[int, str]:
@@ -276,7 +372,7 @@ def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
     if result.error is not None:
         error = result.error
         why = f"not started: {error.message}" if error.type == "JobSetupError" else f"{error.type}: {error.message}"
-        return {"job": job_id, "status": "failed", "why": why, "slave": result.slave_id}
+        return {"job": job_id, "status": "failed", "why": why, "slave": result.slave_id, "journaled": result.journaled}
     outcome = result.value
     if not isinstance(outcome, runner.JobOutcome):
         return {"job": job_id, "status": "failed", "why": "the slave sent no job outcome", "slave": result.slave_id}
@@ -305,9 +401,34 @@ def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
     }
 
 
+@attrs.frozen
+class JobTag:
+    """What each job's task carries on the master (its policy's tag): which job and run, and the job's placement.
+
+    The placement is what a job asks of the machine that runs it (requirements, request_*, ...); the pool
+    side's slave shapes (issue 24) are to send a task only to a slave of its placement's shape.
+    """
+
+    job_id: str
+    token: str  # the run's name to the file service
+    placement: Placement
+
+
+@attrs.define
+class _Job:
+    """A job between its creation and its last summary line: its spec, its ClassAd (policy files) and its runs."""
+
+    spec: JobSpec
+    life: JobLife | None
+    runs: int = 0
+    journaled: bool = False  # its last run was answered from the journal
+    started_logged: bool = False  # this run's executing event is in the user log
+    stopped: Decision | None = None  # what the policy decided while this run ran (and the log already has)
+
+
 @master
 def main(mw: Master, argv: list[str]) -> int:
-    """Run every job of the submit file; exit 0 when all succeeded, 1 when any failed, 2 for a bad file."""
+    """Run every job of the submit file; exit 0 when all succeeded, 1 when any did not, 2 for a bad file."""
     args = _arguments(argv)
     try:
         description = SubmitDescription(args.submit_file, cluster=args.cluster, base=args.base)
@@ -316,15 +437,16 @@ def main(mw: Master, argv: list[str]) -> int:
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
-    for note in description.notes():
-        print(f"mwpy jobs: note: {note}", file=sys.stderr)
+    mw.goodput_summary = False  # the run ends with its own line
     server = _file_service(mw, me)
     status = None if me.resource_file is None else status_path(me.resource_file)
     server.protect(args.submit_file, args.summary, *me.own_files, *([status] if status else []))
-    summary = _Summary(args.summary, description.total, status)
+    first = next(description.jobs())
+    batch = (first.ad.get("JobBatchName") or first.ad.get("JobDescription")).strip('"')  # as condor_q names a batch
+    summary = _Summary(args.summary, description.total, status, batch)
     started = time.time()
     try:
-        _run(mw, description, server, summary, args)
+        _Run(mw, description, server, summary, args).run()
     finally:
         server.close()
         summary.close(started, server.counters.as_dict())
@@ -339,38 +461,278 @@ def _file_service(mw: Master, me: Membership) -> filestore.FileServer:
     )
 
 
-def _run(
-    mw: Master,
-    description: SubmitDescription,
-    server: filestore.FileServer,
-    summary: _Summary,
-    args: argparse.Namespace,
-) -> None:
-    jobs: Iterator[JobSpec] = description.jobs()
-    pending = 0
-    exhausted = False
-    while True:
-        while not exhausted and pending < args.max_pending:
-            spec = next(jobs, None)
+class _Run:
+    """One run of the submit file's jobs on the master: what is in flight, waiting, held, and what comes back."""
+
+    def __init__(
+        self,
+        mw: Master,
+        description: SubmitDescription,
+        server: filestore.FileServer,
+        summary: _Summary,
+        args: argparse.Namespace,
+    ) -> None:
+        self.mw = mw
+        self.server = server
+        self.summary = summary
+        self.args = args
+        self.jobs: Iterator[JobSpec] = description.jobs()
+        self.max_materialize, self.max_idle = description.materialize_limits()
+        self.exhausted = False
+        self.in_flight: dict[str, _Job] = {}  # task token -> job
+        self.waiting: collections.deque[_Job] = collections.deque()  # requeued or released: to run again
+        self.held: dict[str, _Job] = {}  # job id -> job
+        self.logs: dict[str, UserLog] = {}
+        self.lock = threading.Lock()  # the file service's threads evaluate running jobs' ads too
+        self.next_sweep = time.monotonic() + args.periodic_interval
+        self.resumed = False
+        server.checks = self._check_running
+
+    def run(self) -> None:
+        while True:
+            self.summary.waiting_release = len(self.held)
+            self._fill()
+            if self._over():
+                return
+            self.mw.loop(timeout=1.0)
+            for result in self.mw.results():
+                self._arrived(result)
+            for lost in self.mw.unrunnable_tasks():
+                self.server.forget(lost.tag.token)
+                with self.lock:
+                    self.in_flight.pop(lost.tag.token, None)
+                self.summary.job({"job": lost.tag.job_id, "status": "failed", "why": "unrunnable: its slave was lost"})
+            if time.monotonic() >= self.next_sweep:
+                self.next_sweep = time.monotonic() + self.args.periodic_interval
+                self._sweep(time.time())
+
+    def _over(self) -> bool:
+        if not (self.exhausted and not self.in_flight and not self.waiting):
+            return False
+        now = time.time()
+        with self.lock:
+            if any(not job.life.held_for_good(now) for job in self.held.values() if job.life is not None):
+                return False
+        self.summary.waiting_release = 0
+        for job in list(self.held.values()):  # held for good: that is how they end
+            reason = job.life.hold_reason if job.life is not None else ""
+            self.summary.job({"job": job.spec.job_id, "status": "held", "why": reason, "journaled": job.journaled})
+        self.held.clear()
+        return True
+
+    # ------------------------------------------------------------------ sending jobs
+
+    def _ahead(self) -> int:
+        """How many jobs may be in flight: --max-pending, and max_materialize, and max_idle beyond the busy slaves."""
+        limit = min(int(self.args.max_pending), self.max_materialize or int(self.args.max_pending))
+        if self.max_idle is not None:
+            limit = min(limit, len(self.mw.connected_slaves()) + self.max_idle)
+        return max(limit, 1)
+
+    def _fill(self) -> None:
+        ahead = self._ahead()
+        while len(self.in_flight) < ahead:
+            job = self.waiting.popleft() if self.waiting else self._new()
+            if job is None:
+                return
+            self._send(job)
+
+    def _new(self) -> _Job | None:
+        while not self.exhausted:
+            spec = next(self.jobs, None)
             if spec is None:
-                exhausted = True
-                break
-            task = prepare(spec, server, args)
-            run_job.with_policy(key=job_key(spec), tag=(spec.job_id, task.token)).submit(task)
-            pending += 1
-        if exhausted and pending == 0:
+                self.exhausted = True
+                return None
+            now = time.time()
+            job = _Job(spec, JobLife(spec, now) if spec.ad.policy else None)
+            self.summary.placements[spec.ad.placement] += 1
+            log = self._log(spec)
+            if log is not None:
+                log.submitted(spec.cluster, spec.process, now, spec.ad.get("SubmitEventNotes").strip('"'))
+            if job.life is not None and job.life.status == HELD:  # submitted on hold
+                self._logged(job, Decision(Verdict.HOLD, job.life.hold_reason, int(job.life.ad["HoldReasonCode"])), now)
+                self.held[spec.job_id] = job
+                self.summary.held_now[spec.job_id] = job.life.hold_reason
+                continue
+            return job
+        return None
+
+    def _send(self, job: _Job) -> None:
+        job.runs += 1
+        job.started_logged, job.stopped = False, None
+        task = prepare(job.spec, self.server, self.args)
+        tag = JobTag(job.spec.job_id, task.token, job.spec.ad.placement)
+        policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=tag)
+        with self.lock:
+            self.in_flight[task.token] = job
+        policy.submit(task)
+
+    def _log(self, spec: JobSpec) -> UserLog | None:
+        if spec.log is None:
+            return None
+        log = self.logs.get(spec.log)
+        if log is None:
+            log = self.logs[spec.log] = UserLog(spec.log)
+        return log
+
+    # ------------------------------------------------------------------ what comes back
+
+    def _arrived(self, result: Result) -> None:
+        job_id, token = result.tag.job_id, result.tag.token
+        self.server.forget(token)
+        with self.lock:
+            job = self.in_flight.pop(token)
+        job.journaled = result.journaled
+        if result.journaled and not self.resumed:
+            self.resumed = True
+            print("mwpy jobs: resumed: finished jobs are answered from the journal", file=sys.stderr)
+        outcome = result.value if result.error is None else None
+        if isinstance(outcome, runner.JobOutcome) and outcome.hold is not None:
+            self._not_executed(job, outcome, outcome_record(job_id, result))
             return
-        mw.loop(timeout=1.0)
-        for result in mw.results():
-            job_id, token = result.tag
-            server.forget(token)
-            summary.job(outcome_record(job_id, result))
-            pending -= 1
-        for lost in mw.unrunnable_tasks():
-            job_id, token = lost.tag
-            server.forget(token)
-            summary.job({"job": job_id, "status": "failed", "why": "unrunnable: its slave was lost"})
-            pending -= 1
+        if job.life is None or not isinstance(outcome, runner.JobOutcome):
+            self.summary.job(outcome_record(job_id, result))
+            self._log_end(job, outcome)
+            return
+        now = time.time()
+        run = Exit(
+            outcome.exit_code, outcome.signal, outcome.ended - outcome.started, outcome.user_cpu, outcome.sys_cpu
+        )
+        self._log_start(job, outcome.started, outcome.host)
+        with self.lock:
+            life = job.life
+            if outcome.stopped is None or job.stopped is None:
+                if life.status != RUNNING:  # not known yet when no usage report came in
+                    life.start(outcome.started)
+                decision = life.exit(run, now)
+            else:  # the policy stopped it while it ran: already held or removed, and logged
+                decision = job.stopped
+        self._decided(job, decision, now, run, outcome_record(job_id, result), logged=job.stopped is not None)
+
+    def _log_start(self, job: _Job, started: float, host: str) -> None:
+        """This run's executing event, once (from the first usage report, or from the result)."""
+        log = self._log(job.spec)
+        if log is not None and not job.started_logged:
+            log.executing(job.spec.cluster, job.spec.process, started, host, "")
+        job.started_logged = True
+
+    def _not_executed(self, job: _Job, outcome: runner.JobOutcome, record: dict[str, Any]) -> None:
+        """The executable could not be executed: Condor holds the job (code 6, the errno), whatever its policy."""
+        assert outcome.hold is not None
+        reason, code, subcode = outcome.hold
+        decision = Decision(Verdict.HOLD, reason, code, subcode)
+        now = time.time()
+        log = self._log(job.spec)
+        if log is not None:
+            spec = job.spec
+            log.executing(spec.cluster, spec.process, outcome.started, outcome.host, "")
+            log.not_executed(spec.cluster, spec.process, now, decision)
+        if job.life is None:  # nothing can release it
+            self.summary.job({**record, "status": "held", "why": reason})
+            return
+        with self.lock:
+            job.life.start(outcome.started)
+            job.life.apply(decision, now)
+        self.held[job.spec.job_id] = job
+        self.summary.held_now[job.spec.job_id] = reason
+        log = self._log(job.spec)
+        if log is not None:
+            log.held(job.spec.cluster, job.spec.process, now, decision)
+
+    def _decided(
+        self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any], *, logged: bool = False
+    ) -> None:
+        """Act on what the policy decided for a job that exited (or was stopped, and ``logged`` already)."""
+        assert job.life is not None
+        if decision.verdict == Verdict.COMPLETE:
+            self._log_terminated(job, run, now)
+            self.summary.job(record)
+        elif decision.verdict == Verdict.REQUEUE:
+            log = self._log(job.spec)
+            if log is not None:
+                log.requeued(job.spec.cluster, job.spec.process, now, run, decision)
+            self.waiting.append(job)
+        else:
+            if not logged:
+                self._logged(job, decision, now)
+            if decision.verdict == Verdict.HOLD:
+                self.held[job.spec.job_id] = job
+                self.summary.held_now[job.spec.job_id] = decision.reason
+            else:
+                self.summary.job({**record, "status": "removed", "why": decision.reason})
+
+    def _log_end(self, job: _Job, outcome: object) -> None:
+        """The fast path's events: executing and terminated, from the outcome (a journaled one is logged already)."""
+        log = self._log(job.spec)
+        if log is None or not isinstance(outcome, runner.JobOutcome) or job.journaled:
+            return
+        run = Exit(
+            outcome.exit_code, outcome.signal, outcome.ended - outcome.started, outcome.user_cpu, outcome.sys_cpu
+        )
+        log.executing(job.spec.cluster, job.spec.process, outcome.started, outcome.host, "")
+        log.terminated(job.spec.cluster, job.spec.process, outcome.ended, run, run)
+
+    def _log_terminated(self, job: _Job, run: Exit, now: float) -> None:
+        log = self._log(job.spec)
+        if log is not None and job.life is not None:
+            ad = job.life.ad
+            total = Exit(None, None, 0.0, float(ad["CumulativeRemoteUserCpu"]), float(ad["CumulativeRemoteSysCpu"]))
+            log.terminated(job.spec.cluster, job.spec.process, now, run, total)
+
+    def _logged(self, job: _Job, decision: Decision, now: float) -> None:
+        log = self._log(job.spec)
+        if log is None:
+            return
+        spec = job.spec
+        if decision.verdict == Verdict.HOLD:
+            log.held(spec.cluster, spec.process, now, decision)
+        elif decision.verdict == Verdict.RELEASE:
+            log.released(spec.cluster, spec.process, now, decision)
+        elif decision.verdict == Verdict.REMOVE:
+            log.aborted(spec.cluster, spec.process, now, decision)
+
+    # ------------------------------------------------------------------ the periodic expressions
+
+    def _check_running(self, token: str, usage: dict[str, float]) -> str | None:
+        """A slave's report on a running job (file-service thread): "hold"/"remove" when the policy stops it."""
+        now = time.time()
+        allowed = {name: value for name, value in usage.items() if name in _USAGE}
+        with self.lock:
+            job = self.in_flight.get(token)
+            if job is None or job.life is None:
+                return None
+            if job.life.status != RUNNING:
+                started = now - allowed.get("RemoteWallClockTime", 0.0)
+                job.life.start(started)
+                self._log_start(job, started, "")
+            decision = job.life.periodic(now, allowed)
+            if decision.verdict not in (Verdict.HOLD, Verdict.REMOVE):
+                return None
+            job.stopped = decision
+        self._logged(job, decision, now)
+        return str(decision.verdict.value)
+
+    def _sweep(self, now: float) -> None:
+        """Every --periodic-interval: held jobs may be released or removed, waiting ones held or removed."""
+        with self.lock:
+            for job in list(self.held.values()):
+                assert job.life is not None
+                decision = job.life.periodic(now)
+                if decision.verdict == Verdict.STAY:
+                    continue
+                self._logged(job, decision, now)
+                del self.held[job.spec.job_id]
+                self.summary.held_now.pop(job.spec.job_id, None)
+                if decision.verdict == Verdict.RELEASE:
+                    self.waiting.append(job)
+                else:
+                    self.summary.job({"job": job.spec.job_id, "status": "removed", "why": decision.reason})
+
+
+#: What a slave may report about a running job (the starter's usage attributes); anything else is ignored.
+_USAGE = frozenset(
+    {"RemoteWallClockTime", "RemoteUserCpu", "RemoteSysCpu", "ResidentSetSize", "MemoryUsage", "ImageSize"}
+)
 
 
 if __name__ == "__main__":

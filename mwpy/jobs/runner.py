@@ -1,15 +1,19 @@
 """One job on a slave, as Condor's starter would run it: scratch folder, inputs, streams, outputs back.
 
 The master sends a :class:`JobTask` (everything already expanded and every
-input named by its hash); :func:`run` places the inputs from the slave's
-:class:`~mwpy.net.filestore.InputCache` (hard links to read-only cached files, so
-a shared database is neither fetched nor copied again), runs the executable
-with stdin/stdout/stderr as declared, sends the outputs back through the
-file service and answers a :class:`JobOutcome`. A job that could not start
-(an input not fetched, an executable that does not exec) raises
-:class:`JobSetupError`: a failed *task*, which ``--mw-task-attempts`` may run
-again elsewhere and ``--mw-slave-max-failures`` counts against this slave.
-A job that ran and failed is an outcome, as in Condor.
+input named by its hash and mode); :func:`run` places the inputs from the
+slave's :class:`~mwpy.net.filestore.InputCache` (hard links to cached files
+with the submit side's permission bits, so a shared database is neither
+fetched nor copied again), runs the executable with stdin/stdout/stderr as
+declared, sends the outputs back through the file service and answers a
+:class:`JobOutcome`. While a job whose policy has periodic expressions runs,
+the slave tells the master what it has used every ``check_interval`` seconds
+and stops the job (``kill_sig``, then SIGKILL after ``kill_timeout``) when the
+master's evaluation says hold or remove. A job that could not start (an input
+not fetched, an executable that does not exec) raises :class:`JobSetupError`:
+a failed *task*, which ``--mw-task-attempts`` may run again elsewhere and
+``--mw-slave-max-failures`` counts against this slave. A job that ran and
+failed is an outcome, as in Condor.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -24,6 +29,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -37,6 +43,23 @@ STDERR_NAME = "_condor_stderr"
 #: Upload names the master maps to the submit file's ``output`` and ``error`` (never a file name: ':').
 STDOUT_UPLOAD = ":stdout"
 STDERR_UPLOAD = ":stderr"
+#: The permission bits a transferred executable gets, as Condor's starter gives them.
+EXECUTABLE_MODE = 0o755
+#: Set to the job's CPUs unless the job sets them (HTCondor's STARTER_NUM_THREADS_ENV_VARS default).
+THREAD_VARIABLES = (
+    "CUBACORES",
+    "GOMAXPROCS",
+    "JULIA_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "OMP_THREAD_LIMIT",
+    "OPENBLAS_NUM_THREADS",
+    "PYTHON_CPU_COUNT",
+    "ROOT_MAX_THREADS",
+    "TF_LOOP_PARALLEL_ITERATIONS",
+    "TF_NUM_THREADS",
+)
 
 
 class JobSetupError(MwpyError):
@@ -45,23 +68,33 @@ class JobSetupError(MwpyError):
 
 @attrs.frozen
 class JobTask:
-    """What a slave needs to run one job; inputs are ``(name in the scratch folder, sha256)``."""
+    """What a slave needs to run one job; inputs are ``(name in the scratch folder, sha256, permission bits)``."""
 
     job_id: str
     token: str  # names the job to the file service for its outputs
     service: tuple[str, int]
-    executable: str  # a scratch name (transferred) or a path on the slave
+    executable: str  # a scratch name (transferred) or a path on the slave (relative: to the folder it runs in)
     arguments: tuple[str, ...]
     environment: tuple[tuple[str, str], ...]
-    inputs: tuple[tuple[str, str], ...]
-    executables: frozenset[str]  # scratch names to make executable
+    inputs: tuple[tuple[str, str, int], ...]
     stdin: str | None  # scratch name (transfer) or path
-    stdout: bool | str | None  # transfer: whether to capture; shared file system: the path
+    stdout: bool | str | None  # transfer: whether to capture; otherwise the path
     stderr: bool | str | None
     transfer_outputs: tuple[str, ...] | None
     transfer: bool
     outputs_on_success_only: bool
     initialdir: str  # where the job runs when it does not transfer files (a shared file system)
+    kill_signal: int = int(signal.SIGTERM)  # how a job is asked to end (a task timeout)
+    #: (hold_kill_sig, remove_kill_sig): how a job the policy holds or removes while it runs is asked to end
+    stop_signals: tuple[int, int] = (int(signal.SIGTERM), int(signal.SIGTERM))
+    kill_timeout: float = 10.0  # seconds before SIGKILL follows
+    core_size: int | None = None  # RLIMIT_CORE of the job's processes, bytes
+    check_interval: float | None = None  # seconds between usage reports to the master (None: no periodic policy)
+    cpus: int = 1  # request_cpus: OMP_NUM_THREADS and its kin, as Condor's starter sets them
+    #: should_transfer_files = IF_NEEDED: the submit side's (FileSystemDomain, host); a slave that shares it runs
+    #: the job in initialdir with ``in_place``'s (executable, stdin, stdout, stderr) instead of in a scratch folder
+    shared: tuple[str, str] | None = None
+    in_place: tuple[str, str | None, str | None, str | None] | None = None
 
 
 @attrs.frozen
@@ -78,10 +111,15 @@ class JobOutcome:
     outputs: tuple[str, ...]
     output_errors: tuple[str, ...]
     fetched_bytes: int
+    user_cpu: float = 0.0
+    sys_cpu: float = 0.0
+    stopped: str | None = None  # "hold" or "remove": the master's policy stopped it while it ran
+    #: (reason, code, subcode) when the job could not be executed: Condor holds it (code 6, the errno)
+    hold: tuple[str, int, int] | None = None
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.output_errors
+        return self.exit_code == 0 and not self.output_errors and self.stopped is None and self.hold is None
 
 
 class _SlaveState:
@@ -94,6 +132,7 @@ class _SlaveState:
         atexit.register(shutil.rmtree, self.workspace, ignore_errors=True)  # the cache lives as long as the slave
         self.client = FileClient(service[0], service[1], secret, member_id, tls_fingerprint)
         self.cache = InputCache(self.workspace / "cache", self.client)
+        self.host = socket.gethostname()
 
 
 _state: _SlaveState | None = None
@@ -109,6 +148,9 @@ def run(task: JobTask, secret: bytes, member_id: str, tls_fingerprint: str | Non
         if _state is not None:
             _state.client.close()
         _state = _SlaveState(task.service, secret, member_id, tls_fingerprint)
+    if task.shared is not None and task.in_place is not None and _shares(*task.shared):
+        executable, stdin, stdout, stderr = task.in_place
+        task = attrs.evolve(task, transfer=False, executable=executable, stdin=stdin, stdout=stdout, stderr=stderr)
     if not task.transfer:
         return _run_in(Path(task.initialdir), task, _state, fetched=0)
     scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=_state.workspace))
@@ -119,19 +161,47 @@ def run(task: JobTask, secret: bytes, member_id: str, tls_fingerprint: str | Non
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _shares(domain: str, host: str) -> bool:
+    """Whether this slave sees the submit side's files: a Condor slot of the same FileSystemDomain (its machine
+    ad says), or, outside Condor, a slave on the submit host itself."""
+    machine = os.environ.get("_CONDOR_MACHINE_AD")
+    if machine:
+        with contextlib.suppress(OSError):
+            for line in Path(machine).read_text(errors="replace").splitlines():
+                name, _, value = line.partition("=")
+                if name.strip().lower() == "filesystemdomain":
+                    return value.strip().strip('"') == domain
+    return socket.gethostname() == host
+
+
+def _environment(folder: Path, task: JobTask) -> dict[str, str]:
+    """The job's environment as Condor's starter makes it: the submit file's, the scratch folder as TMPDIR, the
+    thread counts of STARTER_NUM_THREADS_ENV_VARS at the job's CPUs (unless the job sets them)."""
+    environment = {
+        "BATCH_SYSTEM": "HTCondor",
+        "_CONDOR_SCRATCH_DIR": str(folder),
+        "_CONDOR_JOB_IWD": str(folder),
+        "TMPDIR": str(folder),
+        "TEMP": str(folder),
+        "TMP": str(folder),
+    }
+    environment |= {name: str(task.cpus) for name in THREAD_VARIABLES}
+    return environment | dict(task.environment)
+
+
 def _place_inputs(task: JobTask, cache: InputCache, scratch: Path) -> int:
     before = cache.fetched_bytes
-    for name, digest in task.inputs:
+    for name, digest, mode in task.inputs:
         target = scratch / name
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            cached = cache.get(digest)
+            cached = cache.get(digest, mode)
         except FileServiceError as exc:
             raise JobSetupError(f"job {task.job_id}: input {name}: {exc}") from None
         try:
-            os.link(cached, target)  # the cache's read-only file itself: no copy of a large input
+            os.link(cached, target)  # the cached file itself, with the submit side's mode: no copy of a large input
         except OSError:
-            shutil.copyfile(cached, target)
+            shutil.copy2(cached, target)
     return cache.fetched_bytes - before
 
 
@@ -145,41 +215,44 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:
     return seen
 
 
+def _executable(folder: Path, task: JobTask) -> str:
+    """A transferred executable runs from the scratch folder; another by its path, a relative one from the folder
+    the job runs in (never looked up in PATH, as Condor never does)."""
+    if task.transfer or not os.path.isabs(task.executable):
+        return str(folder / task.executable)
+    return task.executable
+
+
 def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) -> JobOutcome:
-    executable = str(folder / task.executable) if task.transfer else task.executable
-    for name in task.executables:
-        (folder / name).chmod(0o555)  # the cached file is shared and read-only: execute, never write
     before = _snapshot(folder) if task.transfer else {}
-    environment = dict(task.environment)
-    environment.setdefault("_CONDOR_SCRATCH_DIR", str(folder))
+    environment = _environment(folder, task)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     with contextlib.ExitStack() as files:
-        stdin = files.enter_context(open(folder / task.stdin if task.stdin else os.devnull, "rb"))
+        stdin = files.enter_context(open(_path(folder, task.stdin) if task.stdin else os.devnull, "rb"))
         stdout = files.enter_context(open(_stream(folder, task.stdout, STDOUT_NAME), "wb"))
         stderr = files.enter_context(open(_stream(folder, task.stderr, STDERR_NAME), "wb"))
         try:
             process = subprocess.Popen(
-                [executable, *task.arguments],
+                [_executable(folder, task), *task.arguments],
                 cwd=folder,
                 env=environment,
                 stdin=stdin,
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
+                preexec_fn=_core_limit(task.core_size),  # noqa: PLW1509 (setrlimit only, before exec)
             )
-        except OSError as exc:
-            raise JobSetupError(f"job {task.job_id}: cannot run {task.executable}: {exc.strerror}") from None
-        try:
-            status = process.wait()
-        finally:  # a task timeout interrupts the wait: the job's whole process group goes with it
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        except OSError as exc:  # Condor holds such a job: "Failed to execute", code 6, the errno as subcode
+            reason = f"Error from {state.host}: Failed to execute '{_executable(folder, task)}': "
+            reason += f"(errno={exc.errno}: '{exc.strerror}')"
+            return _unstarted(task, state, started, fetched, (reason, 6, exc.errno or 0))
+        status, stopped = _wait(process, task, state.client, started)
     ended = time.time()
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     outputs: list[str] = []
     errors: list[str] = []
-    if task.transfer and (status == 0 or not task.outputs_on_success_only):
+    if task.transfer and stopped is None and (status == 0 or not task.outputs_on_success_only):
         outputs, errors = _send_outputs(folder, task, state.client, before)
     return JobOutcome(
         job_id=task.job_id,
@@ -187,17 +260,116 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
         signal=-status if status < 0 else None,
         started=started,
         ended=ended,
-        host=socket.gethostname(),
+        host=state.host,
         pid=os.getpid(),
         outputs=tuple(outputs),
         output_errors=tuple(errors),
         fetched_bytes=fetched,
+        user_cpu=round(used.ru_utime - children.ru_utime, 6),
+        sys_cpu=round(used.ru_stime - children.ru_stime, 6),
+        stopped=stopped,
     )
+
+
+def _unstarted(
+    task: JobTask, state: _SlaveState, started: float, fetched: int, hold: tuple[str, int, int]
+) -> JobOutcome:
+    return JobOutcome(
+        job_id=task.job_id,
+        exit_code=None,
+        signal=None,
+        started=started,
+        ended=time.time(),
+        host=state.host,
+        pid=os.getpid(),
+        outputs=(),
+        output_errors=(),
+        fetched_bytes=fetched,
+        hold=hold,
+    )
+
+
+def _core_limit(size: int | None) -> Callable[[], None] | None:
+    if size is None:
+        return None
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (size, size))
+
+    return limit
+
+
+def _wait(
+    process: subprocess.Popen[bytes], task: JobTask, client: FileClient, started: float
+) -> tuple[int, str | None]:
+    """The job's exit status, reporting its usage to the master every ``check_interval`` seconds when asked to;
+    ``(status, "hold"|"remove")`` when the master's policy stopped it. A task timeout interrupts the wait: the
+    job's whole process group goes with it."""
+    stopped = None
+    try:
+        while True:
+            try:
+                return process.wait(timeout=task.check_interval), stopped
+            except subprocess.TimeoutExpired:
+                pass
+            verdict = client.check(task.token, _usage(process.pid, started))
+            if verdict is not None:
+                stopped = verdict
+                _stop(process, task, task.stop_signals[0] if verdict == "hold" else task.stop_signals[1])
+    finally:
+        if process.poll() is None:
+            _stop(process, task, task.kill_signal)
+
+
+def _stop(process: subprocess.Popen[bytes], task: JobTask, signal_number: int) -> None:
+    """``signal_number`` to the job's process group, then SIGKILL once ``kill_timeout`` has passed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal_number)
+    try:
+        process.wait(timeout=task.kill_timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # what the job left behind in its group
+
+
+def _usage(pid: int, started: float) -> dict[str, float]:
+    """What the job has used so far, as the starter reports it: wall clock, CPU, resident memory (its session)."""
+    user = system = 0.0
+    rss_pages = 0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) != pid:  # field 6 of stat: the session id (start_new_session made the job's pid one)
+            continue
+        user += int(fields[11]) / ticks
+        system += int(fields[12]) / ticks
+        rss_pages += int(fields[21])
+    rss_kb = rss_pages * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    return {
+        "RemoteWallClockTime": round(time.time() - started, 3),
+        "RemoteUserCpu": round(user, 3),
+        "RemoteSysCpu": round(system, 3),
+        "ResidentSetSize": rss_kb,
+        "MemoryUsage": (rss_kb + 1023) // 1024,
+        "ImageSize": rss_kb,
+    }
+
+
+def _path(folder: Path, path: str) -> str:
+    return path if os.path.isabs(path) else str(folder / path)
 
 
 def _stream(folder: Path, declared: bool | str | None, scratch_name: str) -> str:
     if isinstance(declared, str):
-        return declared  # no transfer: the submit file's path, on the shared file system
+        return _path(folder, declared)  # not transferred: the submit file's path, as the execute side sees it
     return str(folder / scratch_name) if declared else os.devnull
 
 
@@ -206,14 +378,10 @@ def _send_outputs(
 ) -> tuple[list[str], list[str]]:
     """Send the streams and the outputs back; return the names sent and one line per output that failed."""
     errors: list[str] = []
-    sent: list[str] = []
-    for name, path in _outputs(folder, task, before, errors):
-        try:
-            client.upload(task.token, name, path)
-            sent.append(name)
-        except FileServiceError as exc:
-            errors.append(f"{name}: {exc}")
-    return sent, errors
+    outputs = _outputs(folder, task, before, errors)
+    failed = client.upload_all(task.token, outputs) if outputs else []
+    errors += [error for error in failed if error is not None]
+    return [name for (name, _), error in zip(outputs, failed, strict=True) if error is None], errors
 
 
 def _outputs(
@@ -221,9 +389,9 @@ def _outputs(
 ) -> list[tuple[str, Path]]:
     """The streams, then the outputs named by transfer_output_files, or every new or changed top-level file."""
     wanted: list[tuple[str, Path]] = []
-    if task.stdout:
+    if task.stdout is True:
         wanted.append((STDOUT_UPLOAD, folder / STDOUT_NAME))
-    if task.stderr:
+    if task.stderr is True:
         wanted.append((STDERR_UPLOAD, folder / STDERR_NAME))
     if task.transfer_outputs is None:
         after = _snapshot(folder)

@@ -26,6 +26,8 @@ handshake a body is a kind byte, a payload and a MAC tag)::
     S {"size"}, D chunk..., E        ─►     (or X {"error"})
                                      ◄─     P {"job","name","size","executable"}, D chunk..., E {"sha256"}
     K {}                             ─►     (or X {"error"})             upload
+                                     ◄─     J {"job","usage"}            a running job's usage (mwpy jobs)
+    K {"stop": null|"hold"|"remove"} ─►
 
 When the master speaks TLS (``--mw-tls-cert``) the file service does too,
 with the same certificate: a slave checks it against the fingerprint it
@@ -54,7 +56,6 @@ import hashlib
 import json
 import os
 import queue
-import secrets
 import selectors
 import shutil
 import socket
@@ -63,18 +64,17 @@ import stat
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import attrs
 
-from mwpy import safe_text, strict_json
+from mwpy import safe_files, safe_text, strict_json
 from mwpy.errors import MwpyError, ProtocolError
-from mwpy.observe import logs
 from mwpy.wire import protocol
 
-log = logs.logger(__name__)
+log = safe_text.logger(__name__)
 
 #: Bytes per data frame.
 CHUNK = 1 << 20
@@ -423,7 +423,6 @@ def place_output(dest: Destination, name: str, chunks: Iterator[bytes], sha256: 
     parts = check_output_name(name)
     final = Path(dest.initialdir, *parts)
     parent = _open_parent(dest, parts)
-    temporary = UPLOAD_PREFIX + secrets.token_hex(8)
     try:
         real = os.path.join(os.path.realpath(f"/proc/self/fd/{parent}"), parts[-1])
         if real in dest.protected or os.path.realpath(final) in dest.protected:
@@ -431,20 +430,13 @@ def place_output(dest: Destination, name: str, chunks: Iterator[bytes], sha256: 
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISDIR(os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode):
                 raise OutputRefused(f"output {_shown(name)} is a folder on the submit side")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=parent)
         digest = hashlib.sha256()
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for chunk in chunks:
-                    digest.update(chunk)
-                    out.write(chunk)
+        with safe_files.replacing(parts[-1], mode=None, dir_fd=parent, prefix=UPLOAD_PREFIX) as out:
+            for chunk in chunks:
+                digest.update(chunk)
+                out.write(chunk)
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise FileServiceError(f"output {_shown(name)}: content does not match its hash")
-            os.rename(temporary, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=parent)
-            raise
     finally:
         os.close(parent)
     return final
@@ -525,6 +517,8 @@ class FileServer:
         self._budget: dict[str, tuple[int, int]] = {}  # job token -> (files, bytes) received so far
         self._run_files: frozenset[str] = frozenset()  # real paths no output may replace, whatever the job
         self.counters = Counters()
+        #: Asked with a running job's token and usage (numbers): "hold"/"remove" stops the job (mwpy jobs' policy).
+        self.checks: Callable[[str, dict[str, float]], str | None] | None = None
         self._closed = False
         # The selector thread's own state (no lock: only that thread touches it).
         self._selector = selectors.DefaultSelector()
@@ -761,15 +755,27 @@ class FileServer:
         """Serve one request of a proven peer; whether its connection stays open for the next."""
         try:
             link.sock.settimeout(self._client_timeout)
-            kind, header = link.receive_json(b"G", b"P")
+            kind, header = link.receive_json(b"G", b"P", b"J")
             if kind == b"G":
                 self._send_file(link, str(header.get("sha256")))
+            elif kind == b"J":
+                link.send_json(b"K", {"stop": self._check(header)})
             else:
                 self._receive_file(link, header)
             link.sock.setblocking(False)
         except Exception:  # a broken or hostile peer costs only its own connection, whatever it sent
             return False
         return True
+
+    def _check(self, header: dict[str, Any]) -> str | None:
+        """A running job's usage, for the master's periodic policy; only for a job in flight, numbers only."""
+        token, usage = str(header.get("job")), header.get("usage")
+        with self._lock:
+            known = token in self._destinations
+        if not known or not isinstance(usage, dict) or self.checks is None:
+            return None
+        numbers = {str(k): float(v) for k, v in usage.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        return self.checks(token, numbers)
 
     def _send_file(self, link: _Link, digest: str) -> None:
         with self._lock:
@@ -944,27 +950,36 @@ class FileClient:
         kind, header = link.receive_json(b"S", b"X")
         if kind == b"X":
             raise FileServiceError(str(header.get("error")))
-        temporary = target.with_name(f"{UPLOAD_PREFIX}{secrets.token_hex(8)}")
         check = hashlib.sha256()
         received = 0
-        try:
-            with open(temporary, "wb") as out:
-                while True:
-                    kind, payload = link.receive()
-                    if kind == b"E":
-                        break
-                    if kind != b"D":
-                        raise ProtocolError(f"unexpected frame {kind!r}")
-                    check.update(payload)
-                    out.write(payload)
-                    received += len(payload)
+        with safe_files.replacing(target, mode=None, prefix=UPLOAD_PREFIX) as out:
+            while True:
+                kind, payload = link.receive()
+                if kind == b"E":
+                    break
+                if kind != b"D":
+                    raise ProtocolError(f"unexpected frame {kind!r}")
+                check.update(payload)
+                out.write(payload)
+                received += len(payload)
             if check.hexdigest() != digest:
                 raise FileServiceError(f"{digest[:16]}: the content received does not match its hash")
-            os.replace(temporary, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
         return received
+
+    def check(self, token: str, usage: dict[str, float]) -> str | None:
+        """Report a running job's usage; the master's answer: ``"hold"``/``"remove"`` to stop it, else None.
+
+        A master that cannot be reached stops nothing: the job goes on, as a job goes on when its shadow is away.
+        """
+        try:
+            link = self._connected()
+            link.send_json(b"J", {"job": token, "usage": usage})
+            _, answer = link.receive_json(b"K")
+        except (FileServiceError, ProtocolError, OSError):
+            self.close()
+            return None
+        stop = answer.get("stop")
+        return stop if stop in ("hold", "remove") else None
 
     def upload(self, token: str, name: str, path: Path) -> None:
         """Send the file ``path`` as job ``token``'s output ``name``; raise if the master refuses it."""
@@ -974,48 +989,102 @@ class FileClient:
             self.close()
             raise FileServiceError(f"sending {name}: {exc}") from None
 
+    def upload_all(self, token: str, outputs: list[tuple[str, Path]]) -> list[str | None]:
+        """Send job ``token``'s outputs one after the other, then read the master's answers (in order, as it
+        handles them): one round trip for all, not one each. An error (a line) or None per output."""
+        try:
+            link = self._connected()
+            sent: list[str | None] = []  # None: sent; else why it could not be
+            for name, path in outputs:
+                try:
+                    source = open(path, "rb")  # noqa: SIM115 (closed once sent)
+                except OSError as exc:
+                    sent.append(f"{name}: cannot be read on the slave: {exc.strerror}")
+                    continue
+                with source:
+                    self._send_upload(link, token, name, source)
+                sent.append(None)
+            errors: list[str | None] = []
+            for (name, _), unread in zip(outputs, sent, strict=True):
+                if unread is not None:
+                    errors.append(unread)
+                    continue
+                kind, answer = link.receive_json(b"K", b"X")
+                errors.append(None if kind == b"K" else f"{name}: {answer.get('error')}")
+            return errors
+        except (ProtocolError, OSError) as exc:
+            self.close()
+            return [f"{name}: sending: {exc}" for name, _ in outputs]
+
     def _upload(self, token: str, name: str, path: Path) -> None:
         link = self._connected()
         with open(path, "rb") as source:
-            info = os.fstat(source.fileno())
-            executable = bool(info.st_mode & stat.S_IXUSR)
-            link.send_json(b"P", {"job": token, "name": name, "size": info.st_size, "executable": executable})
-            digest = hashlib.sha256()
-            for chunk in iter(lambda: source.read(CHUNK), b""):
-                digest.update(chunk)
-                link.send(b"D", chunk)
-        link.send_json(b"E", {"sha256": digest.hexdigest()})
+            self._send_upload(link, token, name, source)
         kind, answer = link.receive_json(b"K", b"X")
         if kind == b"X":
             raise FileServiceError(str(answer.get("error")))
 
+    @staticmethod
+    def _send_upload(link: _Link, token: str, name: str, source: BinaryIO) -> None:
+        """One output's frames: its header, its chunks, its end with the hash of what was sent."""
+        info = os.fstat(source.fileno())
+        executable = bool(info.st_mode & stat.S_IXUSR)
+        link.send_json(b"P", {"job": token, "name": name, "size": info.st_size, "executable": executable})
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: source.read(CHUNK), b""):
+            digest.update(chunk)
+            link.send(b"D", chunk)
+        link.send_json(b"E", {"sha256": digest.hexdigest()})
+
 
 class InputCache:
-    """A slave's inputs by hash, each fetched once and kept (read-only) until the slave ends."""
+    """A slave's inputs by hash, each fetched once and kept until the slave ends.
+
+    Condor delivers an input with its permission bits (an executable script
+    stays executable, a ``0640`` file stays ``0640``); jobs get hard links to
+    the cached file, so each ``(hash, mode)`` has its own cached copy (made
+    from one already here, not fetched again). A job that writes to its input
+    or changes its mode changes the cached file: the next job that needs it
+    sees the size, time or mode differ and gets a clean copy.
+    """
 
     def __init__(self, folder: Path, client: FileClient) -> None:
         self.folder = folder
         self.client = client
         folder.mkdir(parents=True, exist_ok=True)
-        self._known: dict[str, tuple[int, int]] = {}  # hash -> (size, mtime) as cached
+        self._known: dict[Path, tuple[int, int, int]] = {}  # cached file -> (size, mtime, mode) as cached
+        self._copies: dict[str, list[Path]] = {}  # hash -> its cached files (one per mode)
         self.fetched_bytes = 0  # what crossed the wire into this cache
 
-    def get(self, digest: str) -> Path:
-        """The cached file with hash ``digest``, fetched if this slave does not hold it yet (or it changed)."""
-        path = self.folder / digest
-        known = self._known.get(digest)
-        if known is not None:
-            with contextlib.suppress(OSError):
-                info = path.stat()
-                if (info.st_size, info.st_mtime_ns) == known:
-                    return path
-            with contextlib.suppress(OSError):
-                path.unlink()  # a job wrote to its copy: fetch a clean one
-        self.fetched_bytes += self.client.fetch(digest, path)
-        path.chmod(0o444)
+    def get(self, digest: str, mode: int = 0o444) -> Path:
+        """The cached file with hash ``digest`` and permission bits ``mode`` (fetched if no intact copy is here)."""
+        path = self.folder / f"{digest}.{mode & 0o7777:o}"
+        if self._intact(path):
+            return path
+        with contextlib.suppress(OSError):
+            path.unlink()  # a job wrote to its copy: make a clean one
+        other = next((copy for copy in self._copies.get(digest, ()) if copy != path and self._intact(copy)), None)
+        if other is None:
+            self.fetched_bytes += self.client.fetch(digest, path)
+        else:
+            with safe_files.replacing(path, mode=None, prefix=UPLOAD_PREFIX) as out, other.open("rb") as source:
+                shutil.copyfileobj(source, out)
+        path.chmod(mode & 0o7777)
         info = path.stat()
-        self._known[digest] = (info.st_size, info.st_mtime_ns)
+        self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)
+        if path not in self._copies.setdefault(digest, []):
+            self._copies[digest].append(path)
         return path
+
+    def _intact(self, path: Path) -> bool:
+        known = self._known.get(path)
+        if known is None:
+            return False
+        try:
+            info = path.stat()
+        except OSError:
+            return False
+        return (info.st_size, info.st_mtime_ns, info.st_mode) == known
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -21,10 +21,6 @@ import time
 from collections.abc import Callable, Sized
 from typing import TypeVar
 
-#: Microseconds of polling before a sleep (``--mw-spin-us``): a little more than a slave's or master's
-#: share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
-DEFAULT_SPIN_US = 200
-
 _Ready = TypeVar("_Ready", bound=Sized)
 
 

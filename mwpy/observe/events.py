@@ -34,13 +34,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final
 
 import attrs
 import cattrs
 
 from mwpy import safe_files, strict_json
+from mwpy.core import facts
+from mwpy.core.facts import CAUSES, OUTCOMES, Observer, Outcome
 from mwpy.errors import EventLogError, UnsafeFileError
+from mwpy.names import EVENTS_FILE
 from mwpy.resource_file import ResourceFile
 
 #: The format version every line carries as ``"v"``; a reader refuses others.
@@ -57,11 +60,6 @@ MAX_MESSAGE: Final = 300
 FLUSH_INTERVAL: Final = 0.25
 #: Times (``t``) are written rounded to microseconds.
 DIGITS: Final = 6
-
-Outcome = Literal["ok", "error", "retried"]
-Cause = Literal["eof", "timeout", "error", "expelled", "shutdown", "refused"]
-OUTCOMES: Final = ("ok", "error", "retried")
-CAUSES: Final = ("eof", "timeout", "error", "expelled", "shutdown", "refused")
 
 
 def _one_of(values: tuple[str, ...]) -> Callable[[Any, Any, Any], Any]:
@@ -253,28 +251,6 @@ KINDS: Final[dict[str, type[Event]]] = {
         CondorJobs,
     )
 }
-
-
-def cause_of(why: str) -> str:
-    """The ``slave-disconnected`` cause for the master's reason text (its audit wording), for the wiring.
-
-    ``EOF`` and a slave leaving on a soft-kill signal (evicted, having handed
-    its window back) → eof; ``silent for ... (client timeout)`` → timeout;
-    read, write, TLS and protocol errors → error; ``computation finished`` →
-    shutdown; ``black hole`` / ``told to leave`` → expelled; anything else → error.
-    """
-    text = why.lower()
-    if text.startswith("eof") or "soft-kill" in text:
-        return "eof"
-    if "client timeout" in text or text.startswith("silent"):
-        return "timeout"
-    if "computation finished" in text:
-        return "shutdown"
-    if "black hole" in text or "told to leave" in text:
-        return "expelled"
-    if "refused" in text:
-        return "refused"
-    return "error"
 
 
 def resource_file_event(t: float, record: ResourceFile) -> ResourceFileWritten:
@@ -507,6 +483,74 @@ class EventWriter:
         self.close()
 
 
+class EventRenderer(Observer):
+    """The event log (``--mw-events``): the records of docs/observability.md; per-task facts go straight to the
+    writer's own counters (no call of ours in between: the hot path)."""
+
+    def __init__(self, writer: EventWriter) -> None:
+        self._writer = writer
+
+    def handler(self, kind: str) -> Callable[..., None] | None:
+        if kind == "task_finished":
+            return self._writer.task_finished
+        if kind == "tasks_dispatched":
+            return self._writer.tasks_dispatched
+        return super().handler(kind)
+
+    def flush(self) -> None:
+        self._writer.flush()  # a clock read, a write at most every FLUSH_INTERVAL
+
+    def master_started(self, fact: facts.MasterStarted) -> None:
+        self._writer.master_start(member_id=fact.member_id, host=fact.host)
+
+    def master_stopped(self, fact: facts.MasterStopped) -> None:
+        self._writer.master_stop(status=fact.status, tasks_done=fact.tasks_done)
+
+    def resource_file_written(self, fact: facts.ResourceFileWritten) -> None:
+        self._writer.emit(resource_file_event(self._writer.now(), fact.record))
+
+    def connected(self, fact: facts.Connected) -> None:
+        record = SlaveConnected(
+            t=self._writer.now(), slave=fact.sid, host=fact.host, address=fact.address, group=fact.group, job=fact.job
+        )
+        self._writer.emit(record)
+
+    def slave_left(self, fact: facts.SlaveLeft) -> None:
+        writer = self._writer
+        now = writer.now()
+        writer.emit(
+            SlaveDisconnected(t=now, slave=fact.sid, cause=fact.cause, reason=fact.reason, in_flight=fact.in_flight)
+        )
+        if fact.requeued:
+            writer.emit(TasksRequeued(t=now, slave=fact.sid, n=fact.requeued))
+        if fact.unrunnable:
+            writer.emit(TasksUnrunnable(t=now, n=fact.unrunnable, reason=f"{fact.sid} vanished", slave=fact.sid))
+
+    def handed_back(self, fact: facts.HandedBack) -> None:
+        if fact.n:
+            self._writer.emit(TasksRequeued(t=self._writer.now(), slave=fact.sid, n=fact.n))
+
+    def task_failed(self, fact: facts.TaskFailed) -> None:
+        self._writer.task_failed(
+            task=fact.task_id,
+            slave=fact.sid,
+            algorithm=fact.algorithm,
+            error=fact.error,
+            message=fact.message,
+            traceback=fact.traceback,
+            retried=fact.retried,
+            output=_output(fact.stdout, fact.stderr),
+        )
+
+
+def _output(stdout: str, stderr: str) -> str | None:
+    """What a failed task printed, for its event: the one stream it wrote, or both labelled; None for nothing."""
+    streams = [(name, text) for name, text in (("stdout", stdout), ("stderr", stderr)) if text]
+    if len(streams) == 1:
+        return streams[0][1]
+    return "".join(f"--- {name}:\n{text}" for name, text in streams) or None
+
+
 _CHUNK = 1 << 20
 _START_MARK = b'"kind":"master-start"'
 
@@ -628,4 +672,4 @@ def read_events(path: str | os.PathLike[str]) -> list[Event]:
 
 def default_path(resource_file: str | os.PathLike[str]) -> Path:
     """Where ``mwpy local`` puts the event log: next to the resource file."""
-    return Path(resource_file).with_name("events.jsonl")
+    return Path(resource_file).with_name(EVENTS_FILE)

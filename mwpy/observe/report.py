@@ -20,7 +20,6 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from mwpy import safe_text
+from mwpy import safe_files, safe_text
 from mwpy.errors import EventLogError
 from mwpy.observe import events as ev
 from mwpy.observe import goodput
@@ -596,14 +595,7 @@ def build_report(events_path: str | os.PathLike[str], output_path: str | os.Path
     """
     text = render(digest(events_path), os.fspath(events_path))
     target = Path(output_path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp made it 0600
-            out.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_files.write_atomically(target, text.encode("utf-8"))  # 0600, as the event log it shows
     return target
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import tempfile
 import zipfile
 from pathlib import Path
+
+from mwpy import safe_files
 
 #: Distributions a slave imports, besides mwpy itself (all pure Python).
 DEPENDENCIES = ("attrs", "cattrs", "typing_extensions")
@@ -47,16 +48,8 @@ def _files() -> list[tuple[Path, str]]:
 def build(path: str | os.PathLike[str]) -> Path:
     """Write the bundle to ``path`` atomically and return its path."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("__main__.py", _MAIN)
-            for source, name in _files():
-                archive.write(source, name)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with safe_files.replacing(target, mode=0o644) as out, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("__main__.py", _MAIN)
+        for source, name in _files():
+            archive.write(source, name)
     return target

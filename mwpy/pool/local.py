@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,10 +30,10 @@ from rich.segment import Segment
 from mwpy import resource_file, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
+from mwpy.names import AUDIT_FILE, EVENTS_FILE, SLAVE_STDERR
 from mwpy.observe.goodput import duration
 from mwpy.observe.statusview import Follower
-from mwpy.pool.failing_slaves import SetupFailures
-from mwpy.pool.overseer import Limits, Overseer
+from mwpy.pool.slave_pool import SlavePool, WorkFolder
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
 LOCAL_UPDATE_INTERVAL = 1.0
@@ -159,11 +157,11 @@ def run_local(
     if problem is not None:
         print(f"mwpy local: error: {problem}", file=sys.stderr)
         return 2
-    work = _Workdir.make(workdir)
+    work = WorkFolder.make(workdir, prefix="mwpy-local-")
     show = sys.stderr.isatty() if progress is None else progress
     follower = None
     if show:
-        events = _named_events(args) or work.path / "events.jsonl"
+        events = _named_events(args) or work.path / EVENTS_FILE
         follower = Follower(
             work.resource_file, total=total, events=events, condor=False, slave_limit=slaves, title="mwpy local"
         )
@@ -182,34 +180,15 @@ def _usage_problem(program: str, slaves: int) -> str | None:
     return None
 
 
-@attrs.frozen
-class _Workdir:
-    """The folder of the resource file, the master's audit and the slave sandboxes."""
-
-    path: Path
-    #: Made by mwpy local (no --workdir): removed after a successful run, kept for a post-mortem otherwise.
-    own: bool
-
-    @classmethod
-    def make(cls, workdir: str | None) -> _Workdir:
-        path = Path(tempfile.mkdtemp(prefix="mwpy-local-") if workdir is None else workdir).resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "resource.json").unlink(missing_ok=True)  # a previous run's file would look like a live master
-        return cls(path, own=workdir is None)
-
-    @property
-    def resource_file(self) -> Path:
-        return self.path / "resource.json"
-
-    def clean_up(self, status: int, *, explained: bool = False) -> None:
-        """Remove our own folder after success; after a failure the program did not explain, say where the logs are."""
-        if self.own and (status == 0 or explained):
-            shutil.rmtree(self.path, ignore_errors=True)
-        elif status != 0 and not explained:
-            print(f"mwpy local: master exited with status {status}; logs in {self.path}", file=sys.stderr)
+def _clean_up(work: WorkFolder, status: int, *, explained: bool = False) -> None:
+    """Remove our own folder after success; after a failure the program did not explain, say where the logs are."""
+    if status == 0 or explained:
+        work.remove()
+    else:
+        print(f"mwpy local: master exited with status {status}; logs in {work.path}", file=sys.stderr)
 
 
-def _master_command(interpreter: str, program: str, work: _Workdir, args: list[str]) -> list[str]:
+def _master_command(interpreter: str, program: str, work: WorkFolder, args: list[str]) -> list[str]:
     """The master's command line: loopback only, a resource file rewritten every second, slaves like us."""
     return [
         interpreter,
@@ -224,7 +203,7 @@ def _master_command(interpreter: str, program: str, work: _Workdir, args: list[s
         "--mw-member-id",
         f"local-{os.getpid()}",
         "--mw-audit-file",
-        str(work.path / "master.audit"),
+        str(work.path / AUDIT_FILE),
         "--mw-slave-executable",
         interpreter,
         *_default_events(work, args),
@@ -232,11 +211,11 @@ def _master_command(interpreter: str, program: str, work: _Workdir, args: list[s
     ]
 
 
-def _default_events(work: _Workdir, args: list[str]) -> list[str]:
+def _default_events(work: WorkFolder, args: list[str]) -> list[str]:
     """An event log in the work folder (for ``mwpy report``, and the goodput summary), unless the user names one."""
     if _named_events(args) is not None:
         return []
-    return ["--mw-events", str(work.path / "events.jsonl")]
+    return ["--mw-events", str(work.path / EVENTS_FILE)]
 
 
 def _named_events(args: list[str]) -> str | None:
@@ -259,7 +238,7 @@ class _LocalRun:
         slaves: int,
         args: list[str],
         *,
-        work: _Workdir,
+        work: WorkFolder,
         display: _Display,
         interpreter: str,
         explains: Callable[[int], bool] | None = None,
@@ -282,15 +261,9 @@ class _LocalRun:
         for pump in self.pumps:
             pump.start()
         self.backend = LocalBackend(work.path)
-        # No grace at the end: local slaves have no output to bring back, and one still trying to reach the
-        # finished master would only make `mwpy local` wait.
-        limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves)
-        overseer = Overseer(work.resource_file, self.backend, limits, finish_grace=0.0)
-        self.stop = threading.Event()
+        self.pool = SlavePool(work, self.backend, slaves, name=f"mwpy local {program}")
         self.gave_up = False  # slaves kept failing at set-up: the master was stopped
         self.explains = explains  # see run_local
-        self.watcher = threading.Thread(target=overseer.run, args=(self.stop,), kwargs={"interval": 0.5}, daemon=True)
-        self.watcher.start()
 
     def wait(self) -> int:
         """Wait for the master (or Ctrl-C, or SIGTERM), clean up, and return its status as a shell reports it."""
@@ -327,22 +300,20 @@ class _LocalRun:
     def _watch(self) -> None:
         """Wait for the master, showing the status view and saying when a slave fails."""
         reported: set[str] = set()
-        setup = SetupFailures()
         while self.master.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.master.wait(0.5)
             self.display.refresh()
             self._report_failures(reported)
-            self._give_up_on_failing_slaves(setup)
+            self._give_up_on_failing_slaves()
 
-    def _give_up_on_failing_slaves(self, setup: SetupFailures) -> None:
+    def _give_up_on_failing_slaves(self) -> None:
         """Slaves that fail before any result (a slave algorithm raising at set-up) would restart for ever."""
-        setup.look(self.backend.jobs())
         try:
             done = resource_file.read(self.work.resource_file).tasks_done
         except ResourceFileError:
             done = 0
-        problem = setup.problem(done)
+        problem = self.pool.setup_problem(done)
         if problem is not None and self.master.poll() is None:
             self.display.output(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
             self.master.terminate()
@@ -353,23 +324,20 @@ class _LocalRun:
         for job in self.backend.jobs():
             if job.reason is not None and job.job_id not in reported and self.master.poll() is None:
                 reported.add(job.job_id)
-                errors = self.backend.sandbox(job.job_id) / "slave.err"
+                errors = self.backend.sandbox(job.job_id) / SLAVE_STDERR
                 why = safe_text.one_line(job.reason)  # the slave's last error line: its words, not mwpy's
                 text = f"mwpy local: slave {job.job_id} {why} (started again; see {errors})\n"
                 self.display.output(text.encode(), sys.stderr)
 
     def _clean_up(self, *, quiet: bool = False) -> None:
         """Stop the overseer and the slaves, drain the master's output, remove or point at the folder."""
-        self.stop.set()
-        self.watcher.join()
-        _let_slaves_leave(self.backend)
-        self.backend.close()
+        self.pool.stop(grace=SLAVE_EXIT_GRACE)  # slaves told to shut down exit 0 by themselves
         for pump in self.pumps:
             pump.join()
         self.display.close()
         if not quiet:
             status = self.master.returncode
-            self.work.clean_up(status, explained=self.explains is not None and self.explains(status))
+            _clean_up(self.work, status, explained=self.explains is not None and self.explains(status))
 
 
 class _Terminated(Exception):
@@ -378,10 +346,3 @@ class _Terminated(Exception):
 
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated
-
-
-def _let_slaves_leave(backend: LocalBackend) -> None:
-    """Slaves told to shut down exit 0 by themselves; give them a moment before stopping them."""
-    deadline = time.monotonic() + SLAVE_EXIT_GRACE
-    while backend.jobs() and time.monotonic() < deadline:
-        time.sleep(0.05)

@@ -66,7 +66,7 @@ from watchdog.observers.api import BaseObserver
 from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch
 from mwpy.errors import InvalidResourceFileError, ResourceFileError
-from mwpy.wire import protocol
+from mwpy.names import CONDOR_JOB_ID
 
 Log = Callable[[str], None]
 
@@ -316,7 +316,7 @@ class Overseer:
                 job.state is JobState.RUNNING
                 and ran is not None
                 and (job.job_id, job.since) not in self._seen_connected
-                and protocol.CONDOR_JOB_ID.fullmatch(job.job_id) is not None
+                and CONDOR_JOB_ID.fullmatch(job.job_id) is not None
             ):
                 unconnected.append((job, ran, min(ran, with_this_master)))
         return unconnected

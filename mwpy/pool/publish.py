@@ -15,16 +15,13 @@ import time
 from collections.abc import Callable
 
 from mwpy import resource_file
+from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
-from mwpy.observe.audit import Audit
-from mwpy.observe.events import EventWriter, resource_file_event
+from mwpy.names import BUNDLE_FILE
 from mwpy.options import Options
-from mwpy.pool import bundle
 
 #: Shortest time between two resource-file writes caused by a change.
 DEBOUNCE = 1.0
-#: File name of the slave bundle built by --mw-slave-bundle.
-BUNDLE_NAME = "mwpy.pyz"
 #: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
 DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 
@@ -36,14 +33,13 @@ class Publisher:
         self,
         options: Options,
         *,
-        audit: Audit,
+        facts: Facts,
         sched: Scheduler,
         program: str,
         secret: bytes,
         host: str,
         port: int,
         tls_fingerprint: str | None,
-        events: EventWriter | None = None,
         condor_jobs: Callable[[], list[str]] | None = None,
         tasks_total: Callable[[], int | None] | None = None,
     ) -> None:
@@ -52,8 +48,7 @@ class Publisher:
         self._tasks_total = tasks_total or (lambda: None)
         #: The Condor job ids of the connected slaves (the engine knows them from their Hello).
         self._condor_jobs = condor_jobs or list
-        self._events = events
-        self._audit = audit
+        self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
         self._secret_hex = None if options.secret_file else secret.hex()
@@ -114,16 +109,17 @@ class Publisher:
         try:
             resource_file.write(path, record)
         except OSError as exc:
-            self._audit(f"RESOURCE FILE NOT WRITTEN {path}: {exc}")
+            self._facts(ResourceFileNotWritten(path, str(exc)))
             return
-        if self._events is not None:
-            self._events.emit(resource_file_event(self._events.now(), record))
+        self._facts(ResourceFileWritten(record))
 
     def _build_bundle(self) -> str | None:
         if not self._options.slave_bundle:
             return None
+        from mwpy.pool import bundle  # noqa: PLC0415 (zipfile and importlib.metadata only for --mw-slave-bundle)
+
         folder = os.path.dirname(os.path.abspath(self._options.resource_file or self._program))
-        return str(bundle.build(os.path.join(folder, BUNDLE_NAME)))
+        return str(bundle.build(os.path.join(folder, BUNDLE_FILE)))
 
     def _how_to_start_a_slave(self) -> tuple[str, list[str], list[str]]:
         """Executable, files and arguments of a slave, as the resource file advertises them."""
@@ -133,7 +129,7 @@ class Publisher:
         arguments = [os.path.basename(self._program), "--mw-slave"]
         if self._bundle:
             files.insert(0, self._bundle)
-            arguments.insert(0, BUNDLE_NAME)
+            arguments.insert(0, BUNDLE_FILE)
         if options.resource_file:
             arguments += ["--mw-resource-file", os.path.basename(options.resource_file)]
         if options.secret_file:

@@ -1,4 +1,4 @@
-"""The wire vocabulary between master and slaves: constants, messages, framing, proofs, result encoding.
+"""The wire vocabulary between master and slaves: constants, messages, framing, proofs.
 
 This module holds the pieces; :mod:`mwpy.wire.session` puts them in order (which
 frame is legal when) as sans-IO session objects. Neither does any I/O, and
@@ -15,7 +15,8 @@ payload is unpickled: a peer without the secret can neither join nor inject.
 
 Message records are attrs classes; their wire form is the pickled tuple of
 their fields (``attrs.astuple`` without recursion), which keeps the hot path
-(task and result batches) as cheap as pickling plain tuples.
+(task and result batches) as cheap as pickling plain tuples. The bytes the
+records carry (arguments, values, failures) are :mod:`mwpy.wire.codec`'s.
 """
 
 from __future__ import annotations
@@ -26,16 +27,15 @@ import hmac
 import operator
 import os
 import pickle
-import re
 import ssl
 import struct
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import attrs
 
 from mwpy.errors import ConfigurationError, ProtocolError
+from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
@@ -56,12 +56,6 @@ RESPONSE_SIZE = NONCE_SIZE + MAC_SIZE
 CONFIRM_SIZE = MAC_SIZE
 #: The largest frame a peer may send before it has proved membership.
 MAX_HANDSHAKE_FRAME = max(CHALLENGE_SIZE, RESPONSE_SIZE, CONFIRM_SIZE)
-#: A Condor job id as slaves report it and the resource file lists it: ``CLUSTER.PROC``.
-#: Bytes: more memory than a slave can have (64 TiB: the largest single machines hold 32 to 48 TiB, and
-#: x86-64 processors address 2^46 to 2^52 bytes). A Heartbeat claiming more is refused: the master publishes
-#: the largest peak, and the overseer asks Condor for that much for every new slave job.
-MAX_PEAK_MEMORY = 1 << 46
-CONDOR_JOB_ID = re.compile(r"[0-9]{1,10}\.[0-9]{1,10}")
 
 
 class ExitCode(enum.IntEnum):
@@ -334,72 +328,6 @@ def derive_channel(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is
     m2s = _mac(secret, b"mwpy key m2s", master_nonce, slave_nonce)
     s2m = _mac(secret, b"mwpy key s2m", master_nonce, slave_nonce)
     return Channel(send_key=m2s, recv_key=s2m) if is_master else Channel(send_key=s2m, recv_key=m2s)
-
-
-# --------------------------------------------------------------------------
-# Results: how a task's value or exception travels (the slave encodes, the master decodes)
-
-#: What a decoded failure is: (exception type name, message, traceback text, pickled exception or None).
-Failure = tuple[str, str, str, bytes | None]
-#: A pickled exception bigger than this travels as text only (its type, message and traceback).
-MAX_PICKLED_EXCEPTION = 1024 * 1024
-
-
-def encode_value(value: Any) -> bytes:
-    """A task's return value on the wire (may raise whatever pickle raises)."""
-    return pickle.dumps(value, PICKLE_PROTOCOL)
-
-
-def encode_failure(kind: str, message: str, trace: str = "", exception: bytes | None = None) -> bytes:
-    """A failure on the wire: three strings (so it always unpickles on the master) and maybe the exception."""
-    return pickle.dumps((kind, message, trace, exception), PICKLE_PROTOCOL)
-
-
-def encode_error(exc: BaseException) -> bytes:
-    """The exception being handled as a failure (call from inside ``except``).
-
-    The exception itself goes along, pickled on its own, when it is an
-    ``Exception`` that pickles (a ``SystemExit`` raised on the master by
-    ``future.result()`` would end the wrong program): the master raises it as
-    itself when it can unpickle it, and falls back to the three strings.
-    """
-    kind = type(exc).__qualname__
-    try:
-        message = str(exc)
-    except Exception:
-        message = f"<unprintable {kind}>"
-    pickled = None
-    if isinstance(exc, Exception):
-        try:
-            pickled = pickle.dumps(exc, PICKLE_PROTOCOL)
-        except Exception:
-            pickled = None
-        if pickled is not None and len(pickled) > MAX_PICKLED_EXCEPTION:
-            pickled = None
-    return encode_failure(kind, message, traceback.format_exc(), pickled)
-
-
-def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
-    """``(value, None)`` or ``(None, failure)``; a blob the master cannot unpickle is a failure itself."""
-    try:
-        decoded = pickle.loads(blob)
-    except Exception as exc:
-        return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "", None)
-    if ok:
-        return decoded, None
-    if (
-        type(decoded) is tuple
-        and len(decoded) == 4
-        and all(type(part) is str for part in decoded[:3])
-        and (decoded[3] is None or type(decoded[3]) is bytes)
-    ):
-        return None, decoded
-    return None, (
-        "ResultDecodeError",
-        "the slave sent a failure that is not (type, message, traceback, exception)",
-        "",
-        None,
-    )
 
 
 # --------------------------------------------------------------------------

@@ -6,7 +6,9 @@ change to mwpy: one module (this one) and one way to name it, either
 the ``mwpy.backends`` group. It declares its own option, ``--spool DIR``.
 
 It starts no processes: a test plays the batch system by reading and editing
-the job files (``"state"`` is ``"idle"``, ``"running"`` or ``"held"``).
+the job files (``"state"`` is ``"idle"``, ``"running"`` or ``"held"``). Both
+sides write a job file whole (:func:`write_job`): the overseer reads the spool
+every fraction of a second, and a file caught half-written is not JSON.
 """
 
 from __future__ import annotations
@@ -14,11 +16,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mwpy.backends import Job, JobState, Launch
 from mwpy.errors import BackendError, ConfigurationError
+
+
+def write_job(path: Path, record: dict[str, Any]) -> None:
+    """Replace the job file ``path`` at once: a reader sees the old record or the new one, never part of one."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(path)
 
 
 class SpoolBackend:
@@ -55,7 +66,7 @@ class SpoolBackend:
             raise BackendError("the spool refuses new jobs")
         for _ in range(count):
             record = {"state": "idle", "member_id": launch.member_id, "arguments": launch.arguments}
-            (self._spool / f"job.{next(self._numbers)}.json").write_text(json.dumps(record), encoding="utf-8")
+            write_job(self._spool / f"job.{next(self._numbers)}.json", record)
 
     def remove(self, job_ids: Sequence[str]) -> None:
         for job_id in job_ids:

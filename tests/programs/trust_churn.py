@@ -137,7 +137,7 @@ def _emit_outcomes(mw: mwpy.Master) -> None:
             }
         )
     for task in mw.unrunnable_tasks():
-        emit({"unrunnable": task.task_id, "algorithm": task.algorithm, "attempts": task.attempts})
+        emit({"unrunnable": task.task_id, "algorithm": task.algorithm})
 
 
 @mwpy.master

@@ -1,0 +1,192 @@
+"""What becomes of a task's result: decoded, journaled, retried or failed, and delivered — no socket, no clock.
+
+The engine moves bytes; everything a result *means* is decided here, so the
+rules read (and are tested, tests/test_core_outcomes.py) without a network,
+like the scheduler's:
+
+* a value is decoded through the codec; one the master cannot unpickle fails
+  that result alone (``ResultDecodeError``);
+* a success is journaled (with ``--mw-journal`` and a task key) and may prove
+  that slaves where the task failed before are black holes, which the engine
+  then sends away;
+* a failure runs again while its policy allows (``retries``, ``retry_on``)
+  unless it would fail anywhere (a result too large, one that does not
+  decode); otherwise it goes to the program;
+* a task past its timeout fails with ``TaskTimeoutError`` and names the slave
+  to drop; a task too big for a slave's frames fails with ``TaskTooLarge``;
+* a task submitted with a key that the journal knows is answered from it,
+  unless the entry is damaged (its digest), names another algorithm or does
+  not unpickle here: then it is treated as absent and the task runs again;
+* every result reaches the task's listener (mwpy/core/scheduler.py), which
+  says whether ``mw.results()`` gets it too.
+
+Callers pass the time (``now``, monotonic seconds) where a rule needs it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskTimedOut
+from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.errors import TaskTimeoutError
+from mwpy.task import Result, TaskError, task_exception
+from mwpy.wire import codec
+from mwpy.wire.protocol import ResultItem
+
+if TYPE_CHECKING:  # loaded for real only with --mw-journal
+    from mwpy.core.journal import Entry as JournalEntry
+    from mwpy.core.journal import Journal
+
+#: Failures that would recur on any slave: handed over at once, never retried.
+NOT_RETRIED: Final = frozenset({"ResultTooLarge", "ResultDecodeError"})
+#: Beyond a task's timeout and the slave's own grace (slave.TIMEOUT_GRACE), how long the master waits
+#: before it gives up on the slave running the task (stopped, or stuck and its watchdog too).
+MASTER_TIMEOUT_GRACE = 10.0
+
+
+def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False) -> Result:
+    """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
+    if ok:  # the hot path, without decode_outcome's call (which says why a value does not unpickle)
+        try:
+            value = codec.decode_value(blob)
+        except Exception:
+            pass
+        else:
+            return Result(
+                entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value=value, journaled=journaled
+            )
+    value, failure = codec.decode_outcome(ok, blob)  # a failure, or why the value does not unpickle
+    error = None if failure is None else TaskError(*failure)
+    return Result(
+        entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value, error, journaled and error is None
+    )
+
+
+def _retryable(entry: Entry, result: Result) -> bool:
+    """Whether the policy's ``retry_on`` (if any) covers the exception the task raised."""
+    kinds = entry.policy.retry_on
+    return kinds is None or isinstance(task_exception(result), kinds)
+
+
+def _unusable(found: JournalEntry, entry: Entry, replayed: Result) -> str | None:
+    """Why a journal entry cannot answer ``entry``'s task (then it is treated as absent), or None when it can."""
+    if found.damaged:
+        return "damaged: its digest does not match"
+    if found.algorithm != entry.algorithm:
+        return f"written for algorithm {found.algorithm!r}"
+    if replayed.error is not None:
+        return f"its value does not unpickle here: {replayed.error.message}"
+    return None
+
+
+class Outcomes:
+    """One master's results: from the wire (or the journal) to the task's listener and ``mw.results()``."""
+
+    def __init__(self, sched: Scheduler, facts: Facts, journal: Journal | None = None) -> None:
+        self._sched = sched
+        self._facts = facts
+        self._journal = journal
+        #: What ``mw.results()`` drains, in arrival order.
+        self.results: list[Result] = []
+
+    def take(
+        self, sid: str, items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None, now: float
+    ) -> list[str]:
+        """One Results message from ``sid``, received at ``now``; returns the slaves it proves black holes."""
+        sched = self._sched
+        holes: list[str] = []
+        for task_id, ok, blob, compute_time in items:
+            entry = sched.finish(sid, task_id, compute_time, now)
+            if entry is None:
+                self._facts(StrayResult(sid, task_id))
+                continue
+            result = decode(entry, sid, ok, blob, compute_time)
+            if outputs and task_id in outputs:
+                stdout, stderr = outputs[task_id]
+                result = attrs.evolve(result, stdout=stdout, stderr=stderr)
+            if result.error is None:
+                holes += self._succeeded(sid, entry, blob, compute_time)
+            elif self._runs_again(sid, entry, result, now):
+                continue
+            sched.complete(entry)
+            self.deliver(entry, result)
+        return holes
+
+    def _succeeded(self, sid: str, entry: Entry, blob: bytes, compute_time: float) -> list[str]:
+        """Book a success (journal, facts); the black holes it reveals."""
+        holes = self._sched.succeeded(sid, entry)
+        if entry.key is not None and self._journal is not None:
+            self._journal.record(entry.key, entry.algorithm, blob, sid, compute_time)
+        finished = self._facts.task_finished
+        if finished is not None:
+            finished(sid, entry.algorithm, "ok", compute_time, entry.sent_at - entry.queued_at)
+        return holes
+
+    def _runs_again(self, sid: str, entry: Entry, result: Result, now: float) -> bool:
+        """Whether a task that raised is queued to run again (its policy asks and it could succeed elsewhere)."""
+        error = result.error
+        assert error is not None
+        again = error.type not in NOT_RETRIED and _retryable(entry, result) and self._sched.failed(sid, entry, now)
+        finished = self._facts.task_finished
+        if finished is not None:
+            wait = entry.sent_at - entry.queued_at
+            finished(sid, entry.algorithm, "retried" if again else "error", result.compute_time, wait)
+        self._facts(
+            TaskFailed(sid, entry.task_id, entry.algorithm, error.type, error.message, error.traceback,
+                       result.stdout, result.stderr, again)
+        )  # fmt: skip
+        return again
+
+    def deliver(self, entry: Entry, result: Result) -> None:
+        """Hand ``result`` to its task's listener, and to ``mw.results()`` if the listener says so."""
+        if entry.listener.settle(result):
+            self.results.append(result)
+
+    def replay(self, entry: Entry) -> bool:
+        """Answer a task with a key from the journal, if the journal has its result (then it is not run)."""
+        if entry.key is None or self._journal is None:
+            return False
+        found = self._journal.lookup(entry.key)
+        if found is None:
+            return False
+        replayed = decode(entry, found.slave_id, True, found.value, found.compute_time, journaled=True)
+        why = _unusable(found, entry, replayed)
+        if why is not None:
+            self._facts(JournalEntryUnusable(entry.key, entry.task_id, why))
+            return False
+        self.deliver(entry, replayed)
+        return True
+
+    def commit(self) -> None:
+        """Make what was journaled durable: called after each loop pass, before the algorithm sees the results."""
+        if self._journal is not None:
+            self._journal.commit()
+
+    def overdue(self, now: float) -> list[tuple[str, str]]:
+        """Fail each task past its timeout (and grace); (slave to drop, why) for each."""
+        sched = self._sched
+        dropped = []
+        for sid, entry in sched.overdue(now, MASTER_TIMEOUT_GRACE):
+            timeout = sched.timeout_of(entry)
+            assert timeout is not None
+            sched.abandon(sid, entry)
+            sched.complete(entry)
+            message = f"the task ran past its timeout of {timeout:g} s on {sid}, which stopped answering for it"
+            error = TaskError(*codec.failure_of(TaskTimeoutError(message)))
+            self.deliver(
+                entry, Result(entry.task_id, entry.algorithm, sid, entry.tag, now - entry.sent_at, error=error)
+            )
+            self._facts(TaskTimedOut(sid, entry.task_id, timeout))
+            dropped.append((sid, f"task {entry.task_id} ran past its timeout of {timeout:g} s"))
+        return dropped
+
+    def too_large(self, sid: str, entry: Entry, max_frame: int, now: float) -> None:
+        """A task too big for ``sid``'s frames fails with a clear error instead of being sent."""
+        self._sched.finish(sid, entry.task_id, 0.0, now)
+        self._sched.complete(entry)
+        message = f"{len(entry.payload)} bytes of arguments; {sid} accepts frames of at most {max_frame} bytes"
+        error = TaskError("TaskTooLarge", message, "")
+        self.deliver(entry, Result(entry.task_id, entry.algorithm, sid, entry.tag, 0.0, error=error))

@@ -1,0 +1,113 @@
+"""How tasks get into a master from its helpers, and how those helpers wait: the internal surface of a Master.
+
+:class:`~mwpy.master.Master` is the user's API. ``submit()`` (mwpy/task.py),
+its futures, the ``map`` streams (mwpy/streams.py) and ``mwpy.Executor`` need
+a little more: to queue a task with its own listener, to run loop passes
+while they wait, to pull cancelled tasks back. Rather than reach into the
+master's parts, they use its :class:`Intake` (``Master._intake``, the one
+private attribute the master shares: ``Master._SHARED_WITH``), which holds the
+references they need, each written once here (CPython's
+``_ExecutorManagerThread`` keeps the executor's internals the same way).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from mwpy.core.outcomes import Outcomes
+from mwpy.core.scheduler import Entry, Listener, Scheduler
+from mwpy.errors import ComputationFinishedError
+from mwpy.net.engine import TICK, Engine
+from mwpy.task import Policy, TaskAlgorithm, TaskFuture
+
+
+class Intake:
+    """Submission and waiting for one master's helpers (futures, streams, an executor's thread)."""
+
+    def __init__(self, sched: Scheduler, engine: Engine, outcomes: Outcomes, *, max_frame: int, timed: bool) -> None:
+        self._sched = sched
+        self._engine = engine
+        self._outcomes = outcomes
+        #: The largest arguments a frame carries (``--mw-max-write-buffer-size``).
+        self.max_frame = max_frame
+        #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
+        self._timed = timed
+        #: The thread that runs the master: only there does waiting drive the loop.
+        self.owner = threading.get_ident()
+        #: Set by the master when the computation is finished: no more tasks.
+        self.finished = False
+        #: Inputs of sized streams not submitted yet, for ``tasks_total``; None until such a stream starts.
+        self.ahead: int | None = None
+
+    # ------------------------------------------------------------------ tasks in
+
+    def submit_future(
+        self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskFuture[Any]:
+        """``submit()``: queue a task whose result goes to ``mw.results()`` and settles the returned future."""
+        payload = algorithm.encode(args, kwargs, self.max_frame)
+        future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
+        entry = Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key)
+        if self._timed or entry.key is not None or self.finished:
+            self._add(entry)
+        else:
+            self._sched.add(entry)  # the hot path: no queue time to stamp, no journal to ask
+        return future
+
+    def enqueue(
+        self, name: str, payload: bytes, policy: Policy, listener: Listener, *, tag: Any = None, key: str | None = None
+    ) -> int:
+        """Queue a task whose arguments ``TaskAlgorithm.encode`` checked and pickled (maybe in another thread)."""
+        entry = Entry(self._sched.new_id(), name, payload, policy, listener, tag=tag, key=key)
+        self._add(entry)
+        return entry.task_id
+
+    def _add(self, entry: Entry) -> None:
+        if self.finished:
+            raise ComputationFinishedError("the computation has finished; no more tasks can be submitted")
+        if self._timed:
+            entry.queued_at = time.monotonic()  # the event log's queue wait starts here
+        if entry.key is None or not self._outcomes.replay(entry):  # a key may be answered from the journal
+            self._sched.add(entry)
+
+    def cancel(self, task_ids: list[int]) -> None:
+        """Cancelled futures: tasks still queued here are dropped when they would leave (their listener says no);
+        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books."""
+        if self.finished:
+            return  # every slave has been told to shut down
+        for sid, ids in self._sched.holders(task_ids).items():
+            self._engine.cancel(sid, ids)
+
+    def count_submitted_as_total(self) -> None:
+        """Without a declared total, the total is every task submitted so far (for an Executor, which has no
+        lazy map: its ``map`` makes every future at once, as ``concurrent.futures`` does)."""
+        self.ahead = self.ahead or 0
+
+    @property
+    def tasks_done(self) -> int:
+        return self._sched.done_total
+
+    # ------------------------------------------------------------------ waiting
+
+    def step(self, wait: float = TICK) -> None:
+        """One pass of the loop (in the thread that runs the master)."""
+        self._engine.step(wait)
+
+    def wake(self) -> None:
+        """Cut the engine's wait short: the one call safe from another thread."""
+        self._engine.wake()
+
+    def wait_for(self, future: TaskFuture[Any], timeout: float | None) -> None:
+        """Drive the loop until ``future`` is done or ``timeout`` passes (only in the thread that runs the master)."""
+        if future.done() or threading.get_ident() != self.owner:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not future.done():
+            if self.finished:
+                raise ComputationFinishedError(f"the computation finished before task {future.task_id} had a result")
+            wait = TICK if deadline is None else min(TICK, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            self._engine.step(wait)

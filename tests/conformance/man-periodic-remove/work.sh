@@ -1,0 +1,4 @@
+#!/bin/sh
+# Recreated: a short job that is never suspended.
+echo "working"
+exit 0

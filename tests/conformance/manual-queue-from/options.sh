@@ -1,0 +1,4 @@
+#!/bin/sh
+# Recreated: prints its options and its stdin.
+echo "options: $*"
+cat
