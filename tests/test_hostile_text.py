@@ -131,7 +131,8 @@ def test_mwpy_jobs_names_files_a_job_made_without_obeying_their_names(tmp_path: 
     """Guards: a job's file names with escapes are refused as outputs, and the failure lines that quote them
     (on the terminal, under the live view) are escaped."""
     shutil.copy(PROGRAMS / "jobs" / "evil_names.sh", tmp_path / "evil_names.sh")
-    (tmp_path / "jobs.sub").write_text("executable = evil_names.sh\nqueue\n")
+    # YES: the outputs come back through the file service (IF_NEEDED would run a local slave's job in place)
+    (tmp_path / "jobs.sub").write_text("executable = evil_names.sh\nshould_transfer_files = YES\nqueue\n")
     term = Terminal(mwpy_command("jobs", "jobs.sub", "--slaves", "1"), deadline=120, cwd=tmp_path)
     try:
         assert term.wait_exit() == 1, term.text()

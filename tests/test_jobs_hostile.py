@@ -261,7 +261,8 @@ def test_an_insider_slave_plants_nothing_and_the_summary_keeps_every_line(
     submit file, the summary, the journal, the resource file, ssh keys, a 40-deep tree and names that would
     drive a terminal. Nothing lands, the summary (not an unlinked copy) has the job's line and the run's,
     and the failure line on the master's stderr quotes the names shown safe."""
-    (tmp_path / "jobs.sub").write_text("executable = /bin/true\nqueue\n")
+    # YES: a slave off the submit side's file system sends its outputs (IF_NEEDED runs a local slave's in place)
+    (tmp_path / "jobs.sub").write_text("executable = /bin/true\nshould_transfer_files = YES\nqueue\n")
     submit_text = (tmp_path / "jobs.sub").read_text()
     names = [
         "forged\x1b[1A\x1b[2Kall jobs ok",  # first: the stderr line shows a job's first 300 characters

@@ -49,10 +49,11 @@ class SetupFailures:
             elif job.reason is not None and job.job_id not in self._reported:
                 self._reported.add(job.job_id)
                 self.count += 1
-                self.last_reason = safe_text.one_line(job.reason)  # quotes the slave: printed and raised
+                self.last_reason = job.reason
 
     def problem(self, results_so_far: int) -> str | None:
         """Why to stop, or None: ``limit`` failed runs and not one result yet."""
         if results_so_far or self.count < self.limit:
             return None
-        return f"{self.count} slave runs failed before any task had a result; the last one {self.last_reason}"
+        last = safe_text.one_line(str(self.last_reason))  # quotes the slave: printed and raised
+        return f"{self.count} slave runs failed before any task had a result; the last one {last}"
