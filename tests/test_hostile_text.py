@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pyte
 
@@ -40,6 +41,16 @@ DRIVES_THE_TERMINAL = {
 SHOWN = b"\\x1b]52;c;cHduZWQ=\\x07"
 
 
+def run_in_terminal(argv: list[str], status: int, **options: Any) -> Terminal:
+    """``argv`` run to its end on a real pseudo-terminal (``options``: Terminal's), which must exit with ``status``."""
+    term = Terminal(argv, **options)
+    try:
+        assert term.wait_exit() == status, term.text()
+    finally:
+        term.close()
+    return term
+
+
 def assert_terminal_untouched(term: Terminal) -> None:
     raw = bytes(term.raw)
     reached = [name for name, sequence in DRIVES_THE_TERMINAL.items() if sequence in raw]
@@ -51,11 +62,7 @@ def assert_terminal_untouched(term: Terminal) -> None:
 def test_mwpy_local_shows_a_hostile_task_s_words_without_obeying_them() -> None:
     """Guards: the master's log of a failed task (its message, exception name, captured output), the uncaught
     exception's traceback and notes, and mwpy local's view: all shown escaped on the terminal."""
-    term = Terminal(mwpy_command("local", str(HOSTILE), "--slaves", "1", "--", "raise"), deadline=120)
-    try:
-        assert term.wait_exit() == 255, term.text()
-    finally:
-        term.close()
+    term = run_in_terminal(mwpy_command("local", str(HOSTILE), "--slaves", "1", "--", "raise"), 255, deadline=120)
     assert_terminal_untouched(term)
     raw = bytes(term.raw)
     assert b"BEFORE-THE-FAILURE" in raw
@@ -65,13 +72,8 @@ def test_mwpy_local_shows_a_hostile_task_s_words_without_obeying_them() -> None:
 
 def test_mwpy_local_shows_a_failing_slave_s_last_words_without_obeying_them() -> None:
     """Guards: mwpy local's line for each failed slave run, and its line when it gives up, quote the slave."""
-    term = Terminal(
-        mwpy_command("local", str(HOSTILE), "--slaves", "1"), deadline=120, env={"MWPY_TEST_SLAVE_FAILS": "1"}
-    )
-    try:
-        assert term.wait_exit() == 1, term.text()
-    finally:
-        term.close()
+    command = mwpy_command("local", str(HOSTILE), "--slaves", "1")
+    term = run_in_terminal(command, 1, deadline=120, env={"MWPY_TEST_SLAVE_FAILS": "1"})
     assert_terminal_untouched(term)
     assert b"slave runs failed before any task had a result" in bytes(term.raw)
 
@@ -103,11 +105,7 @@ def hostile_event_log(tmp_path: Path) -> tuple[Path, Path]:
 def test_mwpy_status_watch_shows_recent_failures_without_obeying_them(tmp_path: Path) -> None:
     """Guards: the live view's recent failures quote the event log's task-failed lines, escaped."""
     resource, events = hostile_event_log(tmp_path)
-    term = Terminal(mwpy_command("status", str(resource), "--watch", "--events", str(events), "--no-condor"))
-    try:
-        assert term.wait_exit() == 0, term.text()
-    finally:
-        term.close()
+    term = run_in_terminal(mwpy_command("status", str(resource), "--watch", "--events", str(events), "--no-condor"), 0)
     assert "recent failures" in term.text()
     assert_terminal_untouched(term)
 
@@ -133,11 +131,7 @@ def test_mwpy_jobs_names_files_a_job_made_without_obeying_their_names(tmp_path: 
     shutil.copy(PROGRAMS / "jobs" / "evil_names.sh", tmp_path / "evil_names.sh")
     # YES: the outputs come back through the file service (IF_NEEDED would run a local slave's job in place)
     (tmp_path / "jobs.sub").write_text("executable = evil_names.sh\nshould_transfer_files = YES\nqueue\n")
-    term = Terminal(mwpy_command("jobs", "jobs.sub", "--slaves", "1"), deadline=120, cwd=tmp_path)
-    try:
-        assert term.wait_exit() == 1, term.text()
-    finally:
-        term.close()
+    term = run_in_terminal(mwpy_command("jobs", "jobs.sub", "--slaves", "1"), 1, deadline=120, cwd=tmp_path)
     assert_terminal_untouched(term)
     assert b"mwpy jobs: failed: 1.0 (clip\\x1b]52" in bytes(term.raw)
     assert sorted(os.listdir(tmp_path)) == ["evil_names.sh", "jobs.sub", "jobs.sub.summary.jsonl"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from mwpy.jobs.command import PROGRAM
 from mwpy.net import filestore
 from mwpy.net.filestore import Destination, FileClient, FileServer, FileServiceError
 from mwpy.wire import protocol
-from tests.support import PROGRAMS, mwpy_command, spawn_master, spawn_slave
+from tests.support import PROGRAMS, spawn_master, spawn_slave
+from tests.test_jobs_run import run_jobs
 
 HOSTILE = PROGRAMS / "jobs" / "hostile_slave.py"
 INSIDER = HOSTILE  # with MWPY_TEST_INSIDER_NAMES: the names it sends
@@ -301,14 +301,7 @@ def test_a_summary_removed_during_the_run_is_written_again_in_full(tmp_path: Pat
     (tmp_path / "jobs.sub").write_text(
         "executable = /bin/sh\narguments = \"-c 'rm -f jobs.sub.summary.jsonl'\"\nshould_transfer_files = NO\nqueue 4\n"
     )
-    done = subprocess.run(
-        mwpy_command("jobs", "jobs.sub", "--slaves", "1", "--no-progress"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = run_jobs(tmp_path, slaves=1)
     assert done.returncode == 0, done.stderr
     assert "was removed or replaced during the run; written again in full" in done.stderr
     lines = [json.loads(text) for text in (tmp_path / "jobs.sub.summary.jsonl").read_text().splitlines()]
