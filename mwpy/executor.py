@@ -312,7 +312,7 @@ class Executor(concurrent.futures.Executor):
                         if self._closing and not self._waiting and not self._incoming:
                             break
                     intake.step(TICK)
-                    problem = self._pool.setup_problem(intake.tasks_done)
+                    problem = self._pool.setup_problem(intake.tasks_done + intake.slaves_greeted)
                     if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
                         raise SlavesFailError(problem)
         except BaseException as exc:

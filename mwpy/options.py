@@ -63,6 +63,7 @@ class Options:
     slave_bundle: bool = False
     secret_file: str | None = None
     task_attempts: int = 1
+    allowed_failures: int = 3
     task_timeout: float | None = None
     log_level: str | None = None
     connect_timeout: float = 10.0
@@ -297,6 +298,16 @@ _SPECS: dict[str, _Spec] = {
         "a task that raises is a result, not retried.",
         positive_int,
         "a positive integer",
+    ),
+    "--mw-allowed-failures": _Spec(
+        "allowed_failures",
+        "N",
+        "mwpy: how many slaves may die while running one task (a segfault, os._exit, a kill "
+        "for memory) before the task fails with mwpy.KilledSlaveError (dask's KilledWorker) "
+        "instead of running again, for tasks without allowed_failures= of their own. A slave "
+        "that leaves on a soft-kill signal (a Condor eviction) is not counted. Default 3.",
+        _non_negative_int,
+        "a non-negative integer",
     ),
     "--mw-slave-max-failures": _Spec(
         "slave_max_failures",

@@ -219,9 +219,9 @@ def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> Non
         wait_until(lambda: (backend.jobs()[0].failed_runs or 0) >= failures, 60, f"{failures} failed runs")
         watch.look(backend.jobs())
         assert watch.count >= failures
-        problem = watch.problem(results_so_far=0)
+        problem = watch.problem(progress=0)
         assert problem is not None
         assert "no numpy here" in problem
-        assert watch.problem(results_so_far=1) is None  # a computation that had results never stops this way
+        assert watch.problem(progress=1) is None  # results or a connected slave: never stops this way
     finally:
         backend.close()

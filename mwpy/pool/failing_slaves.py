@@ -8,10 +8,10 @@ watches the back end's jobs: a back end that counts each job's failed runs
 is read exactly (the local back end restarts a slave within half a second,
 so one that fails fast can fail and restart between two looks); for one that
 does not, each time a job is seen to have exited with a failure counts one,
-and once ``limit`` runs have failed while the computation has not yet had a single result, :meth:`problem` names the
-failure (the job's last error line). A computation that has had results
-never stops this way: its slaves can work, and one that fails later is the
-black-hole and retry rules' business.
+and once ``limit`` runs have failed while the computation has not yet had a single result nor a slave that
+connected, :meth:`problem` names the failure (the job's last error line). A computation that has had results
+or a connected slave never stops this way: its slaves can start, and one that fails later (a task that
+kills its slave) is the allowed-failures, black-hole and retry rules' business.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class SetupFailures:
                 self.count += 1
                 self.last_reason = job.reason
 
-    def problem(self, results_so_far: int) -> str | None:
-        """Why to stop, or None: ``limit`` failed runs and not one result yet."""
-        if results_so_far or self.count < self.limit:
+    def problem(self, progress: int) -> str | None:
+        """Why to stop, or None: ``limit`` failed runs and no progress yet (no result, no slave connected)."""
+        if progress or self.count < self.limit:
             return None
         return f"{self.count} slave runs failed before any task had a result; the last one {self.last_reason}"

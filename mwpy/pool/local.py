@@ -310,10 +310,11 @@ class _LocalRun:
     def _give_up_on_failing_slaves(self) -> None:
         """Slaves that fail before any result (a slave algorithm raising at set-up) would restart for ever."""
         try:
-            done = resource_file.read(self.work.resource_file).tasks_done
+            record = resource_file.read(self.work.resource_file)
+            progress = record.tasks_done + record.slaves_greeted
         except ResourceFileError:
-            done = 0
-        problem = self.pool.setup_problem(done)
+            progress = 0
+        problem = self.pool.setup_problem(progress)
         if problem is not None and self.master.poll() is None:
             self.display.output(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
             self.master.terminate()

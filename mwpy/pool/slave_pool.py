@@ -89,8 +89,11 @@ class SlavePool:
         self._next_look = 0.0
         self._thread.start()
 
-    def setup_problem(self, results_so_far: int) -> str | None:
-        """Why to give up (slaves that fail before any task had a result would restart for ever), or None.
+    def setup_problem(self, progress: int) -> str | None:
+        """Why to give up (slaves that fail before any connected or had a result would restart for ever), or None.
+
+        ``progress``: results so far plus slaves that ever connected (a slave that
+        connected could start; if it died later, a task may have killed it).
 
         Looks at the back end's jobs at most every ``JOB_LOOK_INTERVAL``; call it as often as convenient.
         """
@@ -98,7 +101,7 @@ class SlavePool:
         if now >= self._next_look:
             self._next_look = now + JOB_LOOK_INTERVAL
             self._setup.look(self.backend.jobs())
-        return self._setup.problem(results_so_far)
+        return self._setup.problem(progress)
 
     def stop(self, *, grace: float = 0.0) -> None:
         """Stop the overseer; give the slaves ``grace`` seconds to leave; remove the jobs left; release the back end.
