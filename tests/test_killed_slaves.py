@@ -10,6 +10,7 @@ the test sets; under ``mwpy.Executor``, the master API (``mwpy local``), and
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import textwrap
@@ -22,7 +23,11 @@ import pytest
 import mwpy
 from mwpy import slave_exits
 from mwpy.backends.local import MAX_RESTART_DELAY, LocalBackend
-from tests.support import PYTHON, run_local
+from mwpy import ExitCode
+from tests.programs.evictable import gated
+from tests.support import PROGRAMS, PYTHON, local_master, run_local
+
+EVICTABLE = PROGRAMS / "evictable.py"
 
 EXECUTOR_SCRIPT = """\
     import ctypes
@@ -203,3 +208,62 @@ def test_the_exits_file_is_read_by_host_and_pid(tmp_path: Path) -> None:
     assert exits(host, 4243) == "exited with status 3 without a result"
     assert exits(host, 4244) is None
     assert exits("elsewhere", 4242) is None
+
+
+def test_a_slave_evicted_by_sigterm_is_not_the_task_s_fault_but_one_killed_is(tmp_path: Path) -> None:
+    with local_master(EVICTABLE, tmp_path, "--mw-allowed-failures", "0", "--mw-client-timeout", "600") as master:
+        evicted = gated.submit(str(tmp_path), 1)
+        first = master.start_slave()
+        master.drive_until((tmp_path / "started-1").exists, "the slave to start task 1")
+        first.popen.send_signal(signal.SIGTERM)  # Condor's soft-kill signal: the slave hands back and leaves
+        assert first.wait() == ExitCode.EVICTED
+        killed = gated.submit(str(tmp_path), 2)
+        second = master.start_slave()
+        master.drive_until((tmp_path / "started-1").exists, "task 1 to run again")
+        (tmp_path / "release").touch()
+        master.drive_until(lambda: len(master.results) == 1, "task 1's result")
+        assert master.results[0].value == 1  # the eviction did not count against it, though none was allowed
+        (tmp_path / "release").unlink()
+        master.drive_until((tmp_path / "started-2").exists, "the slave to start task 2")
+        second.popen.send_signal(signal.SIGKILL)
+        master.drive_until(lambda: len(master.results) == 2, "task 2's failure")
+        with pytest.raises(mwpy.KilledSlaveError, match="gated killed 1 slaves"):
+            killed.result()
+
+
+SHUTDOWN_SCRIPT = """\
+    import os
+    import time
+
+    import mwpy
+
+
+    def die():
+        os._exit(1)
+
+
+    def nap(x):
+        time.sleep(0.2)
+        return x
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=2) as ex:
+            doomed = ex.submit(die)
+            rest = [ex.submit(nap, i) for i in range(50)]
+            while not doomed.running():
+                time.sleep(0.01)
+            ex.shutdown(wait=False, cancel_futures=True)
+            print("shutdown returned")
+        print("left the with block:", type(doomed.exception()).__name__, sum(f.cancelled() for f in rest) > 0)
+"""
+
+
+def test_shutdown_without_waiting_returns_and_the_with_block_ends_despite_a_task_killing_slaves(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "shutdown.py"
+    script.write_text(textwrap.dedent(SHUTDOWN_SCRIPT))
+    done = subprocess.run([PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["shutdown returned", "left the with block: KilledSlaveError True"]
