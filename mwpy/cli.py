@@ -56,6 +56,9 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         help="the live status view (default: on a terminal; plain lines otherwise)",
     )
     local.add_argument("--total", type=positive_int, help="tasks in all, for the progress bar and ETA")
+    local.add_argument(
+        "--quiet", action="store_true", help="do not show what tasks print (the master's --mw-quiet); kept in results"
+    )
 
     overseer = commands.add_parser(
         "overseer",
@@ -161,7 +164,7 @@ def _local(options: argparse.Namespace) -> int:
     return run_local(
         options.program,
         options.slaves,
-        options.program_args,
+        ["--mw-quiet", *options.program_args] if options.quiet else options.program_args,
         workdir=options.workdir,
         progress=options.progress,
         total=options.total,

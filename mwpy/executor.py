@@ -153,7 +153,10 @@ class Executor(concurrent.futures.Executor):
     options (e.g. ``["--submit-file", "slaves.sub"]``). ``options``: extra
     ``--mw-*`` options for the master (e.g. ``["--mw-slave-window", "8"]``).
     ``workdir``: where the resource file, audit and slave sandboxes go
-    (default: a temporary folder, removed at shutdown).
+    (default: a temporary folder, removed at shutdown). What a task prints
+    shows on this process's stdout and stderr when its result comes, as
+    under ProcessPoolExecutor; ``quiet=True`` (``--mw-quiet``) keeps it to
+    the futures' ``stdout``/``stderr``.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class Executor(concurrent.futures.Executor):
         backend_arguments: Sequence[str] = (),
         options: Sequence[str] = (),
         workdir: str | os.PathLike[str] | None = None,
+        quiet: bool = False,
     ) -> None:
         if max_workers is None:
             max_workers = os.cpu_count() or 1
@@ -174,7 +178,7 @@ class Executor(concurrent.futures.Executor):
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
         work = WorkFolder.make(workdir, prefix="mwpy-executor-")
-        self._options = _master_options(options, work.resource_file, backend)
+        self._options = _master_options([*options, *(["--mw-quiet"] if quiet else [])], work.resource_file, backend)
         logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
         self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
         factory = backends.lookup(backend)

@@ -63,6 +63,7 @@ class Options:
     slave_bundle: bool = False
     secret_file: str | None = None
     task_attempts: int = 1
+    quiet: bool = False
     allowed_failures: int = 3
     task_timeout: float | None = None
     log_level: str | None = None
@@ -184,6 +185,14 @@ _SPECS: dict[str, _Spec] = {
     ),
     "--mw-audit-file": _Spec(
         "audit_file", "FILE", "Append the [A] audit trail here instead of stdout.", _non_empty, "a file name"
+    ),
+    "--mw-quiet": _Spec(
+        "quiet",
+        "",
+        "mwpy: do not show what tasks print. By default a successful task's output is written "
+        "on the master's stdout and stderr when its result comes (a failed task's goes with its "
+        "exception); either way it is kept in Result.stdout/.stderr.",
+        None,
     ),
     "--mw-audit-packets": _Spec(
         "audit_packets",

@@ -215,6 +215,9 @@ class LightFuture(concurrent.futures.Future[R]):
     _state = PENDING
     _result: Any = None
     _exception: BaseException | None = None
+    #: What the task printed on its slave (as ``Result.stdout``/``.stderr``), once it is done.
+    stdout = ""
+    stderr = ""
 
     def __init__(self) -> None:  # not Future.__init__: that is the cost this class avoids
         pass
@@ -249,6 +252,8 @@ class LightFuture(concurrent.futures.Future[R]):
 
     def _settle_with(self, result: Result) -> None:
         """The task's value, or its exception as itself (built only while the future is not done yet)."""
+        if result.stdout or result.stderr:
+            self.stdout, self.stderr = result.stdout, result.stderr
         if result.error is None:
             self._finish(result.value, None)
         elif not self.done():
@@ -334,7 +339,7 @@ class TaskFuture(LightFuture[R]):
         """The result settles the future and goes to ``mw.results()`` too, unless the future was cancelled."""
         if self._state in _CANCELLED:
             return False  # no result of a cancelled task reaches the user
-        if result.error is None:
+        if result.error is None and not (result.stdout or result.stderr):
             self._finish(result.value, None)  # the hot path, without _settle_with's call
         else:
             self._settle_with(result)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from mwpy import names
-from mwpy.core.facts import Facts, StrayResult, TaskFailed, TaskTimedOut
+from mwpy.core.facts import Facts, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.task import Result, TaskError, task_exception
@@ -135,6 +135,8 @@ class Outcomes:
             if outputs and task_id in outputs:
                 stdout, stderr = outputs[task_id]
                 result = attrs.evolve(result, stdout=stdout, stderr=stderr)
+                if result.error is None:  # a failure's output goes with its exception, not to the screen
+                    self._facts(TaskPrinted(sid, task_id, stdout, stderr))
             if result.error is None:
                 holes += self._succeeded(sid, entry, blob, compute_time)
             elif self._runs_again(sid, entry, result, now):

@@ -136,18 +136,40 @@ class LogRenderer(Observer):
     def handed_back(self, fact: facts.HandedBack) -> None:
         log.info("%s is leaving (soft-kill signal) and handed back %d tasks unstarted", fact.sid, fact.n)
 
-    def task_failed(self, fact: facts.TaskFailed) -> None:
-        """A failed task's output is worth seeing where the master runs (``mwpy local`` shows the master's stderr)."""
-        if fact.retried or not (fact.stdout or fact.stderr):
-            return
-        streams = (("stdout", fact.stdout), ("stderr", fact.stderr))
-        printed = "".join(f"\n--- its {name}:\n{text.rstrip()}" for name, text in streams if text)
-        log.warning("task %d (%s) failed on %s with %s: %s%s", fact.task_id, fact.algorithm, fact.sid, fact.error,
-                    fact.message, printed)  # fmt: skip
-
     def task_timed_out(self, fact: facts.TaskTimedOut) -> None:
         log.warning("task %d ran past its timeout of %g s on %s: failed, slave dropped", fact.task_id, fact.timeout,
                     fact.sid)  # fmt: skip
+
+
+def forwardable(text: str) -> str:
+    """A task's output made fit for the user's terminal: the one place forwarded text goes through.
+
+    Task text is hostile (it must never drive the terminal): mwpy/safe_text.py
+    neutralises it here once it lands (``--mw-raw-task-output`` passes it raw).
+    """
+    return text
+
+
+class OutputForwarder(Observer):
+    """What a successful task printed, on the master's stdout and stderr, as ProcessPoolExecutor's workers show it.
+
+    A task's output comes with its result, whole lines at once, so lines of
+    different tasks never mix; once a second slave has printed, each line
+    names its slave (``[slave-3] ...``). ``--mw-quiet`` leaves this out: the
+    output stays in ``Result.stdout``/``.stderr`` and the futures.
+    """
+
+    def __init__(self) -> None:
+        self._slaves: set[str] = set()
+
+    def task_printed(self, fact: facts.TaskPrinted) -> None:
+        self._slaves.add(fact.sid)
+        prefix = f"[{fact.sid}] " if len(self._slaves) > 1 else ""
+        for text, stream in ((fact.stdout, sys.stdout), (fact.stderr, sys.stderr)):
+            if text and stream is not None:
+                lines = forwardable(text).splitlines(keepends=True)
+                stream.write("".join(f"{prefix}{line.rstrip(chr(10))}\n" for line in lines))
+                stream.flush()
 
 
 class Observers:
@@ -164,6 +186,8 @@ class Observers:
         self._accountant: Accountant | None = None
         self._exporter: Any = None
         renderers: list[Observer] = [AuditRenderer(audit, options.slave_task_group), LogRenderer()]
+        if not options.quiet:
+            renderers.append(OutputForwarder())
         if options.events is not None or options.metrics_port is not None:
             renderers.append(self._open_events(options))
         self.facts = Facts(renderers)
