@@ -178,18 +178,23 @@ class Executor(concurrent.futures.Executor):
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
         work = WorkFolder.make(workdir, prefix="mwpy-executor-")
-        self._options = _master_options([*options, *(["--mw-quiet"] if quiet else [])], work.resource_file, backend)
-        logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
-        self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
-        factory = backends.lookup(backend)
-        namespace = _backend_options(factory, backend, backend_arguments, work)
-        program = _spawn_program(backend, work.path)
-        self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
-        #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
-        self._intake = self._master._intake
-        self._intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
-        self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
-                               name=f"executor {self._options.member_id}")  # fmt: skip
+        with contextlib.ExitStack() as undo:  # a wrong option or back end leaves no folder behind
+            undo.callback(work.remove)
+            self._options = _master_options([*options, *(["--mw-quiet"] if quiet else [])], work.resource_file,
+                                            backend)  # fmt: skip
+            logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
+            self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
+            undo.callback(self._audit.close)
+            factory = backends.lookup(backend)
+            namespace = _backend_options(factory, backend, backend_arguments, work)
+            program = _spawn_program(backend, work.path)
+            self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
+            #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
+            self._intake = self._master._intake
+            self._intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
+            self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
+                                   name=f"executor {self._options.member_id}")  # fmt: skip
+            undo.pop_all()
         self._lock = threading.Lock()
         self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
         self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once

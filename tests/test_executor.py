@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import subprocess
+import tempfile
 import textwrap
 import threading
 from collections.abc import Generator, Iterator
@@ -414,3 +415,13 @@ def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> Non
     local = _master_options([], Path("/tmp/rf.json"), "local")
     assert local.master_host == "127.0.0.1"
     assert local.slave_arguments[-1] == os.getcwd()
+
+
+def test_a_wrong_option_leaves_no_work_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 item 7: a usage error made the temporary work folder and left it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(mwpy.ConfigurationError):
+        mwpy.Executor(max_workers=1, options=["--mw-no-such-option"])
+    with pytest.raises(mwpy.ConfigurationError):
+        mwpy.Executor(max_workers=1, backend_arguments=["--no-such-argument"])
+    assert list(tmp_path.iterdir()) == []

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import psutil
 
+from mwpy import resource_file
 from mwpy.backends import Launch
 from mwpy.backends.local import LocalBackend
+from mwpy.errors import ResourceFileError
 from mwpy.pool.failing_slaves import SETUP_FAILURE_LIMIT, SetupFailures
 from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
@@ -61,7 +63,7 @@ def test_ctrl_c_on_a_terminal_leaves_the_view_and_one_line() -> None:
     finally:
         term.close()
     lines = [line for line in term.text().splitlines() if line.strip()]
-    assert lines[-1].startswith("mwpy local: interrupted (logs in "), term.text()
+    assert lines[-1] == "mwpy local: interrupted", term.text()
     assert lines[-2].startswith("╰"), "the last view stays, closed, just above that line"
     assert "Traceback" not in term.text()
 
@@ -200,6 +202,37 @@ def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("mwpy local: interrupted")
+
+
+def test_ctrl_c_with_tasks_in_flight_says_one_line_and_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    """Issue 21 item 7: an interrupted run printed ``slave-N disconnected (EOF); 128 tasks in flight`` per slave
+    (Ctrl-C reaches the slaves too) and left its temporary work folder behind."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    command = mwpy_command("local", str(PING), "--slaves", "2", "--no-progress", "--", "--max-tasks", "0")
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    try:
+        [work] = wait_until(lambda: list(temp.glob("mwpy-local-*")), 60, "mwpy local's work folder")
+        wait_until(lambda: _tasks_done(work / "resource.json") > 0, 60, "tasks flowing through the slaves")
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130
+    assert [line for line in err.splitlines() if line.strip()] == ["mwpy local: interrupted"], err
+    assert not list(temp.glob("mwpy-local-*"))
+
+
+def _tasks_done(path: Path) -> int:
+    try:
+        return resource_file.read(path).tasks_done
+    except ResourceFileError:
+        return 0
 
 
 def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> None:

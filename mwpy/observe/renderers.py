@@ -129,8 +129,10 @@ class LogRenderer(Observer):
                  in_job, fact.group)  # fmt: skip
 
     def slave_left(self, fact: facts.SlaveLeft) -> None:
+        """A slave gone with tasks in flight is news while the computation runs; once it ends (finished or
+        interrupted: Ctrl-C reaches the slaves too) tasks in flight are moot, and a warning would be noise."""
         if fact.cause != "expelled":
-            level = logging.WARNING if fact.in_flight else logging.INFO
+            level = logging.WARNING if fact.in_flight and fact.cause != "shutdown" else logging.INFO
             log.log(level, "%s disconnected (%s); %d tasks in flight", fact.sid, fact.reason, fact.in_flight)
 
     def handed_back(self, fact: facts.HandedBack) -> None:

@@ -282,7 +282,9 @@ class _LocalRun:
             published = self.work.resource_file.exists()  # a master that ran wrote it, and leaves it finished
             self._clean_up(quiet=interrupted)
         if interrupted:  # whatever the master made of its own SIGINT: one line, and the shell's 130
-            print(f"mwpy local: interrupted (logs in {self.work.path})", file=sys.stderr)
+            self.work.remove()  # a folder of our own goes (Ctrl-C is no failure to look into); --workdir stays
+            kept = "" if self.work.own else f" (logs in {self.work.path})"
+            print(f"mwpy local: interrupted{kept}", file=sys.stderr)
             return 130
         if self.gave_up:
             return 1
