@@ -65,6 +65,10 @@ def test_ctrl_c_on_a_terminal_leaves_the_view_and_one_line() -> None:
     lines = [line for line in term.text().splitlines() if line.strip()]
     assert lines[-1] == "mwpy local: interrupted", term.text()
     assert lines[-2].startswith("╰"), "the last view stays, closed, just above that line"
+    last_view = term.text().rsplit("╭", 1)[1]
+    assert "interrupted ·" in last_view, last_view  # not "finished" (the master wrote its file as finished)
+    assert "finished" not in last_view
+    assert "ETA" not in last_view
     assert "Traceback" not in term.text()
 
 

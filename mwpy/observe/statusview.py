@@ -69,6 +69,8 @@ class Extra:
     failures: Sequence[str] = ()
     condor: Mapping[str, int] | None = None
     condor_problem: str | None = None
+    #: The run was stopped by Ctrl-C (``mwpy local`` says so): the view says "interrupted", with no ETA.
+    interrupted: bool = False
 
 
 class Rate:
@@ -99,12 +101,15 @@ class Rate:
         return (d1 - d0) / (t1 - t0) if t1 > t0 else None
 
 
-def state_of(record: ResourceFile, now: float) -> str:
+def state_of(record: ResourceFile, now: float, *, interrupted: bool = False) -> str:
+    if interrupted:
+        return "interrupted"
     return "finished" if record.finished else ("stale" if record.stale(now) else "in progress")
 
 
-def _eta(record: ResourceFile, total: int | None, rate: float | None) -> str | None:
-    if total is None or not rate or record.tasks_done >= total:
+def _eta(record: ResourceFile, total: int | None, rate: float | None, state: str) -> str | None:
+    """How long the rest takes at this rate: only while the computation is in progress."""
+    if state != "in progress" or total is None or not rate or record.tasks_done >= total:
         return None
     return duration((total - record.tasks_done) / rate)
 
@@ -125,12 +130,17 @@ def _tasks_phrase(record: ResourceFile, total: int | None, rate: float | None) -
 
 
 def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
-    """``slaves 2/2 connected (unordered 2) · 98 more needed``: per group that has any, and the master's demand."""
+    """``slaves 2/4 connected (unordered 2) · 2 more needed``: per group that has any, and the master's demand.
+
+    Under a limit (``mwpy local --slaves N``) the demand shown is what may still come: a master that
+    wants 800 slaves with 3 of 3 connected needs no more than it can get.
+    """
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{kind} {count}" for kind, count in _groups(record) if count)
+    needed = record.slaves_needed if not limit else min(record.slaves_needed, max(0, limit - connected))
     return (
         f"slaves {connected}{f'/{limit}' if limit else ''} connected{f' ({groups})' if groups else ''}"
-        f" · {record.slaves_needed:,} more needed"
+        f" · {needed:,} more needed"
     )
 
 
@@ -144,9 +154,10 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         return (
             f"[mwpy] waiting for the resource file ({problem})" if problem else "[mwpy] waiting for the resource file"
         )
-    eta = _eta(record, extra.total, rate)
+    state = state_of(record, now, interrupted=extra.interrupted)
+    eta = _eta(record, extra.total, rate, state)
     parts = [
-        f"[mwpy] {state_of(record, now)}",
+        f"[mwpy] {state}",
         _tasks_phrase(record, extra.total, rate),
         *([f"ETA {eta}"] if eta else []),
         _slaves_phrase(record, extra.slave_limit),
@@ -171,8 +182,8 @@ def render(
     if record is None:
         text = f"waiting for the resource file{f' ({problem})' if problem else ''}"
         return Panel(Text(text, style="yellow"), title=title, title_align="left")
-    state = state_of(record, now)
-    colour = {"finished": "green", "stale": "red", "in progress": "cyan"}[state]
+    state = state_of(record, now, interrupted=extra.interrupted)
+    colour = {"finished": "green", "stale": "red", "in progress": "cyan", "interrupted": "yellow"}[state]
     lines: list[RenderableType] = [
         Text.assemble(
             (state, f"bold {colour}"),
@@ -181,7 +192,7 @@ def render(
         )
     ]
     if extra.total:
-        eta = _eta(record, extra.total, rate)
+        eta = _eta(record, extra.total, rate, state)
         bar = Table.grid(padding=(0, 1))
         bar.add_row(
             ProgressBar(total=extra.total, completed=min(record.tasks_done, extra.total), width=40, style="grey42"),

@@ -96,6 +96,11 @@ class _Display:
             with self._lock:
                 print(line, file=console.file, flush=True)
 
+    def interrupted(self) -> None:
+        """Ctrl-C stopped the run: the last view says so (not "finished", and no ETA)."""
+        if self._follower is not None:
+            self._follower.extra.interrupted = True
+
     def close(self) -> None:
         """Show the last state and leave the view on the screen, above whatever is printed next."""
         self.refresh()
@@ -273,6 +278,8 @@ class _LocalRun:
             self._watch()
         except (KeyboardInterrupt, _Terminated) as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)
+            if interrupted:
+                self.display.interrupted()
             if self.master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
                 self.master.terminate()
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while it stops
