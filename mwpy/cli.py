@@ -136,7 +136,22 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     )
     report.add_argument("events", help="the event log")
     report.add_argument("-o", "--output", default="report.html", help="where to write it (default report.html)")
+    for sub in commands.choices.values():  # a command's own mistakes are told with its own usage
+        sub.set_defaults(command_parser=sub)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, args: list[str]) -> argparse.Namespace:
+    """``args`` parsed; an argument a command does not know gets that command's usage (not mwpy's), and under
+    ``mwpy local`` a hint that the program's own arguments go after ``--``."""
+    options, unknown = parser.parse_known_args(args)
+    if unknown:
+        command: argparse.ArgumentParser = options.command_parser
+        hint = ""
+        if options.command == "local" and not any(arg.startswith("-") for arg in unknown):
+            hint = f" (arguments for the program go after --: {command.prog} ... -- {' '.join(unknown)})"
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ConfigurationError, BackendError) as exc:
             print(f"mwpy overseer: error: {exc}", file=sys.stderr)
             return 2 if isinstance(exc, ConfigurationError) else 1
-    options = _parser(backend).parse_args(args)
+    options = _parse(_parser(backend), args)
     options.program_args, options.backend_factory = program_args, backend
     command: Callable[[argparse.Namespace], int] = _COMMANDS[options.command]
     return command(options)

@@ -262,3 +262,24 @@ def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> Non
         assert watch.problem(progress=1) is None  # results or a connected slave: never stops this way
     finally:
         backend.close()
+
+
+def test_program_arguments_before_the_double_dash_get_a_hint_and_mwpy_local_s_usage(tmp_path: Path) -> None:
+    """Issue 21 item 7: ``mwpy local prog.py out.csv`` gave mwpy's top-level usage and no hint."""
+    done = subprocess.run(mwpy_command("local", str(PING), "out.csv"), capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: mwpy local ")
+    assert done.stderr.splitlines()[-1] == (
+        "mwpy local: error: unrecognized arguments: out.csv (arguments for the program go after --: "
+        "mwpy local ... -- out.csv)"
+    )
+
+
+def test_a_misspelt_option_shows_mwpy_local_s_usage(tmp_path: Path) -> None:
+    done = subprocess.run(
+        mwpy_command("local", "--slavs", "3", str(PING)), capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: mwpy local ")
+    assert "unrecognized arguments: --slavs" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # a usage error leaves nothing behind
