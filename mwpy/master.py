@@ -249,8 +249,19 @@ class Master:
     # ------------------------------------------------------------------ slave groups
 
     def allocate_slaves(self, amount: int = 1000, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:
-        """Want ``amount`` more slaves of ``kind`` (ordered, intermingle or unordered)."""
-        self._sched.allocate(amount, SlaveKind(kind))
+        """Want ``amount`` more slaves of ``kind`` (ordered, intermingle or unordered).
+
+        Ordered and intermingle slaves beyond ``--mw-max-slaves`` (``mwpy local --slaves``) could never
+        all come, and their tasks would wait for ever: that is an error, at once.
+        """
+        kind = SlaveKind(kind)
+        limit = self._options.max_slaves
+        if limit is not None and kind is not SlaveKind.UNORDERED and self._sched.reserved + amount > limit:
+            raise ConfigurationError(
+                f"allocate_slaves: {self._sched.reserved + amount} ordered and intermingle slaves wanted, but at "
+                f"most {limit} slaves can connect (--slaves {limit})"
+            )
+        self._sched.allocate(amount, kind)
         self._engine.tick_soon()
 
     def deallocate_slaves(self, amount: int = 0, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:

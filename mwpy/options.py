@@ -63,6 +63,7 @@ class Options:
     slave_bundle: bool = False
     secret_file: str | None = None
     task_attempts: int = 1
+    max_slaves: int | None = None
     quiet: bool = False
     allowed_failures: int = 3
     task_timeout: float | None = None
@@ -185,6 +186,14 @@ _SPECS: dict[str, _Spec] = {
     ),
     "--mw-audit-file": _Spec(
         "audit_file", "FILE", "Append the [A] audit trail here instead of stdout.", _non_empty, "a file name"
+    ),
+    "--mw-max-slaves": _Spec(
+        "max_slaves",
+        "N",
+        "mwpy: at most N slaves can ever connect (mwpy local passes its --slaves): asking for more "
+        "ordered or intermingle slaves than that is an error instead of a wait for ever. Default: no limit.",
+        positive_int,
+        "a positive integer",
     ),
     "--mw-quiet": _Spec(
         "quiet",

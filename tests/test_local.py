@@ -283,3 +283,39 @@ def test_a_misspelt_option_shows_mwpy_local_s_usage(tmp_path: Path) -> None:
     assert done.stderr.startswith("usage: mwpy local ")
     assert "unrecognized arguments: --slavs" in done.stderr
     assert list(tmp_path.iterdir()) == []  # a usage error leaves nothing behind
+
+
+MORE_ORDERED_THAN_SLAVES = """\
+import mwpy
+
+
+@mwpy.task
+def where(x):
+    return x
+
+
+@mwpy.master
+def main(mw, argv):
+    mw.allocate_slaves(3, "ordered")
+    while len(mw.connected_slaves()) < 3:  # would wait for ever: only 2 slaves can come
+        mw.loop(timeout=1)
+    return 0
+
+
+if __name__ == "__main__":
+    mwpy.run()
+"""
+
+
+def test_more_ordered_slaves_than_slaves_is_an_error_not_a_hang_and_no_empty_goodput_table(tmp_path: Path) -> None:
+    """Issue 21 item 7: such a program hung silently under ``mwpy local``; a run that never started printed an
+    all-zero goodput table."""
+    program = tmp_path / "ordered.py"
+    program.write_text(MORE_ORDERED_THAN_SLAVES)
+    done = run_local(program, slaves=2, timeout=120)
+    assert done.returncode == 255
+    assert (
+        "ConfigurationError: allocate_slaves: 3 ordered and intermingle slaves wanted, but at most 2 slaves can "
+        "connect (--slaves 2)"
+    ) in done.stderr
+    assert "goodput" not in done.stderr

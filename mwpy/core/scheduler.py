@@ -636,6 +636,11 @@ class Scheduler:
             wanted = self._desired[SlaveKind.UNORDERED]
         return needed + max(0, wanted - self._acquired[SlaveKind.UNORDERED])
 
+    @property
+    def reserved(self) -> int:
+        """Ordered and intermingle slaves wanted (what ``allocate_slaves`` asked for them, less what was given back)."""
+        return self._desired[SlaveKind.ORDERED] + self._desired[SlaveKind.INTERMINGLE]
+
     def connected(self) -> dict[str, int]:
         """Connected slaves per group."""
         return {kind.value: self._acquired[kind] for kind in SlaveKind}

@@ -229,7 +229,9 @@ class Observers:
         if summary and self._accountant is not None and status != INTERRUPTED:  # Ctrl-C: one line, nothing more
             from mwpy.observe import goodput  # noqa: PLC0415
 
-            print(goodput.summary(self._accountant.result()), end="", file=sys.stderr, flush=True)
+            account = self._accountant.result()
+            if account.slaves or account.tasks_ok or account.tasks_failed:  # a run that never started: no zeros
+                print(goodput.summary(account), end="", file=sys.stderr, flush=True)
         self.close()
 
     def close(self) -> None:

@@ -193,8 +193,9 @@ def _clean_up(work: WorkFolder, status: int, *, explained: bool = False) -> None
         print(f"mwpy local: master exited with status {status}; logs in {work.path}", file=sys.stderr)
 
 
-def _master_command(interpreter: str, program: str, work: WorkFolder, args: list[str]) -> list[str]:
-    """The master's command line: loopback only, a resource file rewritten every second, slaves like us."""
+def _master_command(interpreter: str, program: str, slaves: int, work: WorkFolder, args: list[str]) -> list[str]:
+    """The master's command line: loopback only, a resource file rewritten every second, slaves like us, and
+    no more of them than ``--slaves``."""
     return [
         interpreter,
         os.path.abspath(program),
@@ -211,6 +212,8 @@ def _master_command(interpreter: str, program: str, work: WorkFolder, args: list
         str(work.path / AUDIT_FILE),
         "--mw-slave-executable",
         interpreter,
+        "--mw-max-slaves",
+        str(slaves),
         *_default_events(work, args),
         *args,
     ]
@@ -252,7 +255,7 @@ class _LocalRun:
         self.work = work
         self.display = display
         self.master = subprocess.Popen(
-            _master_command(interpreter, program, work, args),
+            _master_command(interpreter, program, slaves, work, args),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
