@@ -21,7 +21,7 @@ from mwpy.observe import events as ev
 from mwpy.observe import statusview
 from mwpy.observe.statusview import INTERRUPTED, Extra, Rate, plain
 from mwpy.resource_file import ResourceFile
-from tests.obs_support import ONE_OF_EACH, Terminal, write_log
+from tests.obs_support import ONE_OF_EACH, Terminal, finished, write_log
 
 DEADLINE = 30.0
 
@@ -207,3 +207,25 @@ def test_the_slaves_needed_are_capped_by_the_slave_limit() -> None:
     )
     assert "· 2 more needed" in plain(record, Extra(slave_limit=5), None, now=time.time())
     assert "· 800 more needed" in plain(record, Extra(), None, now=time.time())  # mwpy status: the master's word
+
+
+def test_the_live_view_names_the_slowest_slaves(tmp_path: Path) -> None:
+    """Issue 21 item 7: the live view could not say which slave is slow (the event log has the data)."""
+    log = write_log(
+        tmp_path / "events.jsonl",
+        [
+            finished(1001.0, "slave-0", "ok", *[0.3] * 20),
+            finished(1001.0, "slave-1", "ok", *[0.3] * 20),
+            finished(1001.0, "slave-2", "ok", *[0.9] * 10),
+            finished(1002.0, "slave-2", "error", 0.9),
+        ],
+    )
+    tail = statusview.FailureTail(log)
+    tail.poll()
+    extra = Extra(slaves=tail.slaves)
+    line = plain(_record(), extra, None, now=time.time())
+    assert line.endswith("slowest slave-2 11 tasks, mean 0.90 s, p95 ≤ 0.90 s, 1 failed")
+    screen = io.StringIO()
+    Console(file=screen, width=120, color_system=None).print(statusview.render(_record(), extra, None, now=time.time()))
+    view = screen.getvalue()
+    assert view.index("slave-2 11 tasks") < view.index("slave-0 20 tasks") < view.index("slave-1 20 tasks")

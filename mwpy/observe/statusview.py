@@ -38,13 +38,17 @@ from rich.text import Text
 from mwpy import resource_file, safe_files
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.observe import events as ev
+from mwpy.observe import runtimes
 from mwpy.observe.goodput import duration
+from mwpy.observe.runtimes import RunTimes, slowest
 from mwpy.resource_file import ResourceFile
 
 #: Seconds of samples the rate is averaged over (long enough to be steady, short enough to follow changes).
 RATE_WINDOW = 30.0
 #: Recent failures shown at most.
 MAX_FAILURES = 5
+#: Slaves the terminal view lists, the slowest first (the plain line names the slowest one).
+SLOWEST_SLAVES = 3
 #: Seconds between two questions to the schedd (a schedd is shared; once a second would be rude).
 CONDOR_INTERVAL = 10.0
 #: Exit status on Ctrl-C, as a shell reports SIGINT.
@@ -67,6 +71,8 @@ class Extra:
     #: Slaves that may run at most (``mwpy local --slaves N``), shown as ``slaves 2/N``.
     slave_limit: int | None = None
     failures: Sequence[str] = ()
+    #: Run times per slave, from the event log (shown when more than one slave has finished tasks).
+    slaves: Mapping[str, RunTimes] = attrs.Factory(dict)
     condor: Mapping[str, int] | None = None
     condor_problem: str | None = None
     #: The run was stopped by Ctrl-C (``mwpy local`` says so): the view says "interrupted", with no ETA.
@@ -164,6 +170,8 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
     ]
     if extra.condor is not None:
         parts.append(_condor_phrase(extra.condor))
+    if len(extra.slaves) > 1:
+        parts.append("slowest " + runtimes.phrase(*slowest(extra.slaves, 1)[0]))
     if extra.failures:
         parts.append(f"last failure: {extra.failures[-1]}")
     return " · ".join(parts)
@@ -206,6 +214,11 @@ def render(
         lines.append(Text(_condor_phrase(extra.condor)))
     elif extra.condor_problem:
         lines.append(Text(extra.condor_problem, style="dim"))
+    if len(extra.slaves) > 1:
+        per_slave = Text("slowest slaves", style="bold")
+        for name, figures in slowest(extra.slaves, SLOWEST_SLAVES):
+            per_slave.append(f"\n  {runtimes.phrase(name, figures)}")
+        lines.append(per_slave)
     if extra.failures:
         failures = Text("recent failures", style="bold red")
         for line in extra.failures[-MAX_FAILURES:]:
@@ -225,6 +238,8 @@ class FailureTail:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES)
+        #: Run times and failures per slave id (which slave is slow, which one fails).
+        self.slaves: dict[str, RunTimes] = collections.defaultdict(RunTimes)
         self.total: int | None = None
         self.problem: str | None = None
         self._offset = 0
@@ -257,13 +272,19 @@ class FailureTail:
             except (UnicodeDecodeError, ValueError) as exc:
                 self.problem = f"{self.path}:{self._line}: {exc}"
                 return
-            if isinstance(event, ev.TaskFailed):
-                self.failures.append(
-                    f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
-                    f"{event.error}: {event.message}"[:200]
-                )
-            elif isinstance(event, ev.MasterStart) and event.total is not None:
-                self.total = event.total
+            self._take(event)
+
+    def _take(self, event: ev.Event) -> None:
+        """What the view shows of one event: a slave's run times, a failure, the announced total."""
+        if isinstance(event, ev.TasksFinished):
+            self.slaves[event.slave].add(event)
+        elif isinstance(event, ev.TaskFailed):
+            self.failures.append(
+                f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
+                f"{event.error}: {event.message}"[:200]
+            )
+        elif isinstance(event, ev.MasterStart) and event.total is not None:
+            self.total = event.total
 
 
 def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, str | None]]:
@@ -331,6 +352,7 @@ class Follower:
         if tail is not None:
             tail.poll()
             extra.failures = list(tail.failures) + ([f"event log: {tail.problem}"] if tail.problem else [])
+            extra.slaves = tail.slaves
             if announced is None:
                 announced = tail.total
         if self._total is None and announced is not None:
