@@ -275,6 +275,19 @@ class Executor(concurrent.futures.Executor):
         results = super().map(calls.call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
         return itertools.chain.from_iterable(results)
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.
+
+        A ``KeyboardInterrupt`` fails every future not done yet with ``BrokenExecutor`` (as a
+        ProcessPoolExecutor whose workers Ctrl-C killed is broken), so the block ends at once and the
+        slaves are told to leave; the interrupt goes on.
+        """
+        if exc is not None and isinstance(exc, KeyboardInterrupt):
+            with self._lock:
+                self._closing = True
+            self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
+        self.shutdown(wait=True)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no more work; ``cancel_futures`` cancels what has not started; ``wait`` waits for the rest.
 
