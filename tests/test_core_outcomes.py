@@ -326,7 +326,7 @@ def dying(slaves: tuple[str, ...], told: dict[tuple[str, int], str], allowed: in
         sched.join(sid)
     heard = Heard()
     outcomes = Outcomes(
-        sched, Facts([heard]), allowed_failures=allowed, how_ended=lambda host, pid: told.get((host, pid))
+        sched, Facts([heard]), allowed_failures=allowed, how_ended=lambda death: told.get((death.host, death.pid))
     )
     return Setup(sched, outcomes, heard)
 

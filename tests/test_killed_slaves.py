@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ import pytest
 import mwpy
 from mwpy import ExitCode, slave_exits
 from mwpy.backends.local import MAX_RESTART_DELAY, LocalBackend
+from mwpy.core.scheduler import Death
+from mwpy.names import SLAVES_LOG
 from tests.programs.evictable import gated
 from tests.support import PROGRAMS, PYTHON, local_master, run_local
 
@@ -203,10 +206,46 @@ def test_the_exits_file_is_read_by_host_and_pid(tmp_path: Path) -> None:
     slave_exits.record(tmp_path, 4243, 3)
     exits = slave_exits.Exits(tmp_path)
     host = socket.gethostname()
-    assert exits(host, 4242) == "killed by SIGSEGV"
-    assert exits(host, 4243) == "exited with status 3 without a result"
-    assert exits(host, 4244) is None
-    assert exits("elsewhere", 4242) is None
+    assert exits(Death("slave-0", host, 4242)) == "killed by SIGSEGV"
+    assert exits(Death("slave-1", host, 4243)) == "exited with status 3 without a result"
+    assert exits(Death("slave-2", host, 4244)) is None
+    assert exits(Death("slave-3", "elsewhere", 4242)) is None
+
+
+#: Events as HTCondor writes them in a job's user log (condor_event.cpp; the HTCondor manual's "Job Event Log
+#: Codes"): a slave job killed by SIGSEGV and requeued (004, as on_exit_remove keeps a failed slave), then held
+#: for memory (012), each after the slave's connection ended at CONNECTION_END.
+CONDOR_LOG = """\
+001 (042.003.000) 2026-11-25 10:00:00 Job executing on host: <10.0.0.5:9618?addrs=10.0.0.5-9618>
+...
+004 (042.003.000) 2026-11-25 10:00:07 Job was evicted.
+\t(0) Job terminated and was requeued
+\t(0) Abnormal termination (signal 11)
+\t(0) No core file
+...
+004 (042.004.000) 2026-11-25 10:00:08 Job was evicted.
+\t(0) Job terminated and was requeued
+\t(1) Normal termination (return value 3)
+...
+012 (042.003.000) 2026-11-25 10:05:09 Job was held.
+\tError from slot1_2@node7: Job has gone over cgroup memory limit of 2048 megabytes. Peak usage: 2100 megabytes.
+\tCode 34 Subcode 0
+...
+"""
+
+
+def test_a_condor_slave_s_end_is_read_from_its_jobs_user_log(tmp_path: Path) -> None:
+    (tmp_path / SLAVES_LOG).write_text(CONDOR_LOG)
+    exits = slave_exits.Exits(tmp_path)
+    first = time.mktime(time.strptime("2026-11-25 10:00:06", "%Y-%m-%d %H:%M:%S"))
+    second = time.mktime(time.strptime("2026-11-25 10:05:08", "%Y-%m-%d %H:%M:%S"))
+    assert exits(Death("slave-0", "node7", 1, "42.3", first)) == "killed by SIGSEGV (Condor's log)"
+    assert exits(Death("slave-1", "node7", 1, "42.4", first)) == "exited with status 3 without a result (Condor's log)"
+    assert exits(Death("slave-2", "node7", 1, "42.3", second)) == (
+        "held by Condor: Error from slot1_2@node7: Job has gone over cgroup memory limit of 2048 megabytes. "
+        "Peak usage: 2100 megabytes."
+    )
+    assert exits(Death("slave-3", "node7", 1, "42.3", second + 60)) is None  # not logged yet
 
 
 def test_a_slave_evicted_by_sigterm_is_not_the_task_s_fault_but_one_killed_is(tmp_path: Path) -> None:

@@ -53,11 +53,11 @@ EXIT_WAIT = 2.0
 #: The executor's algorithms, which carry the user's function as their first argument.
 _CARRIERS: Final = frozenset({names.CALL, names.CALL_FUNCTION, names.CALL_CHUNK, names.MAP_CHUNK})
 
-#: How a slave ended, asked by (host, pid): a text such as "killed by signal SIGSEGV", or None if not known.
-HowEnded = Callable[[str, int], "str | None"]
+#: How a dead slave ended: a text such as "killed by SIGSEGV", or None while not known (mwpy/slave_exits.py).
+HowEnded = Callable[[Death], "str | None"]
 
 
-def _unknown(host: str, pid: int) -> str | None:
+def _unknown(death: Death) -> str | None:
     return None
 
 
@@ -236,7 +236,7 @@ class Outcomes:
         waiting = []
         for entry, deadline in self._condemned:
             last = entry.deaths[-1]
-            if now < deadline and self._how_ended(last.host, last.pid) is None:
+            if now < deadline and self._how_ended(last) is None:
                 waiting.append((entry, deadline))
                 continue
             self._fail_killed(entry)
@@ -245,7 +245,8 @@ class Outcomes:
     def _fail_killed(self, entry: Entry) -> None:
         function = function_name(entry)
         ends = tuple(
-            f"{d.sid} (pid {d.pid} on {d.host}): {self._how_ended(d.host, d.pid) or 'connection lost while running it'}"
+            f"{d.sid} (pid {d.pid} on {d.host}{f', Condor job {d.job}' if d.job else ''}): "
+            f"{self._how_ended(d) or 'connection lost while running it'}"
             for d in entry.deaths
         )
         message = (

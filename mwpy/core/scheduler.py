@@ -134,6 +134,9 @@ class Death(NamedTuple):
     sid: str
     host: str
     pid: int
+    #: Its Condor job (CLUSTER.PROC), if it ran as one, and when (Unix time) its connection ended.
+    job: str | None = None
+    at: float = 0.0
 
 
 class SlaveKind(enum.Enum):

@@ -277,7 +277,8 @@ class Engine:
             return
         if blame and cause in ("eof", "error") and not self._net.closed and peer.sid in self._whom:
             host, pid = self._whom[peer.sid]
-            self._outcomes.slave_died(Death(peer.sid, host, pid), time.monotonic())
+            death = Death(peer.sid, host, pid, self._jobs.get(peer.sid), time.time())
+            self._outcomes.slave_died(death, time.monotonic())
         self._net.close(peer)
         sid = peer.sid
         if sid is None:
