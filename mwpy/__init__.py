@@ -26,6 +26,7 @@ from mwpy.errors import (
     ComputationFinishedError,
     ConfigurationError,
     JournalError,
+    KilledSlaveError,
     MembershipError,
     MwpyError,
     NotInMasterError,
@@ -36,6 +37,9 @@ from mwpy.errors import (
     UnrunnableTaskError,
     UsageError,
 )
+
+#: dask's name for it: a task that killed the workers running it.
+KilledWorker = KilledSlaveError
 
 if TYPE_CHECKING:
     from mwpy.core.scheduler import SlaveKind
@@ -112,6 +116,8 @@ __all__ = [
     "Executor",
     "ExitCode",
     "JournalError",
+    "KilledSlaveError",
+    "KilledWorker",
     "LoopEvents",
     "Master",
     "MembershipError",

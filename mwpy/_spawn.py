@@ -16,6 +16,7 @@ REPL or a notebook) and ``FOLDER`` the master's working folder, put on
 """
 
 import os
+import signal
 import sys
 import types
 
@@ -36,6 +37,10 @@ def _load_script(path: str) -> None:
 
 
 def _main() -> int:
+    # Ctrl-C in the terminal reaches the whole process group: the program that owns the executor decides
+    # (its with block stops the executor, which tells its slaves to leave); a slave killed under a task
+    # would only count a death against that task and print noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Imported only now: sys.path had to be fixed first (see the top of this file).
     from mwpy.options import parse  # noqa: PLC0415
     from mwpy.program import main  # noqa: PLC0415

@@ -56,6 +56,9 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         help="the live status view (default: on a terminal; plain lines otherwise)",
     )
     local.add_argument("--total", type=positive_int, help="tasks in all, for the progress bar and ETA")
+    local.add_argument(
+        "--quiet", action="store_true", help="do not show what tasks print (the master's --mw-quiet); kept in results"
+    )
 
     overseer = commands.add_parser(
         "overseer",
@@ -133,7 +136,22 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     )
     report.add_argument("events", help="the event log")
     report.add_argument("-o", "--output", default="report.html", help="where to write it (default report.html)")
+    for sub in commands.choices.values():  # a command's own mistakes are told with its own usage
+        sub.set_defaults(command_parser=sub)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, args: list[str]) -> argparse.Namespace:
+    """``args`` parsed; an argument a command does not know gets that command's usage (not mwpy's), and under
+    ``mwpy local`` a hint that the program's own arguments go after ``--``."""
+    options, unknown = parser.parse_known_args(args)
+    if unknown:
+        command: argparse.ArgumentParser = options.command_parser
+        hint = ""
+        if options.command == "local" and not any(arg.startswith("-") for arg in unknown):
+            hint = f" (arguments for the program go after --: {command.prog} ... -- {' '.join(unknown)})"
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ConfigurationError, BackendError) as exc:
             print(f"mwpy overseer: error: {exc}", file=sys.stderr)
             return 2 if isinstance(exc, ConfigurationError) else 1
-    options = _parser(backend).parse_args(args)
+    options = _parse(_parser(backend), args)
     options.program_args, options.backend_factory = program_args, backend
     command: Callable[[argparse.Namespace], int] = _COMMANDS[options.command]
     return command(options)
@@ -161,7 +179,7 @@ def _local(options: argparse.Namespace) -> int:
     return run_local(
         options.program,
         options.slaves,
-        options.program_args,
+        ["--mw-quiet", *options.program_args] if options.quiet else options.program_args,
         workdir=options.workdir,
         progress=options.progress,
         total=options.total,

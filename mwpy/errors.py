@@ -27,6 +27,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
     ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
+    ├── KilledSlaveError                  a task killed too many slaves running it (dask's KilledWorker)
     ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
     ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
@@ -119,6 +120,22 @@ class UnrunnableTaskError(MwpyError):
 
     The task is also in ``mw.unrunnable_tasks()``, as CL-MW's loop API has it.
     """
+
+
+class KilledSlaveError(MwpyError):
+    """A task killed more slaves running it than ``allowed_failures`` allows: it fails instead of running again.
+
+    A segfault in a C extension, ``os._exit``, an out-of-memory kill: the
+    slave died while it ran the task, so the task would kill every slave it
+    went to. The message names the function and how each slave ended;
+    ``function`` and ``deaths`` (one line per slave) say the same to programs.
+    dask calls it ``KilledWorker``; :data:`mwpy.KilledWorker` is this class.
+    """
+
+    def __init__(self, message: str, function: str = "", deaths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)  # the message alone in args: the exception unpickles (its dict comes after)
+        self.function = function
+        self.deaths = deaths
 
 
 class InvalidResourceFileError(ResourceFileError):

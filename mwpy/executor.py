@@ -152,7 +152,10 @@ class Executor(concurrent.futures.Executor):
     options (e.g. ``["--submit-file", "slaves.sub"]``). ``options``: extra
     ``--mw-*`` options for the master (e.g. ``["--mw-slave-window", "8"]``).
     ``workdir``: where the resource file, audit and slave sandboxes go
-    (default: a temporary folder, removed at shutdown).
+    (default: a temporary folder, removed at shutdown). What a task prints
+    shows on this process's stdout and stderr when its result comes, as
+    under ProcessPoolExecutor; ``quiet=True`` (``--mw-quiet``) keeps it to
+    the futures' ``stdout``/``stderr``.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class Executor(concurrent.futures.Executor):
         backend_arguments: Sequence[str] = (),
         options: Sequence[str] = (),
         workdir: str | os.PathLike[str] | None = None,
+        quiet: bool = False,
     ) -> None:
         if max_workers is None:
             max_workers = os.cpu_count() or 1
@@ -173,18 +177,23 @@ class Executor(concurrent.futures.Executor):
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
         work = WorkFolder.make(workdir, prefix="mwpy-executor-")
-        self._options = _master_options(options, work.resource_file, backend)
-        logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
-        self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
-        factory = backends.lookup(backend)
-        namespace = _backend_options(factory, backend, backend_arguments, work)
-        program = _spawn_program(backend, work.path)
-        self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
-        #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
-        self._intake = self._master._intake
-        self._intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
-        self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
-                               name=f"executor {self._options.member_id}")  # fmt: skip
+        with contextlib.ExitStack() as undo:  # a wrong option or back end leaves no folder behind
+            undo.callback(work.remove)
+            self._options = _master_options([*options, *(["--mw-quiet"] if quiet else [])], work.resource_file,
+                                            backend)  # fmt: skip
+            logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
+            self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
+            undo.callback(self._audit.close)
+            factory = backends.lookup(backend)
+            namespace = _backend_options(factory, backend, backend_arguments, work)
+            program = _spawn_program(backend, work.path)
+            self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
+            #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
+            self._intake = self._master._intake
+            self._intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
+            self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
+                                   name=f"executor {self._options.member_id}")  # fmt: skip
+            undo.pop_all()
         self._lock = threading.Lock()
         self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
         self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once
@@ -265,6 +274,19 @@ class Executor(concurrent.futures.Executor):
         results = super().map(calls.call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
         return itertools.chain.from_iterable(results)
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.
+
+        A ``KeyboardInterrupt`` fails every future not done yet with ``BrokenExecutor`` (as a
+        ProcessPoolExecutor whose workers Ctrl-C killed is broken), so the block ends at once and the
+        slaves are told to leave; the interrupt goes on.
+        """
+        if exc is not None and isinstance(exc, KeyboardInterrupt):
+            with self._lock:
+                self._closing = True
+            self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
+        self.shutdown(wait=True)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no more work; ``cancel_futures`` cancels what has not started; ``wait`` waits for the rest.
 
@@ -311,7 +333,7 @@ class Executor(concurrent.futures.Executor):
                         if self._closing and not self._waiting and not self._incoming:
                             break
                     intake.step(TICK)
-                    problem = self._pool.setup_problem(intake.tasks_done)
+                    problem = self._pool.setup_problem(intake.tasks_done, slaves_connected=intake.slaves_greeted)
                     if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
                         raise SlavesFailError(problem)
         except BaseException as exc:

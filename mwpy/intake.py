@@ -89,6 +89,11 @@ class Intake:
     def tasks_done(self) -> int:
         return self._sched.done_total
 
+    @property
+    def slaves_greeted(self) -> int:
+        """Slaves that ever connected."""
+        return self._engine.slaves_greeted
+
     # ------------------------------------------------------------------ waiting
 
     def step(self, wait: float = TICK) -> None:

@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -45,6 +46,7 @@ from mwpy.observe.audit import Audit
 from mwpy.observe.renderers import Observers
 from mwpy.options import Options
 from mwpy.pool.publish import Publisher
+from mwpy.slave_exits import Exits
 from mwpy.task import Result, Task, TaskAlgorithm, reset_master, use_master
 
 __all__ = ["LoopEvents", "Master"]
@@ -108,7 +110,8 @@ class Master:
                 journal = Journal(options.journal, on_failure=lambda why: self._facts(facts.JournalOff(why)))
                 undo.callback(journal.close)
             self._journal = journal
-            self._outcomes = Outcomes(self._sched, self._facts, journal)
+            self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
+                                      how_ended=Exits(_folder_of(options.resource_file)))  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick)  # fmt: skip
             undo.callback(self._engine.close)
@@ -121,7 +124,8 @@ class Master:
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint,
                                         condor_jobs=self._engine.condor_jobs,
-                                        tasks_total=lambda: self.tasks_total)  # fmt: skip
+                                        tasks_total=lambda: self.tasks_total,
+                                        slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname()))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
@@ -245,8 +249,19 @@ class Master:
     # ------------------------------------------------------------------ slave groups
 
     def allocate_slaves(self, amount: int = 1000, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:
-        """Want ``amount`` more slaves of ``kind`` (ordered, intermingle or unordered)."""
-        self._sched.allocate(amount, SlaveKind(kind))
+        """Want ``amount`` more slaves of ``kind`` (ordered, intermingle or unordered).
+
+        Ordered and intermingle slaves beyond ``--mw-max-slaves`` (``mwpy local --slaves``) could never
+        all come, and their tasks would wait for ever: that is an error, at once.
+        """
+        kind = SlaveKind(kind)
+        limit = self._options.max_slaves
+        if limit is not None and kind is not SlaveKind.UNORDERED and self._sched.reserved + amount > limit:
+            raise ConfigurationError(
+                f"allocate_slaves: {self._sched.reserved + amount} ordered and intermingle slaves wanted, but at "
+                f"most {limit} slaves can connect (--slaves {limit})"
+            )
+        self._sched.allocate(amount, kind)
         self._engine.tick_soon()
 
     def deallocate_slaves(self, amount: int = 0, kind: SlaveKind | str = SlaveKind.UNORDERED) -> None:
@@ -356,3 +371,8 @@ class Master:
         self._facts(facts.MasterStopped(self._options.member_id, status, self._sched.done_total))
         self._audit.flush()
         self._observers.stop(status, summary=self.goodput_summary)
+
+
+def _folder_of(resource_file: str | None) -> Path | None:
+    """The work folder a local back end shares with the master: the resource file's."""
+    return None if resource_file is None else Path(resource_file).resolve().parent

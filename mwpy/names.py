@@ -30,6 +30,10 @@ JOURNAL_SIDE_FILES: Final = ("-wal", "-shm")
 #: What a local slave wrote on its stdout and stderr, in its sandbox.
 SLAVE_STDOUT: Final = "slave.out"
 SLAVE_STDERR: Final = "slave.err"
+#: The user log of an overseer's Condor slave jobs (``log =`` of submit/slaves.sub), beside the resource file.
+SLAVES_LOG: Final = "slaves.log"
+#: How local slaves that exited non-zero ended, one ``HOST PID STATUS`` line each (mwpy/slave_exits.py).
+SLAVE_EXITS: Final = "slave-exits"
 
 # ---------------------------------------------------------------------- environment variables
 

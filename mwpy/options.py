@@ -63,6 +63,9 @@ class Options:
     slave_bundle: bool = False
     secret_file: str | None = None
     task_attempts: int = 1
+    max_slaves: int | None = None
+    quiet: bool = False
+    allowed_failures: int = 3
     task_timeout: float | None = None
     log_level: str | None = None
     connect_timeout: float = 10.0
@@ -185,6 +188,22 @@ _SPECS: dict[str, _Spec] = {
     "--mw-audit-file": _Spec(
         "audit_file", "FILE", "Append the [A] audit trail here instead of stdout.", _non_empty, "a file name"
     ),
+    "--mw-max-slaves": _Spec(
+        "max_slaves",
+        "N",
+        "mwpy: at most N slaves can ever connect (mwpy local passes its --slaves): asking for more "
+        "ordered or intermingle slaves than that is an error instead of a wait for ever. Default: no limit.",
+        positive_int,
+        "a positive integer",
+    ),
+    "--mw-quiet": _Spec(
+        "quiet",
+        "",
+        "mwpy: do not show what tasks print. By default a successful task's output is written "
+        "on the master's stdout and stderr when its result comes (a failed task's goes with its "
+        "exception); either way it is kept in Result.stdout/.stderr.",
+        None,
+    ),
     "--mw-audit-packets": _Spec(
         "audit_packets",
         "",
@@ -299,6 +318,16 @@ _SPECS: dict[str, _Spec] = {
         positive_int,
         "a positive integer",
     ),
+    "--mw-allowed-failures": _Spec(
+        "allowed_failures",
+        "N",
+        "mwpy: how many slaves may die while running one task (a segfault, os._exit, a kill "
+        "for memory) before the task fails with mwpy.KilledSlaveError (dask's KilledWorker) "
+        "instead of running again, for tasks without allowed_failures= of their own. A slave "
+        "that leaves on a soft-kill signal (a Condor eviction) is not counted. Default 3.",
+        _non_negative_int,
+        "a non-negative integer",
+    ),
     "--mw-slave-max-failures": _Spec(
         "slave_max_failures",
         "N",
@@ -311,8 +340,8 @@ _SPECS: dict[str, _Spec] = {
     "--mw-raw-task-output": _Spec(
         "raw_task_output",
         "",
-        "mwpy: show failed tasks' output in the master's log as the tasks wrote it, colours and other "
-        "escape sequences included (by default they are shown escaped, e.g. \\x1b: a task must not "
+        "mwpy: forward what tasks print to the master's stdout and stderr as the tasks wrote it, colours "
+        "and other escape sequences included (by default they are shown escaped, e.g. \\x1b: a task must not "
         "drive your terminal).",
         None,
     ),

@@ -285,6 +285,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         status = _status_of(exc)
     except BaseException:
         traceback.print_exc()
+        worker.give_back()  # the tasks it holds go to other slaves, not blamed for its end
         status = ExitCode.ALGORITHM_ERROR
     finally:
         worker.close()

@@ -119,6 +119,8 @@ class ResourceFile:
     )
     #: Tasks the computation runs in all, when the master knows (a declared total, a sized map); else None.
     tasks_total: int | None = attrs.field(default=None, validator=attrs.validators.optional(_not_negative))
+    #: Slaves that ever connected: slaves that fail after that could start (a task killed them), see failing_slaves.
+    slaves_greeted: int = attrs.field(default=0, validator=_not_negative)
     format: str = FORMAT
     version: int = VERSION
 

@@ -240,19 +240,27 @@ class Slave:
             raise _Evicted
 
     def _leave(self) -> None:
-        """Send finished results, hand the queued tasks back, and hang up (the master re-queues them at once)."""
+        """Leave on the soft-kill signal (Condor's eviction), handing back what this slave holds."""
+        name = signal.Signals(self._evicted or signal.SIGTERM).name
+        self.give_back(name, f"left on {name}")
+
+    def give_back(self, why: str = "the slave algorithm raised", lost: str = "left") -> None:
+        """Send finished results, hand the queued tasks back, and hang up (the master re-queues them at once).
+
+        A slave that leaves this way is not dead to the master: none of its tasks
+        is blamed for it (issue 21's allowed failures count slaves killed *by* a task).
+        """
         if self._lost is not None or self._shutdown is not None:
             return
         self._flush()
         queued = [item[0] for item in self._queue]
         self._queue.clear()
         self._timeouts.clear()
-        name = signal.Signals(self._evicted or signal.SIGTERM).name
-        self._audit(f"{name}: leaving; {len(queued)} queued tasks handed back to the master")
+        self._audit(f"{why}: leaving; {len(queued)} queued tasks handed back to the master")
         with self._io_lock:
             self._write(self._session.send(protocol.HandBack(queued)))
         self._stop.set()
-        self._lost = f"left on {name}"
+        self._lost = lost
         self._audit.flush()
 
     # ------------------------------------------------------------------ work

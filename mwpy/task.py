@@ -62,6 +62,11 @@ class Policy:
     slaves where possible) before its failure is handed over; ``None``: the
     master's ``--mw-task-attempts`` (default: none), or none at all when
     ``retry=False``. ``retry_on``: retry only exceptions of these types.
+    ``allowed_failures``: how many slaves may die while running the task
+    (a segfault, ``os._exit``, a kill for memory) and it still runs again;
+    the next death fails it with :class:`~mwpy.errors.KilledSlaveError`
+    (dask's ``allowed-failures``); ``None``: the master's
+    ``--mw-allowed-failures`` (default 3).
     """
 
     sid: str | None = None
@@ -73,6 +78,7 @@ class Policy:
     retry_on: tuple[type[BaseException], ...] | None = None
     #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
     timeout: float | None = None
+    allowed_failures: int | None = None
 
     def attempts(self, default: int) -> int:
         """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
@@ -210,6 +216,9 @@ class LightFuture(concurrent.futures.Future[R]):
     _state = PENDING
     _result: Any = None
     _exception: BaseException | None = None
+    #: What the task printed on its slave (as ``Result.stdout``/``.stderr``), once it is done.
+    stdout = ""
+    stderr = ""
 
     def __init__(self) -> None:  # not Future.__init__: that is the cost this class avoids
         pass
@@ -244,6 +253,8 @@ class LightFuture(concurrent.futures.Future[R]):
 
     def _settle_with(self, result: Result) -> None:
         """The task's value, or its exception as itself (built only while the future is not done yet)."""
+        if result.stdout or result.stderr:
+            self.stdout, self.stderr = result.stdout, result.stderr
         if result.error is None:
             self._finish(result.value, None)
         elif not self.done():
@@ -329,7 +340,7 @@ class TaskFuture(LightFuture[R]):
         """The result settles the future and goes to ``mw.results()`` too, unless the future was cancelled."""
         if self._state in _CANCELLED:
             return False  # no result of a cancelled task reaches the user
-        if result.error is None:
+        if result.error is None and not (result.stdout or result.stderr):
             self._finish(result.value, None)  # the hot path, without _settle_with's call
         else:
             self._settle_with(result)
@@ -484,10 +495,11 @@ class TaskAlgorithm(Generic[P, R]):
         retries: int | None = None,
         retry_on: tuple[type[BaseException], ...] | None = None,
         timeout: float | None = None,
+        allowed_failures: int | None = None,
     ) -> Submitter[P, R]:
         """A submitter that queues tasks of this algorithm under one fixed policy.
 
-        ``retries``/``retry_on`` left out keep what ``@mwpy.task(...)`` declared.
+        ``retries``/``retry_on``/``timeout``/``allowed_failures`` left out keep what ``@mwpy.task(...)`` declared.
         """
         base = self.policy
         policy = Policy(
@@ -499,6 +511,7 @@ class TaskAlgorithm(Generic[P, R]):
             retries=base.retries if retries is None else _check_retries(retries),
             retry_on=base.retry_on if retry_on is None else _check_retry_on(retry_on),
             timeout=base.timeout if timeout is None else _check_timeout(timeout),
+            allowed_failures=_allowed(base.allowed_failures if allowed_failures is None else allowed_failures),
         )
         return Submitter(self, policy)
 
@@ -560,6 +573,15 @@ def _check_retries(retries: int) -> int:
     return retries
 
 
+def _allowed(allowed_failures: int | None) -> int | None:
+    """``allowed_failures`` checked: None (the master's default) or a non-negative int."""
+    if allowed_failures is None:
+        return None
+    if not isinstance(allowed_failures, int) or isinstance(allowed_failures, bool) or allowed_failures < 0:
+        raise ConfigurationError(f"allowed_failures must be a non-negative int, not {allowed_failures!r}")
+    return allowed_failures
+
+
 def _check_timeout(timeout: float) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
         raise ConfigurationError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -582,6 +604,7 @@ def task(
     retries: int | None = None,
     retry_on: tuple[type[BaseException], ...] | None = None,
     timeout: float | None = None,
+    allowed_failures: int | None = None,
 ) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
@@ -593,6 +616,7 @@ def task(
     retries: int | None = None,
     retry_on: tuple[type[BaseException], ...] | None = None,
     timeout: float | None = None,
+    allowed_failures: int | None = None,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
     """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
@@ -600,7 +624,9 @@ def task(
     program; the default name is the function's qualified name. A task that
     raises is a result unless ``retries`` asks for more runs (only for
     ``retry_on`` exceptions, when given); ``timeout`` seconds bound each run
-    (past it the run fails with :class:`~mwpy.errors.TaskTimeoutError`). The function must be defined at
+    (past it the run fails with :class:`~mwpy.errors.TaskTimeoutError`); a task that kills more than
+    ``allowed_failures`` slaves running it fails with :class:`~mwpy.errors.KilledSlaveError`
+    (default: the master's ``--mw-allowed-failures``, 3). The function must be defined at
     module level, where slaves can find it: a nested function or a lambda is
     refused here rather than failing on the slave.
     """
@@ -608,6 +634,7 @@ def task(
         retries=None if retries is None else _check_retries(retries),
         retry_on=None if retry_on is None else _check_retry_on(retry_on),
         timeout=None if timeout is None else _check_timeout(timeout),
+        allowed_failures=_allowed(allowed_failures),
     )
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:

@@ -27,9 +27,9 @@ from mwpy.core.facts import (
     TaskTimedOut,
 )
 from mwpy.core.journal import Journal
-from mwpy.core.outcomes import MASTER_TIMEOUT_GRACE, Outcomes
-from mwpy.core.scheduler import Entry, Scheduler
-from mwpy.errors import TaskTimeoutError
+from mwpy.core.outcomes import EXIT_WAIT, MASTER_TIMEOUT_GRACE, Outcomes
+from mwpy.core.scheduler import Death, Entry, Scheduler
+from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.task import DEFAULT_POLICY, Policy, Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
@@ -365,3 +365,67 @@ def test_a_failure_that_is_not_retried_keeps_the_slave_s_traceback(public: bool)
     assert "raise exc" in result.error.traceback
     assert pickle.loads(result.error.pickled or b"").args == ("boom",)
     assert (s.outcomes.results == [result]) is public
+
+
+def dying(slaves: tuple[str, ...], told: dict[tuple[str, int], str], allowed: int = 1) -> Setup:
+    """Slaves ``slaves`` with pids 1, 2, ...; ``told``: how the back end says (host, pid) ended, so far."""
+    sched = Scheduler(fixed_window=2)
+    for sid in slaves:
+        sched.join(sid)
+    heard = Heard()
+    outcomes = Outcomes(
+        sched, Facts([heard]), allowed_failures=allowed, how_ended=lambda death: told.get((death.host, death.pid))
+    )
+    return Setup(sched, outcomes, heard)
+
+
+def test_a_slave_that_dies_blames_the_task_it_ran_not_the_ones_queued_behind_it() -> None:
+    s = dying(("a", "b"), {})
+    running, queued = s.submit(), s.submit()
+    assert s.sched.take("a", NOW) == [running, queued]  # a runs the first; the second waits in its window
+    s.outcomes.slave_died(Death("a", "h", 1), NOW)
+    s.sched.leave("a")
+    assert [d.sid for d in running.deaths] == ["a"]
+    assert queued.deaths == []
+    assert s.sched.take("b", NOW) == [running, queued]  # one death is allowed: both run again
+
+
+def test_past_its_allowed_failures_a_task_fails_with_how_each_slave_ended() -> None:
+    told = {("h", 1): "killed by SIGSEGV"}
+    s = dying(("a", "b", "c"), told)
+    entry = s.submit()
+    for pid, sid in enumerate(("a", "b"), start=1):
+        s.run_on(sid, entry)
+        s.outcomes.slave_died(Death(sid, "h", pid), NOW)
+        s.sched.leave(sid)
+    assert s.sched.take("c", NOW) == []  # it left the books: no third slave gets it
+    s.outcomes.settle_killed(NOW + EXIT_WAIT / 2)
+    assert settled(entry) == []  # the back end has not said how the second slave ended yet
+    told[("h", 2)] = "exited with status 3 without a result"
+    s.outcomes.settle_killed(NOW + EXIT_WAIT / 2)
+    [result] = settled(entry)
+    exc = task_exception(result)
+    assert isinstance(exc, KilledSlaveError)
+    assert exc.function == "f"
+    assert exc.deaths == ("a (pid 1 on h): killed by SIGSEGV", "b (pid 2 on h): exited with status 3 without a result")
+    assert (s.sched.pending_total, s.sched.done_total) == (0, 1)
+
+
+def test_a_task_fails_after_exit_wait_even_if_the_back_end_never_says() -> None:
+    s = dying(("a",), {}, allowed=0)
+    entry = s.submit()
+    s.run_on("a", entry)
+    s.outcomes.slave_died(Death("a", "h", 1), NOW)
+    s.outcomes.settle_killed(NOW + EXIT_WAIT)
+    [result] = settled(entry)
+    assert result.error is not None
+    assert result.error.message.endswith("a (pid 1 on h): connection lost while running it")
+
+
+def test_a_policy_s_allowed_failures_wins_over_the_master_s() -> None:
+    s = dying(("a", "b"), {}, allowed=0)
+    entry = s.submit(Policy(allowed_failures=1))
+    s.run_on("a", entry)
+    s.outcomes.slave_died(Death("a", "h", 1), NOW)
+    s.sched.leave("a")
+    assert s.sched.take("b", NOW) == [entry]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import signal
 import subprocess
+import tempfile
 import textwrap
 import threading
 from collections.abc import Generator, Iterator
@@ -414,3 +416,58 @@ def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> Non
     local = _master_options([], Path("/tmp/rf.json"), "local")
     assert local.master_host == "127.0.0.1"
     assert local.slave_arguments[-1] == os.getcwd()
+
+
+def test_a_wrong_option_leaves_no_work_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 item 7: a usage error made the temporary work folder and left it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(mwpy.ConfigurationError):
+        mwpy.Executor(max_workers=1, options=["--mw-no-such-option"])
+    with pytest.raises(mwpy.ConfigurationError):
+        mwpy.Executor(max_workers=1, backend_arguments=["--no-such-argument"])
+    assert list(tmp_path.iterdir()) == []
+
+
+INTERRUPTED = """\
+    import sys
+    import time
+    from pathlib import Path
+
+    import mwpy
+
+
+    def nap(x, marks):
+        Path(marks, f"started-{x}").touch()
+        time.sleep(600)
+        return x
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=2) as ex:
+            futures = [ex.submit(nap, i, sys.argv[1]) for i in range(20)]
+            print([f.result() for f in futures])
+"""
+
+
+def test_ctrl_c_in_the_with_block_ends_it_at_once_quietly_and_leaves_no_folder(tmp_path: Path) -> None:
+    """Issue 21: after Ctrl-C the ``with`` block waited for every task (and slaves killed by the terminal's
+    SIGINT printed 'slave-N disconnected (EOF); 1 tasks in flight'); ProcessPoolExecutor's ends at once."""
+    script, marks, temp = tmp_path / "napping.py", tmp_path / "marks", tmp_path / "tmp"
+    script.write_text(textwrap.dedent(INTERRUPTED))
+    marks.mkdir()
+    temp.mkdir()
+    process = subprocess.Popen(
+        [PYTHON, str(script), str(marks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(list(marks.iterdir())) == 2, 120, "both slaves to run a task")
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the script and its slaves alike
+        _, err = process.communicate(timeout=120)  # the tasks sleep for 600 s: only an ended block returns
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert err.rstrip().endswith("KeyboardInterrupt"), err
+    assert "disconnected" not in err
+    assert list(temp.iterdir()) == []

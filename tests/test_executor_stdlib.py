@@ -690,9 +690,6 @@ class TestShutdown:
         with pytest.raises(RuntimeError):
             fresh.submit(pow, 2, 5)
 
-    @pytest.mark.xfail(
-        strict=True, reason="issue 21 item 2: what a successful task prints is not shown on the caller's stdout"
-    )
     def test_interpreter_shutdown(self) -> None:
         """test_shutdown.py ExecutorShutdownTest.test_interpreter_shutdown: the program ends, the task still runs."""
         out, err = run_script(
@@ -758,9 +755,6 @@ class TestShutdown:
             assert fut.exception() is None
         assert len(others) > 0
 
-    @pytest.mark.xfail(
-        strict=True, reason="issue 21 item 2: what a successful task prints is not shown on the caller's stdout"
-    )
     def test_hang_gh83386(self) -> None:
         """test_shutdown.py ExecutorShutdownTest.test_hang_gh83386: shutdown(wait=False), then the program ends.
 

@@ -9,12 +9,15 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
+from mwpy import resource_file
 from mwpy.backends import Launch
 from mwpy.backends.local import LocalBackend
+from mwpy.errors import ResourceFileError
 from mwpy.pool.failing_slaves import SETUP_FAILURE_LIMIT, SetupFailures
 from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
@@ -61,8 +64,12 @@ def test_ctrl_c_on_a_terminal_leaves_the_view_and_one_line() -> None:
     finally:
         term.close()
     lines = [line for line in term.text().splitlines() if line.strip()]
-    assert lines[-1].startswith("mwpy local: interrupted (logs in "), term.text()
+    assert lines[-1] == "mwpy local: interrupted", term.text()
     assert lines[-2].startswith("╰"), "the last view stays, closed, just above that line"
+    last_view = term.text().rsplit("╭", 1)[1]
+    assert "interrupted ·" in last_view, last_view  # not "finished" (the master wrote its file as finished)
+    assert "finished" not in last_view
+    assert "ETA" not in last_view
     assert "Traceback" not in term.text()
 
 
@@ -179,17 +186,13 @@ def test_a_program_that_never_starts_a_master_is_an_error_naming_the_fix(tmp_pat
     assert "did you call mwpy.run()" in done.stderr
 
 
-def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    command = mwpy_command(
-        "local", str(PING), "--slaves", "1", "--no-progress", "--workdir", str(work), "--", "--max-tasks", "0"
-    )
+def _interrupt(command: list[str], ready: Callable[[], object], env: dict[str, str] | None = None) -> list[str]:
+    """Run ``command`` in a session of its own, press Ctrl-C once ``ready()``; 130, and its non-blank stderr lines."""
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
     )
     try:
-        wait_until((work / "resource.json").exists, 60, "the master's resource file")
-        wait_until(lambda: any(work.glob("local.*/slave.err")), 60, "a slave to start")
+        wait_until(ready, 60, "the run to be under way")
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
         _, err = process.communicate(timeout=60)
     finally:
@@ -197,9 +200,37 @@ def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 130
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("mwpy local: interrupted")
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def test_ctrl_c_ends_mwpy_local_with_130_and_one_line(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    command = mwpy_command(
+        "local", str(PING), "--slaves", "1", "--no-progress", "--workdir", str(work), "--", "--max-tasks", "0"
+    )
+    lines = _interrupt(command, lambda: (work / "resource.json").exists() and any(work.glob("local.*/slave.err")))
+    assert lines == [f"mwpy local: interrupted (logs in {work})"]  # a folder given with --workdir is kept
+
+
+def test_ctrl_c_with_tasks_in_flight_says_one_line_and_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    """Issue 21 item 7: an interrupted run printed ``slave-N disconnected (EOF); 128 tasks in flight`` per slave
+    (Ctrl-C reaches the slaves too) and left its temporary work folder behind."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    command = mwpy_command("local", str(PING), "--slaves", "2", "--no-progress", "--", "--max-tasks", "0")
+
+    def flowing() -> bool:
+        return any(_tasks_done(work / "resource.json") > 0 for work in temp.glob("mwpy-local-*"))
+
+    assert _interrupt(command, flowing, {**os.environ, "TMPDIR": str(temp)}) == ["mwpy local: interrupted"]
+    assert not list(temp.glob("mwpy-local-*"))
+
+
+def _tasks_done(path: Path) -> int:
+    try:
+        return resource_file.read(path).tasks_done
+    except ResourceFileError:
+        return 0
 
 
 def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> None:
@@ -219,9 +250,85 @@ def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> Non
         wait_until(lambda: (backend.jobs()[0].failed_runs or 0) >= failures, 60, f"{failures} failed runs")
         watch.look(backend.jobs())
         assert watch.count >= failures
-        problem = watch.problem(results_so_far=0)
+        problem = watch.problem(0)
         assert problem is not None
         assert "no numpy here" in problem
-        assert watch.problem(results_so_far=1) is None  # a computation that had results never stops this way
+        assert watch.problem(1) is None  # a computation that had results never stops this way
+        # After a slave connected, a slave that exits 1 may have been killed by a task: not a set-up failure.
+        assert watch.problem(0, slaves_connected=1) is None
+    finally:
+        backend.close()
+
+
+def test_program_arguments_before_the_double_dash_get_a_hint_and_mwpy_local_s_usage(tmp_path: Path) -> None:
+    """Issue 21 item 7: ``mwpy local prog.py out.csv`` gave mwpy's top-level usage and no hint."""
+    done = subprocess.run(mwpy_command("local", str(PING), "out.csv"), capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: mwpy local ")
+    assert done.stderr.splitlines()[-1] == (
+        "mwpy local: error: unrecognized arguments: out.csv (arguments for the program go after --: "
+        "mwpy local ... -- out.csv)"
+    )
+
+
+def test_a_misspelt_option_shows_mwpy_local_s_usage(tmp_path: Path) -> None:
+    done = subprocess.run(
+        mwpy_command("local", "--slavs", "3", str(PING)), capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: mwpy local ")
+    assert "unrecognized arguments: --slavs" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # a usage error leaves nothing behind
+
+
+MORE_ORDERED_THAN_SLAVES = """\
+import mwpy
+
+
+@mwpy.task
+def where(x):
+    return x
+
+
+@mwpy.master
+def main(mw, argv):
+    mw.allocate_slaves(3, "ordered")
+    while len(mw.connected_slaves()) < 3:  # would wait for ever: only 2 slaves can come
+        mw.loop(timeout=1)
+    return 0
+
+
+if __name__ == "__main__":
+    mwpy.run()
+"""
+
+
+def test_more_ordered_slaves_than_slaves_is_an_error_not_a_hang_and_no_empty_goodput_table(tmp_path: Path) -> None:
+    """Issue 21 item 7: such a program hung silently under ``mwpy local``; a run that never started printed an
+    all-zero goodput table."""
+    program = tmp_path / "ordered.py"
+    program.write_text(MORE_ORDERED_THAN_SLAVES)
+    done = run_local(program, slaves=2, timeout=120)
+    assert done.returncode == 255
+    assert (
+        "ConfigurationError: allocate_slaves: 3 ordered and intermingle slaves wanted, but at most 2 slaves can "
+        "connect (--slaves 2)"
+    ) in done.stderr
+    assert "goodput" not in done.stderr
+
+
+def test_a_slave_algorithm_that_raises_is_a_set_up_failure_even_after_it_connected(tmp_path: Path) -> None:
+    """A @mwpy.slave algorithm runs once its slave has connected; when it raises, the slave exits ALGORITHM_ERROR
+    (255), which a task never causes (a task's exceptions are caught and reported): those runs still stop a
+    computation that has no result, instead of restarting for ever."""
+    backend = LocalBackend(tmp_path, restart_delay=0.0)
+    resource = tmp_path / "resource.json"
+    resource.write_text("{}", encoding="utf-8")
+    backend.submit(Launch("mwpy:test", str(resource), sys.executable, ["-c", "raise SystemExit(255)"], []), 1)
+    try:
+        watch = SetupFailures()
+        wait_until(lambda: (backend.jobs()[0].failed_runs or 0) >= SETUP_FAILURE_LIMIT, 60, "failed runs")
+        watch.look(backend.jobs())
+        assert watch.problem(0, slaves_connected=1) is not None
     finally:
         backend.close()

@@ -167,3 +167,20 @@ def test_busy_time_goes_to_the_seconds_before_the_result() -> None:
     assert dict(series) == {10: pytest.approx(0.5), 9: pytest.approx(1.0), 8: pytest.approx(0.5)}
     grid.spread(series, 101.0, 5.0, start=100.0)
     assert series[0] == pytest.approx(1.0), "never before the slave connected"
+
+
+SLOW_AND_FAST = [
+    finished(1001.0, "slave-0", "ok", *[0.3] * 20),
+    finished(1001.0, "slave-1", "ok", *[0.3] * 20),
+    finished(1001.0, "slave-2", "ok", *[0.9] * 10),
+    finished(1002.0, "slave-2", "error", 0.9),
+]
+
+
+def test_the_report_says_which_slave_is_slow_and_which_fails(tmp_path: Path) -> None:
+    """Issue 21 item 7: one slave averaged 0.90 s a task, the other two 0.30 s, and nothing said which."""
+    page = report.build_report(write_log(tmp_path / "events.jsonl", SLOW_AND_FAST), tmp_path / "r.html").read_text()
+    table = page[page.index("<h2>Run time per slave</h2>") :]
+    rows = re.findall(r"<tr><td>(slave-\d)</td><td class=num>(\d+)</td><td class=num>([\d.]+)</td>", table)
+    assert rows == [("slave-2", "11", "0.900000"), ("slave-0", "20", "0.300000"), ("slave-1", "20", "0.300000")]
+    assert re.search(r"<td>slave-2</td>(<td class=num>[^<]*</td>){4}<td class=num>1</td>", table)

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from mwpy import safe_text
-from mwpy.observe import logs
+from mwpy.core.facts import TaskPrinted
 from mwpy.observe.audit import Audit
+from mwpy.observe.renderers import OutputForwarder
 from mwpy.task import Result, TaskError, TaskFailedError
 from tests.support import ROOT
 
@@ -127,35 +128,23 @@ def test_every_mwpy_module_takes_its_logger_from_safe_text_logger() -> None:
     assert offenders == []
 
 
-def test_failed_output_is_capped_per_task_and_per_run_then_one_line(
-    captured: io.StringIO, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(logs, "TASK_OUTPUT_SHOWN", 100)
-    monkeypatch.setattr(logs, "RUN_OUTPUT_SHOWN", 250)
-    shown = logs.FailedOutput(safe_text.logger("mwpy.net.engine"))
-    chatty = ("x" * 60 + "\n") * 10 + ATTACKS["forge"]
-    for task in range(1000):
-        shown.show(task=task, algorithm="chatty", slave="slave-1", error="ValueError", message="no", streams={
-            "stdout": chatty, "stderr": ""
-        })  # fmt: skip
-    printed = captured.getvalue()
-    assert len(printed) < 2000  # a thousand chatty failures: a few records, not a thousand
-    assert printed.count("failed on slave-1 with ValueError") == 3  # 100 + 100 + the last 50 of 250
-    assert printed.count("output of further failed tasks is not shown here") == 1
-    assert "more characters not shown (the task's Result has them)" in printed
-    # Every line is a record's, mwpy's heading of a stream, or a marked line of output: the task forged none.
-    assert all(line.startswith((logs.OUTPUT_MARK, "mwpy.", "--- its ")) for line in printed.splitlines())
+def test_a_task_s_forwarded_output_is_shown_not_obeyed(capsys: pytest.CaptureFixture[str]) -> None:
+    """What a successful task printed reaches the master's stdout (issue 21), every attack shown escaped."""
+    forwarder = OutputForwarder()
+    forwarder.task_printed(TaskPrinted("slave-1", 1, "".join(ATTACKS.values()) + "\nfine\n", ATTACKS["clear"]))
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err
+    assert "fine\n" in out
+    assert "\\x1b[2J" in err  # shown, not dropped
 
 
-def test_raw_task_output_passes_the_task_s_colours_and_nothing_else(captured: io.StringIO) -> None:
-    shown = logs.FailedOutput(safe_text.logger("mwpy.net.engine"), raw=True)
-    shown.show(task=1, algorithm="col\x1b[31mour", slave="slave-1", error="E", message="m\x1b[2J", streams={
-        "stdout": "\x1b[32mgreen\x1b[0m\n", "stderr": ""
-    })  # fmt: skip
-    printed = captured.getvalue()
-    assert "\x1b[32mgreen\x1b[0m" in printed  # the task's output as it wrote it
-    assert "col\\x1b[31mour" in printed  # mwpy's own words around it stay safe
-    assert "m\\x1b[2J" in printed
+def test_raw_task_output_passes_the_task_s_colours(capsys: pytest.CaptureFixture[str]) -> None:
+    forwarder = OutputForwarder(raw=True)
+    forwarder.task_printed(TaskPrinted("slave\x1b[31m-1", 1, "\x1b[32mgreen\x1b[0m\n", ""))
+    forwarder.task_printed(TaskPrinted("slave-2", 2, "two\n", ""))  # a second slave: lines name their slave
+    out = capsys.readouterr().out
+    assert "\x1b[32mgreen\x1b[0m" in out  # the task's output as it wrote it
+    assert "[slave-2] two" in out
 
 
 def test_the_audit_trail_quotes_peers_safely() -> None:

@@ -19,9 +19,9 @@ from rich.console import Console
 from mwpy import resource_file
 from mwpy.observe import events as ev
 from mwpy.observe import statusview
-from mwpy.observe.statusview import INTERRUPTED, Rate, plain
+from mwpy.observe.statusview import INTERRUPTED, Extra, Rate, plain
 from mwpy.resource_file import ResourceFile
-from tests.obs_support import ONE_OF_EACH, Terminal, write_log
+from tests.obs_support import ONE_OF_EACH, Terminal, finished, write_log
 
 DEADLINE = 30.0
 
@@ -188,3 +188,44 @@ def test_condor_job_counts_are_asked_for_sparingly(
         assert "condor" not in text
     else:
         assert shown in text, text
+
+
+def test_after_ctrl_c_the_view_says_interrupted_without_an_eta() -> None:
+    """Issue 21 item 7: after Ctrl-C ``mwpy local``'s last view said "finished" with an ETA."""
+    record = _record(tasks_done=50, timestamp=1000.0, computation_status="finished")
+    line = plain(record, Extra(total=100, interrupted=True), 5.0, now=1000.5)
+    assert line.startswith("[mwpy] interrupted · 50/100 tasks done")
+    assert "ETA" not in line
+    assert "ETA" not in plain(record, Extra(total=100), 5.0, now=1000.5)  # nor once finished
+
+
+def test_the_slaves_needed_are_capped_by_the_slave_limit() -> None:
+    """Issue 21 item 7: under ``mwpy local --slaves 3`` the view said "800 more slaves needed"."""
+    record = _record(slaves_needed=800, slaves_connected={"unordered": 3})
+    assert plain(record, Extra(slave_limit=3), None, now=time.time()).endswith(
+        "slaves 3/3 connected (unordered 3) · 0 more needed"
+    )
+    assert "· 2 more needed" in plain(record, Extra(slave_limit=5), None, now=time.time())
+    assert "· 800 more needed" in plain(record, Extra(), None, now=time.time())  # mwpy status: the master's word
+
+
+def test_the_live_view_names_the_slowest_slaves(tmp_path: Path) -> None:
+    """Issue 21 item 7: the live view could not say which slave is slow (the event log has the data)."""
+    log = write_log(
+        tmp_path / "events.jsonl",
+        [
+            finished(1001.0, "slave-0", "ok", *[0.3] * 20),
+            finished(1001.0, "slave-1", "ok", *[0.3] * 20),
+            finished(1001.0, "slave-2", "ok", *[0.9] * 10),
+            finished(1002.0, "slave-2", "error", 0.9),
+        ],
+    )
+    tail = statusview.FailureTail(log)
+    tail.poll()
+    extra = Extra(slaves=tail.slaves)
+    line = plain(_record(), extra, None, now=time.time())
+    assert line.endswith("slowest slave-2 11 tasks, mean 0.90 s, p95 ≤ 0.90 s, 1 failed")
+    screen = io.StringIO()
+    Console(file=screen, width=120, color_system=None).print(statusview.render(_record(), extra, None, now=time.time()))
+    view = screen.getvalue()
+    assert view.index("slave-2 11 tasks") < view.index("slave-0 20 tasks") < view.index("slave-1 20 tasks")

@@ -28,7 +28,7 @@ import htcondor2
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE
+from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SLAVES_LOG
 
 ON_EXIT_REMOVE = "(ExitBySignal == False) && (ExitCode == 0)"
 #: Memory (MB) a slave job asks for, as in submit/slaves.sub. An explicit request keeps a
@@ -50,7 +50,7 @@ SLAVE_POLICY: dict[str, str] = {
     "request_memory": REQUEST_MEMORY,
     "output": "slave.$(Cluster).$(Process).out",
     "error": "slave.$(Cluster).$(Process).err",
-    "log": "slaves.log",
+    "log": SLAVES_LOG,
     "notification": "never",
     f"+{ROLE_ATTRIBUTE}": '"slave"',
 }

@@ -5,7 +5,9 @@ names and a fresh copy of the resource file itself, copied anew at every
 start, exactly like ``transfer_input_files``. A slave that exits non-zero (or
 by a signal) stays queued and is started again after a short delay, like
 ``on_exit_remove = (ExitBySignal == False) && (ExitCode == 0)``; one that
-exits 0 leaves the queue. So a program that works with ``mwpy local`` has
+exits 0 leaves the queue. A slave that keeps dying at once (a task that kills
+it, a set-up that fails) waits twice as long each time, up to
+``MAX_RESTART_DELAY``, so no fork loop forms. So a program that works with ``mwpy local`` has
 already shown that its slaves find everything they need.
 """
 
@@ -23,11 +25,16 @@ from pathlib import Path
 
 import attrs
 
+from mwpy import slave_exits
 from mwpy.backends import Job, JobState, Launch
 from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
 
 #: Seconds before a slave that exited non-zero is started again.
 RESTART_DELAY = 0.5
+#: A run shorter than this that fails counts as dying at once: the next restart waits twice as long.
+QUICK_RUN = 10.0
+#: The longest wait before a slave that keeps dying at once is started again.
+MAX_RESTART_DELAY = 30.0
 #: Seconds a removed slave gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE = 3.0
 
@@ -38,11 +45,14 @@ class _LocalJob:
     launch: Launch
     sandbox: Path
     process: subprocess.Popen[bytes] | None = None
+    #: Monotonic: when the job starts next (while idle), or when its run started (while running).
     start_at: float = 0.0
     #: The exit status of the last run, None before the first one ended.
     last_status: int | None = None
     #: Runs that exited non-zero or by a signal.
     failed_runs: int = 0
+    #: Failed runs in a row that each lasted less than QUICK_RUN: the restart delay doubles with each.
+    quick_failures: int = 0
     #: When (Unix time) the job last became idle or running, like Condor's EnteredCurrentStatus.
     since: float = attrs.Factory(time.time)
 
@@ -137,6 +147,8 @@ class LocalBackend:
         status = job.process.poll()
         if status is None:
             return False
+        if status != 0:  # the master names how it ended if it died running a task
+            slave_exits.record(Path(job.launch.resource_file).resolve().parent, job.process.pid, status)
         job.process = None
         job.last_status = status
         job.since = time.time()
@@ -144,8 +156,14 @@ class LocalBackend:
             del self._jobs[job.job_id]
         else:
             job.failed_runs += 1
-            job.start_at = now + self._restart_delay
+            job.quick_failures = job.quick_failures + 1 if now - job.start_at < QUICK_RUN else 0
+            job.start_at = now + self.restart_delay(job.quick_failures)
         return True
+
+    def restart_delay(self, quick_failures: int) -> float:
+        """Seconds before a failed slave starts again: doubled for each failed run in a row that died at once."""
+        doublings = min(max(quick_failures - 1, 0), 16)
+        return min(MAX_RESTART_DELAY, self._restart_delay * float(1 << doublings))
 
     def _start(self, job: _LocalJob) -> None:
         """Stage the sandbox as Condor would and start the slave in it."""
@@ -157,6 +175,7 @@ class LocalBackend:
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
         with (job.sandbox / SLAVE_STDOUT).open("ab") as out, (job.sandbox / SLAVE_STDERR).open("ab") as err:
             job.since = time.time()
+            job.start_at = time.monotonic()  # when this run started: a failure soon after it backs off
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],
                 cwd=job.sandbox,

@@ -182,6 +182,15 @@ class TaskFailed(NamedTuple):
     retried: bool
 
 
+class TaskPrinted(NamedTuple):
+    """A task that succeeded on ``sid`` printed this (each stream capped by the slave): shown where the master runs."""
+
+    sid: str
+    task_id: int
+    stdout: str
+    stderr: str
+
+
 class TaskTimedOut(NamedTuple):
     """A task ran past its timeout on ``sid`` (and its grace): it failed, and ``sid`` is dropped."""
 
@@ -227,6 +236,7 @@ KINDS: Final[dict[type[Any], str]] = {
     TaskTimedOut: "task_timed_out",
     JournalEntryUnusable: "journal_entry_unusable",
     JournalOff: "journal_off",
+    TaskPrinted: "task_printed",
 }
 #: The per-task kinds: plain calls, ``None`` in :class:`Facts` while nobody listens.
 HOT_KINDS: Final = ("tasks_dispatched", "results_received", "task_finished")
@@ -274,6 +284,7 @@ class Observer:
     def task_timed_out(self, fact: TaskTimedOut) -> None: ...
     def journal_entry_unusable(self, fact: JournalEntryUnusable) -> None: ...
     def journal_off(self, fact: JournalOff) -> None: ...
+    def task_printed(self, fact: TaskPrinted) -> None: ...
 
     # -- per task, on the hot path (no record)
     def tasks_dispatched(self, sid: str, n: int) -> None:

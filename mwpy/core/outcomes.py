@@ -14,6 +14,10 @@ like the scheduler's:
   decode); otherwise it goes to the program;
 * a task past its timeout fails with ``TaskTimeoutError`` and names the slave
   to drop; a task too big for a slave's frames fails with ``TaskTooLarge``;
+* a task whose slaves die while running it (a segfault, ``os._exit``, a kill
+  for memory) runs again until more than its ``allowed_failures`` died; then
+  it fails with ``KilledSlaveError``, naming how each ended once the back end
+  has said (or ``EXIT_WAIT`` has passed);
 * a task submitted with a key that the journal knows is answered from it,
   unless the entry is damaged (its digest), names another algorithm or does
   not unpickle here: then it is treated as absent and the task runs again;
@@ -25,13 +29,15 @@ Callers pass the time (``now``, monotonic seconds) where a rule needs it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskTimedOut
-from mwpy.core.scheduler import Entry, Scheduler
-from mwpy.errors import TaskTimeoutError
+from mwpy import names
+from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
+from mwpy.core.scheduler import Death, Entry, Scheduler
+from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.task import Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
@@ -45,6 +51,30 @@ NOT_RETRIED: Final = frozenset({"ResultTooLarge", "ResultDecodeError"})
 #: Beyond a task's timeout and the slave's own grace (slave.TIMEOUT_GRACE), how long the master waits
 #: before it gives up on the slave running the task (stopped, or stuck and its watchdog too).
 MASTER_TIMEOUT_GRACE = 10.0
+#: Seconds a task that killed too many slaves waits for the back end to say how the last one ended.
+EXIT_WAIT = 2.0
+#: The executor's algorithms, which carry the user's function as their first argument.
+_CARRIERS: Final = frozenset({names.CALL, names.CALL_FUNCTION, names.CALL_CHUNK, names.MAP_CHUNK})
+
+#: How a dead slave ended: a text such as "killed by SIGSEGV", or None while not known (mwpy/slave_exits.py).
+HowEnded = Callable[[Death], "str | None"]
+
+
+def _unknown(death: Death) -> str | None:
+    return None
+
+
+def function_name(entry: Entry) -> str:
+    """The user's function a task runs: the algorithm's name, or the function an executor's call carries."""
+    if entry.algorithm not in _CARRIERS:
+        return entry.algorithm
+    try:
+        first: Any = codec.decode_arguments(entry.payload)[0][0]
+        if entry.algorithm == names.CALL_FUNCTION:
+            first = codec.resolve_function(first)
+    except Exception:
+        return entry.algorithm
+    return first if isinstance(first, str) else str(getattr(first, "__qualname__", first))
 
 
 def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False) -> Result:
@@ -85,10 +115,22 @@ def _unusable(found: JournalEntry, entry: Entry, replayed: Result) -> str | None
 class Outcomes:
     """One master's results: from the wire (or the journal) to the task's listener and ``mw.results()``."""
 
-    def __init__(self, sched: Scheduler, facts: Facts, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        sched: Scheduler,
+        facts: Facts,
+        journal: Journal | None = None,
+        *,
+        allowed_failures: int = 3,
+        how_ended: HowEnded = _unknown,
+    ) -> None:
         self._sched = sched
         self._facts = facts
         self._journal = journal
+        self._allowed_failures = allowed_failures
+        self._how_ended = how_ended
+        #: Tasks that killed too many slaves, with when they fail even if the back end has not said how.
+        self._condemned: list[tuple[Entry, float]] = []
         #: What ``mw.results()`` drains, in arrival order.
         self.results: list[Result] = []
 
@@ -107,6 +149,8 @@ class Outcomes:
             if outputs and task_id in outputs:
                 stdout, stderr = outputs[task_id]
                 result = attrs.evolve(result, stdout=stdout, stderr=stderr)
+                if result.error is None:  # a failure's output goes with its exception, not to the screen
+                    self._facts(TaskPrinted(sid, task_id, stdout, stderr))
             if result.error is None:
                 holes += self._succeeded(sid, entry, blob, compute_time)
             elif self._runs_again(sid, entry, result, now):
@@ -182,6 +226,56 @@ class Outcomes:
             self._facts(TaskTimedOut(sid, entry.task_id, timeout))
             dropped.append((sid, f"task {entry.task_id} ran past its timeout of {timeout:g} s"))
         return dropped
+
+    def slave_died(self, death: Death, now: float) -> None:
+        """``death.sid`` died (not told to, not handing back): its running task is blamed, and may fail.
+
+        Call it before the scheduler applies task policies to what the slave
+        held. The running task (the first in flight) counts a death; past its
+        ``allowed_failures`` it leaves the scheduler's books and fails at
+        :meth:`settle_killed` instead of going to another slave. Queued tasks
+        are not to blame.
+        """
+        sched = self._sched
+        entry = sched.running_on(death.sid)
+        if entry is None:
+            return
+        entry.deaths.append(death)
+        allowed = entry.policy.allowed_failures
+        if len(entry.deaths) <= (self._allowed_failures if allowed is None else allowed):
+            return
+        sched.abandon(death.sid, entry)
+        sched.complete(entry)
+        self._condemned.append((entry, now + EXIT_WAIT))
+
+    def settle_killed(self, now: float) -> None:
+        """Fail each task that killed too many slaves, once the back end said how the last one ended."""
+        if not self._condemned:
+            return
+        waiting = []
+        for entry, deadline in self._condemned:
+            last = entry.deaths[-1]
+            if now < deadline and self._how_ended(last) is None:
+                waiting.append((entry, deadline))
+                continue
+            self._fail_killed(entry)
+        self._condemned = waiting
+
+    def _fail_killed(self, entry: Entry) -> None:
+        function = function_name(entry)
+        ends = tuple(
+            f"{d.sid} (pid {d.pid} on {d.host}{f', Condor job {d.job}' if d.job else ''}): "
+            f"{self._how_ended(d) or 'connection lost while running it'}"
+            for d in entry.deaths
+        )
+        message = (
+            f"{function} killed {len(ends)} slaves that ran it (allowed failures: {len(ends) - 1}), "
+            "so it is not run again: " + "; ".join(ends)
+        )
+        error = TaskError(*codec.failure_of(KilledSlaveError(message, function, ends)))
+        last = entry.deaths[-1].sid
+        self.deliver(entry, Result(entry.task_id, entry.algorithm, last, entry.tag, 0.0, error=error))
+        self._facts(TaskFailed(last, entry.task_id, entry.algorithm, error.type, message, "", "", "", False))
 
     def too_large(self, sid: str, entry: Entry, max_frame: int, now: float) -> None:
         """A task too big for ``sid``'s frames fails with a clear error instead of being sent."""

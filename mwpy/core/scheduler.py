@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter, deque
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import attrs
 
@@ -80,7 +80,7 @@ class Entry:
 
     __slots__ = (
         "task_id", "algorithm", "payload", "policy", "listener", "tag", "key",
-        "attempts", "failed_on", "retry_after", "sent_at", "queued_at",
+        "attempts", "failed_on", "retry_after", "sent_at", "queued_at", "deaths",
     )  # fmt: skip
 
     def __init__(
@@ -114,6 +114,8 @@ class Entry:
         #: When it was submitted (stamped only when someone reads it): the event log's queue wait is
         #: ``sent_at - queued_at``.
         self.queued_at = 0.0
+        #: The slaves that died while running it (mwpy/core/outcomes.py fails it past its allowed failures).
+        self.deaths: list[Death] = []
 
     def __repr__(self) -> str:
         return f"<Entry task {self.task_id} {self.algorithm!r}>"
@@ -124,6 +126,17 @@ class Entry:
         if self.tag is not policy.tag or self.key != policy.key:
             policy = attrs.evolve(policy, tag=self.tag, key=self.key)  # mw.map's item: its own position and key
         return Task(self.task_id, self.algorithm, self.payload, policy)
+
+
+class Death(NamedTuple):
+    """A slave that died while it ran a task: who it was, to ask later how it ended (its exit status)."""
+
+    sid: str
+    host: str
+    pid: int
+    #: Its Condor job (CLUSTER.PROC), if it ran as one, and when (Unix time) its connection ended.
+    job: str | None = None
+    at: float = 0.0
 
 
 class SlaveKind(enum.Enum):
@@ -428,6 +441,13 @@ class Scheduler:
                 found.append((sid, head))
         return found
 
+    def running_on(self, sid: str) -> Entry | None:
+        """The task ``sid`` runs now: the first in flight (a slave runs its tasks in the order sent), or None."""
+        slot = self._slots.get(sid)
+        if slot is None or not slot.in_flight:
+            return None
+        return next(iter(slot.in_flight.values()))
+
     @staticmethod
     def _begin_head(slot: _Slot) -> None:
         """The first task in flight on a slave is the one it runs: tell it (its future becomes running)."""
@@ -618,6 +638,11 @@ class Scheduler:
         else:
             wanted = self._desired[SlaveKind.UNORDERED]
         return needed + max(0, wanted - self._acquired[SlaveKind.UNORDERED])
+
+    @property
+    def reserved(self) -> int:
+        """Ordered and intermingle slaves wanted (what ``allocate_slaves`` asked for them, less what was given back)."""
+        return self._desired[SlaveKind.ORDERED] + self._desired[SlaveKind.INTERMINGLE]
 
     def connected(self) -> dict[str, int]:
         """Connected slaves per group."""

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import ProtocolError
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
 from mwpy.net.spin import Spinner
@@ -68,9 +68,13 @@ class Engine:
         self._by_sid: dict[str, Peer] = {}
         #: Condor job id (CLUSTER.PROC) by slave id, for the connected slaves that reported one.
         self._jobs: dict[str, str] = {}
+        #: (host, pid) of each connected slave, as its Hello said: a slave that dies is named by it.
+        self._whom: dict[str, tuple[str, int]] = {}
         #: condor_jobs() as last computed, None once a slave with a job came or went (read every tick).
         self._job_list: list[str] | None = None
         self._slave_numbers = itertools.count()
+        #: Slaves that ever connected (proof that slaves can start: see mwpy/pool/failing_slaves.py).
+        self.slaves_greeted = 0
         #: Bytes: the largest peak memory a slave reported (its Heartbeats), 0 while none did.
         self.peak_memory = 0
         self._next_tick = 0.0
@@ -146,10 +150,11 @@ class Engine:
                     self.tick_soon()
                 # Heartbeat: hearing from the slave (last_heard) was the point
         except ProtocolError as exc:
-            self._lose(peer, "error", f"protocol error: {exc}")
+            self._lose(peer, "error", f"protocol error: {exc}", blame=False)
 
     def _greet(self, peer: Peer, hello: protocol.Hello) -> None:
         sid = f"slave-{next(self._slave_numbers)}"
+        self.slaves_greeted += 1
         options = self._options
         welcome = protocol.Welcome(
             sid, options.slave_result_group, options.client_timeout / 4, options.max_read_buffer_size
@@ -159,6 +164,7 @@ class Engine:
         peer.max_out = peer.session.max_send
         self._by_sid[sid] = peer
         kind = self._sched.join(sid)
+        self._whom[sid] = (hello.host, hello.pid)
         self._net.queue(peer, data)
         job = hello.condor_job or None
         if job is not None:
@@ -198,7 +204,8 @@ class Engine:
             return
         back = self._sched.hand_back(sid, msg.task_ids)
         self._facts(facts.HandedBack(sid, back))
-        self._lose(peer, "eof", f"left on a soft-kill signal, {back} tasks handed back")
+        # Not the task's fault (a Condor eviction, a vacate): its death is not counted against it.
+        self._lose(peer, "eof", f"left on a soft-kill signal, {back} tasks handed back", blame=False)
 
     def cancel(self, sid: str, task_ids: list[int]) -> None:
         """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""
@@ -259,10 +266,19 @@ class Engine:
 
     # ------------------------------------------------------------------ slaves gone
 
-    def _lose(self, peer: Peer, cause: Cause, why: str) -> None:
-        """A connection ended: close it and apply task policies to what its slave held."""
+    def _lose(self, peer: Peer, cause: Cause, why: str, *, blame: bool = True) -> None:
+        """A connection ended: close it and apply task policies to what its slave held.
+
+        A slave that hung up or broke its connection (``eof``, ``error``) while
+        the computation runs died: its running task is blamed, unless ``blame``
+        is False (it handed its tasks back, or was dropped for a task's timeout).
+        """
         if peer.sock is None:
             return
+        if blame and cause in ("eof", "error") and not self._net.closed and peer.sid in self._whom:
+            host, pid = self._whom[peer.sid]
+            death = Death(peer.sid, host, pid, self._jobs.get(peer.sid), time.time())
+            self._outcomes.slave_died(death, time.monotonic())
         self._net.close(peer)
         sid = peer.sid
         if sid is None:
@@ -287,6 +303,7 @@ class Engine:
         """``sid`` is no longer this master's slave: its tasks follow their policies, and that is reported."""
         if self._jobs.pop(sid, None) is not None:
             self._job_list = None
+        self._whom.pop(sid, None)
         dropped_before = self._sched.unrunnable_total
         lost = len(self._sched.leave(sid))
         dropped = self._sched.unrunnable_total - dropped_before
@@ -305,7 +322,8 @@ class Engine:
         for sid, why in self._outcomes.overdue(now):
             holder = self._by_sid.get(sid)
             if holder is not None:
-                self._lose(holder, "error", why)
+                self._lose(holder, "error", why, blame=False)
+        self._outcomes.settle_killed(now)
         self._on_tick(now)
 
     # ------------------------------------------------------------------ the end

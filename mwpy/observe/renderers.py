@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from mwpy import safe_text
 from mwpy.core import facts
 from mwpy.core.facts import Facts, Observer
-from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options
 
@@ -125,14 +124,7 @@ class AuditRenderer(Observer):
 
 
 class LogRenderer(Observer):
-    """The ``mwpy.master`` logger: what a user watching should know (a slave dropped with tasks, a stuck task).
-
-    ``raw_task_output`` (``--mw-raw-task-output``): failed tasks' output as they wrote it, escapes included.
-    """
-
-    def __init__(self, *, raw_task_output: bool = False) -> None:
-        #: A failed task's output, capped per task and per run (mwpy/observe/logs.py).
-        self._failed_output = logs.FailedOutput(log, raw=raw_task_output)
+    """The ``mwpy.master`` logger: what a user watching should know (a slave dropped with tasks, a stuck task)."""
 
     def accept_paused(self, fact: facts.AcceptPaused) -> None:
         if fact.first:
@@ -144,20 +136,14 @@ class LogRenderer(Observer):
                  in_job, fact.group)  # fmt: skip
 
     def slave_left(self, fact: facts.SlaveLeft) -> None:
+        """A slave gone with tasks in flight is news while the computation runs; once it ends (finished or
+        interrupted: Ctrl-C reaches the slaves too) tasks in flight are moot, and a warning would be noise."""
         if fact.cause != "expelled":
-            level = logging.WARNING if fact.in_flight else logging.INFO
+            level = logging.WARNING if fact.in_flight and fact.cause != "shutdown" else logging.INFO
             log.log(level, "%s disconnected (%s); %d tasks in flight", fact.sid, fact.reason, fact.in_flight)
 
     def handed_back(self, fact: facts.HandedBack) -> None:
         log.info("%s is leaving (soft-kill signal) and handed back %d tasks unstarted", fact.sid, fact.n)
-
-    def task_failed(self, fact: facts.TaskFailed) -> None:
-        """A failed task's output is worth seeing where the master runs (``mwpy local`` shows the master's stderr)."""
-        if fact.retried or not (fact.stdout or fact.stderr):
-            return
-        streams = {"stdout": fact.stdout, "stderr": fact.stderr}
-        self._failed_output.show(task=fact.task_id, algorithm=fact.algorithm, slave=fact.sid, error=fact.error,
-                                 message=fact.message, streams=streams)  # fmt: skip
 
     def task_timed_out(self, fact: facts.TaskTimedOut) -> None:
         log.warning("task %d ran past its timeout of %g s on %s: failed, slave dropped", fact.task_id, fact.timeout,
@@ -165,6 +151,38 @@ class LogRenderer(Observer):
 
     def journal_off(self, fact: facts.JournalOff) -> None:
         log.error("%s", fact.why)
+
+
+def forwardable(text: str, *, raw: bool = False) -> str:
+    """A task's output made fit for the user's terminal: the one place forwarded text goes through.
+
+    Task text is hostile (it must never drive the terminal): every control but
+    the newline is shown, not obeyed, unless ``raw`` (``--mw-raw-task-output``).
+    """
+    return text if raw else safe_text.terminal(text)
+
+
+class OutputForwarder(Observer):
+    """What a successful task printed, on the master's stdout and stderr, as ProcessPoolExecutor's workers show it.
+
+    A task's output comes with its result, whole lines at once, so lines of
+    different tasks never mix; once a second slave has printed, each line
+    names its slave (``[slave-3] ...``). ``--mw-quiet`` leaves this out: the
+    output stays in ``Result.stdout``/``.stderr`` and the futures.
+    """
+
+    def __init__(self, *, raw: bool = False) -> None:
+        self._slaves: set[str] = set()
+        self._raw = raw
+
+    def task_printed(self, fact: facts.TaskPrinted) -> None:
+        self._slaves.add(fact.sid)
+        prefix = f"[{safe_text.one_line(fact.sid)}] " if len(self._slaves) > 1 else ""
+        for text, stream in ((fact.stdout, sys.stdout), (fact.stderr, sys.stderr)):
+            if text and stream is not None:
+                lines = forwardable(text, raw=self._raw).splitlines(keepends=True)
+                stream.write("".join(f"{prefix}{line.rstrip(chr(10))}\n" for line in lines))
+                stream.flush()
 
 
 class Observers:
@@ -180,10 +198,9 @@ class Observers:
         self.events: EventWriter | None = None
         self._accountant: Accountant | None = None
         self._exporter: Any = None
-        renderers: list[Observer] = [
-            AuditRenderer(audit, options.slave_task_group),
-            LogRenderer(raw_task_output=options.raw_task_output),
-        ]
+        renderers: list[Observer] = [AuditRenderer(audit, options.slave_task_group), LogRenderer()]
+        if not options.quiet:
+            renderers.append(OutputForwarder(raw=options.raw_task_output))
         if options.events is not None or options.metrics_port is not None:
             renderers.append(self._open_events(options))
         self.facts = Facts(renderers)
@@ -223,7 +240,9 @@ class Observers:
         if summary and self._accountant is not None and status != INTERRUPTED:  # Ctrl-C: one line, nothing more
             from mwpy.observe import goodput  # noqa: PLC0415
 
-            print(goodput.summary(self._accountant.result()), end="", file=sys.stderr, flush=True)
+            account = self._accountant.result()
+            if account.slaves or account.tasks_ok or account.tasks_failed:  # a run that never started: no zeros
+                print(goodput.summary(account), end="", file=sys.stderr, flush=True)
         self.close()
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ from mwpy import safe_files, safe_text
 from mwpy.errors import EventLogError
 from mwpy.observe import events as ev
 from mwpy.observe import goodput
+from mwpy.observe.runtimes import BUCKETS_PER_DECADE, RunTimes, slowest
 
 #: Time bins on the x axis at most (bins are whole seconds, at least 1 s wide).
 MAX_BINS = 400
@@ -39,8 +40,8 @@ MAX_BINS = 400
 MAX_TIMELINE_SLAVES = 150
 #: Failures listed in full at most; the others are counted.
 MAX_FAILURES = 200
-#: Run-time histogram buckets per decade (logarithmic).
-BUCKETS_PER_DECADE = 10
+#: Slaves listed in the run-time table at most (the slowest); the others are counted.
+MAX_SLAVE_ROWS = 50
 #: Change points of a series (slaves connected...) kept as they are; beyond this they are binned.
 MAX_POINTS = 2000
 #: Buckets a time series keeps while reading at most; their width doubles when the log's span outgrows them.
@@ -111,14 +112,6 @@ class _Slave:
 
 
 @attrs.define
-class _Algorithm:
-    count: int = 0
-    total_us: int = 0
-    max_us: int = 0
-    buckets: Counter[int] = attrs.Factory(Counter)
-
-
-@attrs.define
 class Digest:
     """Everything the report shows, aggregated in one pass over the log (memory independent of the task count)."""
 
@@ -130,7 +123,9 @@ class Digest:
     needed: list[tuple[float, int]] = attrs.Factory(list)
     condor: list[tuple[float, int, int]] = attrs.Factory(list)
     slaves: list[_Slave] = attrs.Factory(list)
-    algorithms: dict[str, _Algorithm] = attrs.Factory(lambda: defaultdict(_Algorithm))
+    algorithms: dict[str, RunTimes] = attrs.Factory(lambda: defaultdict(RunTimes))
+    #: Run times and failures per slave id (with several master runs, one id may name a slave of each).
+    per_slave: dict[str, RunTimes] = attrs.Factory(lambda: defaultdict(RunTimes))
     failures: list[ev.TaskFailed] = attrs.Factory(list)
     more_failures: int = 0
     starts: list[ev.MasterStart] = attrs.Factory(list)
@@ -180,15 +175,8 @@ class _Digester:
         d, t = self.digest, event.t
         n = len(event.run_us)
         self.outcomes[event.outcome][d.grid.index(t)] += n
-        algorithm = d.algorithms[event.algorithm]
-        algorithm.count += n
-        algorithm.total_us += sum(event.run_us)
-        longest = max(event.run_us)
-        algorithm.max_us = max(algorithm.max_us, longest)
-        buckets = algorithm.buckets
-        log10 = math.log10
-        for us in event.run_us:
-            buckets[int(log10(us) * BUCKETS_PER_DECADE) if us > 0 else -1] += 1
+        d.algorithms[event.algorithm].add(event)
+        d.per_slave[event.slave].add(event)
         slave = self.live.get(event.slave)
         if slave is not None:
             d.grid.spread(slave.busy, t, sum(event.run_us) / 1e6, slave.start)
@@ -478,15 +466,15 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[object]], numeric: Seque
     return f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _percentile(algorithm: _Algorithm, share: float) -> float:
-    """Approximate run-time percentile (seconds) from the histogram: the upper edge of the bucket reached."""
-    target = share * algorithm.count
-    seen = 0
-    for key in sorted(algorithm.buckets):
-        seen += algorithm.buckets[key]
-        if seen >= target:
-            return 0.0 if key < 0 else min(10 ** ((key + 1) / BUCKETS_PER_DECADE), algorithm.max_us) / 1e6
-    return algorithm.max_us / 1e6
+def _per_slave(d: Digest) -> str:
+    """Which slave is slow, which one fails: the slowest first."""
+    rows = [
+        (name, r.count, f"{r.mean:.6f}", f"{r.percentile(0.95):.6f}", f"{r.max_us / 1e6:.6f}", r.failures)
+        for name, r in slowest(d.per_slave, MAX_SLAVE_ROWS)
+    ]
+    table = _table(["slave", "tasks", "mean s", "p95 s ≤", "max s", "failed"], rows, numeric=(1, 2, 3, 4, 5))
+    more = len(d.per_slave) - len(rows)
+    return table + (f"<p class=note>... and {more} faster slaves (not listed).</p>" if more > 0 else "")
 
 
 def _failures(d: Digest, origin: float) -> str:
@@ -535,9 +523,9 @@ def render(d: Digest, source: str, title: str | None = None) -> str:
             (
                 name,
                 a.count,
-                f"{a.total_us / a.count / 1e6:.6f}",
-                f"{_percentile(a, 0.5):.6f}",
-                f"{_percentile(a, 0.95):.6f}",
+                f"{a.mean:.6f}",
+                f"{a.percentile(0.5):.6f}",
+                f"{a.percentile(0.95):.6f}",
                 f"{a.max_us / 1e6:.6f}",
             )
             for name, a in sorted(d.algorithms.items())
@@ -578,6 +566,8 @@ estimated from their last result to their disconnection.</p>
 {plots}
 <h2>Run time per algorithm</h2>
 {algorithms}
+<h2>Run time per slave</h2>
+{_per_slave(d)}
 <p class=note>Percentiles are the upper edge of a histogram bucket ({BUCKETS_PER_DECADE} per decade).</p>
 <h2>Failures</h2>
 {_failures(d, origin)}

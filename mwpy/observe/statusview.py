@@ -38,13 +38,17 @@ from rich.text import Text
 from mwpy import resource_file, safe_files, safe_text
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.observe import events as ev
+from mwpy.observe import runtimes
 from mwpy.observe.goodput import duration
+from mwpy.observe.runtimes import RunTimes, slowest
 from mwpy.resource_file import ResourceFile
 
 #: Seconds of samples the rate is averaged over (long enough to be steady, short enough to follow changes).
 RATE_WINDOW = 30.0
 #: Recent failures shown at most.
 MAX_FAILURES = 5
+#: Slaves the terminal view lists, the slowest first (the plain line names the slowest one).
+SLOWEST_SLAVES = 3
 #: Seconds between two questions to the schedd (a schedd is shared; once a second would be rude).
 CONDOR_INTERVAL = 10.0
 #: Exit status on Ctrl-C, as a shell reports SIGINT.
@@ -67,8 +71,12 @@ class Extra:
     #: Slaves that may run at most (``mwpy local --slaves N``), shown as ``slaves 2/N``.
     slave_limit: int | None = None
     failures: Sequence[str] = ()
+    #: Run times per slave, from the event log (shown when more than one slave has finished tasks).
+    slaves: Mapping[str, RunTimes] = attrs.Factory(dict)
     condor: Mapping[str, int] | None = None
     condor_problem: str | None = None
+    #: The run was stopped by Ctrl-C (``mwpy local`` says so): the view says "interrupted", with no ETA.
+    interrupted: bool = False
 
 
 class Rate:
@@ -99,12 +107,15 @@ class Rate:
         return (d1 - d0) / (t1 - t0) if t1 > t0 else None
 
 
-def state_of(record: ResourceFile, now: float) -> str:
+def state_of(record: ResourceFile, now: float, *, interrupted: bool = False) -> str:
+    if interrupted:
+        return "interrupted"
     return "finished" if record.finished else ("stale" if record.stale(now) else "in progress")
 
 
-def _eta(record: ResourceFile, total: int | None, rate: float | None) -> str | None:
-    if total is None or not rate or record.tasks_done >= total:
+def _eta(record: ResourceFile, total: int | None, rate: float | None, state: str) -> str | None:
+    """How long the rest takes at this rate: only while the computation is in progress."""
+    if state != "in progress" or total is None or not rate or record.tasks_done >= total:
         return None
     return duration((total - record.tasks_done) / rate)
 
@@ -125,12 +136,17 @@ def _tasks_phrase(record: ResourceFile, total: int | None, rate: float | None) -
 
 
 def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
-    """``slaves 2/2 connected (unordered 2) · 98 more needed``: per group that has any, and the master's demand."""
+    """``slaves 2/4 connected (unordered 2) · 2 more needed``: per group that has any, and the master's demand.
+
+    Under a limit (``mwpy local --slaves N``) the demand shown is what may still come: a master that
+    wants 800 slaves with 3 of 3 connected needs no more than it can get.
+    """
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{kind} {count}" for kind, count in _groups(record) if count)
+    needed = record.slaves_needed if not limit else min(record.slaves_needed, max(0, limit - connected))
     return safe_text.one_line(  # group names come from the file
         f"slaves {connected}{f'/{limit}' if limit else ''} connected{f' ({groups})' if groups else ''}"
-        f" · {record.slaves_needed:,} more needed"
+        f" · {needed:,} more needed"
     )
 
 
@@ -144,15 +160,18 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         return (
             f"[mwpy] waiting for the resource file ({problem})" if problem else "[mwpy] waiting for the resource file"
         )
-    eta = _eta(record, extra.total, rate)
+    state = state_of(record, now, interrupted=extra.interrupted)
+    eta = _eta(record, extra.total, rate, state)
     parts = [
-        f"[mwpy] {state_of(record, now)}",
+        f"[mwpy] {state}",
         _tasks_phrase(record, extra.total, rate),
         *([f"ETA {eta}"] if eta else []),
         _slaves_phrase(record, extra.slave_limit),
     ]
     if extra.condor is not None:
         parts.append(_condor_phrase(extra.condor))
+    if len(extra.slaves) > 1:
+        parts.append("slowest " + runtimes.phrase(*slowest(extra.slaves, 1)[0]))
     if extra.failures:
         parts.append(f"last failure: {extra.failures[-1]}")
     return " · ".join(parts)
@@ -171,8 +190,8 @@ def render(
     if record is None:
         text = f"waiting for the resource file{f' ({problem})' if problem else ''}"
         return Panel(Text(text, style="yellow"), title=title, title_align="left")
-    state = state_of(record, now)
-    colour = {"finished": "green", "stale": "red", "in progress": "cyan"}[state]
+    state = state_of(record, now, interrupted=extra.interrupted)
+    colour = {"finished": "green", "stale": "red", "in progress": "cyan", "interrupted": "yellow"}[state]
     lines: list[RenderableType] = [
         Text.assemble(
             (state, f"bold {colour}"),
@@ -181,7 +200,7 @@ def render(
         )
     ]
     if extra.total:
-        eta = _eta(record, extra.total, rate)
+        eta = _eta(record, extra.total, rate, state)
         bar = Table.grid(padding=(0, 1))
         bar.add_row(
             ProgressBar(total=extra.total, completed=min(record.tasks_done, extra.total), width=40, style="grey42"),
@@ -195,6 +214,11 @@ def render(
         lines.append(Text(_condor_phrase(extra.condor)))
     elif extra.condor_problem:
         lines.append(Text(extra.condor_problem, style="dim"))
+    if len(extra.slaves) > 1:
+        per_slave = Text("slowest slaves", style="bold")
+        for name, figures in slowest(extra.slaves, SLOWEST_SLAVES):
+            per_slave.append(f"\n  {runtimes.phrase(name, figures)}")
+        lines.append(per_slave)
     if extra.failures:
         failures = Text("recent failures", style="bold red")
         for line in extra.failures[-MAX_FAILURES:]:
@@ -214,6 +238,8 @@ class FailureTail:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES)
+        #: Run times and failures per slave id (which slave is slow, which one fails).
+        self.slaves: dict[str, RunTimes] = collections.defaultdict(RunTimes)
         self.total: int | None = None
         self.problem: str | None = None
         self._offset = 0
@@ -246,15 +272,21 @@ class FailureTail:
             except (UnicodeDecodeError, ValueError) as exc:
                 self.problem = f"{self.path}:{self._line}: {exc}"
                 return
-            if isinstance(event, ev.TaskFailed):  # the task's words, made one line that cannot drive the terminal
-                self.failures.append(
-                    safe_text.one_line(
-                        f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
-                        f"{event.error}: {event.message}"
-                    )[:200]
-                )
-            elif isinstance(event, ev.MasterStart) and event.total is not None:
-                self.total = event.total
+            self._take(event)
+
+    def _take(self, event: ev.Event) -> None:
+        """What the view shows of one event: a slave's run times, a failure, the announced total."""
+        if isinstance(event, ev.TasksFinished):
+            self.slaves[event.slave].add(event)
+        elif isinstance(event, ev.TaskFailed):
+            self.failures.append(  # the task's words, made one line that cannot drive the terminal
+                safe_text.one_line(
+                    f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
+                    f"{event.error}: {event.message}"
+                )[:200]
+            )
+        elif isinstance(event, ev.MasterStart) and event.total is not None:
+            self.total = event.total
 
 
 def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, str | None]]:
@@ -323,6 +355,7 @@ class Follower:
             tail.poll()
             problem = [f"event log: {safe_text.one_line(tail.problem)}"] if tail.problem else []
             extra.failures = list(tail.failures) + problem
+            extra.slaves = tail.slaves
             if announced is None:
                 announced = tail.total
         if self._total is None and announced is not None:

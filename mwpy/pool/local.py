@@ -96,6 +96,11 @@ class _Display:
             with self._lock:
                 print(line, file=console.file, flush=True)
 
+    def interrupted(self) -> None:
+        """Ctrl-C stopped the run: the last view says so (not "finished", and no ETA)."""
+        if self._follower is not None:
+            self._follower.extra.interrupted = True
+
     def close(self) -> None:
         """Show the last state and leave the view on the screen, above whatever is printed next."""
         self.refresh()
@@ -188,8 +193,9 @@ def _clean_up(work: WorkFolder, status: int, *, explained: bool = False) -> None
         print(f"mwpy local: master exited with status {status}; logs in {work.path}", file=sys.stderr)
 
 
-def _master_command(interpreter: str, program: str, work: WorkFolder, args: list[str]) -> list[str]:
-    """The master's command line: loopback only, a resource file rewritten every second, slaves like us."""
+def _master_command(interpreter: str, program: str, slaves: int, work: WorkFolder, args: list[str]) -> list[str]:
+    """The master's command line: loopback only, a resource file rewritten every second, slaves like us, and
+    no more of them than ``--slaves``."""
     return [
         interpreter,
         os.path.abspath(program),
@@ -206,6 +212,8 @@ def _master_command(interpreter: str, program: str, work: WorkFolder, args: list
         str(work.path / AUDIT_FILE),
         "--mw-slave-executable",
         interpreter,
+        "--mw-max-slaves",
+        str(slaves),
         *_default_events(work, args),
         *args,
     ]
@@ -247,7 +255,7 @@ class _LocalRun:
         self.work = work
         self.display = display
         self.master = subprocess.Popen(
-            _master_command(interpreter, program, work, args),
+            _master_command(interpreter, program, slaves, work, args),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -273,6 +281,8 @@ class _LocalRun:
             self._watch()
         except (KeyboardInterrupt, _Terminated) as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)
+            if interrupted:
+                self.display.interrupted()
             if self.master.poll() is None:  # Ctrl-C reached the master too; a SIGTERM reached only us
                 self.master.terminate()
             with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while it stops
@@ -282,7 +292,9 @@ class _LocalRun:
             published = self.work.resource_file.exists()  # a master that ran wrote it, and leaves it finished
             self._clean_up(quiet=interrupted)
         if interrupted:  # whatever the master made of its own SIGINT: one line, and the shell's 130
-            print(f"mwpy local: interrupted (logs in {self.work.path})", file=sys.stderr)
+            self.work.remove()  # a folder of our own goes (Ctrl-C is no failure to look into); --workdir stays
+            kept = "" if self.work.own else f" (logs in {self.work.path})"
+            print(f"mwpy local: interrupted{kept}", file=sys.stderr)
             return 130
         if self.gave_up:
             return 1
@@ -310,10 +322,11 @@ class _LocalRun:
     def _give_up_on_failing_slaves(self) -> None:
         """Slaves that fail before any result (a slave algorithm raising at set-up) would restart for ever."""
         try:
-            done = resource_file.read(self.work.resource_file).tasks_done
+            record = resource_file.read(self.work.resource_file)
+            done, greeted = record.tasks_done, record.slaves_greeted
         except ResourceFileError:
-            done = 0
-        problem = self.pool.setup_problem(done)
+            done = greeted = 0
+        problem = self.pool.setup_problem(done, slaves_connected=greeted)
         if problem is not None and self.master.poll() is None:
             self.display.output(f"mwpy local: error: {problem}; stopping\n".encode(), sys.stderr)
             self.master.terminate()

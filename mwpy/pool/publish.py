@@ -42,12 +42,15 @@ class Publisher:
         tls_fingerprint: str | None,
         condor_jobs: Callable[[], list[str]] | None = None,
         tasks_total: Callable[[], int | None] | None = None,
+        slaves_greeted: Callable[[], int] | None = None,
     ) -> None:
         self._options = options
         #: Tasks in all when the master knows (for progress bars), else None.
         self._tasks_total = tasks_total or (lambda: None)
         #: The Condor job ids of the connected slaves (the engine knows them from their Hello).
         self._condor_jobs = condor_jobs or list
+        #: Slaves that ever connected (written with whatever else changed: an arrival changes the counts).
+        self._slaves_greeted = slaves_greeted or int
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -105,6 +108,7 @@ class Publisher:
             condor_jobs_connected=jobs,
             slave_peak_memory=self.slave_peak_memory,
             tasks_total=total,
+            slaves_greeted=self._slaves_greeted(),
         )
         try:
             resource_file.write(path, record)

@@ -89,8 +89,11 @@ class SlavePool:
         self._next_look = 0.0
         self._thread.start()
 
-    def setup_problem(self, results_so_far: int) -> str | None:
-        """Why to give up (slaves that fail before any task had a result would restart for ever), or None.
+    def setup_problem(self, results_so_far: int, *, slaves_connected: int) -> str | None:
+        """Why to give up (slaves that fail at set-up, before any result, would restart for ever), or None.
+
+        ``slaves_connected``: slaves that ever connected (mwpy/pool/failing_slaves.py: once
+        one has, a slave that dies may have been killed by a task, which is not a set-up failure).
 
         Looks at the back end's jobs at most every ``JOB_LOOK_INTERVAL``; call it as often as convenient.
         """
@@ -98,7 +101,7 @@ class SlavePool:
         if now >= self._next_look:
             self._next_look = now + JOB_LOOK_INTERVAL
             self._setup.look(self.backend.jobs())
-        return self._setup.problem(results_so_far)
+        return self._setup.problem(results_so_far, slaves_connected=slaves_connected)
 
     def stop(self, *, grace: float = 0.0) -> None:
         """Stop the overseer; give the slaves ``grace`` seconds to leave; remove the jobs left; release the back end.
