@@ -57,10 +57,19 @@ class Intake:
         return future
 
     def enqueue(
-        self, name: str, payload: bytes, policy: Policy, listener: Listener, *, tag: Any = None, key: str | None = None
+        self,
+        name: str,
+        payload: bytes,
+        policy: Policy,
+        listener: Listener,
+        *,
+        tag: Any = None,
+        key: str | None = None,
+        label: str | None = None,
     ) -> int:
-        """Queue a task whose arguments ``TaskAlgorithm.encode`` checked and pickled (maybe in another thread)."""
-        entry = Entry(self._sched.new_id(), name, payload, policy, listener, tag=tag, key=key)
+        """Queue a task whose arguments ``TaskAlgorithm.encode`` checked and pickled (maybe in another thread);
+        ``label`` names it in results and messages when ``name`` is one of mwpy's own calls."""
+        entry = Entry(self._sched.new_id(), name, payload, policy, listener, tag=tag, key=key, label=label)
         self._add(entry)
         return entry.task_id
 
@@ -72,13 +81,17 @@ class Intake:
         if entry.key is None or not self._outcomes.replay(entry):  # a key may be answered from the journal
             self._sched.add(entry)
 
-    def cancel(self, task_ids: list[int]) -> None:
+    def cancel(self, task_ids: list[int]) -> list[int]:
         """Cancelled futures: tasks still queued here are dropped when they would leave (their listener says no);
-        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books."""
+        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books.
+        Returns the ids asked back from slaves."""
         if self.finished:
-            return  # every slave has been told to shut down
+            return []  # every slave has been told to shut down
+        asked: list[int] = []
         for sid, ids in self._sched.holders(task_ids).items():
             self._engine.cancel(sid, ids)
+            asked += ids
+        return asked
 
     def count_submitted_as_total(self) -> None:
         """Without a declared total, the total is every task submitted so far (for an Executor, which has no

@@ -10,7 +10,9 @@ slaves import as ProcessPoolExecutor's workers would.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import os
+import pickle
 import subprocess
 import textwrap
 import threading
@@ -21,6 +23,7 @@ from typing import cast
 import pytest
 
 import mwpy
+from mwpy.errors import SlavesFailError
 from mwpy.executor import _master_options, _script
 from tests.programs import executor_work as work
 from tests.support import PYTHON, ROOT, wait_until
@@ -405,12 +408,108 @@ def test_leaving_the_with_block_waits_for_every_future(tmp_path: Path) -> None:
 
 def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> None:
     """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
-    options = _master_options([], Path("/tmp/rf.json"), "condor")
+    initializer = Path("/tmp/work/mwpy_initializer.pickle")
+    options = _master_options([], Path("/tmp/rf.json"), "condor", initializer)
     script = _script()
     if script != "-":
-        assert options.slave_files == (script,)
-        assert options.slave_arguments[-2:] == (os.path.basename(script), ".")
+        assert options.slave_files == (script, str(initializer))
+        assert options.slave_arguments[-3:] == (os.path.basename(script), ".", initializer.name)
     assert options.master_host is None  # listen on every interface, as execute nodes must reach it
-    local = _master_options([], Path("/tmp/rf.json"), "local")
+    local = _master_options([], Path("/tmp/rf.json"), "local", None)
     assert local.master_host == "127.0.0.1"
-    assert local.slave_arguments[-1] == os.getcwd()
+    assert local.slave_arguments[-2:] == (os.getcwd(), "-")
+
+
+LATE_IMPORT = """\
+    import mwpy
+
+
+    if __name__ == "__main__":
+        import shapes  # imported only here: the slaves, which load this script as __mp_main__, never run this
+
+        with mwpy.Executor(max_workers=2) as ex:
+            print(ex.submit(shapes.cube, 3).result(timeout=60))
+            print(list(ex.map(shapes.cube, range(4))))
+            print(list(ex.map(shapes.cube, range(4), chunksize=3)))
+            print(list(ex.map(shapes.scaled_cube, range(3), scale=10)))
+"""
+
+SHAPES = """\
+    import mwpy
+
+
+    @mwpy.task
+    def cube(x):
+        return x**3
+
+
+    @mwpy.task(name="shapes.scaled")
+    def scaled_cube(x, scale=1):
+        return scale * x**3
+"""
+
+
+def test_a_task_from_a_module_the_script_imports_only_under_main_runs_on_slaves(tmp_path: Path) -> None:
+    """Issue 21 item 5: a task algorithm pickles by reference (its module and name), as a function does for
+    ProcessPoolExecutor, so a slave whose registry lacks it imports its module (before: LookupError)."""
+    (tmp_path / "user.py").write_text(textwrap.dedent(LATE_IMPORT))
+    (tmp_path / "shapes.py").write_text(textwrap.dedent(SHAPES))
+    done = subprocess.run(
+        check=False, args=[PYTHON, "user.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["27", "[0, 1, 8, 27]", "[0, 1, 8, 27]", "[0, 10, 80]"]
+
+
+def test_messages_name_the_user_s_function_not_mwpy_s_call(tmp_path: Path) -> None:
+    """Issue 21: a failure's message, its Result, the pickling error's note and the event log name the function
+    the user submitted, never mwpy.call_function / mwpy.call (the tasks that carry it)."""
+    events = tmp_path / "events.jsonl"
+    with mwpy.Executor(max_workers=1, options=["--mw-events", str(events)]) as ex:
+        with pytest.raises(mwpy.TaskFailedError) as caught:
+            ex.submit(work.result_that_does_not_unpickle).result(timeout=60)
+        assert "task 'result_that_does_not_unpickle' failed" in str(caught.value)
+        assert caught.value.result.algorithm == "result_that_does_not_unpickle"
+        with pytest.raises(TypeError) as refused:
+            ex.submit(work.add, threading.Lock())  # type: ignore[arg-type]
+        assert "cannot send the arguments of task 'add'" in refused.value.__notes__
+        with pytest.raises(work.Odd):
+            ex.submit(functools.partial(work.fail_on_odd), 3).result(timeout=60)
+        assert ex.submit(work.square, 2).result(timeout=60) == 4
+    text = events.read_text()
+    assert "mwpy.call" not in text
+    for name in ("result_that_does_not_unpickle", "fail_on_odd", "square"):
+        assert f'"{name}"' in text
+
+
+def test_a_pickling_error_of_an_argument_is_raised_as_itself_at_submit(executor: mwpy.Executor) -> None:
+    """As the standard executors raise it (from result() there: mwpy pickles at submit, README says so)."""
+    with pytest.raises(pickle.PicklingError, match="refuses"):
+        executor.submit(work.square, work.RefusesPickling())  # type: ignore[arg-type]
+
+
+def test_the_initializer_runs_once_in_each_slave_before_its_tasks(tmp_path: Path) -> None:
+    """Issue 21 item 3: ProcessPoolExecutor's initializer=/initargs=; state set there is seen by every task."""
+    with mwpy.Executor(max_workers=2, initializer=work.remember, initargs=(str(tmp_path), "model")) as ex:
+        seen = [f.result(timeout=60) for f in [ex.submit(work.remembered) for _ in range(20)]]
+    assert {value for value, _ in seen} == {"model"}
+    pids = {pid for _, pid in seen}
+    ran = sorted(int(path.name) for path in tmp_path.iterdir())
+    assert pids <= set(ran)
+    assert len(ran) == len(set(ran))  # once per slave process
+
+
+def test_a_failing_initializer_breaks_the_executor_with_its_error() -> None:
+    with mwpy.Executor(max_workers=2, initializer=work.fail_to_initialize, initargs=("no model",)) as ex:
+        future = ex.submit(work.square, 2)
+        with pytest.raises(cf.BrokenExecutor) as caught:
+            future.result(timeout=120)
+        with pytest.raises(cf.BrokenExecutor):
+            ex.submit(work.square, 2)
+    assert "RuntimeError: no model" in str(caught.value)
+    assert isinstance(caught.value.__cause__, SlavesFailError)
+
+
+def test_an_initializer_that_does_not_pickle_fails_in_the_constructor() -> None:
+    with pytest.raises(TypeError, match="lock"):
+        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),))

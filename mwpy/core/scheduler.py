@@ -79,7 +79,7 @@ class Entry:
     """
 
     __slots__ = (
-        "task_id", "algorithm", "payload", "policy", "listener", "tag", "key",
+        "task_id", "algorithm", "label", "payload", "policy", "listener", "tag", "key",
         "attempts", "failed_on", "retry_after", "sent_at", "queued_at",
     )  # fmt: skip
 
@@ -93,9 +93,13 @@ class Entry:
         *,
         tag: Any = None,
         key: str | None = None,
+        label: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.algorithm = algorithm
+        #: The name results, messages and the event log give the task: its algorithm's, or for a call of
+        #: mwpy's own (an Executor's ``mwpy.call_function``) the user's function it runs.
+        self.label = label or algorithm
         #: The pickled ``(args, kwargs)`` (mwpy/wire/codec.py).
         self.payload = payload
         self.policy = policy
