@@ -64,6 +64,7 @@ from typing import Any, ParamSpec, TypeVar
 import attrs
 
 from mwpy import backends, calls
+from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, CALL_FUNCTION, INITIALIZER_FILE, SPAWN_COPY
@@ -418,12 +419,12 @@ class _Service:
     def _take_submissions(self) -> None:
         with self._lock:
             incoming, self._incoming = self._incoming, []
-        enqueue = self.intake.enqueue
+        intake = self.intake
         for future, name, payload, policy, label in incoming:
             if future.cancelled():
                 future._notify_cancelled()  # cancelled before the engine saw it: dropped here
                 continue
-            future._task_id = enqueue(name, payload, policy, future, label=label)
+            future._task_id = intake.enqueue(Entry(intake.new_id(), name, payload, policy, future, label=label))
             # cancelled from now on: its listener drops it unsent, or one_done pulls it back from a slave
 
     def _break(self, exc: BaseException) -> None:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Listener, Scheduler
+from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
 from mwpy.task import Policy, TaskAlgorithm, TaskFuture
@@ -56,20 +56,13 @@ class Intake:
             self._sched.add(entry)  # the hot path: no queue time to stamp, no journal to ask
         return future
 
-    def enqueue(
-        self,
-        name: str,
-        payload: bytes,
-        policy: Policy,
-        listener: Listener,
-        *,
-        tag: Any = None,
-        key: str | None = None,
-        label: str | None = None,
-    ) -> int:
-        """Queue a task whose arguments ``TaskAlgorithm.encode`` checked and pickled (maybe in another thread);
-        ``label`` names it in results and messages when ``name`` is one of mwpy's own calls."""
-        entry = Entry(self._sched.new_id(), name, payload, policy, listener, tag=tag, key=key, label=label)
+    def new_id(self) -> int:
+        """The id of a task about to be queued with :meth:`enqueue`."""
+        return self._sched.new_id()
+
+    def enqueue(self, entry: Entry) -> int:
+        """Queue a task (its id from :meth:`new_id`) whose arguments ``TaskAlgorithm.encode`` checked and
+        pickled, maybe in another thread; returns its id."""
         self._add(entry)
         return entry.task_id
 
