@@ -212,6 +212,7 @@ class Executor(concurrent.futures.Executor):
         self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
                                name=f"executor {self._options.member_id}")  # fmt: skip
         self._service = _Service(self._master, self._pool, audit, self._options.member_id)
+        self._service.intake.expect_slaves(max_workers)
         self._limit = self._service.intake.max_frame
         self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
         log.info(
@@ -421,11 +422,9 @@ class _Service:
             incoming, self._incoming = self._incoming, []
         intake = self.intake
         for future, name, payload, policy, label in incoming:
-            if future.cancelled():
-                future._notify_cancelled()  # cancelled before the engine saw it: dropped here
-                continue
+            # Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
+            # scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds.
             future._task_id = intake.enqueue(Entry(intake.new_id(), name, payload, policy, future, label=label))
-            # cancelled from now on: its listener drops it unsent, or one_done pulls it back from a slave
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:

@@ -91,6 +91,11 @@ class Intake:
         lazy map: its ``map`` makes every future at once, as ``concurrent.futures`` does)."""
         self.ahead = self.ahead or 0
 
+    def expect_slaves(self, count: int) -> None:
+        """``count`` slaves will come (an Executor's ``max_workers``): a short queue is shared among them all,
+        not taken whole by the first to connect."""
+        self._sched.expected_slaves = count
+
     @property
     def tasks_done(self) -> int:
         return self._sched.done_total

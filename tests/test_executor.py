@@ -16,6 +16,7 @@ import pickle
 import subprocess
 import textwrap
 import threading
+from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import cast
@@ -513,3 +514,25 @@ def test_a_failing_initializer_breaks_the_executor_with_its_error() -> None:
 def test_an_initializer_that_does_not_pickle_fails_in_the_constructor() -> None:
     with pytest.raises(TypeError, match="lock"):
         mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),))
+
+
+def test_after_quick_calls_a_short_queue_of_long_calls_is_shared_by_the_slaves(tmp_path: Path) -> None:
+    """Issue 21: quick calls make the slaves' windows deep; 20 long calls submitted at once (``map`` hands them
+    over together) all went into the first slave's window while the other idled (20 calls of 0.2 s took 4 s on 2
+    slaves). Each slave must get a share: two calls run at once (each waits at a gate)."""
+    gate = tmp_path / "gate"
+    started = [tmp_path / f"started-{n}" for n in range(20)]
+    quick_calls: Counter[int] = Counter()
+
+    def quick_on_both() -> bool:  # enough quick calls on each slave that its window is deep (MAX_WINDOW)
+        quick_calls.update(f.result(timeout=60) for f in [ex.submit(work.pid) for _ in range(40)])
+        return len(quick_calls) == 2 and min(quick_calls.values()) >= 60
+
+    with mwpy.Executor(max_workers=2) as ex:
+        wait_until(quick_on_both, 120, "quick calls on both slaves")
+        values = ex.map(work.touch_then_wait, map(str, started), [str(gate)] * 20, range(20))
+        try:
+            wait_until(lambda: sum(path.exists() for path in started) == 2, 60, "a long call to start on each slave")
+        finally:
+            gate.touch()
+        assert list(values) == list(range(20))
