@@ -536,3 +536,21 @@ def test_after_quick_calls_a_short_queue_of_long_calls_is_shared_by_the_slaves(t
         finally:
             gate.touch()
         assert list(values) == list(range(20))
+
+
+def test_a_quick_call_s_result_does_not_wait_behind_a_long_call_on_its_slave(tmp_path: Path) -> None:
+    """Issue 21: a slave holds a quick call's result a moment (RESULT_HOLD) to send it with the next; when the
+    next call was long, the quick one's result waited until that ended. Both calls go to one slave with a deep
+    window (``map`` hands them over together); the quick one's value must come while the long one still runs."""
+    already, gate = tmp_path / "open", tmp_path / "gate"
+    already.touch()
+    started = [tmp_path / "started-quick", tmp_path / "started-long"]
+    with mwpy.Executor(max_workers=1) as ex:
+        for _ in range(3):  # quick calls: the slave's window grows deep, so both calls below go out together
+            assert list(ex.map(work.square, range(40))) == [x * x for x in range(40)]
+        values = ex.map(work.touch_then_wait, map(str, started), [str(already), str(gate)], [1, 2], timeout=60)
+        try:
+            assert next(values) == 1  # while the long call waits at its gate
+        finally:
+            gate.touch()
+        assert list(values) == [2]
