@@ -210,7 +210,7 @@ class Executor(concurrent.futures.Executor):
         program = _spawn_program(backend, work.path)
         self._master = Master(self._options, audit=audit, secret=secrets.token_bytes(32), program=program)
         self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
-                               name=f"executor {self._options.member_id}")  # fmt: skip
+                               name=f"executor {self._options.member_id}", at_once=True)  # fmt: skip
         self._service = _Service(self._master, self._pool, audit, self._options.member_id)
         self._service.intake.expect_slaves(max_workers)
         self._limit = self._service.intake.max_frame

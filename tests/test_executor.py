@@ -554,3 +554,10 @@ def test_a_quick_call_s_result_does_not_wait_behind_a_long_call_on_its_slave(tmp
         finally:
             gate.touch()
         assert list(values) == [2]
+
+
+def test_the_slaves_start_with_the_executor_not_with_its_first_call() -> None:
+    """Issue 21 item 4: ``max_workers`` slaves start at construction (and stay), so a first call does not wait
+    for the master's next resource file (debounced, 1 s) and then for a slave to start."""
+    with mwpy.Executor(max_workers=2) as ex:
+        wait_until(lambda: ex._master._sched.connected()["unordered"] == 2, 60, "both slaves to connect, unasked")
