@@ -212,7 +212,8 @@ class Executor(concurrent.futures.Executor):
         self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
                                name=f"executor {self._options.member_id}", at_once=True)  # fmt: skip
         self._service = _Service(self._master, self._pool, audit, self._options.member_id)
-        self._service.intake.expect_slaves(max_workers)
+        if backend == "local":  # they connect within a second; a batch system's may never all start
+            self._service.intake.expect_slaves(max_workers)
         self._limit = self._service.intake.max_frame
         self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
         log.info(
