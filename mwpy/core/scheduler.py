@@ -382,14 +382,8 @@ class Scheduler:
         return batch
 
     def _share(self, slot: _Slot) -> int:
-        """How many more shared tasks ``slot`` may hold: an equal part of the shared work, queued and in flight.
-
-        A window sized after quick calls holds many tasks; taken whole from a
-        short queue, they would all run on one slave while another idles (20
-        calls of 0.2 s took 4 s on 2 slaves instead of 2), also when the other
-        slave is still starting (``expected_slaves``). At least a frame's
-        group, so that ``--mw-slave-task-group`` still fills its frames.
-        """
+        """How many more shared tasks ``slot`` may hold: an equal part of the shared work (queued and in flight),
+        at least a task group; a deep window must not take a short queue whole while others idle (design.md)."""
         takers = max(self.expected_slaves, self._acquired[SlaveKind.UNORDERED] + self._acquired[SlaveKind.INTERMINGLE])
         shared = len(self._unordered) + self._unordered_running
         part = -(-shared // max(1, takers)) - len(slot.in_flight)
