@@ -199,8 +199,12 @@ class Executor(concurrent.futures.Executor):
         # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
+        pickled = None if initializer is None else _pickled_initializer(initializer, tuple(initargs))
         work = WorkFolder.make(workdir, prefix="mwpy-executor-")
-        initializing = _initializer_file(initializer, initargs, work.path)
+        initializing: Path | None = None
+        if pickled is not None:
+            initializing = work.path / INITIALIZER_FILE
+            initializing.write_bytes(pickled)
         self._options = _master_options(options, work.resource_file, backend, initializing)
         logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
         audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
@@ -546,18 +550,11 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str, initiali
     )
 
 
-def _initializer_file(initializer: Callable[..., object] | None, initargs: tuple[Any, ...], work: Path) -> Path | None:
-    """``initializer`` and ``initargs`` pickled into the work folder for the slaves, or None without one.
-
-    Pickled here, once: an initializer slaves could not find, or arguments
-    that do not pickle, fail in the constructor with pickle's own error.
-    """
-    if initializer is None:
-        return None
+def _pickled_initializer(initializer: Callable[..., object], initargs: tuple[Any, ...]) -> bytes:
+    """``initializer`` and ``initargs`` pickled for the slaves, before anything is made: an initializer slaves
+    could not find, or arguments that do not pickle, fail the constructor with pickle's own error."""
     _check_travels(initializer)
-    path = work / INITIALIZER_FILE
-    path.write_bytes(codec.encode_initializer(initializer, tuple(initargs)))
-    return path
+    return codec.encode_initializer(initializer, initargs)
 
 
 def _spawn_program(backend: str, workdir: Path) -> str:

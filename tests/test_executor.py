@@ -511,9 +511,11 @@ def test_a_failing_initializer_breaks_the_executor_with_its_error() -> None:
     assert isinstance(caught.value.__cause__, SlavesFailError)
 
 
-def test_an_initializer_that_does_not_pickle_fails_in_the_constructor() -> None:
+def test_an_initializer_that_does_not_pickle_fails_in_the_constructor(tmp_path: Path) -> None:
+    """With pickle's own error, before anything is made (no work folder is left behind)."""
     with pytest.raises(TypeError, match="lock"):
-        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),))
+        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),), workdir=tmp_path / "w")
+    assert not (tmp_path / "w").exists()
 
 
 def test_after_quick_calls_a_short_queue_of_long_calls_is_shared_by_the_slaves(tmp_path: Path) -> None:
