@@ -66,7 +66,7 @@ from mwpy import backends, calls, safe_text
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.master import Master
-from mwpy.names import AUDIT_FILE, CALL_FUNCTION, INITIALIZER_FILE, SPAWN_COPY
+from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
@@ -218,7 +218,8 @@ class Executor(concurrent.futures.Executor):
         if backend == "local":  # they connect within a second; a batch system's may never all start
             self._service.intake.expect_slaves(max_workers)
         self._limit = self._service.intake.max_frame
-        self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
+        #: Functions pickled for slaves (calls.call_function), with their labels.
+        self._references: dict[Callable[..., Any], tuple[bytes, str]] = {}
         log.info(
             "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
             self._options.member_id, self._master.host, self._master.port, max_workers, backend, work.path,
@@ -298,9 +299,9 @@ class Executor(concurrent.futures.Executor):
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
             if isinstance(fn, TaskAlgorithm):
                 fn.check_arguments(args, kwargs)
-            reference = self._references.get(fn) or self._reference(fn)  # type: ignore[arg-type]
-            label = _label(fn)
-            return CALL_FUNCTION, calls.call_function.encode((reference, args, kwargs), {}, limit, caller=label), label
+            reference, label = self._references.get(fn) or self._reference(fn)
+            payload = calls.call_function.encode((reference, args, kwargs), {}, limit, caller=label)
+            return calls.call_function.name, payload, label
         if isinstance(fn, functools.partial):
             _check_travels(fn.func)
         elif not callable(fn):
@@ -310,14 +311,15 @@ class Executor(concurrent.futures.Executor):
         label = _label(fn)
         return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit, caller=label), label
 
-    def _reference(self, fn: types.FunctionType | TaskAlgorithm[Any, Any]) -> bytes:
-        """``fn`` pickled (by reference), kept for its next calls; refused with the fix if slaves cannot find it."""
+    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
+        """``fn`` pickled (by reference) and its label, kept for its next calls; refused with the fix if slaves
+        cannot find it."""
         _check_travels(fn.fn if isinstance(fn, TaskAlgorithm) else fn)
-        reference = codec.function_reference(fn)
+        known = codec.function_reference(fn), _label(fn)
         if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
-        self._references[fn] = reference  # type: ignore[index]
-        return reference
+        self._references[fn] = known
+        return known
 
 
 class _Service:
