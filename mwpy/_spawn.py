@@ -9,10 +9,12 @@ does not run), makes that module ``sys.modules["__main__"]`` too (so functions
 the master pickled as ``__main__.f`` are found), and then runs the ordinary
 slave role with the ``--mw-*`` options it was given.
 
-Its command line: ``_spawn.py --mw-slave --mw-resource-file F SCRIPT FOLDER``,
-where ``SCRIPT`` is the user's script (``-`` when the master had none: a
-REPL or a notebook) and ``FOLDER`` the master's working folder, put on
-``sys.path`` so that the user's own modules import as they did on the master.
+Its command line: ``_spawn.py --mw-slave --mw-resource-file F SCRIPT FOLDER
+INITIALIZER``, where ``SCRIPT`` is the user's script (``-`` when the master
+had none: a REPL or a notebook), ``FOLDER`` the master's working folder, put
+on ``sys.path`` so that the user's own modules import as they did on the
+master, and ``INITIALIZER`` the executor's pickled ``initializer`` and
+``initargs`` (``-`` for none), which the slave role runs before it connects.
 """
 
 import os
@@ -44,19 +46,24 @@ def _main() -> int:
     # Imported only now: sys.path had to be fixed first (see the top of this file).
     from mwpy.options import parse  # noqa: PLC0415
     from mwpy.program import main  # noqa: PLC0415
+    from mwpy.wire import codec  # noqa: PLC0415
 
     arguments = sys.argv[1:]
     _, rest = parse(arguments)
-    if len(rest) < 2:
-        print("mwpy: _spawn.py needs SCRIPT and FOLDER after the --mw-* options", file=sys.stderr)
+    if len(rest) < 3:
+        print("mwpy: _spawn.py needs SCRIPT, FOLDER and INITIALIZER after the --mw-* options", file=sys.stderr)
         return 2
-    script, folder = rest[-2], rest[-1]
+    script, folder, initializing = rest[-3:]
     sys.path.insert(1, folder)
     if script != "-":
         sys.path.insert(1, os.path.dirname(script))
         sys.argv = [script]
         _load_script(script)
-    return main(arguments)
+    if initializing == "-":
+        return main(arguments)
+    with open(initializing, "rb") as pickled:  # unpickled once the script is loaded: it may name its functions
+        initializer, initargs = codec.decode_initializer(pickled.read())
+    return main(arguments, initializer=initializer, initargs=initargs)
 
 
 if __name__ == "__main__":

@@ -55,24 +55,25 @@ import sys
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
 from mwpy import backends, calls, safe_text
+from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.master import Master
-from mwpy.names import AUDIT_FILE, SPAWN_COPY
+from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.streams import chunked
-from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, registry, unrunnable_error
+from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
 from mwpy.wire import codec
 
 __all__ = ["Executor"]
@@ -91,30 +92,43 @@ _numbers = itertools.count()
 log = safe_text.logger(__name__)
 
 
-class _Future(LightFuture[R]):
+class Future(LightFuture[R]):
     """A future of an executor: it settles from its task's result and tells the executor once it is done.
 
-    A :class:`~mwpy.task.LightFuture`, so a future nobody waits on costs no
+    Named as the standard class, so its repr reads ``<Future at 0x… state=…>``
+    as every ``concurrent.futures`` future's does. A
+    :class:`~mwpy.task.LightFuture`, so a future nobody waits on costs no
     Condition; the executor's bookkeeping is called directly instead of
     through ``add_done_callback`` (which would make one for every future).
     """
 
-    def __init__(self, executor: Executor) -> None:  # no super().__init__(): LightFuture's does nothing
-        self._executor = executor
+    #: A task's ``SystemExit`` comes back as itself, as the standard executors give it.
+    RAISED_AS_ITSELF = (Exception, SystemExit)
+
+    def __init__(self, service: _Service) -> None:  # no super().__init__(): LightFuture's does nothing
+        self._service = service
         #: The master's id of its task, once the engine's thread has queued it (for pulling it back on cancel).
         self._task_id: int | None = None
 
     def cancel(self) -> bool:
         if not super().cancel():
             return False
-        self._executor._one_done(self)
+        self._service.one_done(self)
         return True
+
+    def _notify_cancelled(self) -> None:
+        """The engine reached this cancelled future's task and dropped it: CANCELLED_AND_NOTIFIED, as the
+        standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it."""
+        self.set_running_or_notify_cancel()
 
     # The scheduler's Listener (mwpy/core/scheduler.py), called in the engine's thread.
 
     def may_start(self) -> bool:
         """The task may leave for a slave unless this future was cancelled."""
-        return not self.cancelled()
+        if self.cancelled():
+            self._notify_cancelled()
+            return False
+        return True
 
     def began(self) -> None:
         """The task is first in flight on its slave: this future is running (no longer cancellable)."""
@@ -129,23 +143,28 @@ class _Future(LightFuture[R]):
         """The task's result settles this future (unless it was cancelled before it started); never mw.results()."""
         if not self.done():  # cancelled before it started (a task dropped for a full frame, say)
             self._settle_with(result)
-            self._executor._one_done(self)
+            self._service.one_done(self)
         return False
 
     def _end(self, value: Any, exception: BaseException | None) -> None:
         if not self.done():
             self._finish(value, exception)
-            self._executor._one_done(self)
+            self._service.one_done(self)
 
 
-#: What ``submit()`` hands the engine's thread: (future, task name, pickled arguments, policy).
-_Submission = tuple[_Future[Any], str, bytes, Policy]
+#: What ``submit()`` hands the engine's thread: (future, task name, pickled arguments, policy, label).
+_Submission = tuple[Future[Any], str, bytes, Policy, str]
 
 
 class Executor(concurrent.futures.Executor):
     """Run functions on mwpy slaves; a ``concurrent.futures.Executor``.
 
     ``max_workers``: at most this many slaves (default: ``os.cpu_count()``).
+    ``initializer(*initargs)`` runs once in each slave before its first task,
+    as in ``ProcessPoolExecutor`` (for state kept between tasks: a model, a
+    database connection); if it raises, the slave exits and the executor
+    breaks: its futures and ``submit()`` raise ``BrokenExecutor``, whose
+    ``__cause__`` names the initializer's error.
     ``backend``: ``"local"`` (slave processes on this machine) or ``"condor"``
     (slave jobs through htcondor2), or any name ``mwpy.backends.lookup``
     knows; ``backend_arguments`` are that back end's ``mwpy overseer``
@@ -156,11 +175,17 @@ class Executor(concurrent.futures.Executor):
     shows on this process's stdout and stderr when its result comes, as
     under ProcessPoolExecutor; ``quiet=True`` (``--mw-quiet``) keeps it to
     the futures' ``stdout``/``stderr``.
+
+    An executor dropped without ``shutdown()`` shuts down (without waiting)
+    once it is collected, as the standard executors do: its engine thread and
+    futures hold its :class:`_Service`, never the executor itself.
     """
 
     def __init__(
         self,
         max_workers: int | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
         *,
         backend: str = "local",
         backend_arguments: Sequence[str] = (),
@@ -170,84 +195,72 @@ class Executor(concurrent.futures.Executor):
     ) -> None:
         if max_workers is None:
             max_workers = os.cpu_count() or 1
-        if max_workers < 1:
-            raise ConfigurationError("max_workers must be at least 1")
+        if max_workers <= 0:
+            raise ConfigurationError("max_workers must be greater than 0")  # the standard executors' words
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
         self._max_workers = max_workers
         # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
+        pickled = None if initializer is None else _pickled_initializer(initializer, tuple(initargs))
         work = WorkFolder.make(workdir, prefix="mwpy-executor-")
         with contextlib.ExitStack() as undo:  # a wrong option or back end leaves no folder behind
             undo.callback(work.remove)
-            self._options = _master_options([*options, *(["--mw-quiet"] if quiet else [])], work.resource_file,
-                                            backend)  # fmt: skip
+            initializing: Path | None = None
+            if pickled is not None:
+                initializing = work.path / INITIALIZER_FILE
+                initializing.write_bytes(pickled)
+            quieting = ["--mw-quiet"] if quiet else []
+            self._options = _master_options([*options, *quieting], work.resource_file, backend, initializing)
             logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
-            self._audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
-            undo.callback(self._audit.close)
+            audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
+            undo.callback(audit.close)
             factory = backends.lookup(backend)
             namespace = _backend_options(factory, backend, backend_arguments, work)
             program = _spawn_program(backend, work.path)
-            self._master = Master(self._options, audit=self._audit, secret=secrets.token_bytes(32), program=program)
-            #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
-            self._intake = self._master._intake
-            self._intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
+            self._master = Master(self._options, audit=audit, secret=secrets.token_bytes(32), program=program)
             self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
-                                   name=f"executor {self._options.member_id}")  # fmt: skip
+                                   name=f"executor {self._options.member_id}", at_once=True)  # fmt: skip
             undo.pop_all()
-        self._lock = threading.Lock()
-        self._references: dict[types.FunctionType, bytes] = {}  # functions pickled for slaves (_call_function)
-        self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once
-        self._cancelled: list[int] = []  # tasks of cancelled futures, which may sit in a slave's window
-        self._waiting: set[_Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
-        self._closing = False
-        self._broken: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
-        self._thread.start()
+        self._service = _Service(self._master, self._pool, audit, self._options.member_id)
+        if backend == "local":  # they connect within a second; a batch system's may never all start
+            self._service.intake.expect_slaves(max_workers)
+        self._limit = self._service.intake.max_frame
+        #: Functions pickled for slaves (calls.call_function), with their labels.
+        self._references: dict[Callable[..., Any], tuple[bytes, str]] = {}
         log.info(
             "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
             self._options.member_id, self._master.host, self._master.port, max_workers, backend, work.path,
         )  # fmt: skip
-        atexit.register(self.shutdown)
+        # Collected without shutdown(): shut down without waiting (at exit, the service's own hook waits).
+        weakref.finalize(self, self._service.shutdown, False).atexit = False
 
     # ------------------------------------------------------------------ submitting
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
-        name, payload = self._encode(fn, args, kwargs)
-        future: _Future[R] = _Future(self)
-        self._hand_over([(future, name, payload, _policy_of(fn))])
+        name, payload, label = self._encode(fn, args, kwargs)
+        future: Future[R] = Future(self._service)
+        self._service.hand_over([(future, name, payload, _policy_of(fn), label)])
         return future
 
-    def _hand_over(self, submissions: list[_Submission]) -> None:
-        """Queue ``submissions`` for the engine's thread; wake it if its queue was empty."""
-        with self._lock:
-            if self._broken is not None:
-                raise concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {self._broken}")
-            if self._closing:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            self._waiting.update(submission[0] for submission in submissions)
-            # The engine's thread takes the whole list under this lock before it waits: only the first
-            # submission after that must wake it (a system call per submit was a fifth of its cost).
-            wake = not self._incoming
-            self._incoming += submissions
-        if wake:
-            self._intake.wake()
-
-    def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]]) -> list[_Future[R]]:
+    def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]]) -> list[Future[R]]:
         """``map``'s submissions: a future per call, handed over ``SUBMIT_BATCH`` at a time (one lock, one wake)."""
         policy = _policy_of(fn)
-        futures: list[_Future[R]] = []
+        service = self._service
+        futures: list[Future[R]] = []
         batch: list[_Submission] = []
         for args in calls:
-            name, payload = self._encode(fn, args, {})
-            future: _Future[R] = _Future(self)
+            name, payload, label = self._encode(fn, args, {})
+            future: Future[R] = Future(service)
             futures.append(future)
-            batch.append((future, name, payload, policy))
+            batch.append((future, name, payload, policy, label))
             if len(batch) == SUBMIT_BATCH:
-                self._hand_over(batch)
+                service.hand_over(batch)
                 batch = []
         if batch:
-            self._hand_over(batch)
+            service.hand_over(batch)
         return futures
 
     def map(
@@ -282,9 +295,7 @@ class Executor(concurrent.futures.Executor):
         slaves are told to leave; the interrupt goes on.
         """
         if exc is not None and isinstance(exc, KeyboardInterrupt):
-            with self._lock:
-                self._closing = True
-            self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
+            self._service.interrupt()
         self.shutdown(wait=True)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -293,37 +304,121 @@ class Executor(concurrent.futures.Executor):
         Once every future is done the master tells its slaves to shut down and
         the work folder (our own) is removed.
         """
+        self._service.shutdown(wait, cancel_futures=cancel_futures)
+
+    # ------------------------------------------------------------------ functions
+
+    def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes, str]:
+        """The task name, pickled arguments and label (the user's function's name) for ``fn(*args, **kwargs)``.
+
+        Checked here: an argument that cannot be pickled raises pickle's own error now.
+        """
+        limit = self._limit
+        if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
+            # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
+            # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
+            if isinstance(fn, TaskAlgorithm):
+                fn.check_arguments(args, kwargs)
+            reference, label = self._references.get(fn) or self._reference(fn)
+            payload = calls.call_function.encode((reference, args, kwargs), {}, limit, caller=label)
+            return calls.call_function.name, payload, label
+        if isinstance(fn, functools.partial):
+            _check_travels(fn.func)
+        elif not callable(fn):
+            raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
+        else:
+            _check_travels(fn)
+        label = _label(fn)
+        return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit, caller=label), label
+
+    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
+        """``fn`` pickled (by reference) and its label, kept for its next calls; refused with the fix if slaves
+        cannot find it."""
+        _check_travels(fn.fn if isinstance(fn, TaskAlgorithm) else fn)
+        known = codec.function_reference(fn), _label(fn)
+        if len(self._references) >= codec.FUNCTIONS_KEPT:
+            self._references.clear()
+        self._references[fn] = known
+        return known
+
+
+class _Service:
+    """What an executor's engine thread and futures share: the master it owns, the queue that feeds it.
+
+    Apart from :class:`Executor` so that nothing running keeps the executor
+    alive: dropping it without ``shutdown()`` shuts this down.
+    """
+
+    def __init__(self, master: Master, pool: SlavePool, audit: Audit, member_id: str) -> None:
+        self._master = master
+        self._pool = pool
+        self._audit = audit
+        self._member_id = member_id
+        #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
+        self.intake = master._intake
+        self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
+        self._lock = threading.Lock()
+        self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once
+        self._cancelled: list[Future[Any]] = []  # cancelled futures whose tasks may sit in a slave's window
+        self._waiting: set[Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
+        self._closing = False
+        self._broken: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
+        self._thread.start()
+        atexit.register(self.shutdown)
+
+    def hand_over(self, submissions: list[_Submission]) -> None:
+        """Queue ``submissions`` for the engine's thread; wake it if its queue was empty."""
+        with self._lock:
+            if self._broken is not None:
+                raise _broken_executor(self._broken)
+            if self._closing:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._waiting.update(submission[0] for submission in submissions)
+            # The engine's thread takes the whole list under this lock before it waits: only the first
+            # submission after that must wake it (a system call per submit was a fifth of its cost).
+            wake = not self._incoming
+            self._incoming += submissions
+        if wake:
+            self.intake.wake()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """:meth:`Executor.shutdown`."""
         with self._lock:
             self._closing = True
             doomed = list(self._waiting) if cancel_futures else []
         for future in doomed:
             future.cancel()
         with contextlib.suppress(OSError):  # the engine may be closed already
-            self._intake.wake()
+            self.intake.wake()
         if wait:
             self._thread.join()
             atexit.unregister(self.shutdown)
 
+    def interrupt(self) -> None:
+        """Ctrl-C in the ``with`` block: take no more work and break every future not done (Executor.__exit__)."""
+        with self._lock:
+            self._closing = True
+        self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
+
     # ------------------------------------------------------------------ the engine's thread
 
-    def _one_done(self, future: _Future[Any]) -> None:
+    def one_done(self, future: Future[Any]) -> None:
         """``future`` is done (settled, cancelled or broken); once per future, whoever calls first."""
         with self._lock:
             if future not in self._waiting:
                 return
             self._waiting.discard(future)
             last = self._closing and not self._waiting
-            task_id = future._task_id
-            pull_back = False
-            if task_id is not None and future.cancelled():
-                pull_back = True
-                self._cancelled.append(task_id)  # the engine's thread asks its slave to give it back
+            pull_back = future._task_id is not None and future.cancelled()
+            if pull_back:
+                self._cancelled.append(future)  # the engine's thread asks its slave to give it back
         if last or pull_back:
-            self._intake.wake()
+            self.intake.wake()
 
     def _serve(self) -> None:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
-        intake = self._intake
+        intake = self.intake
         try:
             with self._master:
                 while True:
@@ -337,7 +432,7 @@ class Executor(concurrent.futures.Executor):
                     if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
                         raise SlavesFailError(problem)
         except BaseException as exc:
-            log.error("executor %s stopped: %r", self._options.member_id, exc)
+            log.error("executor %s stopped: %r", self._member_id, exc)
             self._break(exc)
         finally:
             self._pool.stop()
@@ -347,54 +442,44 @@ class Executor(concurrent.futures.Executor):
     def _pull_back(self) -> None:
         """Cancelled futures: ask their slaves to give back tasks waiting in their windows (engine thread)."""
         with self._lock:
-            ids, self._cancelled = self._cancelled, []
-        if ids:
-            self._intake.cancel(ids)
+            futures, self._cancelled = self._cancelled, []
+        if futures:
+            held = set(self.intake.cancel([future._task_id for future in futures if future._task_id is not None]))
+            for future in futures:
+                if future._task_id in held:  # out of the master's queue: nothing else will reach it here
+                    future._notify_cancelled()
 
     def _take_submissions(self) -> None:
         with self._lock:
             incoming, self._incoming = self._incoming, []
-        enqueue = self._intake.enqueue
-        for future, name, payload, policy in incoming:
-            if future.cancelled():
-                continue  # cancelled before the engine saw it
-            future._task_id = enqueue(name, payload, policy, future)
-            # cancelled from now on: its listener drops it unsent, or _one_done pulls it back from a slave
+        intake = self.intake
+        for future, name, payload, policy, label in incoming:
+            # Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
+            # scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds.
+            future._task_id = intake.enqueue(Entry(intake.new_id(), name, payload, policy, future, label=label))
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:
             self._broken = exc
             doomed = list(self._waiting)
         for future in doomed:
-            future._end(None, concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {exc}"))
+            future._end(None, _broken_executor(exc))
 
-    # ------------------------------------------------------------------ functions
 
-    def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes]:
-        """The task name and pickled arguments for ``fn(*args, **kwargs)``, checked here."""
-        limit = self._intake.max_frame
-        if type(fn) is types.FunctionType:  # the common case: pickled by reference once (calls.call_function)
-            reference = self._references.get(fn) or self._reference(fn)
-            return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit)
-        if isinstance(fn, TaskAlgorithm):
-            _check_travels(fn.fn)
-            return fn.name, fn.encode(args, kwargs, limit)
-        if isinstance(fn, functools.partial):
-            _check_travels(fn.func)
-            return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit)
-        if not callable(fn):
-            raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        _check_travels(fn)
-        return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit)
+def _broken_executor(cause: BaseException) -> concurrent.futures.BrokenExecutor:
+    """What a broken executor's futures and ``submit()`` raise: the reason in its text and as its cause."""
+    broken = concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {cause}")
+    broken.__cause__ = cause
+    return broken
 
-    def _reference(self, fn: types.FunctionType) -> bytes:
-        """``fn`` pickled (by reference), kept for its next calls; refused with the fix if slaves cannot find it."""
-        _check_travels(fn)
-        reference = codec.function_reference(fn)
-        if len(self._references) >= codec.FUNCTIONS_KEPT:
-            self._references.clear()
-        self._references[fn] = reference
-        return reference
+
+def _label(fn: Callable[..., Any]) -> str:
+    """The name messages give a call of ``fn``: its task name, or its qualified name (a partial's function's)."""
+    if isinstance(fn, TaskAlgorithm):
+        return fn.name
+    if isinstance(fn, functools.partial):
+        return _label(fn.func)
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
 def _policy_of(fn: Callable[..., Any]) -> Policy:
@@ -402,7 +487,7 @@ def _policy_of(fn: Callable[..., Any]) -> Policy:
     return fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY
 
 
-def _in_order(futures: list[_Future[R]], end: float | None) -> Generator[R, None, None]:
+def _in_order(futures: list[Future[R]], end: float | None) -> Generator[R, None, None]:
     """``Executor.map``'s values, in input order, by ``end`` (monotonic) if given; closing it cancels the rest.
 
     What ``concurrent.futures.Executor.map`` returns, over futures made by :meth:`Executor._submit_each`.
@@ -410,34 +495,25 @@ def _in_order(futures: list[_Future[R]], end: float | None) -> Generator[R, None
     futures.reverse()
     try:
         while futures:
-            future = futures.pop()
-            try:
-                value = future.result(None if end is None else end - time.monotonic())
-            finally:
-                future.cancel()  # a no-op once done; after a timeout, this one goes too
-            yield value
+            # Neither the future nor its value stays bound here while the caller holds the value (issue 14406).
+            yield _result_or_cancel(futures.pop(), end)
     finally:
         for future in futures:
             future.cancel()
 
 
+def _result_or_cancel(future: Future[R], end: float | None) -> R:
+    """``future``'s value by ``end``; after a timeout it is cancelled too (a no-op once it is done)."""
+    try:
+        return future.result(None if end is None else end - time.monotonic())
+    finally:
+        future.cancel()
+
+
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The plain function inside a task algorithm (it pickles by reference; the wrapper does not)."""
-    if isinstance(fn, TaskAlgorithm):
-        _check_travels(fn.fn)
-        return _ByName(fn.name)  # a picklable stand-in: the slave finds the function by its task name
-    _check_travels(fn)
+    """``fn`` checked to travel inside another call (a chunk, a partial); a task algorithm pickles by reference."""
+    _check_travels(fn.fn if isinstance(fn, TaskAlgorithm) else fn)
     return fn
-
-
-@attrs.frozen
-class _ByName:
-    """Calls the task algorithm registered under ``name`` (pickles as its name)."""
-
-    name: str
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return registry.require(self.name).fn(*args, **kwargs)
 
 
 def _check_travels(fn: Callable[..., Any]) -> None:
@@ -473,16 +549,23 @@ def _backend_options(
     return namespace
 
 
-def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Options:
-    """The master's settings: the user's ``--mw-*`` options, then what an executor needs."""
+def _master_options(extra: Sequence[str], resource: Path, backend: str, initializer: Path | None) -> Options:
+    """The master's settings: the user's ``--mw-*`` options, then what an executor needs.
+
+    Its slaves' arguments end with what ``mwpy/_spawn.py`` reads: the script,
+    the folder and the initializer's file (``-`` for none).
+    """
     parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
     if rest:
         raise ConfigurationError(f"options: not --mw-* options: {rest}")
     script, folder = _script(), os.getcwd()
+    init = "-" if initializer is None else str(initializer)
     shipped: tuple[str, ...] = ()
-    if backend != "local" and script != "-":
-        # A batch system's slaves run in a sandbox elsewhere: ship the script, name it as it lands there.
-        script, folder, shipped = os.path.basename(script), ".", (script,)
+    if backend != "local":
+        # A batch system's slaves run in a sandbox elsewhere: ship the files, name them as they land there.
+        shipped = tuple(path for path in (script, init) if path != "-")
+        script, init = (path if path == "-" else os.path.basename(path) for path in (script, init))
+        folder = "." if script != "-" else folder
     return attrs.evolve(
         parsed,
         master_host=parsed.master_host or ("127.0.0.1" if backend == "local" else None),
@@ -491,8 +574,15 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Optio
         member_id=f"executor-{os.getpid()}-{next(_numbers)}",
         slave_executable=parsed.slave_executable or sys.executable,
         slave_files=(*parsed.slave_files, *shipped),
-        slave_arguments=(*parsed.slave_arguments, script, folder),
+        slave_arguments=(*parsed.slave_arguments, script, folder, init),
     )
+
+
+def _pickled_initializer(initializer: Callable[..., object], initargs: tuple[Any, ...]) -> bytes:
+    """``initializer`` and ``initargs`` pickled for the slaves, before anything is made: an initializer slaves
+    could not find, or arguments that do not pickle, fail the constructor with pickle's own error."""
+    _check_travels(initializer)
+    return codec.encode_initializer(initializer, initargs)
 
 
 def _spawn_program(backend: str, workdir: Path) -> str:

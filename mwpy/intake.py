@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Listener, Scheduler
+from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
 from mwpy.task import Policy, TaskAlgorithm, TaskFuture
@@ -56,11 +56,13 @@ class Intake:
             self._sched.add(entry)  # the hot path: no queue time to stamp, no journal to ask
         return future
 
-    def enqueue(
-        self, name: str, payload: bytes, policy: Policy, listener: Listener, *, tag: Any = None, key: str | None = None
-    ) -> int:
-        """Queue a task whose arguments ``TaskAlgorithm.encode`` checked and pickled (maybe in another thread)."""
-        entry = Entry(self._sched.new_id(), name, payload, policy, listener, tag=tag, key=key)
+    def new_id(self) -> int:
+        """The id of a task about to be queued with :meth:`enqueue`."""
+        return self._sched.new_id()
+
+    def enqueue(self, entry: Entry) -> int:
+        """Queue a task (its id from :meth:`new_id`) whose arguments ``TaskAlgorithm.encode`` checked and
+        pickled, maybe in another thread; returns its id."""
         self._add(entry)
         return entry.task_id
 
@@ -72,18 +74,27 @@ class Intake:
         if entry.key is None or not self._outcomes.replay(entry):  # a key may be answered from the journal
             self._sched.add(entry)
 
-    def cancel(self, task_ids: list[int]) -> None:
+    def cancel(self, task_ids: list[int]) -> list[int]:
         """Cancelled futures: tasks still queued here are dropped when they would leave (their listener says no);
-        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books."""
+        those in a slave's window are asked back (Cancel), and what the slave gives back leaves the books.
+        Returns the ids asked back from slaves."""
         if self.finished:
-            return  # every slave has been told to shut down
+            return []  # every slave has been told to shut down
+        asked: list[int] = []
         for sid, ids in self._sched.holders(task_ids).items():
             self._engine.cancel(sid, ids)
+            asked += ids
+        return asked
 
     def count_submitted_as_total(self) -> None:
         """Without a declared total, the total is every task submitted so far (for an Executor, which has no
         lazy map: its ``map`` makes every future at once, as ``concurrent.futures`` does)."""
         self.ahead = self.ahead or 0
+
+    def expect_slaves(self, count: int) -> None:
+        """``count`` slaves will come (an Executor's ``max_workers``): a short queue is shared among them all,
+        not taken whole by the first to connect."""
+        self._sched.expected_slaves = count
 
     @property
     def tasks_done(self) -> int:

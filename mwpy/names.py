@@ -25,6 +25,8 @@ EVENTS_FILE: Final = "events.jsonl"
 BUNDLE_FILE: Final = "mwpy.pyz"
 #: The copy of ``mwpy/_spawn.py`` an Executor ships to a batch system's slaves.
 SPAWN_COPY: Final = "mwpy_spawn.py"
+#: An Executor's ``initializer`` and ``initargs``, pickled for its slaves (``mwpy/_spawn.py`` runs it).
+INITIALIZER_FILE: Final = "mwpy_initializer.pickle"
 #: Files SQLite keeps next to the journal (``--mw-journal``) in WAL mode: the journal's suffix and these.
 JOURNAL_SIDE_FILES: Final = ("-wal", "-shm")
 #: What a local slave wrote on its stdout and stderr, in its sandbox.

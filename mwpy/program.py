@@ -97,12 +97,26 @@ def slave(fn: SlaveAlgorithm) -> SlaveAlgorithm:
     return fn
 
 
-def run(argv: Sequence[str] | None = None) -> NoReturn:
-    """Run this program as master or slave and exit with that side's status."""
-    sys.exit(main(argv))
+#: What a slave runs once before it connects: ``initializer(*initargs)``.
+Initializer = tuple[Callable[..., object], tuple[Any, ...]]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(
+    argv: Sequence[str] | None = None, *, initializer: Callable[..., object] | None = None, initargs: Sequence[Any] = ()
+) -> NoReturn:
+    """Run this program as master or slave and exit with that side's status.
+
+    ``initializer(*initargs)``, as in ``ProcessPoolExecutor``: each slave runs
+    it once, before it connects and takes its first task (state kept between
+    tasks: a model, a database connection); if it raises, the slave prints
+    the traceback and exits 255, a set-up failure (docs/reliability.md).
+    """
+    sys.exit(main(argv, initializer=initializer, initargs=initargs))
+
+
+def main(
+    argv: Sequence[str] | None = None, *, initializer: Callable[..., object] | None = None, initargs: Sequence[Any] = ()
+) -> int:
     """Like :func:`run`, but return the exit status instead of exiting."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -126,8 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"{_program_name()}: error: --mw-audit-file: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    setup = None if initializer is None else (initializer, tuple(initargs))
     try:
-        return _run_master(options, rest, audit) if options.role == "master" else _run_slave(options, rest, audit)
+        return (
+            _run_master(options, rest, audit) if options.role == "master" else _run_slave(options, rest, audit, setup)
+        )
     finally:
         audit.close()
 
@@ -241,7 +258,23 @@ def _read_secret(path: Path) -> bytes:
 # ---------------------------------------------------------------------- slave
 
 
-def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
+def _initialize(initializer: Initializer | None, audit: Audit, member_id: str) -> int | None:
+    """Run the program's initializer (if any) in this slave; the exit status if it raised, else None."""
+    if initializer is None:
+        return None
+    fn, args = initializer
+    try:
+        fn(*args)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        audit(f'FINI INITIALIZER RAISED (exit {int(ExitCode.ALGORITHM_ERROR)}) "{member_id}"')
+        return ExitCode.ALGORITHM_ERROR
+    return None
+
+
+def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Initializer | None) -> int:
     try:
         waited = _wait_for_resource_file(options)
     except KeyboardInterrupt:  # Ctrl-C while waiting for the master: 130, as everywhere else
@@ -259,6 +292,9 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         client_timeout=options.client_timeout,
     )
     audit(f'INIT SLAVE "{endpoint.member_id}"')
+    failed = _initialize(initializer, audit, endpoint.member_id)
+    if failed is not None:
+        return failed
     try:
         worker = connect(
             endpoint,

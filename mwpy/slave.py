@@ -139,6 +139,9 @@ class Slave:
         self._results: list[ResultItem] = []
         self._outputs: dict[int, tuple[str, str]] = {}  # what the tasks in _results printed, if anything
         self._held_since = 0.0  # monotonic clock: when the oldest result in _results was ready
+        # Guards _results and _held_since: the heartbeat thread sends results held past RESULT_HOLD while the
+        # main thread runs a long task (a result never waits behind one); notified when a result starts a hold.
+        self._held = threading.Condition()
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
@@ -218,6 +221,8 @@ class Slave:
     def close(self) -> None:
         """Stop heartbeats and hang up."""
         self._stop.set()
+        with self._held:
+            self._held.notify()  # the heartbeat thread waits on it
         with self._io_lock:
             self._sock.close()
         if self._previous_handler is not None:
@@ -274,14 +279,16 @@ class Slave:
             self._outputs.pop(item[0], None)
             self._leave()
             return False
-        results = self._results
-        results.append(result)
+        now = time.monotonic()
+        with self._held:
+            results = self._results
+            results.append(result)
+            if len(results) == 1:
+                self._held_since = now
+                self._held.notify()  # the heartbeat thread sends it if the next task runs past RESULT_HOLD
         if self._evicted is not None:
             self._leave()
             return False
-        now = time.monotonic()
-        if len(results) == 1:
-            self._held_since = now
         if (
             len(results) >= self.result_group
             or not result[1]  # a failure goes out at once: the master decides on retries, the user sees it
@@ -392,7 +399,8 @@ class Slave:
         except TaskTimeoutError as exc:
             failure = codec.encode_error(exc)
         # The main thread is stuck in the task: the results it held are finished work, and go along.
-        self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
+        with self._held:
+            self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
         with contextlib.suppress(Exception):
             self._flush()
         log.error("task %d: %s", task_id, reason)
@@ -402,10 +410,14 @@ class Slave:
         os._exit(int(ExitCode.TASK_STUCK))
 
     def _flush(self) -> None:
+        """Send the results held (from the main thread, or the heartbeat thread when they waited too long)."""
         if not self._results:
             return
-        results, self._results = self._results, []
-        outputs, self._outputs = self._outputs, {}
+        with self._held:
+            results, self._results = self._results, []
+            self._done += len(results)
+        # Only these results' output: the main thread may be writing the next task's (no lock on that path).
+        outputs = {r[0]: self._outputs.pop(r[0]) for r in results if r[0] in self._outputs} if self._outputs else {}
         if not results or self._lost is not None:
             return
         if len(results) == 1:  # _run made sure every single result fits in a frame (and output is capped)
@@ -415,7 +427,6 @@ class Slave:
             for start, stop in protocol.pack(sizes, self.result_group, self._max_out):
                 part = results[start:stop]
                 self._send_results(part, {r[0]: outputs[r[0]] for r in part if r[0] in outputs} if outputs else None)
-        self._done += len(results)
         if self._audit.packets:
             self._audit(f"MASTER <- {len(results)} results")
 
@@ -526,13 +537,30 @@ class Slave:
         reached by a task that then gets the job held must be reported quickly.
         """
         reported = 0
-        while not self._stop.wait(min(interval / 2, MEMORY_LOOK)):
+        look = min(interval / 2, MEMORY_LOOK)
+        next_look = time.monotonic() + look
+        while not self._stop.is_set():
+            if self._wait_for_held(next_look):
+                self._flush()  # results held behind a task that runs long: they go now
+            if self._stop.is_set() or time.monotonic() < next_look:
+                continue
+            next_look = time.monotonic() + look
             peak = peak_memory()
             grew = peak > reported * MEMORY_GROWTH
             if (grew or time.monotonic() - self._last_send >= interval) and self._lost is None:
                 with self._io_lock:
                     self._write(self._session.send(protocol.Heartbeat(peak)))
                 reported = peak
+
+    def _wait_for_held(self, until: float) -> bool:
+        """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case."""
+        with self._held:
+            wait = until - time.monotonic()
+            if self._results:
+                wait = min(wait, self._held_since + RESULT_HOLD - time.monotonic())
+            if wait > 0:
+                self._held.wait(wait)
+            return bool(self._results) and time.monotonic() - self._held_since >= RESULT_HOLD
 
 
 class _Capture(io.StringIO):

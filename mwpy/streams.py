@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import attrs
 
 from mwpy import calls
+from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError
 from mwpy.task import Policy, Result, TaskAlgorithm, TaskError, task_exception, unrunnable_error
 from mwpy.wire import codec
@@ -158,8 +159,9 @@ def _streaming(master: Master, calls_: _Calls, window: int) -> Generator[tuple[i
                 payload = algorithm.encode(args, kwargs, intake.max_frame)
                 listener = _Item(stream, index)
                 listener.task_id = intake.enqueue(
-                    algorithm.name, payload, policy, listener, tag=index, key=None if key is None else key(*args)
-                )
+                    Entry(intake.new_id(), algorithm.name, payload, policy, listener, tag=index,
+                          key=None if key is None else key(*args))
+                )  # fmt: skip
                 if not arrived or arrived[-1][0] != index:  # not answered at once from the journal
                     live.add(listener.task_id)
                 outstanding += 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
+import importlib
 import inspect
 import math
 import threading
@@ -251,6 +252,10 @@ class LightFuture(concurrent.futures.Future[R]):
                 return True
         return self.running() or self.set_running_or_notify_cancel()
 
+    #: The exceptions of tasks this future raises as themselves (others as a TaskRaisedError): no SystemExit,
+    #: which would end the master's program from ``result()``.
+    RAISED_AS_ITSELF: tuple[type[BaseException], ...] = (Exception,)
+
     def _settle_with(self, result: Result) -> None:
         """The task's value, or its exception as itself (built only while the future is not done yet)."""
         if result.stdout or result.stderr:
@@ -258,7 +263,7 @@ class LightFuture(concurrent.futures.Future[R]):
         if result.error is None:
             self._finish(result.value, None)
         elif not self.done():
-            self._finish(None, task_exception(result))
+            self._finish(None, task_exception(result, self.RAISED_AS_ITSELF))
 
     def _finish(self, value: Any, exception: BaseException | None) -> None:
         """``set_result``/``set_exception`` unless the future is done already (a cancelled one stays so)."""
@@ -375,8 +380,9 @@ class TaskRaisedError(TaskFailedError):
         self.type_name = result.error.type
 
 
-def task_exception(result: Result) -> BaseException:
-    """The exception to raise for a failed ``result``: the task's own when it unpickles, else a TaskFailedError.
+def task_exception(result: Result, as_itself: tuple[type[BaseException], ...] = (Exception,)) -> BaseException:
+    """The exception to raise for a failed ``result``: the task's own when it unpickles and is one of
+    ``as_itself``, else a TaskFailedError.
 
     The slave's traceback is attached as ``__cause__`` (a
     :class:`~mwpy.errors.RemoteTraceback`, as ``concurrent.futures`` attaches
@@ -385,7 +391,7 @@ def task_exception(result: Result) -> BaseException:
     error = result.error
     assert error is not None
     exc = None if error.pickled is None else codec.decode_exception(error.pickled)
-    if not isinstance(exc, Exception):
+    if not isinstance(exc, as_itself):
         failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
         _add_output_notes(failed, result)
         return failed
@@ -462,20 +468,30 @@ class TaskAlgorithm(Generic[P, R]):
             except TypeError as exc:
                 raise TypeError(f"{self.name}.submit(): {exc}") from None
 
-    def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int) -> bytes:
+    def encode(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int, *, caller: str | None = None
+    ) -> bytes:
         """Check and pickle a call's arguments at the call site: a wrong or unsendable argument fails here, and
-        so do arguments a frame of ``max_frame`` bytes (``--mw-max-write-buffer-size``) cannot carry."""
+        so do arguments a frame of ``max_frame`` bytes (``--mw-max-write-buffer-size``) cannot carry.
+
+        ``caller``: an Executor's call (this is one of mwpy's own call tasks) of the user's function so
+        named: messages name it, and an argument that does not pickle raises pickle's own error."""
         self.check_arguments(args, kwargs)
-        payload = codec.encode_arguments(self.name, args, kwargs)
+        name = self.name if caller is None else caller
+        payload = codec.encode_arguments(name, args, kwargs, as_itself=caller is not None)
         if not fits(len(payload), max_frame):
             raise ConfigurationError(
-                f"the arguments of task {self.name!r} take {len(payload)} bytes, more than a frame "
+                f"the arguments of task {name!r} take {len(payload)} bytes, more than a frame "
                 f"of --mw-max-write-buffer-size {max_frame} bytes can carry"
             )
         return payload
 
     def __repr__(self) -> str:
         return f"<task algorithm {self.name!r}>"
+
+    def __reduce__(self) -> tuple[Callable[[str, str], TaskAlgorithm[Any, Any]], tuple[str, str]]:
+        """Pickled by reference, as pickle treats a function: its name and the module that defines it."""
+        return registered, (self.name, self.fn.__module__)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -650,6 +666,19 @@ def task(
         return algorithm
 
     return register if fn is None else register(fn)
+
+
+def registered(name: str, module: str) -> TaskAlgorithm[Any, Any]:
+    """The task algorithm ``name``, importing ``module`` first if this process has not registered it yet.
+
+    How a task algorithm unpickles (``TaskAlgorithm.__reduce__``): a slave
+    whose program imports the task's module only under ``if __name__ ==
+    "__main__":`` (which a slave does not run) finds it all the same, as
+    pickle finds a function by importing its module.
+    """
+    if name not in registry:
+        importlib.import_module(module)
+    return registry.require(name)
 
 
 class Registry:

@@ -16,6 +16,7 @@ import threading
 
 import pytest
 
+from mwpy.task import Result, TaskError, TaskRaisedError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
@@ -84,8 +85,20 @@ def test_an_exception_that_cannot_travel_whole_still_travels_as_text() -> None:
     assert (kind, message, pickled is not None) == ("Unprintable", "<unprintable Unprintable>", True)
     assert "raise exc" in trace
     assert failure_of(Unpicklable())[1::2] == ("holds a lock", None)  # the text, no pickled exception
-    exit_failure = failure_of(SystemExit(3))  # never raised again on the master: it would end the program
-    assert (exit_failure[0], exit_failure[1], exit_failure[3]) == ("SystemExit", "3", None)
+
+
+def test_a_system_exit_travels_but_only_an_executor_future_raises_it_as_itself() -> None:
+    """The standard executors give a task's SystemExit back as itself; a master algorithm's future must not
+    (``result()`` would end the master's program): it raises TaskRaisedError naming the type."""
+    kind, message, trace, pickled = failure_of(SystemExit(3))
+    assert (kind, message, pickled is not None) == ("SystemExit", "3", True)
+    result = Result(1, "f", "slave-1", None, 0.0, error=TaskError(kind, message, trace, pickled))
+    raised = task_exception(result)
+    assert isinstance(raised, TaskRaisedError)
+    assert raised.type_name == "SystemExit"
+    as_itself = task_exception(result, (Exception, SystemExit))
+    assert type(as_itself) is SystemExit
+    assert as_itself.code == 3
 
 
 def test_an_exception_travels_whole_up_to_the_size_limit() -> None:

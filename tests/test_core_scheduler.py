@@ -309,3 +309,26 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 SchedulerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None, database=None)
 test_every_task_ends_exactly_once_as_a_result_or_unrunnable = SchedulerMachine.TestCase
+
+
+def test_a_deep_window_leaves_the_other_slaves_their_share_of_a_short_queue() -> None:
+    """Issue 21: after quick tasks a slave's window holds up to MAX_WINDOW tasks; taking a short queue whole
+    would leave another slave idle while its tasks wait behind one another."""
+    sched = Scheduler()
+    sched.join("a")
+    sched.join("b")
+    for sid in ("a", "b"):
+        submit(sched)
+        run_all(sched, sid, compute_time=1e-5)
+    assert sched.window("a") == sched.window("b") == MAX_WINDOW
+    tasks = [submit(sched) for _ in range(20)]
+    first = sched.take("a", NOW)
+    assert len(first) == 10
+    assert sched.ready() == ["b"]  # a has its share: the rest waits for b
+    second = sched.take("b", NOW)
+    assert first + second == tasks
+    more = [submit(sched) for _ in range(4)]
+    assert sched.take("b", NOW) == more[:2]  # b is still hungry; a gets the rest at its next result
+    finished = first[0]
+    assert sched.finish("a", finished.task_id, 1e-5, NOW) is finished
+    assert sched.take("a", NOW) == more[2:]

@@ -8,6 +8,8 @@ the test reads afterwards. Exit statuses are those of :class:`mwpy.ExitCode`.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from tests.support import (
     audit_lines,
     free_port,
     local_master,
+    mwpy_command,
+    run_local,
     spawn,
     spawn_master,
     spawn_slave,
@@ -255,3 +259,19 @@ def test_a_result_is_not_held_behind_the_next_task_once_its_task_ran_longer_than
         (tmp_path / "release-second").touch()
         assert lm.result_of(second.task_id).value == lm.slaves[0].pid
         lm.finish()
+
+
+def test_mwpy_run_s_initializer_sets_up_each_slave_before_its_first_task() -> None:
+    """Issue 21 item 3, the master API: ``mwpy.run(initializer=, initargs=)`` runs once in every slave."""
+    done = run_local(PROGRAMS / "initialized.py", "40", slaves=2)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "state model-v1"  # never None: no task ran before the initializer
+
+
+def test_a_failing_initializer_is_a_set_up_failure_named_by_its_error() -> None:
+    """The slave prints the traceback and exits 255; ``mwpy local`` stops after a few such runs, naming it."""
+    env = {**os.environ, "MWPY_TEST_INIT_FAIL": "1"}
+    command = mwpy_command("local", str(PROGRAMS / "initialized.py"), "--slaves", "1", "--no-progress", "--", "3")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "RuntimeError: cannot load model-v1" in done.stderr

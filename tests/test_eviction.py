@@ -27,14 +27,16 @@ def test_a_slave_told_to_leave_by_sigterm_sends_its_results_and_hands_its_window
     options = ("--mw-slave-window", "4", "--mw-slave-result-group", "4", "--mw-client-timeout", CLIENT_TIMEOUT,
                "--mw-events", str(events))  # fmt: skip
     with local_master(PROGRAM, tmp_path, *options) as master:
-        done = quick.submit(3)  # finishes at once; waits in the slave for a full result group
+        done = quick.submit(3)  # finishes at once; held for a result group, then sent while task 1 runs
         running = gated.submit(str(tmp_path), 1)  # the task the slave is running when the signal comes
         # Queued behind it. retry=False: a slave that vanished with them would make them unrunnable;
         # a slave that hands them back unstarted has them queued again.
         queued = [gated.with_policy(retry=False).submit(str(tmp_path), value) for value in (2, 3)]
         first = master.start_slave()
         master.drive_until((tmp_path / "started-1").exists, "the slave to start task 1")
-        assert master.mw._sched.running_total == 4  # all four are in its window
+        # A finished result never waits behind a running task (issue 21): it comes while task 1 runs.
+        master.drive_until(lambda: len(master.results) == 1, "the quick task's result")
+        assert master.mw._sched.running_total == 3  # the other three are in its window
         first.popen.send_signal(signal.SIGTERM)
         master.drive_until(lambda: "HANDED BACK" in master.audit_text(), "the slave to hand its tasks back")
         assert first.wait() == ExitCode.EVICTED, first.err()

@@ -10,12 +10,15 @@ slaves import as ProcessPoolExecutor's workers would.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import os
+import pickle
 import signal
 import subprocess
 import tempfile
 import textwrap
 import threading
+from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import cast
@@ -23,6 +26,7 @@ from typing import cast
 import pytest
 
 import mwpy
+from mwpy.errors import SlavesFailError
 from mwpy.executor import _master_options, _script
 from tests.programs import executor_work as work
 from tests.support import PYTHON, ROOT, wait_until
@@ -407,15 +411,16 @@ def test_leaving_the_with_block_waits_for_every_future(tmp_path: Path) -> None:
 
 def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> None:
     """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
-    options = _master_options([], Path("/tmp/rf.json"), "condor")
+    initializer = Path("/tmp/work/mwpy_initializer.pickle")
+    options = _master_options([], Path("/tmp/rf.json"), "condor", initializer)
     script = _script()
     if script != "-":
-        assert options.slave_files == (script,)
-        assert options.slave_arguments[-2:] == (os.path.basename(script), ".")
+        assert options.slave_files == (script, str(initializer))
+        assert options.slave_arguments[-3:] == (os.path.basename(script), ".", initializer.name)
     assert options.master_host is None  # listen on every interface, as execute nodes must reach it
-    local = _master_options([], Path("/tmp/rf.json"), "local")
+    local = _master_options([], Path("/tmp/rf.json"), "local", None)
     assert local.master_host == "127.0.0.1"
-    assert local.slave_arguments[-1] == os.getcwd()
+    assert local.slave_arguments[-2:] == (os.getcwd(), "-")
 
 
 def test_a_wrong_option_leaves_no_work_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -471,3 +476,147 @@ def test_ctrl_c_in_the_with_block_ends_it_at_once_quietly_and_leaves_no_folder(t
     assert err.rstrip().endswith("KeyboardInterrupt"), err
     assert "disconnected" not in err
     assert list(temp.iterdir()) == []
+
+
+LATE_IMPORT = """\
+    import mwpy
+
+
+    if __name__ == "__main__":
+        import shapes  # imported only here: the slaves, which load this script as __mp_main__, never run this
+
+        with mwpy.Executor(max_workers=2) as ex:
+            print(ex.submit(shapes.cube, 3).result(timeout=60))
+            print(list(ex.map(shapes.cube, range(4))))
+            print(list(ex.map(shapes.cube, range(4), chunksize=3)))
+            print(list(ex.map(shapes.scaled_cube, range(3), scale=10)))
+"""
+
+SHAPES = """\
+    import mwpy
+
+
+    @mwpy.task
+    def cube(x):
+        return x**3
+
+
+    @mwpy.task(name="shapes.scaled")
+    def scaled_cube(x, scale=1):
+        return scale * x**3
+"""
+
+
+def test_a_task_from_a_module_the_script_imports_only_under_main_runs_on_slaves(tmp_path: Path) -> None:
+    """Issue 21 item 5: a task algorithm pickles by reference (its module and name), as a function does for
+    ProcessPoolExecutor, so a slave whose registry lacks it imports its module (before: LookupError)."""
+    (tmp_path / "user.py").write_text(textwrap.dedent(LATE_IMPORT))
+    (tmp_path / "shapes.py").write_text(textwrap.dedent(SHAPES))
+    done = subprocess.run(
+        check=False, args=[PYTHON, "user.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["27", "[0, 1, 8, 27]", "[0, 1, 8, 27]", "[0, 10, 80]"]
+
+
+def test_messages_name_the_user_s_function_not_mwpy_s_call(tmp_path: Path) -> None:
+    """Issue 21: a failure's message, its Result, the pickling error's note and the event log name the function
+    the user submitted, never mwpy.call_function / mwpy.call (the tasks that carry it)."""
+    events = tmp_path / "events.jsonl"
+    with mwpy.Executor(max_workers=1, options=["--mw-events", str(events)]) as ex:
+        with pytest.raises(mwpy.TaskFailedError) as caught:
+            ex.submit(work.result_that_does_not_unpickle).result(timeout=60)
+        assert "task 'result_that_does_not_unpickle' failed" in str(caught.value)
+        assert caught.value.result.algorithm == "result_that_does_not_unpickle"
+        with pytest.raises(TypeError) as refused:
+            ex.submit(work.add, threading.Lock())  # type: ignore[arg-type]
+        assert "cannot send the arguments of task 'add'" in refused.value.__notes__
+        with pytest.raises(work.Odd):
+            ex.submit(functools.partial(work.fail_on_odd), 3).result(timeout=60)
+        assert ex.submit(work.square, 2).result(timeout=60) == 4
+    text = events.read_text()
+    assert "mwpy.call" not in text
+    for name in ("result_that_does_not_unpickle", "fail_on_odd", "square"):
+        assert f'"{name}"' in text
+
+
+def test_a_pickling_error_of_an_argument_is_raised_as_itself_at_submit(executor: mwpy.Executor) -> None:
+    """As the standard executors raise it (from result() there: mwpy pickles at submit, README says so)."""
+    with pytest.raises(pickle.PicklingError, match="refuses"):
+        executor.submit(work.square, work.RefusesPickling())  # type: ignore[arg-type]
+
+
+def test_the_initializer_runs_once_in_each_slave_before_its_tasks(tmp_path: Path) -> None:
+    """Issue 21 item 3: ProcessPoolExecutor's initializer=/initargs=; state set there is seen by every task."""
+    with mwpy.Executor(max_workers=2, initializer=work.remember, initargs=(str(tmp_path), "model")) as ex:
+        seen = [f.result(timeout=60) for f in [ex.submit(work.remembered) for _ in range(20)]]
+    assert {value for value, _ in seen} == {"model"}
+    pids = {pid for _, pid in seen}
+    ran = sorted(int(path.name) for path in tmp_path.iterdir())
+    assert pids <= set(ran)
+    assert len(ran) == len(set(ran))  # once per slave process
+
+
+def test_a_failing_initializer_breaks_the_executor_with_its_error() -> None:
+    with mwpy.Executor(max_workers=2, initializer=work.fail_to_initialize, initargs=("no model",)) as ex:
+        future = ex.submit(work.square, 2)
+        with pytest.raises(cf.BrokenExecutor) as caught:
+            future.result(timeout=120)
+        with pytest.raises(cf.BrokenExecutor):
+            ex.submit(work.square, 2)
+    assert "RuntimeError: no model" in str(caught.value)
+    assert isinstance(caught.value.__cause__, SlavesFailError)
+
+
+def test_an_initializer_that_does_not_pickle_fails_in_the_constructor(tmp_path: Path) -> None:
+    """With pickle's own error, before anything is made (no work folder is left behind)."""
+    with pytest.raises(TypeError, match="lock"):
+        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),), workdir=tmp_path / "w")
+    assert not (tmp_path / "w").exists()
+
+
+def test_after_quick_calls_a_short_queue_of_long_calls_is_shared_by_the_slaves(tmp_path: Path) -> None:
+    """Issue 21: quick calls make the slaves' windows deep; 20 long calls submitted at once (``map`` hands them
+    over together) all went into the first slave's window while the other idled (20 calls of 0.2 s took 4 s on 2
+    slaves). Each slave must get a share: two calls run at once (each waits at a gate)."""
+    gate = tmp_path / "gate"
+    started = [tmp_path / f"started-{n}" for n in range(20)]
+    quick_calls: Counter[int] = Counter()
+
+    def quick_on_both() -> bool:  # enough quick calls on each slave that its window is deep (MAX_WINDOW)
+        quick_calls.update(f.result(timeout=60) for f in [ex.submit(work.pid) for _ in range(40)])
+        return len(quick_calls) == 2 and min(quick_calls.values()) >= 60
+
+    with mwpy.Executor(max_workers=2) as ex:
+        wait_until(quick_on_both, 120, "quick calls on both slaves")
+        values = ex.map(work.touch_then_wait, map(str, started), [str(gate)] * 20, range(20))
+        try:
+            wait_until(lambda: sum(path.exists() for path in started) == 2, 60, "a long call to start on each slave")
+        finally:
+            gate.touch()
+        assert list(values) == list(range(20))
+
+
+def test_a_quick_call_s_result_does_not_wait_behind_a_long_call_on_its_slave(tmp_path: Path) -> None:
+    """Issue 21: a slave holds a quick call's result a moment (RESULT_HOLD) to send it with the next; when the
+    next call was long, the quick one's result waited until that ended. Both calls go to one slave with a deep
+    window (``map`` hands them over together); the quick one's value must come while the long one still runs."""
+    already, gate = tmp_path / "open", tmp_path / "gate"
+    already.touch()
+    started = [tmp_path / "started-quick", tmp_path / "started-long"]
+    with mwpy.Executor(max_workers=1) as ex:
+        for _ in range(3):  # quick calls: the slave's window grows deep, so both calls below go out together
+            assert list(ex.map(work.square, range(40))) == [x * x for x in range(40)]
+        values = ex.map(work.touch_then_wait, map(str, started), [str(already), str(gate)], [1, 2], timeout=60)
+        try:
+            assert next(values) == 1  # while the long call waits at its gate
+        finally:
+            gate.touch()
+        assert list(values) == [2]
+
+
+def test_the_slaves_start_with_the_executor_not_with_its_first_call() -> None:
+    """Issue 21 item 4: ``max_workers`` slaves start at construction (and stay), so a first call does not wait
+    for the master's next resource file (debounced, 1 s) and then for a slave to start."""
+    with mwpy.Executor(max_workers=2) as ex:
+        wait_until(lambda: ex._master._sched.connected()["unordered"] == 2, 60, "both slaves to connect, unasked")

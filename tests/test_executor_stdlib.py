@@ -381,22 +381,12 @@ class TestExecutor:
         assert my_object_collected.wait(timeout=RESULT_TIMEOUT), "Stale reference not collected within timeout."
         del my_object_callback
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: max_workers=0 is refused with 'max_workers must be at least 1', "
-        "not the standard executors' 'max_workers must be greater than 0'",
-    )
     def test_max_workers_negative(self) -> None:
         """executor.py ExecutorTest.test_max_workers_negative."""
         for number in (0, -1):
             with pytest.raises(ValueError, match="max_workers must be greater than 0"):
                 mwpy.Executor(max_workers=number)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: Executor.map's iterator keeps the value it yielded last (and its future) "
-        "until the next value is asked for",
-    )
     def test_free_reference(self, executor: mwpy.Executor) -> None:
         """executor.py ExecutorTest.test_free_reference (issue 14406): map's iterator keeps no result alive."""
         for obj in executor.map(work.make_dummy_object, range(10)):
@@ -821,11 +811,6 @@ class TestShutdown:
             assert list(e.map(abs, range(-5, 5))) == [5, 4, 3, 2, 1, 0, 1, 2, 3, 4]
         wait_gone(pids)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: an mwpy.Executor dropped without shutdown() keeps its slaves until the program exits "
-        "(its futures and the atexit hook keep it alive); the standard executors shut down when collected",
-    )
     def test_del_shutdown(self) -> None:
         """test_shutdown.py Thread/ProcessPoolShutdownTest.test_del_shutdown: ``del executor`` ends its workers."""
         executor = mwpy.Executor(max_workers=WORKERS)
@@ -857,7 +842,6 @@ class TestShutdown:
 # ---------------------------------------------------------------------- test_init.py: (Failing)InitializerMixin
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 item 3: mwpy.Executor has no initializer=/initargs= (TypeError)")
 class TestInitializer:
     """CPython's InitializerMixin and FailingInitializerMixin (test_init.py)."""
 
@@ -1046,11 +1030,6 @@ class TestFuture:
         assert "exception calling callback for" in caplog.text
         assert "doh!" in caplog.text
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: an mwpy.Executor future's repr names its private class ('<_Future at 0x… state=…>'), "
-        "not '<Future at 0x… state=…>'",
-    )
     def test_repr(self, states: States) -> None:
         """test_future.py FutureTests.test_repr."""
         assert_matches(repr(states.pending()), REPR_PENDING)
@@ -1144,11 +1123,6 @@ class TestFuture:
         assert isinstance(f1.exception(timeout=RESULT_TIMEOUT), OSError)
         t.join()
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: an mwpy.Executor future's repr (in InvalidStateError's message) names its private "
-        "class ('<_Future at 0x…>')",
-    )
     def test_multiple_set_result(self, states: States) -> None:
         """test_future.py FutureTests.test_multiple_set_result: a finished future cannot be set again."""
         f = states.successful
@@ -1159,11 +1133,6 @@ class TestFuture:
         assert f.done()
         assert f.result() == 42
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: an mwpy.Executor future's repr (in InvalidStateError's message) names its private "
-        "class ('<_Future at 0x…>')",
-    )
     def test_multiple_set_exception(self, states: States) -> None:
         """test_future.py FutureTests.test_multiple_set_exception."""
         f = states.failed
@@ -1174,11 +1143,6 @@ class TestFuture:
             f.set_exception(Exception())
         assert f.exception() is e
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: a future cancelled while pending never becomes CANCELLED_AND_NOTIFIED (the executor "
-        "drops its task without set_running_or_notify_cancel()), so wait() and as_completed() never count it done",
-    )
     def test_cancelled_future_is_notified(self, gates: Gates) -> None:
         """What test_future.py's CANCELLED_AND_NOTIFIED_FUTURE stands for, made by an executor.
 
@@ -1219,18 +1183,11 @@ class TestDeadlock:
     cannot be pickled raises there rather than from ``result()``: both count.
     """
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: submit() of an argument that fails to pickle raises TypeError, not the pickling error",
-    )
     def test_error_at_task_pickle(self, executor: mwpy.Executor) -> None:
         """test_deadlock.py ExecutorDeadlockTest.test_error_at_task_pickle."""
         with pytest.raises(pickle.PicklingError):
             executor.submit(id, work.ErrorAtPickle()).result(timeout=RESULT_TIMEOUT)
 
-    @pytest.mark.xfail(
-        strict=True, reason="issue 21: a task's SystemExit comes back as mwpy.TaskRaisedError, not as SystemExit"
-    )
     def test_exit_at_task_unpickle(self, executor: mwpy.Executor) -> None:
         """test_deadlock.py ExecutorDeadlockTest.test_exit_at_task_unpickle.
 
@@ -1253,9 +1210,6 @@ class TestDeadlock:
             executor.submit(id, work.ErrorAtUnpickle()).result(timeout=RESULT_TIMEOUT)
         flush(executor)
 
-    @pytest.mark.xfail(
-        strict=True, reason="issue 21: a task's SystemExit comes back as mwpy.TaskRaisedError, not as SystemExit"
-    )
     def test_exit_during_func_exec_on_worker(self, executor: mwpy.Executor) -> None:
         """test_deadlock.py ExecutorDeadlockTest.test_exit_during_func_exec_on_worker."""
         with pytest.raises(SystemExit):
@@ -1266,9 +1220,6 @@ class TestDeadlock:
         with pytest.raises(RuntimeError):
             executor.submit(work.raise_error, RuntimeError).result(timeout=RESULT_TIMEOUT)
 
-    @pytest.mark.xfail(
-        strict=True, reason="issue 21: a task's SystemExit comes back as mwpy.TaskRaisedError, not as SystemExit"
-    )
     def test_exit_during_result_pickle_on_worker(self, executor: mwpy.Executor) -> None:
         """test_deadlock.py ExecutorDeadlockTest.test_exit_during_result_pickle_on_worker."""
         with pytest.raises(SystemExit):
@@ -1302,10 +1253,6 @@ class TestDeadlock:
             with pytest.raises(cf.BrokenExecutor):
                 executor.submit(work.mul, 1, 1)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 21: submit() of an argument that fails to pickle raises TypeError, not the pickling error",
-    )
     def test_shutdown_deadlock_pickle(self) -> None:
         """test_deadlock.py ExecutorDeadlockTest.test_shutdown_deadlock_pickle (bpo-39104).
 

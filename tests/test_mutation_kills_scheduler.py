@@ -566,7 +566,8 @@ def test_no_task_is_overdue_when_no_task_has_a_timeout() -> None:
 
 def test_the_running_task_is_overdue_just_past_its_timeout_and_grace() -> None:
     sched = Scheduler(task_timeout=2.0, fixed_window=2)
-    sched.join("idle")  # listed first, holds nothing: the others are still looked at
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("idle")  # listed first, holds nothing (an ordered slave: no share of a's work): others are looked at
     sched.join("a")
     running, behind = new_task(sched), new_task(sched)
     assert sched.take("a", NOW) == [running, behind]
@@ -595,8 +596,9 @@ def test_a_task_s_own_timeout_beats_the_master_s() -> None:
 
 def test_a_task_without_a_timeout_is_never_overdue_even_beside_one_with() -> None:
     sched = Scheduler(fixed_window=2)
+    sched.allocate(1, SlaveKind.ORDERED)
+    sched.join("b")  # an ordered slave: no share of a's work
     sched.join("a")
-    sched.join("b")
     free_running = new_task(sched)
     timed = new_task(sched, Policy(timeout=1.0))
     assert sched.take("a", NOW) == [free_running, timed]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import enum
 import importlib
-import importlib.metadata
 import os
 import sys
 import time
@@ -169,6 +168,8 @@ def register(name: str, factory: BackendFactory | str) -> None:
 
 def names() -> list[str]:
     """Every back-end name that :func:`lookup` knows, sorted: registered ones and installed entry points."""
+    import importlib.metadata  # noqa: PLC0415 - only to list or find an installed back end (20 ms at import)
+
     found = set(_registry)
     found.update(entry.name for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
     return sorted(found)
@@ -184,6 +185,8 @@ def lookup(name: str) -> BackendFactory:
     """
     target = _registry.get(name)
     if target is None:
+        import importlib.metadata  # noqa: PLC0415 - the built-in back ends, registered, never need it
+
         entries = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
         target = next(iter(entries)).value if entries else None
     if target is None and ":" in name:

@@ -85,14 +85,10 @@ def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *
         except Exception:
             pass
         else:
-            return Result(
-                entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value=value, journaled=journaled
-            )
+            return Result(entry.task_id, entry.label, sid, entry.tag, compute_time, value=value, journaled=journaled)
     value, failure = codec.decode_outcome(ok, blob)  # a failure, or why the value does not unpickle
     error = None if failure is None else TaskError(*failure)
-    return Result(
-        entry.task_id, entry.algorithm, sid, entry.tag, compute_time, value, error, journaled and error is None
-    )
+    return Result(entry.task_id, entry.label, sid, entry.tag, compute_time, value, error, journaled and error is None)
 
 
 def _retryable(entry: Entry, result: Result) -> bool:
@@ -166,7 +162,7 @@ class Outcomes:
             self._journal.record(entry.key, entry.algorithm, blob, sid, compute_time)
         finished = self._facts.task_finished
         if finished is not None:
-            finished(sid, entry.algorithm, "ok", compute_time, entry.sent_at - entry.queued_at)
+            finished(sid, entry.label, "ok", compute_time, entry.sent_at - entry.queued_at)
         return holes
 
     def _runs_again(self, sid: str, entry: Entry, result: Result, now: float) -> bool:
@@ -177,9 +173,9 @@ class Outcomes:
         finished = self._facts.task_finished
         if finished is not None:
             wait = entry.sent_at - entry.queued_at
-            finished(sid, entry.algorithm, "retried" if again else "error", result.compute_time, wait)
+            finished(sid, entry.label, "retried" if again else "error", result.compute_time, wait)
         self._facts(
-            TaskFailed(sid, entry.task_id, entry.algorithm, error.type, error.message, error.traceback,
+            TaskFailed(sid, entry.task_id, entry.label, error.type, error.message, error.traceback,
                        result.stdout, result.stderr, again)
         )  # fmt: skip
         return again
@@ -220,9 +216,7 @@ class Outcomes:
             sched.complete(entry)
             message = f"the task ran past its timeout of {timeout:g} s on {sid}, which stopped answering for it"
             error = TaskError(*codec.failure_of(TaskTimeoutError(message)))
-            self.deliver(
-                entry, Result(entry.task_id, entry.algorithm, sid, entry.tag, now - entry.sent_at, error=error)
-            )
+            self.deliver(entry, Result(entry.task_id, entry.label, sid, entry.tag, now - entry.sent_at, error=error))
             self._facts(TaskTimedOut(sid, entry.task_id, timeout))
             dropped.append((sid, f"task {entry.task_id} ran past its timeout of {timeout:g} s"))
         return dropped
@@ -283,4 +277,4 @@ class Outcomes:
         self._sched.complete(entry)
         message = f"{len(entry.payload)} bytes of arguments; {sid} accepts frames of at most {max_frame} bytes"
         error = TaskError("TaskTooLarge", message, "")
-        self.deliver(entry, Result(entry.task_id, entry.algorithm, sid, entry.tag, 0.0, error=error))
+        self.deliver(entry, Result(entry.task_id, entry.label, sid, entry.tag, 0.0, error=error))

@@ -79,7 +79,7 @@ class Entry:
     """
 
     __slots__ = (
-        "task_id", "algorithm", "payload", "policy", "listener", "tag", "key",
+        "task_id", "algorithm", "label", "payload", "policy", "listener", "tag", "key",
         "attempts", "failed_on", "retry_after", "sent_at", "queued_at", "deaths",
     )  # fmt: skip
 
@@ -93,9 +93,13 @@ class Entry:
         *,
         tag: Any = None,
         key: str | None = None,
+        label: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.algorithm = algorithm
+        #: The name results, messages and the event log give the task: its algorithm's, or for a call of
+        #: mwpy's own (an Executor's ``mwpy.call_function``) the user's function it runs.
+        self.label = label or algorithm
         #: The pickled ``(args, kwargs)`` (mwpy/wire/codec.py).
         self.payload = payload
         self.policy = policy
@@ -184,6 +188,9 @@ class Scheduler:
         #: The fewest tasks worth sending a slave (its window has room for a group).
         self._least = max(1, task_group)
         self.fixed_window = fixed_window
+        #: Slaves expected to take shared work (an Executor's ``max_workers``): before they connect, the first
+        #: ones leave them their share of a short queue.
+        self.expected_slaves = 0
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
         self._next_id = 0
@@ -369,7 +376,10 @@ class Scheduler:
         if slot.kind is not SlaveKind.UNORDERED:
             self._take_ordered(sid, slot, room, batch)
         if slot.kind is not SlaveKind.ORDERED:
-            self._take_unordered(sid, room, batch, now)
+            share = self._share(slot)
+            self._take_unordered(sid, min(room, len(batch) + share), batch, now)
+            if share <= len(batch) and self._unordered:
+                room = len(batch)  # its share taken, the rest left to others: hungry again at its next result
         idle = not slot.in_flight
         for task in batch:
             task.sent_at = now
@@ -380,9 +390,17 @@ class Scheduler:
             self._unordered_running += len(batch)
         if idle and batch:
             self._begin_head(slot)
-        if len(slot.in_flight) + self._least > window:
+        if len(slot.in_flight) + self._least > window or len(batch) >= room:
             self._hungry.discard(sid)
         return batch
+
+    def _share(self, slot: _Slot) -> int:
+        """How many more shared tasks ``slot`` may hold: an equal part of the shared work (queued and in flight),
+        at least a task group; a deep window must not take a short queue whole while others idle (design.md)."""
+        takers = max(self.expected_slaves, self._acquired[SlaveKind.UNORDERED] + self._acquired[SlaveKind.INTERMINGLE])
+        shared = len(self._unordered) + self._unordered_running
+        part = -(-shared // max(1, takers)) - len(slot.in_flight)
+        return max(self._least, part) if part > 0 else 0
 
     def _take_ordered(self, sid: str, slot: _Slot, room: int, batch: list[Entry]) -> None:
         """Fill ``batch`` up to ``room`` from the slave's own ordered queue, in order."""

@@ -113,6 +113,10 @@ class Limits:
     batch: int = 20
     #: MB: a slave job held for exceeding its memory request is replaced asking for double, up to this.
     max_memory: int = 16384
+    #: Slave jobs kept while the computation runs, whatever its demand: an ``mwpy.Executor`` starts its
+    #: ``max_workers`` at once, so its first calls do not wait for the master's next resource file.
+    #: Not in the repr: ``mwpy overseer`` logs its caps, and has no such option.
+    min_jobs: int = attrs.field(default=0, repr=False)
 
 
 @attrs.frozen
@@ -188,7 +192,7 @@ class Overseer:
         counts = _counts(jobs)
         running, held = counts["running"], counts["held"]
         connected = sum(record.slaves_connected.values())
-        wanted = min(self.limits.max_jobs, connected + record.slaves_needed)
+        wanted = min(self.limits.max_jobs, max(self.limits.min_jobs, connected + record.slaves_needed))
         serving = len(idle) + running
         submit = min(
             wanted - serving,
@@ -373,6 +377,10 @@ class Overseer:
         else:
             self._note(f"computation finished: removed {len(doomed)} slave jobs")
         return Decision(Verdict.FINISHED, removed=len(doomed), **counts)
+
+    def wake(self) -> None:
+        """Cut :meth:`run`'s wait short (to reconcile now, or to see ``stop`` at once)."""
+        self._wake.set()
 
     def run(self, stop: threading.Event, *, interval: float = 10.0, poll: float = 0.25) -> Verdict:
         """Reconcile on every rewrite of the file and every ``interval`` seconds until finished or ``stop``.

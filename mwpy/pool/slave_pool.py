@@ -69,13 +69,14 @@ class WorkFolder:
 class SlavePool:
     """At most ``slaves`` slave jobs of ``backend``, kept matched to the resource file in ``work`` by an overseer."""
 
-    def __init__(self, work: WorkFolder, backend: Backend, slaves: int, *, name: str) -> None:
+    def __init__(self, work: WorkFolder, backend: Backend, slaves: int, *, name: str, at_once: bool = False) -> None:
         self.work = work
         self.backend = backend
         self._name = name
         # No grace at the end: the master tells its slaves to leave, and one still trying to reach the finished
         # master would only keep the pool waiting.
-        limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves)
+        # ``at_once``: all ``slaves`` start now and stay while the computation runs (an Executor's workers).
+        limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves, min_jobs=slaves if at_once else 0)
         self._overseer = Overseer(work.resource_file, backend, limits, finish_grace=0.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -115,6 +116,7 @@ class SlavePool:
         not waited for).
         """
         self._stop.set()
+        self._overseer.wake()  # not a poll interval later
         self._thread.join()
         backend = self.backend
         try:

@@ -51,12 +51,23 @@ FUNCTIONS_KEPT: Final = 1024
 # ---------------------------------------------------------------------- master -> slave
 
 
-def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """A task's ``(args, kwargs)``, pickled at submit time: an argument that cannot travel fails at the call site."""
+def encode_arguments(
+    algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, as_itself: bool = False
+) -> bytes:
+    """A task's ``(args, kwargs)``, pickled at submit time: an argument that cannot travel fails at the call site.
+
+    The master API raises a ``TypeError`` naming the task; an Executor
+    (``as_itself``) raises pickle's own error, as ``concurrent.futures`` users
+    expect, with a note naming the task.
+    """
     try:
         return pickle.dumps((args, kwargs), PICKLE_PROTOCOL)
     except Exception as exc:
-        raise TypeError(f"cannot send the arguments of task {algorithm!r}: {exc}") from exc
+        problem = f"cannot send the arguments of task {algorithm!r}"
+        if as_itself:
+            exc.add_note(problem)
+            raise
+        raise TypeError(f"{problem}: {exc}") from exc
 
 
 #: ``(args, kwargs)`` from :func:`encode_arguments`' bytes: ``pickle.loads`` itself, the slave's per-task hot path.
@@ -69,6 +80,21 @@ def function_reference(fn: Callable[..., Any]) -> bytes:
         return pickle.dumps(fn, PICKLE_PROTOCOL)
     except Exception as exc:
         raise TypeError(f"cannot send the function {getattr(fn, '__qualname__', fn)} to slaves: {exc}") from exc
+
+
+def encode_initializer(fn: Callable[..., object], args: tuple[Any, ...]) -> bytes:
+    """An Executor's ``initializer`` (by reference) and ``initargs``, for its slaves; pickle's own error if not."""
+    try:
+        return pickle.dumps((fn, args), PICKLE_PROTOCOL)
+    except Exception as exc:
+        exc.add_note(f"cannot send the initializer {getattr(fn, '__qualname__', fn)} and its initargs to slaves")
+        raise
+
+
+def decode_initializer(blob: bytes) -> tuple[Callable[..., object], tuple[Any, ...]]:
+    """What :func:`encode_initializer` made (on the slave, after the user's script is loaded)."""
+    fn, args = pickle.loads(blob)
+    return fn, args
 
 
 _functions: dict[bytes, Callable[..., Any]] = {}
@@ -100,10 +126,12 @@ def encode_failure(kind: str, message: str, trace: str = "", exception: bytes | 
 def failure_of(exc: BaseException, trace: str = "") -> Failure:
     """``exc`` as a failure: its type's name, its text, ``trace``, and itself pickled when it can travel.
 
-    The exception itself goes along only when it is an ``Exception`` that
-    pickles within ``MAX_PICKLED_EXCEPTION`` bytes (a ``SystemExit`` raised on
-    the master by ``future.result()`` would end the wrong program): the master
-    raises it as itself when it can unpickle it, and falls back to the text.
+    The exception itself goes along when it is an ``Exception`` or a
+    ``SystemExit`` that pickles within ``MAX_PICKLED_EXCEPTION`` bytes: the
+    master raises it as itself when it can unpickle it (a ``SystemExit`` only
+    from an ``mwpy.Executor``'s future, as the standard executors do; raised
+    by a master algorithm's ``future.result()`` it would end the wrong
+    program), and falls back to the text.
     """
     kind = type(exc).__qualname__
     try:
@@ -111,7 +139,7 @@ def failure_of(exc: BaseException, trace: str = "") -> Failure:
     except Exception:
         message = f"<unprintable {kind}>"
     pickled = None
-    if isinstance(exc, Exception):
+    if isinstance(exc, Exception | SystemExit):
         try:
             pickled = pickle.dumps(exc, PICKLE_PROTOCOL)
         except Exception:

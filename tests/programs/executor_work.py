@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mwpy
@@ -97,3 +99,44 @@ def mark(path: str) -> str:
     """Leave a file behind (proof that this task ran); return its path."""
     Path(path).touch()
     return path
+
+
+class RefusesPickling:
+    """An argument whose pickling fails with pickle's own error."""
+
+    def __reduce__(self) -> str:
+        raise pickle.PicklingError("this object refuses to be pickled")
+
+
+def _refuse_unpickling() -> None:
+    raise ValueError("this result does not unpickle")
+
+
+class UnpicklesBadly:
+    """Pickles on the slave; unpickling it (on the master) raises."""
+
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        return _refuse_unpickling, ()
+
+
+def result_that_does_not_unpickle() -> UnpicklesBadly:
+    return UnpicklesBadly()
+
+
+#: Set by the executor's initializer in each slave (``remember``).
+STATE = "unset"
+
+
+def remember(folder: str, value: str) -> None:
+    """An initializer: keeps ``value`` for this slave's tasks and leaves a file named by its process id."""
+    global STATE
+    STATE = value
+    Path(folder, str(os.getpid())).touch(exist_ok=False)
+
+
+def remembered() -> tuple[str, int]:
+    return STATE, os.getpid()
+
+
+def fail_to_initialize(message: str) -> None:
+    raise RuntimeError(message)
