@@ -30,11 +30,10 @@ Callers pass the time (``now``, monotonic seconds) where a rule needs it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from mwpy import names
 from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
@@ -53,28 +52,12 @@ NOT_RETRIED: Final = frozenset({"ResultTooLarge", "ResultDecodeError"})
 MASTER_TIMEOUT_GRACE = 10.0
 #: Seconds a task that killed too many slaves waits for the back end to say how the last one ended.
 EXIT_WAIT = 2.0
-#: The executor's algorithms, which carry the user's function as their first argument.
-_CARRIERS: Final = frozenset({names.CALL, names.CALL_FUNCTION, names.CALL_CHUNK, names.MAP_CHUNK})
-
 #: How a dead slave ended: a text such as "killed by SIGSEGV", or None while not known (mwpy/slave_exits.py).
 HowEnded = Callable[[Death], "str | None"]
 
 
 def _unknown(death: Death) -> str | None:
     return None
-
-
-def function_name(entry: Entry) -> str:
-    """The user's function a task runs: the algorithm's name, or the function an executor's call carries."""
-    if entry.algorithm not in _CARRIERS:
-        return entry.algorithm
-    try:
-        first: Any = codec.decode_arguments(entry.payload)[0][0]
-        if entry.algorithm == names.CALL_FUNCTION:
-            first = codec.resolve_function(first)
-    except Exception:
-        return entry.algorithm
-    return first if isinstance(first, str) else str(getattr(first, "__qualname__", first))
 
 
 def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False) -> Result:
@@ -256,7 +239,7 @@ class Outcomes:
         self._condemned = waiting
 
     def _fail_killed(self, entry: Entry) -> None:
-        function = function_name(entry)
+        function = entry.label  # the user's function, not mwpy's call that carries it
         ends = tuple(
             f"{d.sid} (pid {d.pid} on {d.host}{f', Condor job {d.job}' if d.job else ''}): "
             f"{self._how_ended(d) or 'connection lost while running it'}"

@@ -167,6 +167,28 @@ class _Slot:
         self.streak = 0  # numbers this slave's runs of failures; a success starts a new one
         self.proven = 0  # failures of the current streak that later succeeded elsewhere
 
+    def running(self) -> Entry | None:
+        """The task it runs now: the first in flight (a slave runs its tasks in the order sent), or None."""
+        return next(iter(self.in_flight.values()), None)
+
+    def begin(self) -> None:
+        """Tell the task it runs now that it began (its future becomes running)."""
+        running = self.running()
+        if running is not None:
+            running.listener.began()
+
+
+def _fair_share(shared: int, takers: int, holding: int, least: int) -> int:
+    """How many more of ``shared`` tasks (queued and in flight) a slave holding ``holding`` may take: an equal
+    part for each of ``takers``, at least ``least``; a deep window must not take a short queue whole while
+    others idle (design.md)."""
+    part = -(-shared // max(1, takers)) - holding
+    return max(least, part) if part > 0 else 0
+
+
+def _failed_here(task: Entry, sid: str) -> bool:
+    return any(failed_sid == sid for failed_sid, _ in task.failed_on)
+
 
 class Scheduler:
     """Entry queues, slave groups and target numbers of one master."""
@@ -389,18 +411,16 @@ class Scheduler:
         if slot.kind is SlaveKind.UNORDERED:
             self._unordered_running += len(batch)
         if idle and batch:
-            self._begin_head(slot)
+            slot.begin()
         if len(slot.in_flight) + self._least > window or len(batch) >= room:
             self._hungry.discard(sid)
         return batch
 
     def _share(self, slot: _Slot) -> int:
-        """How many more shared tasks ``slot`` may hold: an equal part of the shared work (queued and in flight),
-        at least a task group; a deep window must not take a short queue whole while others idle (design.md)."""
+        """How many more shared tasks ``slot`` may hold (:func:`_fair_share`)."""
         takers = max(self.expected_slaves, self._acquired[SlaveKind.UNORDERED] + self._acquired[SlaveKind.INTERMINGLE])
         shared = len(self._unordered) + self._unordered_running
-        part = -(-shared // max(1, takers)) - len(slot.in_flight)
-        return max(self._least, part) if part > 0 else 0
+        return _fair_share(shared, takers, len(slot.in_flight), self._least)
 
     def _take_ordered(self, sid: str, slot: _Slot, room: int, batch: list[Entry]) -> None:
         """Fill ``batch`` up to ``room`` from the slave's own ordered queue, in order."""
@@ -420,7 +440,7 @@ class Scheduler:
         skipped: list[Entry] = []
         while queue and len(batch) < room and len(skipped) < _MAX_SKIP:
             task = queue.popleft()
-            if task.failed_on and now < task.retry_after and self._failed_here(task, sid):
+            if task.failed_on and now < task.retry_after and _failed_here(task, sid):
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
             elif task.listener.may_start():
                 batch.append(task)
@@ -460,16 +480,10 @@ class Scheduler:
         return found
 
     def running_on(self, sid: str) -> Entry | None:
-        """The task ``sid`` runs now: the first in flight (a slave runs its tasks in the order sent), or None."""
+        """The task ``sid`` runs now (:meth:`_Slot.running`), or None."""
         slot = self._slots.get(sid)
-        if slot is None or not slot.in_flight:
-            return None
-        return next(iter(slot.in_flight.values()))
+        return None if slot is None else slot.running()
 
-    @staticmethod
-    def _begin_head(slot: _Slot) -> None:
-        """The first task in flight on a slave is the one it runs: tell it (its future becomes running)."""
-        next(iter(slot.in_flight.values())).listener.began()
 
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
@@ -492,7 +506,7 @@ class Scheduler:
         self.cancelled_total += 1
         self._hungry.add(sid)
         if slot.in_flight:
-            self._begin_head(slot)
+            slot.begin()
         return task
 
     def hand_back(self, sid: str, task_ids: list[int]) -> int:
@@ -522,10 +536,6 @@ class Scheduler:
         self.running_total -= count
         if slot.kind is SlaveKind.UNORDERED:
             self._unordered_running -= count
-
-    @staticmethod
-    def _failed_here(task: Entry, sid: str) -> bool:
-        return any(failed_sid == sid for failed_sid, _ in task.failed_on)
 
     # ------------------------------------------------------------------ slaves
 
