@@ -484,7 +484,6 @@ class Scheduler:
         slot = self._slots.get(sid)
         return None if slot is None else slot.running()
 
-
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
         wanted = set(task_ids)
