@@ -138,7 +138,10 @@ def test_a_slave_that_fails_is_reported_once_and_repeated_failures_stop_the_run(
     assert "ImportError: no module named numpy" in reports[0]
     assert str(work / "local.0" / "slave.err") in reports[0]
     [stop] = [line for line in lines if "before any task had a result" in line]
-    assert stop.startswith(f"mwpy local: error: {SETUP_FAILURE_LIMIT} slave runs failed")
+    # At least the limit: a run may fail again between the count reaching it and mwpy local's next look.
+    counted = re.match(r"mwpy local: error: (\d+) slave runs failed", stop)
+    assert counted is not None, stop
+    assert int(counted.group(1)) >= SETUP_FAILURE_LIMIT
     assert "ImportError: no module named numpy" in stop
     assert (work / "local.0" / "slave.err").read_text().count("ImportError") >= SETUP_FAILURE_LIMIT
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(program) in " ".join(p.info["cmdline"] or [])]
