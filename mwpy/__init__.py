@@ -32,6 +32,7 @@ from mwpy.errors import (
     ProtocolError,
     RemoteTraceback,
     ResourceFileError,
+    SharedObjectError,
     TaskTimeoutError,
     UnrunnableTaskError,
     UsageError,
@@ -40,7 +41,7 @@ from mwpy.errors import (
 if TYPE_CHECKING:
     from mwpy.core.scheduler import SlaveKind
     from mwpy.executor import Executor
-    from mwpy.master import LoopEvents, Master
+    from mwpy.master import LoopEvents, Master, share
     from mwpy.program import exit_status, main, master, run, slave
     from mwpy.slave import Slave, SlaveStatus
     from mwpy.task import (
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
         TaskRaisedError,
         task,
     )
+    from mwpy.wire.codec import Shared
     from mwpy.wire.protocol import ExitCode
 
 #: Where each public name that is loaded on first use lives.
@@ -63,6 +65,8 @@ _HOMES = {
     "ExitCode": "mwpy.wire.protocol",
     "LoopEvents": "mwpy.master",
     "Master": "mwpy.master",
+    "share": "mwpy.master",
+    "Shared": "mwpy.wire.codec",
     "Slave": "mwpy.slave",
     "SlaveKind": "mwpy.core.scheduler",
     "SlaveStatus": "mwpy.slave",
@@ -122,6 +126,8 @@ __all__ = [
     "RemoteTraceback",
     "ResourceFileError",
     "Result",
+    "Shared",
+    "SharedObjectError",
     "Slave",
     "SlaveKind",
     "SlaveStatus",
@@ -140,6 +146,7 @@ __all__ = [
     "main",
     "master",
     "run",
+    "share",
     "slave",
     "task",
 ]

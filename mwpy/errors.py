@@ -27,6 +27,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
     ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
+    ├── SharedObjectError                 a shared object (mw.share) cannot be had here, or its file is bad
     ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
     ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
@@ -119,6 +120,10 @@ class UnrunnableTaskError(MwpyError):
 
     The task is also in ``mw.unrunnable_tasks()``, as CL-MW's loop API has it.
     """
+
+
+class SharedObjectError(MwpyError):
+    """A shared object's handle used where nothing resolves it (outside a slave), or its file is not one."""
 
 
 class InvalidResourceFileError(ResourceFileError):

@@ -203,6 +203,14 @@ class Executor(concurrent.futures.Executor):
 
     # ------------------------------------------------------------------ submitting
 
+    def share(self, obj: Any) -> codec.Shared:
+        """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``)."""
+        return self._master.share(obj)
+
+    def file_counters(self) -> dict[str, Any]:
+        """What the file service of shared objects sent (``Master.file_counters``)."""
+        return self._master.file_counters()
+
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         name, payload = self._encode(fn, args, kwargs)

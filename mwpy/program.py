@@ -8,6 +8,7 @@ removed from argv before either algorithm sees it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -33,6 +34,7 @@ from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
+from mwpy.wire import codec
 from mwpy.wire.protocol import ExitCode
 
 if TYPE_CHECKING:  # the master's parts load only in a master (a slave never needs them)
@@ -222,6 +224,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
     _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
+    codec.install_resolver(_shared_objects(endpoint))
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     try:
         worker = connect(
@@ -254,6 +257,22 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         worker.close()
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
+
+
+def _shared_objects(endpoint: Endpoint) -> Callable[[codec.Shared], Any]:
+    """The slave's resolver of shared objects (``mw.share``); the file service's client loads with the first."""
+    shares = None
+
+    def resolve(handle: codec.Shared) -> Any:
+        nonlocal shares
+        if shares is None:
+            from mwpy.net.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
+
+            shares = SlaveShares(endpoint.secret, endpoint.member_id)
+            atexit.register(shares.remove)
+        return shares.resolve(handle)
+
+    return resolve
 
 
 def _wait_for_resource_file(options: Options) -> float:

@@ -312,6 +312,12 @@ class FileServer:
             self._published[digest] = (path, info.st_size)
         return digest, info.st_size
 
+    def offer(self, path: str, digest: str, size: int) -> None:
+        """Make ``path`` fetchable as ``digest`` (hashed by its writer) for the rest of the run (shared objects)."""
+        with self._lock:
+            self._published[digest] = (path, size)
+            self._users[digest] += 1  # never unpublished by forget(): no job reads it
+
     def expect(self, token: str, destination: Destination, reads: tuple[str, ...] = ()) -> None:
         """Accept outputs for job ``token`` and keep the files it ``reads`` (hashes) published, until :meth:`forget`."""
         with self._lock:

@@ -16,6 +16,8 @@ a task's failure            :func:`encode_error`,       :func:`decode_outcome`,
                             :func:`encode_failure`      :func:`decode_exception`
 a journaled value           the slave's value bytes,    :func:`decode_outcome`
                             stored as they came         (master, on replay)
+an object shared once       :func:`encode_shared`       :func:`decode_shared`
+                            (master, into a file)       (slave, from its mapping)
 ==========================  ==========================  =========================
 
 A change of format therefore cannot reach one side only (Parsl's
@@ -24,21 +26,31 @@ A change of format therefore cannot reach one side only (Parsl's
 (no call of ours around the C function), and a value is pickled on its own so
 that one the master cannot unpickle fails only its own result.
 
-Where later work plugs in, each in one function here: functions by value
-(cloudpickle for a function no slave can import) in :func:`function_reference`
-and :func:`resolve_function`; objects shared by handle (resolved once per
-slave) through a pickler's ``persistent_id`` in :func:`encode_arguments` and an
-unpickler's ``persistent_load`` in :func:`decode_arguments`; large values
-through a store in :func:`encode_value` / :func:`decode_outcome`.
+Functions no slave can import (a notebook's or a REPL's ``__main__``, a
+lambda, a closure) travel by value, with cloudpickle, master to slave only
+(:func:`function_reference`, and :func:`encode_arguments` for one inside the
+arguments); slaves never send code. An object shared once per slave travels as
+a :class:`Shared` handle, which pickles as a call of :func:`shared_object`: the
+slave's resolver (installed by the slave, :func:`install_resolver`) gives the
+object it fetched and mapped once, so :func:`decode_arguments` stays
+``pickle.loads``. Its file (:func:`encode_shared`) is pickle protocol 5 with
+the out-of-band buffers (a numpy array's data) laid out after the pickle, each
+aligned, so that the slave unpickles straight from a memory map, no copy.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
+import struct
+import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, Final
+from typing import IO, Any, Final
 
+import attrs
+
+from mwpy.errors import SharedObjectError
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 #: What a decoded failure is: (exception type name, message, traceback text, pickled exception or None).
@@ -52,23 +64,51 @@ FUNCTIONS_KEPT: Final = 1024
 
 
 def encode_arguments(algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """A task's ``(args, kwargs)``, pickled at submit time: an argument that cannot travel fails at the call site."""
+    """A task's ``(args, kwargs)``, pickled at submit time: an argument that cannot travel fails at the call site.
+
+    Plain pickle first (fast, by reference); what it refuses (a lambda or a
+    closure among the arguments) is tried again with cloudpickle, by value.
+    """
     try:
         return pickle.dumps((args, kwargs), PICKLE_PROTOCOL)
+    except Exception:
+        pass
+    import cloudpickle  # noqa: PLC0415 (40 ms to import: only for what plain pickle refused)
+
+    try:
+        by_value: bytes = cloudpickle.dumps((args, kwargs), PICKLE_PROTOCOL)
     except Exception as exc:
         raise TypeError(f"cannot send the arguments of task {algorithm!r}: {exc}") from exc
+    return by_value
 
 
 #: ``(args, kwargs)`` from :func:`encode_arguments`' bytes: ``pickle.loads`` itself, the slave's per-task hot path.
 decode_arguments: Final[Callable[[bytes], tuple[tuple[Any, ...], dict[str, Any]]]] = pickle.loads
 
 
+def by_value(fn: Callable[..., Any]) -> bool:
+    """Whether slaves cannot import ``fn`` by its module and name: a lambda, a closure, or a function of an
+    interactive ``__main__`` (a notebook's or a REPL's, which has no file a slave could load)."""
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return True
+    interactive = getattr(sys.modules.get("__main__"), "__file__", None) is None
+    return interactive and getattr(fn, "__module__", None) == "__main__"
+
+
 def function_reference(fn: Callable[..., Any]) -> bytes:
-    """A module-level function as it travels: pickled (by reference, its module and name) once per function."""
+    """A function as it travels, made once per function: by reference (its module and name) when slaves can
+    import it, else by value (cloudpickle: its code, defaults and the globals it uses)."""
     try:
-        return pickle.dumps(fn, PICKLE_PROTOCOL)
+        if by_value(fn):
+            import cloudpickle  # noqa: PLC0415 (40 ms to import: only for a function sent by value)
+
+            pickled: bytes = cloudpickle.dumps(fn, PICKLE_PROTOCOL)
+        else:
+            pickled = pickle.dumps(fn, PICKLE_PROTOCOL)
     except Exception as exc:
         raise TypeError(f"cannot send the function {getattr(fn, '__qualname__', fn)} to slaves: {exc}") from exc
+    return pickled
 
 
 _functions: dict[bytes, Callable[..., Any]] = {}
@@ -82,6 +122,110 @@ def resolve_function(reference: bytes) -> Callable[..., Any]:
             _functions.clear()
         fn = _functions[reference] = pickle.loads(reference)
     return fn
+
+
+# ---------------------------------------------------------------------- objects shared once per slave
+
+#: Every buffer in a shared object's file starts at a multiple of this (the widest vector loads like it aligned).
+SHARED_ALIGN: Final = 64
+#: A shared object's file: magic, number of out-of-band buffers, length of the pickle; then each buffer's length.
+_SHARED_HEAD: Final = struct.Struct("<8sQQ")
+_SHARED_MAGIC: Final = b"mwpyshr1"
+
+
+@attrs.frozen
+class Shared:
+    """A handle to an object shared once per slave (``mw.share(obj)``): small, passed as an argument at any depth.
+
+    It names the object's file by its SHA-256 (``digest``) and ``size``, and the
+    file service it is fetched from; it pickles as a call of
+    :func:`shared_object`, so a slave unpickling the arguments gets the object.
+    """
+
+    digest: str
+    size: int
+    host: str
+    port: int
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int, str, int]]:
+        return shared_object, (self.digest, self.size, self.host, self.port)
+
+    def __repr__(self) -> str:
+        return f"<mwpy.Shared {self.digest[:12]} {self.size} bytes>"
+
+
+_resolver: Callable[[Shared], Any] | None = None
+
+
+def install_resolver(resolve: Callable[[Shared], Any]) -> None:
+    """Make ``resolve(handle)`` give the shared objects of this process's arguments (the slave, once it knows
+    its master's secret)."""
+    global _resolver  # one per process: the slave's
+    _resolver = resolve
+
+
+def shared_object(digest: str, size: int, host: str, port: int) -> Any:
+    """The object a :class:`Shared` handle names (what unpickling the handle calls): the resolver's answer."""
+    if _resolver is None:
+        raise SharedObjectError(f"shared object {digest[:12]} can only be used in a task on a slave")
+    return _resolver(Shared(digest, size, host, port))
+
+
+def _padding(offset: int) -> bytes:
+    return b"\0" * (-offset % SHARED_ALIGN)
+
+
+def encode_shared(obj: Any, out: IO[bytes]) -> tuple[str, int]:
+    """Write ``obj`` to ``out`` as a shared object's file; return the file's SHA-256 and size.
+
+    Pickle protocol 5 hands buffer-protocol data (a numpy array's) out of band:
+    it is written from the object's own memory, never copied into the pickle.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    try:
+        body = pickle.dumps(obj, 5, buffer_callback=buffers.append)
+    except Exception:
+        import cloudpickle  # noqa: PLC0415 (40 ms to import: only for what plain pickle refused)
+
+        try:
+            buffers.clear()
+            body = cloudpickle.dumps(obj, 5, buffer_callback=buffers.append)
+        except Exception as exc:
+            raise TypeError(f"cannot share {type(obj).__name__}: {exc}") from exc
+    views = [buffer.raw() for buffer in buffers]
+    digest = hashlib.sha256()
+    written = 0
+
+    def write(data: bytes | memoryview) -> None:
+        nonlocal written
+        digest.update(data)
+        out.write(data)
+        written += len(data)
+
+    write(_SHARED_HEAD.pack(_SHARED_MAGIC, len(views), len(body)))
+    write(struct.pack(f"<{len(views)}Q", *(view.nbytes for view in views)))
+    write(body)
+    for view in views:
+        write(_padding(written))
+        write(view)
+    return digest.hexdigest(), written
+
+
+def decode_shared(data: memoryview) -> Any:
+    """The object of a shared object's file (mapped in memory): its buffers are views of ``data``, not copies."""
+    magic, count, length = _SHARED_HEAD.unpack_from(data)
+    if magic != _SHARED_MAGIC:
+        raise SharedObjectError("not a shared object's file")
+    offset = _SHARED_HEAD.size + 8 * count
+    sizes = struct.unpack_from(f"<{count}Q", data, _SHARED_HEAD.size)
+    body = data[offset : offset + length]
+    offset += length
+    buffers = []
+    for size in sizes:
+        offset += -offset % SHARED_ALIGN
+        buffers.append(data[offset : offset + size])
+        offset += size
+    return pickle.loads(body, buffers=buffers)
 
 
 # ---------------------------------------------------------------------- slave -> master

@@ -1,0 +1,118 @@
+"""Objects shared once per slave (``mw.share(obj)``), through the master's file service.
+
+On the master, :class:`SharedObjects` pickles each object once into a file
+(:func:`mwpy.wire.codec.encode_shared`: protocol 5, a numpy array's data
+written from its own memory) named by its SHA-256, and offers that file on a
+:class:`~mwpy.net.filestore.FileServer`; the handle it returns is what tasks
+carry. On a slave, :class:`SlaveShares` resolves a handle the first time a
+task's arguments name it: the file is fetched by hash into the slave's
+:class:`~mwpy.net.filestore.InputCache` (checked against its hash), mapped
+read-only, unpickled from the mapping (the array's data stays in the map,
+not copied) and kept, so every later task on that slave gets the same object
+with no transfer and no unpickling. Nothing goes through a shared file
+system: a Condor slave fetches exactly as a local one does.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from mwpy.errors import ComputationFinishedError
+from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
+from mwpy.wire import codec
+from mwpy.wire.codec import Shared
+
+
+class SharedObjects:
+    """The master's shared objects: one file each, in a private folder, offered until the master finishes.
+
+    The file service starts with the first object shared (a computation that
+    shares nothing opens no second port); an Executor's users share from their
+    own threads, hence the lock.
+    """
+
+    def __init__(self, secret: bytes, member_id: str, host: str, bind: str | None) -> None:
+        self._service = (secret, member_id, host, bind)
+        self._server: FileServer | None = None
+        self._folder: Path | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def share(self, obj: Any) -> Shared:
+        """Write ``obj``'s file (identical objects: one file) and offer it; return its handle."""
+        server, folder = self._started()
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
+            try:
+                digest, size = codec.encode_shared(obj, out)
+            except BaseException:
+                os.unlink(out.name)
+                raise
+        final = folder / digest
+        os.replace(out.name, final)
+        server.offer(str(final), digest, size)
+        return Shared(digest, size, server.host, server.port)
+
+    def _started(self) -> tuple[FileServer, Path]:
+        with self._lock:
+            if self._closed:
+                raise ComputationFinishedError("cannot share an object after the computation finished")
+            if self._server is None or self._folder is None:
+                secret, member_id, host, bind = self._service
+                self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
+                self._server = FileServer(secret, member_id, host=host, bind=bind)
+            return self._server, self._folder
+
+    def counters(self) -> dict[str, Any]:
+        """What the file service sent: ``fetches`` (per hash), ``bytes_sent`` and the rest."""
+        return (Counters() if self._server is None else self._server.counters).as_dict()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._server is not None:
+                self._server.close()
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class SlaveShares:
+    """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept for the slave's life."""
+
+    def __init__(self, secret: bytes, member_id: str) -> None:
+        self._secret = secret
+        self._member_id = member_id
+        self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
+        self._caches: dict[tuple[str, int], InputCache] = {}  # one per file service (a restarted master: another)
+        self._objects: dict[str, Any] = {}  # digest -> the object
+
+    def resolve(self, handle: Shared) -> Any:
+        """The object ``handle`` names: from memory after its first use here."""
+        try:
+            return self._objects[handle.digest]
+        except KeyError:
+            pass
+        path = self._cache(handle).get(handle.digest)
+        with open(path, "rb") as source:
+            mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
+        obj = self._objects[handle.digest] = codec.decode_shared(memoryview(mapped))
+        return obj
+
+    def _cache(self, handle: Shared) -> InputCache:
+        address = (handle.host, handle.port)
+        cache = self._caches.get(address)
+        if cache is None:
+            client = FileClient(handle.host, handle.port, self._secret, self._member_id)
+            cache = self._caches[address] = InputCache(self._folder / str(len(self._caches)), client)
+        return cache
+
+    def remove(self) -> None:
+        """The slave ends: close its connections, remove its files (the mapped objects stay valid until dropped)."""
+        for cache in self._caches.values():
+            cache.client.close()
+        shutil.rmtree(self._folder, ignore_errors=True)

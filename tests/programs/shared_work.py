@@ -1,0 +1,23 @@
+"""Functions tests/test_shared.py runs on slaves: they look at the shared objects they were given."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+
+def describe(arr: np.ndarray[Any, Any], i: int) -> tuple[int, float, bool, int]:
+    """(pid, the array's sum plus ``i``, whether it is read-only, whether its memory is the slave's own copy)."""
+    return os.getpid(), float(arr.sum()) + i, not arr.flags.writeable, int(arr.flags.owndata)
+
+
+def nested(config: dict[str, Any]) -> float:
+    """A handle deep inside the arguments resolves too."""
+    return float(config["data"][0]["arr"].sum()) + float(len(config["words"]))
+
+
+def identity(config: Any) -> tuple[int, int]:
+    """(pid, the object's id there): one object per slave, reused by every task."""
+    return os.getpid(), id(config)

@@ -1,0 +1,97 @@
+"""Objects shared once per slave (``ex.share``, ``mw.share``, ``mwpy.share``): real slaves, real file service.
+
+The file service's counters are the master's own record of what it sent, so
+"once per slave" is asserted on them: every slave that ran a task fetched the
+object exactly once, whatever number of tasks named it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mwpy
+from mwpy.wire import codec
+from tests.programs import shared_work as work
+from tests.support import PROGRAMS, run_local
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[mwpy.Executor]:
+    with mwpy.Executor(max_workers=2) as ex:
+        yield ex
+
+
+def test_a_shared_array_crosses_once_per_slave(executor: mwpy.Executor) -> None:
+    arr = np.arange(2_000_000, dtype=np.float64)  # 16 MB
+    handle = executor.share(arr)
+    assert len(pickle.dumps(handle)) < 300  # what each task carries
+    answers = list(executor.map(work.describe, [handle] * 60, range(60)))
+    total = float(arr.sum())
+    assert [value for _, value, _, _ in answers] == [total + i for i in range(60)]
+    assert all(read_only and not owns for _, _, read_only, owns in answers)  # mapped from the file, not copied
+    slaves = {pid for pid, _, _, _ in answers}
+    counters = executor.file_counters()
+    assert counters["fetches"] == {handle.digest: len(slaves)}
+    assert counters["bytes_sent"] == len(slaves) * handle.size
+    assert handle.size >= arr.nbytes
+
+
+def test_a_handle_resolves_at_any_depth_and_once_per_slave(executor: mwpy.Executor) -> None:
+    config = {"data": [{"arr": np.ones(1000)}], "words": ["a", "b", "c"]}
+    handle: Any = executor.share(config)  # it stands for the config in the call
+    assert executor.submit(work.nested, {"data": [{"arr": np.ones(10)}], "words": []}).result(60) == 10.0
+    assert executor.submit(work.nested, handle).result(timeout=60) == 1003.0
+    seen = set(executor.map(work.identity, [handle] * 40))
+    assert len(seen) == len({pid for pid, _ in seen})  # each slave gave every task the same object
+
+
+def test_sharing_an_equal_object_again_gives_the_same_file(executor: mwpy.Executor) -> None:
+    first = executor.share({"k": list(range(100))})
+    second = executor.share({"k": list(range(100))})
+    assert first == second
+
+
+def test_a_handle_used_on_the_master_says_where_it_works() -> None:
+    handle = codec.Shared("ab" * 32, 10, "127.0.0.1", 1)
+    with pytest.raises(mwpy.SharedObjectError, match="only be used in a task on a slave"):
+        pickle.loads(pickle.dumps(handle))
+
+
+def test_share_outside_a_master_algorithm_is_refused() -> None:
+    with pytest.raises(mwpy.NotInMasterError, match="share"):
+        mwpy.share([1, 2, 3])
+
+
+def test_the_file_format_keeps_buffers_aligned_and_unpickles_without_copies(tmp_path: Path) -> None:
+    arr = np.arange(1001, dtype=np.int32)
+    path = tmp_path / "obj"
+    with path.open("wb") as out:
+        digest, size = codec.encode_shared({"a": arr, "b": "text"}, out)
+    data = path.read_bytes()
+    assert size == len(data)
+    assert hashlib.sha256(data).hexdigest() == digest
+    view = memoryview(data)
+    back = codec.decode_shared(view)
+    assert back["b"] == "text"
+    assert np.array_equal(back["a"], arr)
+    assert not back["a"].flags.owndata  # a view of the file's bytes
+    address = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    assert (back["a"].ctypes.data - address) % codec.SHARED_ALIGN == 0
+
+
+def test_mwpy_share_inside_a_master_algorithm_under_mwpy_local() -> None:
+    done = run_local(PROGRAMS / "shared_master.py", "30", slaves=2)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    total = float(np.arange(500_000, dtype=np.int64).sum())
+    assert report["values"] == [total * i for i in range(30)]
+    assert report["counters"]["fetches"] == {report["digest"]: report["slaves"]}
+    assert report["counters"]["bytes_sent"] == report["slaves"] * report["size"]
