@@ -29,8 +29,9 @@ How it is built, and why:
   thread and keeps the slave jobs matched to it, at most ``max_workers``. The slaves run
   ``mwpy/_spawn.py``, which loads the user's script as ``__mp_main__`` like
   ``multiprocessing``'s spawn start method, so functions of a script's
-  ``__main__`` work; functions of a REPL's or notebook's ``__main__`` cannot
-  (there is no file to load) and are refused at ``submit()`` with the fix.
+  ``__main__`` travel by reference; functions of a REPL's or notebook's
+  ``__main__`` (there is no file to load), lambdas and closures travel by
+  value with cloudpickle (mwpy/wire/codec.py), master to slave only.
 * A future is its task's listener (mwpy/core/scheduler.py): *running* once
   its task is the first in flight on its slave; ``cancel()`` succeeds before
   that — a task still queued here is dropped unsent, one waiting in a slave's
@@ -363,20 +364,14 @@ class Executor(concurrent.futures.Executor):
         if type(fn) is types.FunctionType:  # the common case: pickled by reference once (calls.call_function)
             reference = self._references.get(fn) or self._reference(fn)
             return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit)
-        if isinstance(fn, TaskAlgorithm):
-            _check_travels(fn.fn)
+        if isinstance(fn, TaskAlgorithm) and not codec.by_value(fn.fn):
             return fn.name, fn.encode(args, kwargs, limit)
-        if isinstance(fn, functools.partial):
-            _check_travels(fn.func)
-            return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit)
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        _check_travels(fn)
-        return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit)
+        return calls.call.name, calls.call.encode((_unwrap(fn), args, kwargs), {}, limit)
 
     def _reference(self, fn: types.FunctionType) -> bytes:
-        """``fn`` pickled (by reference), kept for its next calls; refused with the fix if slaves cannot find it."""
-        _check_travels(fn)
+        """``fn`` pickled (by reference, or by value if slaves cannot import it), kept for its next calls."""
         reference = codec.function_reference(fn)
         if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
@@ -409,11 +404,15 @@ def _in_order(futures: list[_Future[R]], end: float | None) -> Generator[R, None
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The plain function inside a task algorithm (it pickles by reference; the wrapper does not)."""
+    """``fn`` as it can travel inside a task's arguments: a function slaves cannot import as its pickled bytes
+    (:class:`_ByReference`), a task algorithm as its name, a partial with its function so treated."""
+    if isinstance(fn, functools.partial):
+        return functools.partial(_unwrap(fn.func), *fn.args, **fn.keywords)
+    inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
+    if codec.by_value(inner):
+        return _ByReference(codec.function_reference(inner))
     if isinstance(fn, TaskAlgorithm):
-        _check_travels(fn.fn)
         return _ByName(fn.name)  # a picklable stand-in: the slave finds the function by its task name
-    _check_travels(fn)
     return fn
 
 
@@ -427,20 +426,14 @@ class _ByName:
         return registry.require(self.name).fn(*args, **kwargs)
 
 
-def _check_travels(fn: Callable[..., Any]) -> None:
-    """Refuse, with the fix, a function that slaves could never find."""
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", "")
-    if module == "__main__" and getattr(sys.modules.get("__main__"), "__file__", None) is None:
-        raise TypeError(
-            f"{qualname}() is defined in an interactive session (a REPL or a notebook) and slaves cannot "
-            "import it; put it in a module (a .py file) and import it from there"
-        )
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        raise TypeError(
-            f"{qualname} is not defined at the top level of a module, so slaves cannot find it; "
-            "define it with def at module level (as ProcessPoolExecutor requires)"
-        )
+@attrs.frozen
+class _ByReference:
+    """Calls a function slaves cannot import, sent as :func:`mwpy.wire.codec.function_reference`'s bytes."""
+
+    reference: bytes
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return codec.resolve_function(self.reference)(*args, **kwargs)
 
 
 def _backend_options(
