@@ -266,8 +266,8 @@ class Executor(concurrent.futures.Executor):
         """
         if chunksize < 1:
             raise ValueError("chunksize must be at least 1")
-        if kwargs:
-            fn = functools.partial(_unwrap(fn), **kwargs)
+        if kwargs:  # what every call gets: a large one crosses to each slave once
+            fn = functools.partial(_unwrap(fn), **self._intake.share_large(kwargs))
         if chunksize == 1:
             end = None if timeout is None else time.monotonic() + timeout
             return _in_order(self._submit_each(fn, zip(*iterables, strict=False)), end)
@@ -360,15 +360,15 @@ class Executor(concurrent.futures.Executor):
 
     def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes]:
         """The task name and pickled arguments for ``fn(*args, **kwargs)``, checked here."""
-        limit = self._intake.max_frame
+        limit, spill = self._intake.max_frame, self._intake.spill
         if type(fn) is types.FunctionType:  # the common case: pickled by reference once (calls.call_function)
             reference = self._references.get(fn) or self._reference(fn)
-            return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit)
+            return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit, spill)
         if isinstance(fn, TaskAlgorithm) and not codec.by_value(fn.fn):
-            return fn.name, fn.encode(args, kwargs, limit)
+            return fn.name, fn.encode(args, kwargs, limit, spill)
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        return calls.call.name, calls.call.encode((_unwrap(fn), args, kwargs), {}, limit)
+        return calls.call.name, calls.call.encode((_unwrap(fn), args, kwargs), {}, limit, spill)
 
     def _reference(self, fn: types.FunctionType) -> bytes:
         """``fn`` pickled (by reference, or by value if slaves cannot import it), kept for its next calls."""
@@ -465,14 +465,26 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str) -> Optio
         script, folder, shipped = os.path.basename(script), ".", (script,)
     return attrs.evolve(
         parsed,
+        slave_arguments=(*_frame_limits(parsed), *parsed.slave_arguments, script, folder),
         master_host=parsed.master_host or ("127.0.0.1" if backend == "local" else None),
         resource_file=str(resource),
         resource_file_update_interval=UPDATE_INTERVAL,
         member_id=f"executor-{os.getpid()}-{next(_numbers)}",
         slave_executable=parsed.slave_executable or sys.executable,
         slave_files=(*parsed.slave_files, *shipped),
-        slave_arguments=(*parsed.slave_arguments, script, folder),
     )
+
+
+def _frame_limits(options: Options) -> tuple[str, ...]:
+    """The slaves' frame limits matching the master's, when ``options`` changed them: what the master may
+    send, a slave must accept (and the other way round)."""
+    limits: tuple[str, ...] = ()
+    defaults = attrs.fields(Options)
+    if options.max_write_buffer_size != defaults.max_write_buffer_size.default:
+        limits += ("--mw-max-read-buffer-size", str(options.max_write_buffer_size))
+    if options.max_read_buffer_size != defaults.max_read_buffer_size.default:
+        limits += ("--mw-max-write-buffer-size", str(options.max_read_buffer_size))
+    return limits
 
 
 def _spawn_program(backend: str, workdir: Path) -> str:

@@ -122,12 +122,12 @@ class Master:
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick)  # fmt: skip
             undo.callback(self._engine.close)
-            self._intake = Intake(self._sched, self._engine, self._outcomes, max_frame=options.max_write_buffer_size,
-                                  timed=self._observers.timed)  # fmt: skip
             self.host, self.port = self._engine.host, self._engine.port
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
             self._shared = SharedObjects(secret, options.member_id, self.host, self.bind)
+            self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
+                                  max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 import mwpy
+from mwpy.executor import _master_options
 from mwpy.wire import codec
 from tests.programs import shared_work as work
 from tests.support import PROGRAMS, run_local
@@ -95,3 +97,53 @@ def test_mwpy_share_inside_a_master_algorithm_under_mwpy_local() -> None:
     assert report["values"] == [total * i for i in range(30)]
     assert report["counters"]["fetches"] == {report["digest"]: report["slaves"]}
     assert report["counters"]["bytes_sent"] == report["slaves"] * report["size"]
+
+
+# ---------------------------------------------------------------------- issue 22 item 2: large arguments
+
+
+def test_an_argument_larger_than_a_frame_travels_through_the_file_service(tmp_path: Path) -> None:
+    """Before issue 22 such an argument was refused at submit (more than --mw-max-write-buffer-size)."""
+    with mwpy.Executor(max_workers=1, options=["--mw-max-write-buffer-size", str(8 << 20)]) as ex:
+        data = os.urandom(codec.SPILL_ABOVE + 12345)
+        assert ex.submit(work.size_of, data).result(timeout=120) == len(data)
+        assert ex.file_counters()["bytes_sent"] > len(data)
+
+
+def test_a_large_keyword_argument_of_map_crosses_once_per_slave(executor: mwpy.Executor) -> None:
+    before = executor.file_counters()
+    big = np.arange(1_000_000, dtype=np.int64)  # 8 MB, given to every call
+    answers = list(executor.map(work.plus_sum, range(30), big=big))
+    assert [value for _, value in answers] == [int(big.sum()) + x for x in range(30)]
+    slaves = len({pid for pid, _ in answers})
+    after = executor.file_counters()
+    (new,) = set(after["fetches"]) - set(before["fetches"])
+    assert after["fetches"][new] == slaves
+    assert after["bytes_sent"] - before["bytes_sent"] <= slaves * (big.nbytes + 4096)  # not 30 copies
+
+
+def test_mw_map_shares_a_large_keyword_argument_once_per_slave() -> None:
+    done = run_local(PROGRAMS / "big_arguments.py", "kwargs", slaves=2)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    total = int(np.arange(500_000, dtype=np.int64).sum())
+    assert report["values"] == [total + x for x in range(40)]
+    (fetched,) = report["counters"]["fetches"].values()
+    assert fetched == report["slaves"]
+    assert report["counters"]["bytes_sent"] < 2 * report["slaves"] * 4_000_000
+
+
+def test_a_stream_holds_its_window_in_bytes_too() -> None:
+    """1 MiB arguments: at most WINDOW_BYTES of them ahead (plus one), not the 10,000-task window's."""
+    done = run_local(PROGRAMS / "big_arguments.py", "window", slaves=1)
+    assert done.returncode == 0, done.stderr
+    taken = int(done.stdout.split("taken ")[1].split()[0])
+    assert taken <= (256 << 20) // (1 << 20) + 1  # the default WINDOW_BYTES: 256 MiB; all 300 before issue 22
+    assert "first 1048576" in done.stdout
+
+
+def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
+    options = _master_options(["--mw-max-write-buffer-size", "200000000"], Path("r.json"), "local")
+    arguments = options.slave_arguments
+    assert arguments[arguments.index("--mw-max-read-buffer-size") + 1] == "200000000"
+    assert "--mw-max-write-buffer-size" not in arguments

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import shutil
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from mwpy.errors import ComputationFinishedError
 from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
 from mwpy.wire import codec
 from mwpy.wire.codec import Shared
+from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 
 class SharedObjects:
@@ -46,17 +48,36 @@ class SharedObjects:
 
     def share(self, obj: Any) -> Shared:
         """Write ``obj``'s file (identical objects: one file) and offer it; return its handle."""
+        return self._offer(*codec.pickled_out_of_band(obj), keep=True)
+
+    def share_large(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``map``'s keyword arguments, each of at least :data:`~mwpy.wire.codec.SHARE_ABOVE` bytes shared:
+        what every call gets crosses to each slave once (``ex.map(f, xs, big=arr)``)."""
+        shared = dict(kwargs)
+        for name, value in kwargs.items():
+            if isinstance(value, Shared):
+                continue
+            body, views = codec.pickled_out_of_band(value)
+            if len(body) + sum(view.nbytes for view in views) >= codec.SHARE_ABOVE:
+                shared[name] = self._offer(body, views, keep=True)
+        return shared
+
+    def spill(self, payload: bytes) -> bytes:
+        """A task's pickled arguments too large for a frame, as the small payload that names their file."""
+        return pickle.dumps(self._offer(payload, [], keep=False), PICKLE_PROTOCOL)
+
+    def _offer(self, body: bytes, views: list[memoryview], *, keep: bool) -> Shared:
         server, folder = self._started()
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
             try:
-                digest, size = codec.encode_shared(obj, out)
+                digest, size = codec.write_shared(body, views, out)
             except BaseException:
                 os.unlink(out.name)
                 raise
         final = folder / digest
         os.replace(out.name, final)
         server.offer(str(final), digest, size)
-        return Shared(digest, size, server.host, server.port)
+        return Shared(digest, size, server.host, server.port, keep)
 
     def _started(self) -> tuple[FileServer, Path]:
         with self._lock:
@@ -100,7 +121,12 @@ class SlaveShares:
         path = self._cache(handle).get(handle.digest)
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
-        obj = self._objects[handle.digest] = codec.decode_shared(memoryview(mapped))
+        obj = codec.decode_shared(memoryview(mapped))
+        if handle.keep:
+            self._objects[handle.digest] = obj
+        else:  # one task's arguments: unpickled (copied) out of the map, which goes with the file
+            del mapped
+            path.unlink()
         return obj
 
     def _cache(self, handle: Shared) -> InputCache:

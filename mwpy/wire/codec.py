@@ -126,6 +126,10 @@ def resolve_function(reference: bytes) -> Callable[..., Any]:
 
 # ---------------------------------------------------------------------- objects shared once per slave
 
+#: Pickled arguments above this many bytes travel through the file service, not in a frame (issue 22).
+SPILL_ABOVE: Final = 16 << 20
+#: A keyword argument of ``map`` above this many bytes is shared once per slave, not sent with every call.
+SHARE_ABOVE: Final = 1 << 20
 #: Every buffer in a shared object's file starts at a multiple of this (the widest vector loads like it aligned).
 SHARED_ALIGN: Final = 64
 #: A shared object's file: magic, number of out-of-band buffers, length of the pickle; then each buffer's length.
@@ -146,9 +150,11 @@ class Shared:
     size: int
     host: str
     port: int
+    #: False for a task's arguments too large for a frame (:data:`SPILL_ABOVE`): used once, not kept.
+    keep: bool = True
 
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int, str, int]]:
-        return shared_object, (self.digest, self.size, self.host, self.port)
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int, str, int, bool]]:
+        return shared_object, (self.digest, self.size, self.host, self.port, self.keep)
 
     def __repr__(self) -> str:
         return f"<mwpy.Shared {self.digest[:12]} {self.size} bytes>"
@@ -164,23 +170,19 @@ def install_resolver(resolve: Callable[[Shared], Any]) -> None:
     _resolver = resolve
 
 
-def shared_object(digest: str, size: int, host: str, port: int) -> Any:
+def shared_object(digest: str, size: int, host: str, port: int, keep: bool = True) -> Any:
     """The object a :class:`Shared` handle names (what unpickling the handle calls): the resolver's answer."""
     if _resolver is None:
         raise SharedObjectError(f"shared object {digest[:12]} can only be used in a task on a slave")
-    return _resolver(Shared(digest, size, host, port))
+    return _resolver(Shared(digest, size, host, port, keep))
 
 
 def _padding(offset: int) -> bytes:
     return b"\0" * (-offset % SHARED_ALIGN)
 
 
-def encode_shared(obj: Any, out: IO[bytes]) -> tuple[str, int]:
-    """Write ``obj`` to ``out`` as a shared object's file; return the file's SHA-256 and size.
-
-    Pickle protocol 5 hands buffer-protocol data (a numpy array's) out of band:
-    it is written from the object's own memory, never copied into the pickle.
-    """
+def pickled_out_of_band(obj: Any) -> tuple[bytes, list[memoryview]]:
+    """``obj`` pickled with protocol 5: the pickle, and the buffer-protocol data (views, not copies) beside it."""
     buffers: list[pickle.PickleBuffer] = []
     try:
         body = pickle.dumps(obj, 5, buffer_callback=buffers.append)
@@ -192,7 +194,20 @@ def encode_shared(obj: Any, out: IO[bytes]) -> tuple[str, int]:
             body = cloudpickle.dumps(obj, 5, buffer_callback=buffers.append)
         except Exception as exc:
             raise TypeError(f"cannot share {type(obj).__name__}: {exc}") from exc
-    views = [buffer.raw() for buffer in buffers]
+    return body, [buffer.raw() for buffer in buffers]
+
+
+def encode_shared(obj: Any, out: IO[bytes]) -> tuple[str, int]:
+    """Write ``obj`` to ``out`` as a shared object's file; return the file's SHA-256 and size.
+
+    Pickle protocol 5 hands buffer-protocol data (a numpy array's) out of band:
+    it is written from the object's own memory, never copied into the pickle.
+    """
+    return write_shared(*pickled_out_of_band(obj), out)
+
+
+def write_shared(body: bytes, views: list[memoryview], out: IO[bytes]) -> tuple[str, int]:
+    """A shared object's file of a pickle and its out-of-band buffers (none for spilled arguments)."""
     digest = hashlib.sha256()
     written = 0
 

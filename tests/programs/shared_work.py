@@ -21,3 +21,11 @@ def nested(config: dict[str, Any]) -> float:
 def identity(config: Any) -> tuple[int, int]:
     """(pid, the object's id there): one object per slave, reused by every task."""
     return os.getpid(), id(config)
+
+
+def size_of(data: bytes) -> int:
+    return len(data)
+
+
+def plus_sum(x: int, big: np.ndarray[Any, Any]) -> tuple[int, int]:
+    return os.getpid(), int(big.sum()) + x
