@@ -224,7 +224,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
     _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
-    codec.install_resolver(_shared_objects(endpoint))
+    codec.install_resolver(_shared_objects(endpoint, options.cache_size))
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     try:
         worker = connect(
@@ -259,7 +259,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     return status
 
 
-def _shared_objects(endpoint: Endpoint) -> Callable[[codec.Shared], Any]:
+def _shared_objects(endpoint: Endpoint, cache_size: int) -> Callable[[codec.Shared], Any]:
     """The slave's resolver of shared objects (``mw.share``); the file service's client loads with the first."""
     shares = None
 
@@ -268,7 +268,7 @@ def _shared_objects(endpoint: Endpoint) -> Callable[[codec.Shared], Any]:
         if shares is None:
             from mwpy.net.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
 
-            shares = SlaveShares(endpoint.secret, endpoint.member_id)
+            shares = SlaveShares(endpoint.secret, endpoint.member_id, cache_size)
             atexit.register(shares.remove)
         return shares.resolve(handle)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import mwpy
+from mwpy import resource_file
 from mwpy.executor import _master_options
 from mwpy.wire import codec
 from tests.programs import shared_work as work
@@ -147,3 +148,22 @@ def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
     arguments = options.slave_arguments
     assert arguments[arguments.index("--mw-max-read-buffer-size") + 1] == "200000000"
     assert "--mw-max-write-buffer-size" not in arguments
+
+
+# ---------------------------------------------------------------------- issue 22 item 4: a bounded cache
+
+
+def test_a_slave_keeps_at_most_its_cache_size_and_fetches_an_evicted_object_again() -> None:
+    with mwpy.Executor(max_workers=1, options=["--mw-cache-size", str(3_000_000)]) as ex:
+        first, second = ex.share(np.zeros(250_000)), ex.share(np.ones(250_000))  # 2 MB each: one fits
+        handle: Any
+        for handle, expected in ((first, 0.0), (first, 0.0), (second, 250_000.0), (first, 0.0)):
+            assert ex.submit(work.describe, handle, 0).result(timeout=60)[1] == expected
+        fetches = ex.file_counters()["fetches"]
+    assert fetches == {first.digest: 2, second.digest: 1}  # the second evicted the first, which came back
+
+
+def test_the_master_passes_its_cache_size_to_the_slaves_it_advertises(tmp_path: Path) -> None:
+    with mwpy.Executor(max_workers=1, workdir=tmp_path, options=["--mw-cache-size", "123456"]):
+        advertised = resource_file.read(str(tmp_path / "resource.json")).slave_arguments
+    assert advertised[advertised.index("--mw-cache-size") + 1] == "123456"

@@ -21,6 +21,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -103,31 +104,54 @@ class SharedObjects:
 
 
 class SlaveShares:
-    """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept for the slave's life."""
+    """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept while it fits.
 
-    def __init__(self, secret: bytes, member_id: str) -> None:
+    At most ``max_bytes`` of objects' files are kept (``--mw-cache-size``),
+    least recently used first out: an object evicted loses this slave's
+    reference and its file, so it is fetched again if a later task names it
+    (a task still holding it keeps its mapping). The newest object always
+    stays, whatever its size. ``counters`` say what happened (hits, misses,
+    bytes fetched, evictions).
+    """
+
+    def __init__(self, secret: bytes, member_id: str, max_bytes: int) -> None:
         self._secret = secret
         self._member_id = member_id
+        self._max_bytes = max_bytes
         self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
         self._caches: dict[tuple[str, int], InputCache] = {}  # one per file service (a restarted master: another)
-        self._objects: dict[str, Any] = {}  # digest -> the object
+        self._objects: OrderedDict[str, tuple[Any, Path, int]] = OrderedDict()  # digest -> (object, file, size)
+        self._held = 0  # bytes of the files of the objects kept
+        self.counters: Counter[str] = Counter()
 
     def resolve(self, handle: Shared) -> Any:
-        """The object ``handle`` names: from memory after its first use here."""
-        try:
-            return self._objects[handle.digest]
-        except KeyError:
-            pass
+        """The object ``handle`` names: from memory after its first use here, while it stays in the cache."""
+        kept = self._objects.get(handle.digest)
+        if kept is not None:
+            self._objects.move_to_end(handle.digest)
+            self.counters["hits"] += 1
+            return kept[0]
+        self.counters["misses"] += 1
         path = self._cache(handle).get(handle.digest)
+        self.counters["bytes_fetched"] += handle.size
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
         obj = codec.decode_shared(memoryview(mapped))
         if handle.keep:
-            self._objects[handle.digest] = obj
+            self._objects[handle.digest] = (obj, path, handle.size)
+            self._held += handle.size
+            self._evict()
         else:  # one task's arguments: unpickled (copied) out of the map, which goes with the file
             del mapped
             path.unlink()
         return obj
+
+    def _evict(self) -> None:
+        while self._held > self._max_bytes and len(self._objects) > 1:
+            _, (_, path, size) = self._objects.popitem(last=False)
+            self._held -= size
+            path.unlink(missing_ok=True)
+            self.counters["evictions"] += 1
 
     def _cache(self, handle: Shared) -> InputCache:
         address = (handle.host, handle.port)
