@@ -56,7 +56,7 @@ if TYPE_CHECKING:
         TaskRaisedError,
         task,
     )
-    from mwpy.wire.codec import Shared
+    from mwpy.wire.codec import File, Shared
     from mwpy.wire.protocol import ExitCode
 
 #: Where each public name that is loaded on first use lives.
@@ -67,6 +67,7 @@ _HOMES = {
     "Master": "mwpy.master",
     "share": "mwpy.master",
     "Shared": "mwpy.wire.codec",
+    "File": "mwpy.wire.codec",
     "Slave": "mwpy.slave",
     "SlaveKind": "mwpy.core.scheduler",
     "SlaveStatus": "mwpy.slave",
@@ -115,6 +116,7 @@ __all__ = [
     "ConfigurationError",
     "Executor",
     "ExitCode",
+    "File",
     "JournalError",
     "LoopEvents",
     "Master",

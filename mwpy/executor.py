@@ -360,15 +360,15 @@ class Executor(concurrent.futures.Executor):
 
     def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes]:
         """The task name and pickled arguments for ``fn(*args, **kwargs)``, checked here."""
-        limit, spill = self._intake.max_frame, self._intake.spill
+        limit, store = self._intake.max_frame, self._intake.store
         if type(fn) is types.FunctionType:  # the common case: pickled by reference once (calls.call_function)
             reference = self._references.get(fn) or self._reference(fn)
-            return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit, spill)
+            return calls.call_function.name, calls.call_function.encode((reference, args, kwargs), {}, limit, store)
         if isinstance(fn, TaskAlgorithm) and not codec.by_value(fn.fn):
-            return fn.name, fn.encode(args, kwargs, limit, spill)
+            return fn.name, fn.encode(args, kwargs, limit, store)
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        return calls.call.name, calls.call.encode((_unwrap(fn), args, kwargs), {}, limit, spill)
+        return calls.call.name, calls.call.encode((_unwrap(fn), args, kwargs), {}, limit, store)
 
     def _reference(self, fn: types.FunctionType) -> bytes:
         """``fn`` pickled (by reference, or by value if slaves cannot import it), kept for its next calls."""

@@ -42,8 +42,8 @@ class Intake:
         self._outcomes = outcomes
         #: The largest arguments a frame carries (``--mw-max-write-buffer-size``).
         self.max_frame = max_frame
-        #: Where arguments too large for a frame go (the master's file service): ``TaskAlgorithm.encode``'s spill.
-        self.spill = shares.spill
+        #: The master's file service, for ``TaskAlgorithm.encode``: ``mwpy.File`` arguments, arguments too large.
+        self.store = shares
         #: ``map``'s keyword arguments with the large ones shared once per slave.
         self.share_large = shares.share_large
         #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
@@ -61,7 +61,7 @@ class Intake:
         self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> TaskFuture[Any]:
         """``submit()``: queue a task whose result goes to ``mw.results()`` and settles the returned future."""
-        payload = algorithm.encode(args, kwargs, self.max_frame, self.spill)
+        payload = algorithm.encode(args, kwargs, self.max_frame, self.store)
         future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
         entry = Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key)
         if self._timed or entry.key is not None or self.finished:

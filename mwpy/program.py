@@ -224,7 +224,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
     _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
-    codec.install_resolver(_shared_objects(endpoint, options.cache_size))
+    _shared_objects(endpoint, options.cache_size)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     try:
         worker = connect(
@@ -259,20 +259,23 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     return status
 
 
-def _shared_objects(endpoint: Endpoint, cache_size: int) -> Callable[[codec.Shared], Any]:
-    """The slave's resolver of shared objects (``mw.share``); the file service's client loads with the first."""
+def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:
+    """Install the slave's resolvers of shared objects and files (``mw.share``, ``mwpy.File``); the file
+    service's client loads with the first."""
     shares = None
 
-    def resolve(handle: codec.Shared) -> Any:
+    def started() -> Any:
         nonlocal shares
         if shares is None:
             from mwpy.net.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
 
             shares = SlaveShares(endpoint.secret, endpoint.member_id, cache_size)
             atexit.register(shares.remove)
-        return shares.resolve(handle)
+        return shares
 
-    return resolve
+    codec.install_resolver(
+        lambda handle: started().resolve(handle), lambda handle, mode, name: started().resolve_file(handle, mode, name)
+    )
 
 
 def _wait_for_resource_file(options: Options) -> float:

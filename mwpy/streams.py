@@ -165,7 +165,7 @@ def _streaming(master: Master, calls_: _Calls, window: int) -> Generator[tuple[i
                     break
                 index, args = item
                 ahead.took_one()
-                payload = algorithm.encode(args, kwargs, intake.max_frame, intake.spill)
+                payload = algorithm.encode(args, kwargs, intake.max_frame, intake.store)
                 sizes[index] = len(payload)
                 held += len(payload)
                 listener = _Item(stream, index)

@@ -448,22 +448,20 @@ class TaskAlgorithm(Generic[P, R]):
                 raise TypeError(f"{self.name}.submit(): {exc}") from None
 
     def encode(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        max_frame: int,
-        spill: Callable[[bytes], bytes] | None = None,
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int, store: codec.Store | None = None
     ) -> bytes:
         """Check and pickle a call's arguments at the call site: a wrong or unsendable argument fails here.
 
-        Arguments above :data:`~mwpy.wire.codec.SPILL_ABOVE` bytes go to ``spill``
-        (the master's file service) when given; else arguments a frame of
-        ``max_frame`` bytes (``--mw-max-write-buffer-size``) cannot carry fail here.
+        With ``store`` (the master's file service) a ``mwpy.File`` among them
+        is published there and arguments above :data:`~mwpy.wire.codec.SPILL_ABOVE`
+        bytes go there; else arguments a frame of ``max_frame`` bytes
+        (``--mw-max-write-buffer-size``) cannot carry fail here.
         """
         self.check_arguments(args, kwargs)
-        payload = codec.encode_arguments(self.name, args, kwargs)
-        if spill is not None and len(payload) > codec.SPILL_ABOVE:
-            return spill(payload)
+        if store is None:
+            payload = codec.encode_arguments(self.name, args, kwargs)
+        else:
+            payload = codec.encode_with(store, self.name, args, kwargs)
         if not fits(len(payload), max_frame):
             raise ConfigurationError(
                 f"the arguments of task {self.name!r} take {len(payload)} bytes, more than a frame "

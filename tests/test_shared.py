@@ -167,3 +167,26 @@ def test_the_master_passes_its_cache_size_to_the_slaves_it_advertises(tmp_path: 
     with mwpy.Executor(max_workers=1, workdir=tmp_path, options=["--mw-cache-size", "123456"]):
         advertised = resource_file.read(str(tmp_path / "resource.json")).slave_arguments
     assert advertised[advertised.index("--mw-cache-size") + 1] == "123456"
+
+
+# ---------------------------------------------------------------------- issue 22 item 3: files
+
+
+def test_a_file_argument_arrives_as_a_verified_local_copy_once_per_slave(tmp_path: Path) -> None:
+    data = tmp_path / "table.csv"
+    data.write_text("a,b\n1,2\n", encoding="utf-8")
+    data.chmod(0o640)
+    with mwpy.Executor(max_workers=1) as ex:
+        answers = [ex.submit(work.read_file, mwpy.File(data)).result(timeout=60) for _ in range(3)]
+        counters = ex.file_counters()
+    for name, text, mode, path in answers:
+        assert (name, text, mode) == ("table.csv", "a,b\n1,2\n", 0o640)
+        assert path != str(data)  # the slave's own copy, not the master's file
+    assert list(counters["fetches"].values()) == [1]
+    assert counters["bytes_sent"] == data.stat().st_size
+
+
+def test_a_file_outside_a_task_s_arguments_says_so(tmp_path: Path) -> None:
+    with pytest.raises(mwpy.SharedObjectError, match=r"travels only in a task's arguments"):
+        pickle.dumps(mwpy.File(tmp_path / "x"))
+    assert os.fspath(mwpy.File(tmp_path / "x")) == str(tmp_path / "x")

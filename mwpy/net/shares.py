@@ -56,12 +56,19 @@ class SharedObjects:
         what every call gets crosses to each slave once (``ex.map(f, xs, big=arr)``)."""
         shared = dict(kwargs)
         for name, value in kwargs.items():
-            if isinstance(value, Shared):
+            if isinstance(value, Shared | codec.File):
                 continue
             body, views = codec.pickled_out_of_band(value)
             if len(body) + sum(view.nbytes for view in views) >= codec.SHARE_ABOVE:
                 shared[name] = self._offer(body, views, keep=True)
         return shared
+
+    def publish_file(self, path: str) -> tuple[Shared, int]:
+        """Offer the file at ``path`` (hashed once while unchanged) for the rest of the run; its handle and mode."""
+        server, _ = self._started()
+        digest, size = server.publish(path)
+        server.offer(path, digest, size)
+        return Shared(digest, size, server.host, server.port), os.stat(path).st_mode & 0o7777
 
     def spill(self, payload: bytes) -> bytes:
         """A task's pickled arguments too large for a frame, as the small payload that names their file."""
@@ -145,6 +152,15 @@ class SlaveShares:
             del mapped
             path.unlink()
         return obj
+
+    def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
+        """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""
+        cached = self._cache(handle).get(handle.digest, mode)
+        named = self._folder / "files" / f"{handle.digest}.{mode:o}" / name
+        if not named.exists():
+            named.parent.mkdir(parents=True, exist_ok=True)
+            os.link(cached, named)
+        return codec.File(str(named))
 
     def _evict(self) -> None:
         while self._held > self._max_bytes and len(self._objects) > 1:

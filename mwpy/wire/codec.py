@@ -40,13 +40,15 @@ aligned, so that the slave unpickles straight from a memory map, no copy.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
+import os
 import pickle
 import struct
 import sys
 import traceback
 from collections.abc import Callable
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Protocol
 
 import attrs
 
@@ -160,14 +162,74 @@ class Shared:
         return f"<mwpy.Shared {self.digest[:12]} {self.size} bytes>"
 
 
+def _path_text(path: str | os.PathLike[str]) -> str:
+    return os.fspath(path)
+
+
+@attrs.frozen
+class File:
+    """``mwpy.File(path)``: a file as a task's argument; the task gets a ``File`` of a verified local copy.
+
+    On the master it names a file there; pickled into a task's arguments it is
+    published on the master's file service by its SHA-256 (hashed once while
+    unchanged), and on the slave it is a ``File`` of the cached copy (same
+    base name, same permission bits), fetched once per slave. It is a path-like
+    object: ``open(f)``, ``os.fspath(f)``, ``Path(f)`` work on both sides.
+    """
+
+    path: str = attrs.field(converter=_path_text)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[tuple[str, int, str, int], int, str]]:
+        publish = _publisher.get()
+        if publish is None:
+            raise SharedObjectError(
+                f"mwpy.File({self.path!r}) travels only in a task's arguments, from the master to a slave"
+            )
+        handle, mode = publish(self.path)
+        where = (handle.digest, handle.size, handle.host, handle.port)
+        return shared_file, (where, mode, os.path.basename(self.path))
+
+
+class Store(Protocol):
+    """Where a task's arguments put what does not ride in a frame: the master's file service (mwpy/net/shares.py)."""
+
+    def spill(self, payload: bytes) -> bytes:
+        """Pickled arguments too large for a frame, as the small payload that names their file."""
+        ...  # pragma: no cover
+
+    def publish_file(self, path: str) -> tuple[Shared, int]:
+        """Offer the file at ``path``; its handle and permission bits."""
+        ...  # pragma: no cover
+
+
+#: While a task's arguments are pickled on the master: how a :class:`File` among them is published.
+_publisher: contextvars.ContextVar[Callable[[str], tuple[Shared, int]] | None] = contextvars.ContextVar(
+    "mwpy_file_publisher", default=None
+)
+
+
+def encode_with(store: Store, algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """:func:`encode_arguments` with ``store`` publishing the :class:`File` arguments and taking large ones."""
+    token = _publisher.set(store.publish_file)
+    try:
+        payload = encode_arguments(algorithm, args, kwargs)
+    finally:
+        _publisher.reset(token)
+    return store.spill(payload) if len(payload) > SPILL_ABOVE else payload
+
+
 _resolver: Callable[[Shared], Any] | None = None
+_file_resolver: Callable[[Shared, int, str], File] | None = None
 
 
-def install_resolver(resolve: Callable[[Shared], Any]) -> None:
-    """Make ``resolve(handle)`` give the shared objects of this process's arguments (the slave, once it knows
-    its master's secret)."""
-    global _resolver  # one per process: the slave's
-    _resolver = resolve
+def install_resolver(resolve: Callable[[Shared], Any], resolve_file: Callable[[Shared, int, str], File]) -> None:
+    """Make ``resolve(handle)`` give the shared objects of this process's arguments, and ``resolve_file(handle,
+    mode, name)`` the local copies of its files (the slave, once it knows its master's secret)."""
+    global _resolver, _file_resolver  # one per process: the slave's
+    _resolver, _file_resolver = resolve, resolve_file
 
 
 def shared_object(digest: str, size: int, host: str, port: int, keep: bool = True) -> Any:
@@ -175,6 +237,14 @@ def shared_object(digest: str, size: int, host: str, port: int, keep: bool = Tru
     if _resolver is None:
         raise SharedObjectError(f"shared object {digest[:12]} can only be used in a task on a slave")
     return _resolver(Shared(digest, size, host, port, keep))
+
+
+def shared_file(where: tuple[str, int, str, int], mode: int, name: str) -> File:
+    """The local copy of a :class:`File` argument (what unpickling one calls on the slave); ``where`` is its
+    :class:`Shared` handle's fields."""
+    if _file_resolver is None:
+        raise SharedObjectError(f"file {name!r} can only be used in a task on a slave")
+    return _file_resolver(Shared(*where), mode, name)
 
 
 def _padding(offset: int) -> bytes:
