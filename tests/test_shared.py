@@ -186,6 +186,16 @@ def test_a_file_argument_arrives_as_a_verified_local_copy_once_per_slave(tmp_pat
     assert counters["bytes_sent"] == data.stat().st_size
 
 
+def test_a_task_that_writes_to_its_file_does_not_change_the_next_task_s(tmp_path: Path) -> None:
+    data = tmp_path / "input.txt"
+    data.write_text("original\n", encoding="utf-8")
+    with mwpy.Executor(max_workers=1) as ex:
+        ex.submit(work.spoil, mwpy.File(data)).result(timeout=60)
+        assert ex.submit(work.read_file, mwpy.File(data)).result(timeout=60)[1] == "original\n"
+        assert list(ex.file_counters()["fetches"].values()) == [2]  # the changed copy was replaced
+    assert data.read_text(encoding="utf-8") == "original\n"
+
+
 def test_a_file_outside_a_task_s_arguments_says_so(tmp_path: Path) -> None:
     with pytest.raises(mwpy.SharedObjectError, match=r"travels only in a task's arguments"):
         pickle.dumps(mwpy.File(tmp_path / "x"))

@@ -15,6 +15,7 @@ system: a Condor slave fetches exactly as a local one does.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import pickle
@@ -30,6 +31,8 @@ from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
 from mwpy.wire import codec
 from mwpy.wire.codec import Shared
 from mwpy.wire.protocol import PICKLE_PROTOCOL
+
+log = logging.getLogger("mwpy.slave")
 
 
 class SharedObjects:
@@ -139,8 +142,10 @@ class SlaveShares:
             self.counters["hits"] += 1
             return kept[0]
         self.counters["misses"] += 1
-        path = self._cache(handle).get(handle.digest)
-        self.counters["bytes_fetched"] += handle.size
+        cache = self._cache(handle)
+        before = cache.fetched_bytes
+        path = cache.get(handle.digest)
+        self.counters["bytes_fetched"] += cache.fetched_bytes - before
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
         obj = codec.decode_shared(memoryview(mapped))
@@ -155,10 +160,11 @@ class SlaveShares:
 
     def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
         """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""
-        cached = self._cache(handle).get(handle.digest, mode)
+        cached = self._cache(handle).get(handle.digest, mode)  # a clean copy if a task changed the last one
         named = self._folder / "files" / f"{handle.digest}.{mode:o}" / name
-        if not named.exists():
+        if not (named.exists() and named.samefile(cached)):
             named.parent.mkdir(parents=True, exist_ok=True)
+            named.unlink(missing_ok=True)
             os.link(cached, named)
         return codec.File(str(named))
 
@@ -178,7 +184,13 @@ class SlaveShares:
         return cache
 
     def remove(self) -> None:
-        """The slave ends: close its connections, remove its files (the mapped objects stay valid until dropped)."""
+        """The slave ends: say what the cache did, close its connections, remove its files (the mapped objects
+        stay valid until dropped)."""
+        counts = self.counters
+        log.info(
+            "shared objects: %d hits, %d misses, %d bytes fetched, %d evicted",
+            counts["hits"], counts["misses"], counts["bytes_fetched"], counts["evictions"],
+        )  # fmt: skip
         for cache in self._caches.values():
             cache.client.close()
         shutil.rmtree(self._folder, ignore_errors=True)

@@ -36,3 +36,9 @@ def read_file(f: Any) -> tuple[str, str, int, str]:
     with open(f, encoding="utf-8") as source:
         text = source.read()
     return os.path.basename(f), text, os.stat(f).st_mode & 0o777, os.fspath(f)
+
+
+def spoil(f: Any) -> None:
+    """A task that writes to its input file (its own copy: the next task must not see this)."""
+    with open(f, "a", encoding="utf-8") as sink:
+        sink.write("spoiled\n")
