@@ -185,6 +185,8 @@ class Sizes:
     shared_tasks: int = 1_000
     kwargs_megabytes: int = 60
     kwargs_tasks: int = 200
+    #: Scenario 9 (issue 22): distinct arguments of 1 MB through ``mw.map``.
+    large_argument_tasks: int = 100_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -205,6 +207,7 @@ class Sizes:
             shared_tasks=50,
             kwargs_megabytes=2,
             kwargs_tasks=20,
+            large_argument_tasks=200,
         )
 
     def scaled(self, factor: float) -> Sizes:
@@ -225,6 +228,7 @@ class Sizes:
             warmup_tasks=scale(self.warmup_tasks),
             shared_tasks=scale(self.shared_tasks),
             kwargs_tasks=scale(self.kwargs_tasks),
+            large_argument_tasks=scale(self.large_argument_tasks),
         )
 
 

@@ -694,6 +694,25 @@ def shared(settings: Settings) -> Outcome:
     return run_rounds(settings, name, systems, targets)
 
 
+# ---------------------------------------------------------------------- 9. large distinct arguments (issue 22)
+
+
+def large_arguments(settings: Settings) -> Outcome:
+    """Issue 22: ``mw.map`` over distinct 1 MB arguments; the master's peak RSS must stay under 1 GiB.
+
+    Before issue 22 ``mw.map`` kept 10,000 tasks ahead whatever their size
+    (a master grew to 6.2 GB); it now also stops at ``streams.WINDOW_BYTES``.
+    """
+    name = "9 large arguments"
+    n = settings.sizes.large_argument_tasks
+    label = f"mw.map, {n:,} distinct 1 MB arguments"
+    params = {"mode": "large", "tasks": n, "argument_bytes": 1_000_000}
+    run = MwpyRun(params, slaves=settings.workers, timeout=3600.0)
+    systems = [System("mwpy", label, functools.partial(_mwpy, settings, name, label, run))]
+    targets = [single("9. large arguments: master peak RSS (MiB)", "mwpy", "peak_rss_mb", 1024.0)]
+    return run_rounds(settings, name, systems, targets)
+
+
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -707,10 +726,11 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "executor": executor,
     "startup": startup,
     "shared": shared,
+    "large-arguments": large_arguments,
 }
 
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).
 NEEDS_OPTION = {"baseline": "--baseline"}
 #: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round;
-#: scenario 8 moves hundreds of MiB and needs numpy).
-ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared"})
+#: scenarios 8 and 9 move hundreds of MiB, even 100 GB).
+ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared", "large-arguments"})
