@@ -540,10 +540,11 @@ def _script(settings: Settings, scenario: str, label: str, program: Path, params
     return run_child_json(argv, timeout=900, name=program.stem)
 
 
-def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
-    """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
+def _script_row(settings: Settings, scenario: str, label: str, program: Path, params: dict[str, Any]) -> Row:
+    """A plain script's run as a row (its tasks, time, rate, peak RSS; all it reported in ``extra``), or a row
+    saying it failed."""
     try:
-        report = _script(settings, scenario, label, EXECUTOR_PROGRAM, params)
+        report = _script(settings, scenario, label, program, params)
     except BenchError as exc:
         return Row(scenario, label, skipped=f"failed: {exc}")
     return Row(
@@ -553,9 +554,16 @@ def _executor(settings: Settings, scenario: str, label: str, params: dict[str, A
         seconds=report["seconds"],
         tasks_per_s=report["tasks_per_s"],
         peak_rss_mb=report["peak_rss_mb"],
-        note=f"start-up {report['startup_seconds']:.1f} s, not counted",
         extra=report,
     )
+
+
+def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
+    """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
+    row = _script_row(settings, scenario, label, EXECUTOR_PROGRAM, params)
+    if row.skipped is None:
+        row.note = f"start-up {row.extra['startup_seconds']:.1f} s, not counted"
+    return row
 
 
 def executor(settings: Settings) -> Outcome:
@@ -645,19 +653,10 @@ def _shared_run(settings: Settings, scenario: str, label: str, params: dict[str,
     """Run ``shared_program.py`` once (mwpy or dask, one mode), or a row saying it failed or is not installed."""
     if params["system"] == "dask" and importlib.util.find_spec("distributed") is None:
         return Row(scenario, label, skipped="dask.distributed is not installed (the bench extra)")
-    try:
-        report = _script(settings, scenario, label, SHARED_PROGRAM, params)
-    except BenchError as exc:
-        return Row(scenario, label, skipped=f"failed: {exc}")
-    return Row(
-        scenario,
-        label,
-        tasks=report["tasks"],
-        seconds=report["seconds"],
-        tasks_per_s=report["tasks_per_s"],
-        peak_rss_mb=report["peak_rss_mb"],
-        extra={**report, "rss_over_array_mb": report["peak_rss_mb"] - report["array_mb"]},
-    )
+    row = _script_row(settings, scenario, label, SHARED_PROGRAM, params)
+    if row.skipped is None:
+        row.extra["rss_over_array_mb"] = row.extra["peak_rss_mb"] - row.extra["array_mb"]
+    return row
 
 
 def shared(settings: Settings) -> Outcome:
