@@ -18,6 +18,8 @@ a journaled value           the slave's value bytes,    :func:`decode_outcome`
                             stored as they came         (master, on replay)
 an object shared once       :func:`encode_shared`       :func:`decode_shared`
                             (master, into a file)       (slave, from its mapping)
+a file argument             :class:`File` (master,      :func:`shared_file`
+                            in :func:`encode_with`)     (slave, its local copy)
 ==========================  ==========================  =========================
 
 A change of format therefore cannot reach one side only (Parsl's
