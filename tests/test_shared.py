@@ -200,3 +200,10 @@ def test_a_file_outside_a_task_s_arguments_says_so(tmp_path: Path) -> None:
     with pytest.raises(mwpy.SharedObjectError, match=r"travels only in a task's arguments"):
         pickle.dumps(mwpy.File(tmp_path / "x"))
     assert os.fspath(mwpy.File(tmp_path / "x")) == str(tmp_path / "x")
+
+
+def test_a_local_slave_keeps_its_temporary_files_in_its_sandbox(tmp_path: Path) -> None:
+    """As Condor's starter does (TMPDIR is the scratch folder): a slave killed before its atexit leaves no cache."""
+    with mwpy.Executor(max_workers=1, workdir=tmp_path) as ex:
+        folder = ex.submit(work.temporary_folder, 0).result(timeout=60)
+    assert Path(folder).is_relative_to(tmp_path)

@@ -42,3 +42,10 @@ def spoil(f: Any) -> None:
     """A task that writes to its input file (its own copy: the next task must not see this)."""
     with open(f, "a", encoding="utf-8") as sink:
         sink.write("spoiled\n")
+
+
+def temporary_folder(_: int) -> str:
+    """Where the slave's temporary files (its cache of shared objects among them) go."""
+    import tempfile  # noqa: PLC0415
+
+    return tempfile.gettempdir()
