@@ -115,7 +115,7 @@ class Master:
             if options.journal:
                 from mwpy.core.journal import Journal  # noqa: PLC0415 (sqlite3 only for --mw-journal)
 
-                journal = Journal(options.journal)
+                journal = Journal(options.journal, on_failure=lambda why: self._facts(facts.JournalOff(why)))
                 undo.callback(journal.close)
             self._journal = journal
             self._outcomes = Outcomes(self._sched, self._facts, journal)
@@ -125,7 +125,7 @@ class Master:
             self.host, self.port = self._engine.host, self._engine.port
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
-            self._shared = SharedObjects(secret, options.member_id, self.host, self.bind)
+            self._shared = SharedObjects(options, secret, self.host, self.bind)
             self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,

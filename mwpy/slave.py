@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import os
 import resource
 import select
@@ -44,6 +43,7 @@ import attrs
 from mwpy import (
     calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
     safe_files,
+    safe_text,
 )
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
@@ -59,7 +59,7 @@ from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
-log = logging.getLogger(__name__)
+log = safe_text.logger(__name__)
 
 _RECV_SIZE = 256 * 1024
 #: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.

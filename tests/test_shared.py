@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import pickle
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,9 @@ import pytest
 import mwpy
 from mwpy import resource_file
 from mwpy.executor import _master_options
-from mwpy.wire import codec
+from mwpy.wire import codec, protocol
 from tests.programs import shared_work as work
-from tests.support import PROGRAMS, run_local
+from tests.support import PROGRAMS, ROOT, run_local
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +208,19 @@ def test_a_local_slave_keeps_its_temporary_files_in_its_sandbox(tmp_path: Path) 
     with mwpy.Executor(max_workers=1, workdir=tmp_path) as ex:
         folder = ex.submit(work.temporary_folder, 0).result(timeout=60)
     assert Path(folder).is_relative_to(tmp_path)
+
+
+def test_with_tls_the_shared_objects_travel_over_tls_with_the_master_s_certificate(tmp_path: Path) -> None:
+    """Issue 22 item 5 holds for shared objects: their file service speaks TLS whenever the master does."""
+    cert, key = ROOT / "tests" / "data" / "tls-cert.pem", ROOT / "tests" / "data" / "tls-key.pem"
+    options = ["--mw-tls-cert", str(cert), "--mw-tls-key", str(key)]
+    with mwpy.Executor(max_workers=1, workdir=tmp_path, options=options) as ex:
+        handle: Any = ex.share(np.arange(1000))
+        assert ex.submit(work.describe, handle, 1).result(timeout=60)[1] == 499501.0
+        fingerprint = resource_file.read(str(tmp_path / "resource.json")).tls_fingerprint
+        assert fingerprint is not None
+        with (
+            socket.create_connection((handle.host, handle.port), timeout=30) as raw,
+            protocol.tls_client_context().wrap_socket(raw) as tls,
+        ):
+            assert protocol.certificate_matches(tls, fingerprint)

@@ -28,7 +28,8 @@ from typing import Any
 
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
-from mwpy.wire import codec
+from mwpy.options import Options
+from mwpy.wire import codec, protocol
 from mwpy.wire.codec import Shared
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
@@ -43,8 +44,9 @@ class SharedObjects:
     own threads, hence the lock.
     """
 
-    def __init__(self, secret: bytes, member_id: str, host: str, bind: str | None) -> None:
-        self._service = (secret, member_id, host, bind)
+    def __init__(self, options: Options, secret: bytes, host: str, bind: str | None) -> None:
+        """A file service like the master's own port: TLS when it has TLS (``--mw-tls-cert``), its client timeout."""
+        self._service = (options, secret, host, bind)
         self._server: FileServer | None = None
         self._folder: Path | None = None
         self._closed = False
@@ -95,9 +97,14 @@ class SharedObjects:
             if self._closed:
                 raise ComputationFinishedError("cannot share an object after the computation finished")
             if self._server is None or self._folder is None:
-                secret, member_id, host, bind = self._service
+                options, secret, host, bind = self._service
+                tls = None
+                if options.tls_cert is not None:
+                    tls = protocol.tls_server_context(options.tls_cert, options.tls_key)[0]
                 self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
-                self._server = FileServer(secret, member_id, host=host, bind=bind)
+                self._server = FileServer(
+                    secret, options.member_id, host=host, bind=bind, tls=tls, client_timeout=options.client_timeout
+                )
             return self._server, self._folder
 
     def counters(self) -> dict[str, Any]:
@@ -124,9 +131,10 @@ class SlaveShares:
     bytes fetched, evictions).
     """
 
-    def __init__(self, secret: bytes, member_id: str, max_bytes: int) -> None:
+    def __init__(self, secret: bytes, member_id: str, max_bytes: int, tls_fingerprint: str | None) -> None:
         self._secret = secret
         self._member_id = member_id
+        self._fingerprint = tls_fingerprint  # the master's: its file service has the same certificate
         self._max_bytes = max_bytes
         self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
         self._caches: dict[tuple[str, int], InputCache] = {}  # one per file service (a restarted master: another)
@@ -179,7 +187,7 @@ class SlaveShares:
         address = (handle.host, handle.port)
         cache = self._caches.get(address)
         if cache is None:
-            client = FileClient(handle.host, handle.port, self._secret, self._member_id)
+            client = FileClient(handle.host, handle.port, self._secret, self._member_id, self._fingerprint)
             cache = self._caches[address] = InputCache(self._folder / str(len(self._caches)), client)
         return cache
 
