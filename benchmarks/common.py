@@ -180,6 +180,13 @@ class Sizes:
     #: Scenario 7's short script: calls that sleep this long each, about 2 s of work on 2 workers.
     script_tasks: int = 20
     script_task_seconds: float = 0.2
+    #: Scenario 8 (issue 22): a shared array of this many MiB over this many short tasks; and the keyword form's.
+    shared_megabytes: int = 200
+    shared_tasks: int = 1_000
+    kwargs_megabytes: int = 60
+    kwargs_tasks: int = 200
+    #: Scenario 9 (issue 22): distinct arguments of 1 MB through ``mw.map``.
+    large_argument_tasks: int = 100_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -196,6 +203,11 @@ class Sizes:
             warmup_tasks=100,
             script_tasks=4,
             script_task_seconds=0.05,
+            shared_megabytes=4,
+            shared_tasks=50,
+            kwargs_megabytes=2,
+            kwargs_tasks=20,
+            large_argument_tasks=200,
         )
 
     def scaled(self, factor: float) -> Sizes:
@@ -214,6 +226,9 @@ class Sizes:
             streaming_large=scale(self.streaming_large),
             fanin_tasks=scale(self.fanin_tasks),
             warmup_tasks=scale(self.warmup_tasks),
+            shared_tasks=scale(self.shared_tasks),
+            kwargs_tasks=scale(self.kwargs_tasks),
+            large_argument_tasks=scale(self.large_argument_tasks),
         )
 
 

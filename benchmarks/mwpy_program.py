@@ -70,6 +70,23 @@ def map_chunks(mw: mwpy.Master, first: int, count: int, chunksize: int) -> None:
     check_sum(sum(mw.map(echo, range(first, first + count), chunksize=chunksize)), first, count)
 
 
+@mwpy.task(name="bench.size")
+def size(data: bytes) -> int:
+    """Scenario 9's task: the length of its (large) argument."""
+    return len(data)
+
+
+def large_arguments(mw: mwpy.Master, params: dict[str, Any]) -> dict[str, Any]:
+    """``mw.map`` over ``tasks`` distinct arguments of ``argument_bytes`` each (issue 22: the master's memory)."""
+    count, each = int(params["tasks"]), int(params["argument_bytes"])
+    started = time.perf_counter()
+    inputs = (i.to_bytes(8, "big") * (each // 8) for i in range(count))
+    if sum(mw.map(size, inputs)) != count * (each // 8) * 8:
+        raise RuntimeError("wrong results")
+    elapsed = time.perf_counter() - started
+    return {"tasks": count, "seconds": elapsed, "tasks_per_s": count / elapsed}
+
+
 def check_sum(total: int, first: int, count: int) -> None:
     """Every echo of ``first .. first + count - 1`` came back: their sum is right."""
     expected = count * first + count * (count - 1) // 2
@@ -162,6 +179,8 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
         report.update(throughput(mw, params))
     elif mode == "latency":
         report.update(latency(mw, params))
+    elif mode == "large":
+        report.update(large_arguments(mw, params))
     elif mode != "idle":
         print(f"unknown mode {mode!r}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import json
 import statistics
 import sys
@@ -539,10 +540,11 @@ def _script(settings: Settings, scenario: str, label: str, program: Path, params
     return run_child_json(argv, timeout=900, name=program.stem)
 
 
-def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
-    """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
+def _script_row(settings: Settings, scenario: str, label: str, program: Path, params: dict[str, Any]) -> Row:
+    """A plain script's run as a row (its tasks, time, rate, peak RSS; all it reported in ``extra``), or a row
+    saying it failed."""
     try:
-        report = _script(settings, scenario, label, EXECUTOR_PROGRAM, params)
+        report = _script(settings, scenario, label, program, params)
     except BenchError as exc:
         return Row(scenario, label, skipped=f"failed: {exc}")
     return Row(
@@ -552,9 +554,16 @@ def _executor(settings: Settings, scenario: str, label: str, params: dict[str, A
         seconds=report["seconds"],
         tasks_per_s=report["tasks_per_s"],
         peak_rss_mb=report["peak_rss_mb"],
-        note=f"start-up {report['startup_seconds']:.1f} s, not counted",
         extra=report,
     )
+
+
+def _executor(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
+    """Measure ``mwpy.Executor.map`` in a child process (a plain script), or a row saying it failed."""
+    row = _script_row(settings, scenario, label, EXECUTOR_PROGRAM, params)
+    if row.skipped is None:
+        row.note = f"start-up {row.extra['startup_seconds']:.1f} s, not counted"
+    return row
 
 
 def executor(settings: Settings) -> Outcome:
@@ -635,6 +644,74 @@ def startup(settings: Settings) -> Outcome:
     return series, checks
 
 
+# ---------------------------------------------------------------------- 8. one large array, shared (issue 22)
+
+SHARED_PROGRAM = Path(__file__).with_name("shared_program.py")
+
+
+def _shared_run(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
+    """Run ``shared_program.py`` once (mwpy or dask, one mode), or a row saying it failed or is not installed."""
+    if params["system"] == "dask" and importlib.util.find_spec("distributed") is None:
+        return Row(scenario, label, skipped="dask.distributed is not installed (the bench extra)")
+    row = _script_row(settings, scenario, label, SHARED_PROGRAM, params)
+    if row.skipped is None:
+        row.extra["rss_over_array_mb"] = row.extra["peak_rss_mb"] - row.extra["array_mb"]
+    return row
+
+
+def shared(settings: Settings) -> Outcome:
+    """Issue 22: short tasks that all need one large numpy array, per task, same round.
+
+    ``ex.share(arr)`` against the same run with a tiny argument and against
+    dask's ``scatter(broadcast=True)``; the keyword form ``ex.map(f, xs,
+    big=arr)`` against ``share`` at the keyword target's size. Each time
+    covers the sharing (the array crosses during the map). Bytes sent are
+    the file service's counters.
+    """
+    name = "8 shared"
+    sizes = settings.sizes
+    big = {"megabytes": sizes.shared_megabytes, "tasks": sizes.shared_tasks}
+    small = {"megabytes": sizes.kwargs_megabytes, "tasks": sizes.kwargs_tasks}
+    runs = (
+        ("tiny", "mwpy", "tiny", big, f"mwpy.Executor, tiny argument, {sizes.shared_tasks} tasks"),
+        ("share", "mwpy", "share", big, f"mwpy ex.share({sizes.shared_megabytes} MiB), {sizes.shared_tasks} tasks"),
+        ("dask", "dask", "share", big, f"dask scatter(broadcast) {sizes.shared_megabytes} MiB"),
+        ("share-kw", "mwpy", "share", small, f"mwpy ex.share({sizes.kwargs_megabytes} MiB), {sizes.kwargs_tasks}"),
+        ("kwargs", "mwpy", "kwargs", small, f"mwpy ex.map(f, xs, big={sizes.kwargs_megabytes} MiB)"),
+    )
+    systems = [
+        System(key, label, functools.partial(_shared_run, settings, name, label, {**p, "system": s, "mode": m}))
+        for key, s, m, p, label in runs
+    ]
+    targets = [
+        ratio("8. shared array: per task, share / tiny argument", "share", "tiny", "seconds", 1.2, op="≤"),
+        ratio("8. shared array: per task, mwpy share / dask scatter", "share", "dask", "seconds", 0.5, op="≤"),
+        ratio("8. shared array: map(big=arr) / share", "kwargs", "share-kw", "seconds", 1.1, op="≤"),
+        single("8. shared array: bytes sent (MiB), mwpy share", "share", "bytes_sent_mib", None),
+        single("8. shared array: master peak RSS above the array (MiB)", "share", "rss_over_array_mb", 100.0, op="≤"),
+    ]
+    return run_rounds(settings, name, systems, targets)
+
+
+# ---------------------------------------------------------------------- 9. large distinct arguments (issue 22)
+
+
+def large_arguments(settings: Settings) -> Outcome:
+    """Issue 22: ``mw.map`` over distinct 1 MB arguments; the master's peak RSS must stay under 1 GiB.
+
+    Before issue 22 ``mw.map`` kept 10,000 tasks ahead whatever their size
+    (a master grew to 6.2 GB); it now also stops at ``streams.WINDOW_BYTES``.
+    """
+    name = "9 large arguments"
+    n = settings.sizes.large_argument_tasks
+    label = f"mw.map, {n:,} distinct 1 MB arguments"
+    params = {"mode": "large", "tasks": n, "argument_bytes": 1_000_000}
+    run = MwpyRun(params, slaves=settings.workers, timeout=3600.0)
+    systems = [System("mwpy", label, functools.partial(_mwpy, settings, name, label, run))]
+    targets = [single("9. large arguments: master peak RSS (MiB)", "mwpy", "peak_rss_mb", 1024.0)]
+    return run_rounds(settings, name, systems, targets)
+
+
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -647,9 +724,12 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "baseline": baseline,
     "executor": executor,
     "startup": startup,
+    "shared": shared,
+    "large-arguments": large_arguments,
 }
 
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).
 NEEDS_OPTION = {"baseline": "--baseline"}
-#: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round).
-ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree"})
+#: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round;
+#: scenarios 8 and 9 move hundreds of MiB, even 100 GB).
+ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared", "large-arguments"})

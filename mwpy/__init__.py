@@ -33,6 +33,7 @@ from mwpy.errors import (
     ProtocolError,
     RemoteTraceback,
     ResourceFileError,
+    SharedObjectError,
     TaskTimeoutError,
     UnrunnableTaskError,
     UsageError,
@@ -44,7 +45,7 @@ KilledWorker = KilledSlaveError
 if TYPE_CHECKING:
     from mwpy.core.scheduler import SlaveKind
     from mwpy.executor import Executor
-    from mwpy.master import LoopEvents, Master
+    from mwpy.master import LoopEvents, Master, share
     from mwpy.program import exit_status, main, master, run, slave
     from mwpy.slave import Slave, SlaveStatus
     from mwpy.task import (
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         TaskRaisedError,
         task,
     )
+    from mwpy.wire.codec import File, Shared
     from mwpy.wire.protocol import ExitCode
 
 #: Where each public name that is loaded on first use lives.
@@ -67,6 +69,9 @@ _HOMES = {
     "ExitCode": "mwpy.wire.protocol",
     "LoopEvents": "mwpy.master",
     "Master": "mwpy.master",
+    "share": "mwpy.master",
+    "Shared": "mwpy.wire.codec",
+    "File": "mwpy.wire.codec",
     "Slave": "mwpy.slave",
     "SlaveKind": "mwpy.core.scheduler",
     "SlaveStatus": "mwpy.slave",
@@ -115,6 +120,7 @@ __all__ = [
     "ConfigurationError",
     "Executor",
     "ExitCode",
+    "File",
     "JournalError",
     "KilledSlaveError",
     "KilledWorker",
@@ -128,6 +134,8 @@ __all__ = [
     "RemoteTraceback",
     "ResourceFileError",
     "Result",
+    "Shared",
+    "SharedObjectError",
     "Slave",
     "SlaveKind",
     "SlaveStatus",
@@ -146,6 +154,7 @@ __all__ = [
     "main",
     "master",
     "run",
+    "share",
     "slave",
     "task",
 ]

@@ -28,6 +28,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
     ├── KilledSlaveError                  a task killed too many slaves running it (dask's KilledWorker)
+    ├── SharedObjectError                 a shared object (mw.share) cannot be had here, or its file is bad
     ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
     ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
@@ -136,6 +137,10 @@ class KilledSlaveError(MwpyError):
         super().__init__(message)  # the message alone in args: the exception unpickles (its dict comes after)
         self.function = function
         self.deaths = deaths
+
+
+class SharedObjectError(MwpyError):
+    """A shared object's handle used where nothing resolves it (outside a slave), or its file is not one."""
 
 
 class InvalidResourceFileError(ResourceFileError):

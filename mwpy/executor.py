@@ -29,8 +29,9 @@ How it is built, and why:
   thread and keeps the slave jobs matched to it, at most ``max_workers``. The slaves run
   ``mwpy/_spawn.py``, which loads the user's script as ``__mp_main__`` like
   ``multiprocessing``'s spawn start method, so functions of a script's
-  ``__main__`` work; functions of a REPL's or notebook's ``__main__`` cannot
-  (there is no file to load) and are refused at ``submit()`` with the fix.
+  ``__main__`` travel by reference; functions of a REPL's or notebook's
+  ``__main__`` (there is no file to load), lambdas and closures travel by
+  value with cloudpickle (mwpy/wire/codec.py), master to slave only.
 * A future is its task's listener (mwpy/core/scheduler.py): *running* once
   its task is the first in flight on its slave; ``cancel()`` succeeds before
   that — a task still queued here is dropped unsent, one waiting in a slave's
@@ -238,6 +239,14 @@ class Executor(concurrent.futures.Executor):
 
     # ------------------------------------------------------------------ submitting
 
+    def share(self, obj: Any) -> codec.Shared:
+        """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``)."""
+        return self._master.share(obj)
+
+    def file_counters(self) -> dict[str, Any]:
+        """What the file service of shared objects sent (``Master.file_counters``)."""
+        return self._master.file_counters()
+
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         name, payload, label = self._encode(fn, args, kwargs)
@@ -278,8 +287,8 @@ class Executor(concurrent.futures.Executor):
         """
         if chunksize < 1:
             raise ValueError("chunksize must be at least 1")
-        if kwargs:
-            fn = functools.partial(_unwrap(fn), **kwargs)
+        if kwargs:  # what every call gets: a large one crosses to each slave once
+            fn = functools.partial(_unwrap(fn), **self._service.intake.share_large(kwargs))
         if chunksize == 1:
             end = None if timeout is None else time.monotonic() + timeout
             return _in_order(self._submit_each(fn, zip(*iterables, strict=False)), end)
@@ -313,29 +322,26 @@ class Executor(concurrent.futures.Executor):
 
         Checked here: an argument that cannot be pickled raises pickle's own error now.
         """
-        limit = self._limit
+        limit, store = self._limit, self._service.intake.store
         if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
             # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
             if isinstance(fn, TaskAlgorithm):
                 fn.check_arguments(args, kwargs)
             reference, label = self._references.get(fn) or self._reference(fn)
-            payload = calls.call_function.encode((reference, args, kwargs), {}, limit, caller=label)
+            payload = calls.call_function.encode((reference, args, kwargs), {}, limit, store, caller=label)
             return calls.call_function.name, payload, label
-        if isinstance(fn, functools.partial):
-            _check_travels(fn.func)
-        elif not callable(fn):
+        if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        else:
-            _check_travels(fn)
         label = _label(fn)
-        return calls.call.name, calls.call.encode((fn, args, kwargs), {}, limit, caller=label), label
+        payload = calls.call.encode((_unwrap(fn), args, kwargs), {}, limit, store, caller=label)
+        return calls.call.name, payload, label
 
     def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
-        """``fn`` pickled (by reference) and its label, kept for its next calls; refused with the fix if slaves
-        cannot find it."""
-        _check_travels(fn.fn if isinstance(fn, TaskAlgorithm) else fn)
-        known = codec.function_reference(fn), _label(fn)
+        """``fn`` pickled and its label, kept for its next calls: by reference, or by value (cloudpickle) if
+        slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too)."""
+        travels = fn.fn if isinstance(fn, TaskAlgorithm) and codec.by_value(fn.fn) else fn
+        known = codec.function_reference(travels), _label(fn)
         if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
         self._references[fn] = known
@@ -511,25 +517,24 @@ def _result_or_cancel(future: Future[R], end: float | None) -> R:
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` checked to travel inside another call (a chunk, a partial); a task algorithm pickles by reference."""
-    _check_travels(fn.fn if isinstance(fn, TaskAlgorithm) else fn)
+    """``fn`` as it can travel inside another call (a chunk, a partial, an initializer): a function slaves cannot
+    import as its pickled bytes (:class:`_ByReference`); a task algorithm pickles by reference by itself."""
+    if isinstance(fn, functools.partial):
+        return functools.partial(_unwrap(fn.func), *fn.args, **fn.keywords)
+    inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
+    if codec.by_value(inner):
+        return _ByReference(codec.function_reference(inner))
     return fn
 
 
-def _check_travels(fn: Callable[..., Any]) -> None:
-    """Refuse, with the fix, a function that slaves could never find."""
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", "")
-    if module == "__main__" and getattr(sys.modules.get("__main__"), "__file__", None) is None:
-        raise TypeError(
-            f"{qualname}() is defined in an interactive session (a REPL or a notebook) and slaves cannot "
-            "import it; put it in a module (a .py file) and import it from there"
-        )
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        raise TypeError(
-            f"{qualname} is not defined at the top level of a module, so slaves cannot find it; "
-            "define it with def at module level (as ProcessPoolExecutor requires)"
-        )
+@attrs.frozen
+class _ByReference:
+    """Calls a function slaves cannot import, sent as :func:`mwpy.wire.codec.function_reference`'s bytes."""
+
+    reference: bytes
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return codec.resolve_function(self.reference)(*args, **kwargs)
 
 
 def _backend_options(
@@ -574,15 +579,26 @@ def _master_options(extra: Sequence[str], resource: Path, backend: str, initiali
         member_id=f"executor-{os.getpid()}-{next(_numbers)}",
         slave_executable=parsed.slave_executable or sys.executable,
         slave_files=(*parsed.slave_files, *shipped),
-        slave_arguments=(*parsed.slave_arguments, script, folder, init),
+        slave_arguments=(*_frame_limits(parsed), *parsed.slave_arguments, script, folder, init),
     )
 
 
 def _pickled_initializer(initializer: Callable[..., object], initargs: tuple[Any, ...]) -> bytes:
-    """``initializer`` and ``initargs`` pickled for the slaves, before anything is made: an initializer slaves
-    could not find, or arguments that do not pickle, fail the constructor with pickle's own error."""
-    _check_travels(initializer)
-    return codec.encode_initializer(initializer, initargs)
+    """``initializer`` and ``initargs`` pickled for the slaves, before anything is made (by value if slaves
+    cannot import it): arguments that do not pickle fail the constructor with pickle's own error."""
+    return codec.encode_initializer(_unwrap(initializer), initargs)
+
+
+def _frame_limits(options: Options) -> tuple[str, ...]:
+    """The slaves' frame limits matching the master's, when ``options`` changed them: what the master may
+    send, a slave must accept (and the other way round)."""
+    limits: tuple[str, ...] = ()
+    defaults = attrs.fields(Options)
+    if options.max_write_buffer_size != defaults.max_write_buffer_size.default:
+        limits += ("--mw-max-read-buffer-size", str(options.max_write_buffer_size))
+    if options.max_read_buffer_size != defaults.max_read_buffer_size.default:
+        limits += ("--mw-max-write-buffer-size", str(options.max_read_buffer_size))
+    return limits
 
 
 def _spawn_program(backend: str, workdir: Path) -> str:

@@ -20,18 +20,32 @@ from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
+from mwpy.net.shares import SharedObjects
 from mwpy.task import Policy, TaskAlgorithm, TaskFuture
 
 
 class Intake:
     """Submission and waiting for one master's helpers (futures, streams, an executor's thread)."""
 
-    def __init__(self, sched: Scheduler, engine: Engine, outcomes: Outcomes, *, max_frame: int, timed: bool) -> None:
+    def __init__(
+        self,
+        sched: Scheduler,
+        engine: Engine,
+        outcomes: Outcomes,
+        shares: SharedObjects,
+        *,
+        max_frame: int,
+        timed: bool,
+    ) -> None:
         self._sched = sched
         self._engine = engine
         self._outcomes = outcomes
         #: The largest arguments a frame carries (``--mw-max-write-buffer-size``).
         self.max_frame = max_frame
+        #: The master's file service, for ``TaskAlgorithm.encode``: ``mwpy.File`` arguments, arguments too large.
+        self.store = shares
+        #: ``map``'s keyword arguments with the large ones shared once per slave.
+        self.share_large = shares.share_large
         #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
         self._timed = timed
         #: The thread that runs the master: only there does waiting drive the loop.
@@ -47,7 +61,7 @@ class Intake:
         self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> TaskFuture[Any]:
         """``submit()``: queue a task whose result goes to ``mw.results()`` and settles the returned future."""
-        payload = algorithm.encode(args, kwargs, self.max_frame)
+        payload = algorithm.encode(args, kwargs, self.max_frame, self.store)
         future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
         entry = Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key)
         if self._timed or entry.key is not None or self.finished:

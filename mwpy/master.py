@@ -39,17 +39,27 @@ from mwpy import streams
 from mwpy.core import facts
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
-from mwpy.errors import ConfigurationError
+from mwpy.errors import ConfigurationError, NotInMasterError
 from mwpy.intake import Intake
 from mwpy.net.engine import TICK, Engine
+from mwpy.net.shares import SharedObjects
 from mwpy.observe.audit import Audit
 from mwpy.observe.renderers import Observers
 from mwpy.options import Options
 from mwpy.pool.publish import Publisher
 from mwpy.slave_exits import Exits
-from mwpy.task import Result, Task, TaskAlgorithm, reset_master, use_master
+from mwpy.task import Result, Task, TaskAlgorithm, current_master, reset_master, use_master
+from mwpy.wire.codec import Shared
 
-__all__ = ["LoopEvents", "Master"]
+__all__ = ["LoopEvents", "Master", "share"]
+
+
+def share(obj: Any) -> Shared:
+    """``mwpy.share(obj)``: :meth:`Master.share` of the current master, for code inside a master algorithm."""
+    mw = current_master()
+    if mw is None:
+        raise NotInMasterError("mwpy.share() can only be called while the master algorithm runs")
+    return mw.share(obj)
 
 
 @attrs.frozen
@@ -115,11 +125,12 @@ class Master:
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick)  # fmt: skip
             undo.callback(self._engine.close)
-            self._intake = Intake(self._sched, self._engine, self._outcomes, max_frame=options.max_write_buffer_size,
-                                  timed=self._observers.timed)  # fmt: skip
             self.host, self.port = self._engine.host, self._engine.port
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
+            self._shared = SharedObjects(options, secret, self.host, self.bind)
+            self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
+                                  max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint,
@@ -354,6 +365,26 @@ class Master:
         """
         return streams.in_order(self, algorithm, iterables, window=window, key=key, chunksize=chunksize, kwargs=kwargs)
 
+    # ------------------------------------------------------------------ objects shared once per slave
+
+    def share(self, obj: Any) -> Shared:
+        """Send ``obj`` to each slave once: the small handle returned stands for it in any task's arguments.
+
+        ``obj`` is pickled now, once (protocol 5: a numpy array's data is not
+        copied), into a file the master's file service offers by its SHA-256
+        until the computation finishes. A slave fetches it, checks its hash,
+        and unpickles it from a read-only memory map the first time a task's
+        arguments name the handle; it keeps the object for its life, so later
+        tasks there get it with no transfer (a numpy array arrives read-only,
+        as with Ray's object store: copy it to change it). Sharing an equal
+        object again gives an equal handle and no second file.
+        """
+        return self._shared.share(obj)
+
+    def file_counters(self) -> dict[str, Any]:
+        """What the file service of shared objects sent: ``fetches`` (per hash), ``bytes_sent`` and the rest."""
+        return self._shared.counters()
+
     # ------------------------------------------------------------------ the end
 
     def finish(self, status: int = 0) -> None:
@@ -371,6 +402,7 @@ class Master:
         self._facts(facts.MasterStopped(self._options.member_id, status, self._sched.done_total))
         self._audit.flush()
         self._observers.stop(status, summary=self.goodput_summary)
+        self._shared.close()
 
 
 def _folder_of(resource_file: str | None) -> Path | None:

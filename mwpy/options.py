@@ -20,6 +20,8 @@ from mwpy.resource_file import ABANDON_AFTER
 #: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
 #: slave's or master's share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
 DEFAULT_SPIN_US = 200
+#: Bytes of shared objects (``mw.share``) a slave keeps at most (``--mw-cache-size``): memory maps of files on its disk.
+DEFAULT_CACHE_SIZE = 4 << 30
 #: The levels ``--mw-log-level`` (and ``MWPY_LOG_LEVEL``) accept.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -47,6 +49,7 @@ class Options:
     master_port: int | None = None
     max_write_buffer_size: int = 64 * MIB
     max_read_buffer_size: int = 64 * MIB
+    cache_size: int = DEFAULT_CACHE_SIZE
     client_timeout: float = 60.0
     spin_us: int = DEFAULT_SPIN_US
     audit_file: str | None = None
@@ -167,6 +170,14 @@ _SPECS: dict[str, _Spec] = {
         "max_read_buffer_size",
         "BYTES",
         "Largest frame this process accepts; a peer announcing more is cut off.",
+        positive_int,
+        "a positive number of bytes",
+    ),
+    "--mw-cache-size": _Spec(
+        "cache_size",
+        "BYTES",
+        "mwpy: most bytes of shared objects (mw.share) a slave keeps, mapped from its disk; past it the least "
+        "recently used go, and are fetched again if named again (the newest is always kept). Default 4 GiB.",
         positive_int,
         "a positive number of bytes",
     ),

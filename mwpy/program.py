@@ -8,6 +8,7 @@ removed from argv before either algorithm sees it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -34,6 +35,7 @@ from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
+from mwpy.wire import codec
 from mwpy.wire.protocol import ExitCode
 
 if TYPE_CHECKING:  # the master's parts load only in a master (a slave never needs them)
@@ -291,6 +293,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
         tls_fingerprint=endpoint.tls_fingerprint,
         client_timeout=options.client_timeout,
     )
+    _shared_objects(endpoint, options.cache_size)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     failed = _initialize(initializer, audit, endpoint.member_id)
     if failed is not None:
@@ -327,6 +330,25 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
         worker.close()
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
+
+
+def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:
+    """Install the slave's resolvers of shared objects and files (``mw.share``, ``mwpy.File``); the file
+    service's client loads with the first."""
+    shares = None
+
+    def started() -> Any:
+        nonlocal shares
+        if shares is None:
+            from mwpy.net.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
+
+            shares = SlaveShares(endpoint.secret, endpoint.member_id, cache_size, endpoint.tls_fingerprint)
+            atexit.register(shares.remove)
+        return shares
+
+    codec.install_resolver(
+        lambda handle: started().resolve(handle), lambda handle, mode, name: started().resolve_file(handle, mode, name)
+    )
 
 
 def _wait_for_resource_file(options: Options) -> float:

@@ -1,7 +1,9 @@
 """``mw.map`` and ``mw.as_completed``: a task per input, submitted lazily within a window, results streamed back.
 
 Inputs are consumed only as the window has room (``window`` tasks at most in
-the master), so an endless iterable streams with bounded memory; a sized one
+the master, and arguments of at most :data:`WINDOW_BYTES` bytes, pickled,
+beyond the first), so an endless iterable streams with bounded memory
+whatever the size of its items; a sized one
 says in advance how many tasks the run has (the progress bar's total). Each
 input's task reports to its own listener (:class:`_Item`), which puts the
 result in the stream's queue and never in ``mw.results()``. Closing a stream
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: Pickled arguments a stream keeps in the master at most (beyond one task's), besides its ``window`` in tasks:
+#: with 1 MB arguments, 10,000 tasks ahead grew a master to 6.2 GB before the first result (issue 22).
+WINDOW_BYTES = 256 << 20
+
 
 def as_completed(
     master: Master,
@@ -46,6 +52,7 @@ def as_completed(
 ) -> Generator[Result, None, None]:
     """``mw.as_completed``: each Result as it arrives (its ``tag`` is its input's position)."""
     algorithm = _check_algorithm("as_completed", algorithm)
+    kwargs = master._intake.share_large(kwargs) if kwargs else kwargs
     calls_ = _Calls(algorithm, algorithm.policy, zip(*iterables, strict=False), _known_length(iterables), key, kwargs)
     return _as_they_come(_stream(master, calls_, window))
 
@@ -64,6 +71,7 @@ def in_order(
     algorithm = _check_algorithm("map", algorithm)
     if chunksize < 1:
         raise ConfigurationError("chunksize must be at least 1")
+    kwargs = master._intake.share_large(kwargs) if kwargs else kwargs
     each = zip(*iterables, strict=False)
     size = _known_length(iterables)
     if chunksize == 1:
@@ -146,17 +154,21 @@ def _streaming(master: Master, calls_: _Calls, window: int) -> Generator[tuple[i
     items = enumerate(calls_.each)
     ahead = _Ahead(intake, calls_.size)
     outstanding = 0
+    held = 0  # bytes of pickled arguments of the tasks outstanding
+    sizes: dict[int, int] = {}  # input position -> its task's bytes, while outstanding
     exhausted = False
     try:
         while True:
-            while not exhausted and outstanding < window:
+            while not exhausted and outstanding < window and (held < WINDOW_BYTES or not outstanding):
                 item = next(items, None)
                 if item is None:
                     exhausted = True
                     break
                 index, args = item
                 ahead.took_one()
-                payload = algorithm.encode(args, kwargs, intake.max_frame)
+                payload = algorithm.encode(args, kwargs, intake.max_frame, intake.store)
+                sizes[index] = len(payload)
+                held += len(payload)
                 listener = _Item(stream, index)
                 listener.task_id = intake.enqueue(
                     Entry(intake.new_id(), algorithm.name, payload, policy, listener, tag=index,
@@ -171,7 +183,9 @@ def _streaming(master: Master, calls_: _Calls, window: int) -> Generator[tuple[i
                 while not arrived:
                     intake.step()
             outstanding -= 1
-            yield arrived.popleft()
+            answered = arrived.popleft()
+            held -= sizes.pop(answered[0], 0)
+            yield answered
     finally:
         stream.open = False
         ahead.close()

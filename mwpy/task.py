@@ -469,16 +469,30 @@ class TaskAlgorithm(Generic[P, R]):
                 raise TypeError(f"{self.name}.submit(): {exc}") from None
 
     def encode(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int, *, caller: str | None = None
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        max_frame: int,
+        store: codec.Store | None = None,
+        *,
+        caller: str | None = None,
     ) -> bytes:
-        """Check and pickle a call's arguments at the call site: a wrong or unsendable argument fails here, and
-        so do arguments a frame of ``max_frame`` bytes (``--mw-max-write-buffer-size``) cannot carry.
+        """Check and pickle a call's arguments at the call site: a wrong or unsendable argument fails here.
 
-        ``caller``: an Executor's call (this is one of mwpy's own call tasks) of the user's function so
-        named: messages name it, and an argument that does not pickle raises pickle's own error."""
+        With ``store`` (the master's file service) a ``mwpy.File`` among them
+        is published there and arguments above :data:`~mwpy.wire.codec.SPILL_ABOVE`
+        bytes go there; else arguments a frame of ``max_frame`` bytes
+        (``--mw-max-write-buffer-size``) cannot carry fail here. ``caller``: an
+        Executor's call (this is one of mwpy's own call tasks) of the user's
+        function so named: messages name it, and an argument that does not
+        pickle raises pickle's own error.
+        """
         self.check_arguments(args, kwargs)
         name = self.name if caller is None else caller
-        payload = codec.encode_arguments(name, args, kwargs, as_itself=caller is not None)
+        if store is None:
+            payload = codec.encode_arguments(name, args, kwargs, as_itself=caller is not None)
+        else:
+            payload = codec.encode_with(store, name, args, kwargs, as_itself=caller is not None)
         if not fits(len(payload), max_frame):
             raise ConfigurationError(
                 f"the arguments of task {name!r} take {len(payload)} bytes, more than a frame "

@@ -144,10 +144,29 @@ def test_arguments_travel_as_args_and_kwargs_and_fail_at_the_call_site_when_they
 def test_a_function_travels_by_reference_and_is_unpickled_once_per_process() -> None:
     reference = codec.function_reference(pickle.dumps)
     assert codec.resolve_function(reference) is pickle.dumps
-    with pytest.raises(TypeError, match=r"^cannot send the function .*<lambda> to slaves: "):
-        codec.function_reference(lambda: None)
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"^cannot send the function .*<lambda> to slaves: .*lock"):
+        codec.function_reference(lambda: not lock.locked())  # by value, but what it closes over cannot travel
     with pytest.raises(TypeError, match=r"^cannot send the function <unlocked _thread.lock object at "):
         codec.function_reference(threading.Lock())  # type: ignore[arg-type]  # no __qualname__: its repr
+
+
+def test_lambdas_and_closures_travel_by_value_and_module_functions_by_reference() -> None:
+    """Issue 22 item 6: what no slave could import goes with cloudpickle; the rest stays a reference."""
+    offset = 5
+
+    def add(x: int) -> int:
+        return x + offset
+
+    for fn, argument, expected in ((lambda x: x * 3, 2, 6), (add, 1, 6)):
+        assert codec.by_value(fn)
+        reference = codec.function_reference(fn)
+        assert b"cloudpickle" in reference
+        assert codec.resolve_function(reference)(argument) == expected
+    assert not codec.by_value(pickle.dumps)
+    assert b"cloudpickle" not in codec.function_reference(pickle.dumps)
+    blob = codec.encode_arguments("f", (lambda: "inside",), {})  # a lambda among the arguments, too
+    assert codec.decode_arguments(blob)[0][0]() == "inside"
 
 
 def fresh_reference() -> bytes:

@@ -10,6 +10,7 @@ the schedd must hold no job of the computation.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -126,3 +127,19 @@ def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_lea
     assert ran, "no slave job of the computation ever ran"
     assert ran <= left, (ran, left)  # each slave job that ran has left the queue, into the history
     assert os.stat(condor_workdir / RESOURCE).st_uid == condor_pool.facts["uid"]
+
+
+def test_a_shared_object_crosses_once_per_slave_job_not_once_per_task(condor_pool: Pool, condor_workdir: Path) -> None:
+    """Issue 22: a 50 MB object, up to 8 slave jobs, 400 tasks: the master sends it once per slave job."""
+    done = run_script(
+        condor_pool, condor_workdir, "shared_condor.py",
+        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"], timeout=900,
+    )  # fmt: skip
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    assert outcome["right"], report
+    assert 1 <= outcome["slaves"] <= 8, report
+    assert outcome["counters"]["fetches"] == {outcome["digest"]: outcome["slaves"]}, report
+    assert outcome["counters"]["bytes_sent"] == outcome["slaves"] * outcome["size"], report
+    print(f"{outcome['slaves']} slave jobs, {outcome['counters']['bytes_sent']} bytes sent")

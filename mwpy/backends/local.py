@@ -166,7 +166,8 @@ class LocalBackend:
         return min(MAX_RESTART_DELAY, self._restart_delay * float(1 << doublings))
 
     def _start(self, job: _LocalJob) -> None:
-        """Stage the sandbox as Condor would and start the slave in it."""
+        """Stage the sandbox as Condor would and start the slave in it (its temporary files too: a slave's
+        caches go with its sandbox even when it is killed before it can remove them)."""
         launch = job.launch
         for file in launch.files:
             link = job.sandbox / Path(file).name
@@ -179,6 +180,7 @@ class LocalBackend:
             job.process = subprocess.Popen(
                 [launch.executable, *launch.arguments],
                 cwd=job.sandbox,
+                env={**os.environ, "TMPDIR": str(job.sandbox)},  # Condor's starter points TMPDIR at the sandbox too
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -560,6 +560,12 @@ class FileServer:
             self._published[digest] = (path, info.st_size)
         return digest, info.st_size
 
+    def offer(self, path: str, digest: str, size: int) -> None:
+        """Make ``path`` fetchable as ``digest`` (hashed by its writer) for the rest of the run (shared objects)."""
+        with self._lock:
+            self._published[digest] = (path, size)
+            self._users[digest] += 1  # never unpublished by forget(): no job reads it
+
     def protect(self, *paths: str) -> None:
         """No output of any job may replace these files (the run's own: submit file, summary, journal...)."""
         with self._lock:

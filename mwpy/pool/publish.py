@@ -18,7 +18,7 @@ from mwpy import resource_file
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
 from mwpy.names import BUNDLE_FILE
-from mwpy.options import Options
+from mwpy.options import DEFAULT_CACHE_SIZE, Options
 
 #: Shortest time between two resource-file writes caused by a change.
 DEBOUNCE = 1.0
@@ -139,4 +139,6 @@ class Publisher:
         if options.secret_file:
             files.append(os.path.abspath(options.secret_file))
             arguments += ["--mw-secret-file", os.path.basename(options.secret_file)]
+        if options.cache_size != DEFAULT_CACHE_SIZE:  # a slave-side bound given to the master: its slaves keep it
+            arguments += ["--mw-cache-size", str(options.cache_size)]
         return executable, files, [*arguments, *options.slave_arguments]

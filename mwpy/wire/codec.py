@@ -16,6 +16,10 @@ a task's failure            :func:`encode_error`,       :func:`decode_outcome`,
                             :func:`encode_failure`      :func:`decode_exception`
 a journaled value           the slave's value bytes,    :func:`decode_outcome`
                             stored as they came         (master, on replay)
+an object shared once       :func:`encode_shared`       :func:`decode_shared`
+                            (master, into a file)       (slave, from its mapping)
+a file argument             :class:`File` (master,      :func:`shared_file`
+                            in :func:`encode_with`)     (slave, its local copy)
 ==========================  ==========================  =========================
 
 A change of format therefore cannot reach one side only (Parsl's
@@ -24,21 +28,33 @@ A change of format therefore cannot reach one side only (Parsl's
 (no call of ours around the C function), and a value is pickled on its own so
 that one the master cannot unpickle fails only its own result.
 
-Where later work plugs in, each in one function here: functions by value
-(cloudpickle for a function no slave can import) in :func:`function_reference`
-and :func:`resolve_function`; objects shared by handle (resolved once per
-slave) through a pickler's ``persistent_id`` in :func:`encode_arguments` and an
-unpickler's ``persistent_load`` in :func:`decode_arguments`; large values
-through a store in :func:`encode_value` / :func:`decode_outcome`.
+Functions no slave can import (a notebook's or a REPL's ``__main__``, a
+lambda, a closure) travel by value, with cloudpickle, master to slave only
+(:func:`function_reference`, and :func:`encode_arguments` for one inside the
+arguments); slaves never send code. An object shared once per slave travels as
+a :class:`Shared` handle, which pickles as a call of :func:`shared_object`: the
+slave's resolver (installed by the slave, :func:`install_resolver`) gives the
+object it fetched and mapped once, so :func:`decode_arguments` stays
+``pickle.loads``. Its file (:func:`encode_shared`) is pickle protocol 5 with
+the out-of-band buffers (a numpy array's data) laid out after the pickle, each
+aligned, so that the slave unpickles straight from a memory map, no copy.
 """
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
+import os
 import pickle
+import struct
+import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, Final
+from typing import IO, Any, Final, Protocol
 
+import attrs
+
+from mwpy.errors import SharedObjectError
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 #: What a decoded failure is: (exception type name, message, traceback text, pickled exception or None).
@@ -56,30 +72,56 @@ def encode_arguments(
 ) -> bytes:
     """A task's ``(args, kwargs)``, pickled at submit time: an argument that cannot travel fails at the call site.
 
-    The master API raises a ``TypeError`` naming the task; an Executor
-    (``as_itself``) raises pickle's own error, as ``concurrent.futures`` users
-    expect, with a note naming the task.
+    Plain pickle first (fast, by reference); what it refuses (a lambda or a
+    closure among the arguments) is tried again with cloudpickle, by value.
+    What cannot travel at all: the master API raises a ``TypeError`` naming
+    the task; an Executor (``as_itself``) raises pickle's own error, as
+    ``concurrent.futures`` users expect, with a note naming the task.
     """
     try:
         return pickle.dumps((args, kwargs), PICKLE_PROTOCOL)
+    except Exception:
+        pass
+    import cloudpickle  # noqa: PLC0415 (40 ms to import: only for what plain pickle refused)
+
+    try:
+        by_value: bytes = cloudpickle.dumps((args, kwargs), PICKLE_PROTOCOL)
     except Exception as exc:
         problem = f"cannot send the arguments of task {algorithm!r}"
         if as_itself:
             exc.add_note(problem)
             raise
         raise TypeError(f"{problem}: {exc}") from exc
+    return by_value
 
 
 #: ``(args, kwargs)`` from :func:`encode_arguments`' bytes: ``pickle.loads`` itself, the slave's per-task hot path.
 decode_arguments: Final[Callable[[bytes], tuple[tuple[Any, ...], dict[str, Any]]]] = pickle.loads
 
 
+def by_value(fn: Callable[..., Any]) -> bool:
+    """Whether slaves cannot import ``fn`` by its module and name: a lambda, a closure, or a function of an
+    interactive ``__main__`` (a notebook's or a REPL's, which has no file a slave could load)."""
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return True
+    interactive = getattr(sys.modules.get("__main__"), "__file__", None) is None
+    return interactive and getattr(fn, "__module__", None) == "__main__"
+
+
 def function_reference(fn: Callable[..., Any]) -> bytes:
-    """A module-level function as it travels: pickled (by reference, its module and name) once per function."""
+    """A function as it travels, made once per function: by reference (its module and name) when slaves can
+    import it, else by value (cloudpickle: its code, defaults and the globals it uses)."""
     try:
-        return pickle.dumps(fn, PICKLE_PROTOCOL)
+        if by_value(fn):
+            import cloudpickle  # noqa: PLC0415 (40 ms to import: only for a function sent by value)
+
+            pickled: bytes = cloudpickle.dumps(fn, PICKLE_PROTOCOL)
+        else:
+            pickled = pickle.dumps(fn, PICKLE_PROTOCOL)
     except Exception as exc:
         raise TypeError(f"cannot send the function {getattr(fn, '__qualname__', fn)} to slaves: {exc}") from exc
+    return pickled
 
 
 def encode_initializer(fn: Callable[..., object], args: tuple[Any, ...]) -> bytes:
@@ -108,6 +150,195 @@ def resolve_function(reference: bytes) -> Callable[..., Any]:
             _functions.clear()
         fn = _functions[reference] = pickle.loads(reference)
     return fn
+
+
+# ---------------------------------------------------------------------- objects shared once per slave
+
+#: Pickled arguments above this many bytes travel through the file service, not in a frame (issue 22).
+SPILL_ABOVE: Final = 16 << 20
+#: A keyword argument of ``map`` above this many bytes is shared once per slave, not sent with every call.
+SHARE_ABOVE: Final = 1 << 20
+#: Every buffer in a shared object's file starts at a multiple of this (the widest vector loads like it aligned).
+SHARED_ALIGN: Final = 64
+#: A shared object's file: magic, number of out-of-band buffers, length of the pickle; then each buffer's length.
+_SHARED_HEAD: Final = struct.Struct("<8sQQ")
+_SHARED_MAGIC: Final = b"mwpyshr1"
+
+
+@attrs.frozen
+class Shared:
+    """A handle to an object shared once per slave (``mw.share(obj)``): small, passed as an argument at any depth.
+
+    It names the object's file by its SHA-256 (``digest``) and ``size``, and the
+    file service it is fetched from; it pickles as a call of
+    :func:`shared_object`, so a slave unpickling the arguments gets the object.
+    """
+
+    digest: str
+    size: int
+    host: str
+    port: int
+    #: False for a task's arguments too large for a frame (:data:`SPILL_ABOVE`): used once, not kept.
+    keep: bool = True
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int, str, int, bool]]:
+        return shared_object, (self.digest, self.size, self.host, self.port, self.keep)
+
+    def __repr__(self) -> str:
+        return f"<mwpy.Shared {self.digest[:12]} {self.size} bytes>"
+
+
+def _path_text(path: str | os.PathLike[str]) -> str:
+    return os.fspath(path)
+
+
+@attrs.frozen
+class File:
+    """``mwpy.File(path)``: a file as a task's argument; the task gets a ``File`` of a verified local copy.
+
+    On the master it names a file there; pickled into a task's arguments it is
+    published on the master's file service by its SHA-256 (hashed once while
+    unchanged), and on the slave it is a ``File`` of the cached copy (same
+    base name, same permission bits), fetched once per slave. It is a path-like
+    object: ``open(f)``, ``os.fspath(f)``, ``Path(f)`` work on both sides.
+    """
+
+    path: str = attrs.field(converter=_path_text)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[tuple[str, int, str, int], int, str]]:
+        publish = _publisher.get()
+        if publish is None:
+            raise SharedObjectError(
+                f"mwpy.File({self.path!r}) travels only in a task's arguments, from the master to a slave"
+            )
+        handle, mode = publish(self.path)
+        where = (handle.digest, handle.size, handle.host, handle.port)
+        return shared_file, (where, mode, os.path.basename(self.path))
+
+
+class Store(Protocol):
+    """Where a task's arguments put what does not ride in a frame: the master's file service (mwpy/net/shares.py)."""
+
+    def spill(self, payload: bytes) -> bytes:
+        """Pickled arguments too large for a frame, as the small payload that names their file."""
+        ...  # pragma: no cover
+
+    def publish_file(self, path: str) -> tuple[Shared, int]:
+        """Offer the file at ``path``; its handle and permission bits."""
+        ...  # pragma: no cover
+
+
+#: While a task's arguments are pickled on the master: how a :class:`File` among them is published.
+_publisher: contextvars.ContextVar[Callable[[str], tuple[Shared, int]] | None] = contextvars.ContextVar(
+    "mwpy_file_publisher", default=None
+)
+
+
+def encode_with(
+    store: Store, algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, as_itself: bool = False
+) -> bytes:
+    """:func:`encode_arguments` with ``store`` publishing the :class:`File` arguments and taking large ones."""
+    token = _publisher.set(store.publish_file)
+    try:
+        payload = encode_arguments(algorithm, args, kwargs, as_itself=as_itself)
+    finally:
+        _publisher.reset(token)
+    return store.spill(payload) if len(payload) > SPILL_ABOVE else payload
+
+
+_resolver: Callable[[Shared], Any] | None = None
+_file_resolver: Callable[[Shared, int, str], File] | None = None
+
+
+def install_resolver(resolve: Callable[[Shared], Any], resolve_file: Callable[[Shared, int, str], File]) -> None:
+    """Make ``resolve(handle)`` give the shared objects of this process's arguments, and ``resolve_file(handle,
+    mode, name)`` the local copies of its files (the slave, once it knows its master's secret)."""
+    global _resolver, _file_resolver  # one per process: the slave's
+    _resolver, _file_resolver = resolve, resolve_file
+
+
+def shared_object(digest: str, size: int, host: str, port: int, keep: bool = True) -> Any:
+    """The object a :class:`Shared` handle names (what unpickling the handle calls): the resolver's answer."""
+    if _resolver is None:
+        raise SharedObjectError(f"shared object {digest[:12]} can only be used in a task on a slave")
+    return _resolver(Shared(digest, size, host, port, keep))
+
+
+def shared_file(where: tuple[str, int, str, int], mode: int, name: str) -> File:
+    """The local copy of a :class:`File` argument (what unpickling one calls on the slave); ``where`` is its
+    :class:`Shared` handle's fields."""
+    if _file_resolver is None:
+        raise SharedObjectError(f"file {name!r} can only be used in a task on a slave")
+    return _file_resolver(Shared(*where), mode, name)
+
+
+def _padding(offset: int) -> bytes:
+    return b"\0" * (-offset % SHARED_ALIGN)
+
+
+def pickled_out_of_band(obj: Any) -> tuple[bytes, list[memoryview]]:
+    """``obj`` pickled with protocol 5: the pickle, and the buffer-protocol data (views, not copies) beside it."""
+    buffers: list[pickle.PickleBuffer] = []
+    try:
+        body = pickle.dumps(obj, 5, buffer_callback=buffers.append)
+    except Exception:
+        import cloudpickle  # noqa: PLC0415 (40 ms to import: only for what plain pickle refused)
+
+        try:
+            buffers.clear()
+            body = cloudpickle.dumps(obj, 5, buffer_callback=buffers.append)
+        except Exception as exc:
+            raise TypeError(f"cannot share {type(obj).__name__}: {exc}") from exc
+    return body, [buffer.raw() for buffer in buffers]
+
+
+def encode_shared(obj: Any, out: IO[bytes]) -> tuple[str, int]:
+    """Write ``obj`` to ``out`` as a shared object's file; return the file's SHA-256 and size.
+
+    Pickle protocol 5 hands buffer-protocol data (a numpy array's) out of band:
+    it is written from the object's own memory, never copied into the pickle.
+    """
+    return write_shared(*pickled_out_of_band(obj), out)
+
+
+def write_shared(body: bytes, views: list[memoryview], out: IO[bytes]) -> tuple[str, int]:
+    """A shared object's file of a pickle and its out-of-band buffers (none for spilled arguments)."""
+    digest = hashlib.sha256()
+    written = 0
+
+    def write(data: bytes | memoryview) -> None:
+        nonlocal written
+        digest.update(data)
+        out.write(data)
+        written += len(data)
+
+    write(_SHARED_HEAD.pack(_SHARED_MAGIC, len(views), len(body)))
+    write(struct.pack(f"<{len(views)}Q", *(view.nbytes for view in views)))
+    write(body)
+    for view in views:
+        write(_padding(written))
+        write(view)
+    return digest.hexdigest(), written
+
+
+def decode_shared(data: memoryview) -> Any:
+    """The object of a shared object's file (mapped in memory): its buffers are views of ``data``, not copies."""
+    magic, count, length = _SHARED_HEAD.unpack_from(data)
+    if magic != _SHARED_MAGIC:
+        raise SharedObjectError("not a shared object's file")
+    offset = _SHARED_HEAD.size + 8 * count
+    sizes = struct.unpack_from(f"<{count}Q", data, _SHARED_HEAD.size)
+    body = data[offset : offset + length]
+    offset += length
+    buffers = []
+    for size in sizes:
+        offset += -offset % SHARED_ALIGN
+        buffers.append(data[offset : offset + size])
+        offset += size
+    return pickle.loads(body, buffers=buffers)
 
 
 # ---------------------------------------------------------------------- slave -> master

@@ -1,0 +1,204 @@
+"""Objects shared once per slave (``mw.share(obj)``), through the master's file service.
+
+On the master, :class:`SharedObjects` pickles each object once into a file
+(:func:`mwpy.wire.codec.encode_shared`: protocol 5, a numpy array's data
+written from its own memory) named by its SHA-256, and offers that file on a
+:class:`~mwpy.net.filestore.FileServer`; the handle it returns is what tasks
+carry. On a slave, :class:`SlaveShares` resolves a handle the first time a
+task's arguments name it: the file is fetched by hash into the slave's
+:class:`~mwpy.net.filestore.InputCache` (checked against its hash), mapped
+read-only, unpickled from the mapping (the array's data stays in the map,
+not copied) and kept, so every later task on that slave gets the same object
+with no transfer and no unpickling. Nothing goes through a shared file
+system: a Condor slave fetches exactly as a local one does.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import pickle
+import shutil
+import tempfile
+import threading
+from collections import Counter, OrderedDict
+from pathlib import Path
+from typing import Any
+
+from mwpy.errors import ComputationFinishedError
+from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
+from mwpy.options import Options
+from mwpy.wire import codec, protocol
+from mwpy.wire.codec import Shared
+from mwpy.wire.protocol import PICKLE_PROTOCOL
+
+log = logging.getLogger("mwpy.slave")
+
+
+class SharedObjects:
+    """The master's shared objects: one file each, in a private folder, offered until the master finishes.
+
+    The file service starts with the first object shared (a computation that
+    shares nothing opens no second port); an Executor's users share from their
+    own threads, hence the lock.
+    """
+
+    def __init__(self, options: Options, secret: bytes, host: str, bind: str | None) -> None:
+        """A file service like the master's own port: TLS when it has TLS (``--mw-tls-cert``), its client timeout."""
+        self._service = (options, secret, host, bind)
+        self._server: FileServer | None = None
+        self._folder: Path | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def share(self, obj: Any) -> Shared:
+        """Write ``obj``'s file (identical objects: one file) and offer it; return its handle."""
+        return self._offer(*codec.pickled_out_of_band(obj), keep=True)
+
+    def share_large(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``map``'s keyword arguments, each of at least :data:`~mwpy.wire.codec.SHARE_ABOVE` bytes shared:
+        what every call gets crosses to each slave once (``ex.map(f, xs, big=arr)``)."""
+        shared = dict(kwargs)
+        for name, value in kwargs.items():
+            if isinstance(value, Shared | codec.File):
+                continue
+            body, views = codec.pickled_out_of_band(value)
+            if len(body) + sum(view.nbytes for view in views) >= codec.SHARE_ABOVE:
+                shared[name] = self._offer(body, views, keep=True)
+        return shared
+
+    def publish_file(self, path: str) -> tuple[Shared, int]:
+        """Offer the file at ``path`` (hashed once while unchanged) for the rest of the run; its handle and mode."""
+        server, _ = self._started()
+        digest, size = server.publish(path)
+        server.offer(path, digest, size)
+        return Shared(digest, size, server.host, server.port), os.stat(path).st_mode & 0o7777
+
+    def spill(self, payload: bytes) -> bytes:
+        """A task's pickled arguments too large for a frame, as the small payload that names their file."""
+        return pickle.dumps(self._offer(payload, [], keep=False), PICKLE_PROTOCOL)
+
+    def _offer(self, body: bytes, views: list[memoryview], *, keep: bool) -> Shared:
+        server, folder = self._started()
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
+            try:
+                digest, size = codec.write_shared(body, views, out)
+            except BaseException:
+                os.unlink(out.name)
+                raise
+        final = folder / digest
+        os.replace(out.name, final)
+        server.offer(str(final), digest, size)
+        return Shared(digest, size, server.host, server.port, keep)
+
+    def _started(self) -> tuple[FileServer, Path]:
+        with self._lock:
+            if self._closed:
+                raise ComputationFinishedError("cannot share an object after the computation finished")
+            if self._server is None or self._folder is None:
+                options, secret, host, bind = self._service
+                tls = None
+                if options.tls_cert is not None:
+                    tls = protocol.tls_server_context(options.tls_cert, options.tls_key)[0]
+                self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
+                self._server = FileServer(
+                    secret, options.member_id, host=host, bind=bind, tls=tls, client_timeout=options.client_timeout
+                )
+            return self._server, self._folder
+
+    def counters(self) -> dict[str, Any]:
+        """What the file service sent: ``fetches`` (per hash), ``bytes_sent`` and the rest."""
+        return (Counters() if self._server is None else self._server.counters).as_dict()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._server is not None:
+                self._server.close()
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class SlaveShares:
+    """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept while it fits.
+
+    At most ``max_bytes`` of objects' files are kept (``--mw-cache-size``),
+    least recently used first out: an object evicted loses this slave's
+    reference and its file, so it is fetched again if a later task names it
+    (a task still holding it keeps its mapping). The newest object always
+    stays, whatever its size. ``counters`` say what happened (hits, misses,
+    bytes fetched, evictions).
+    """
+
+    def __init__(self, secret: bytes, member_id: str, max_bytes: int, tls_fingerprint: str | None) -> None:
+        self._secret = secret
+        self._member_id = member_id
+        self._fingerprint = tls_fingerprint  # the master's: its file service has the same certificate
+        self._max_bytes = max_bytes
+        self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
+        self._caches: dict[tuple[str, int], InputCache] = {}  # one per file service (a restarted master: another)
+        self._objects: OrderedDict[str, tuple[Any, Path, int]] = OrderedDict()  # digest -> (object, file, size)
+        self._held = 0  # bytes of the files of the objects kept
+        self.counters: Counter[str] = Counter()
+
+    def resolve(self, handle: Shared) -> Any:
+        """The object ``handle`` names: from memory after its first use here, while it stays in the cache."""
+        kept = self._objects.get(handle.digest)
+        if kept is not None:
+            self._objects.move_to_end(handle.digest)
+            self.counters["hits"] += 1
+            return kept[0]
+        self.counters["misses"] += 1
+        cache = self._cache(handle)
+        before = cache.fetched_bytes
+        path = cache.get(handle.digest)
+        self.counters["bytes_fetched"] += cache.fetched_bytes - before
+        with open(path, "rb") as source:
+            mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
+        obj = codec.decode_shared(memoryview(mapped))
+        if handle.keep:
+            self._objects[handle.digest] = (obj, path, handle.size)
+            self._held += handle.size
+            self._evict()
+        else:  # one task's arguments: unpickled (copied) out of the map, which goes with the file
+            del mapped
+            path.unlink()
+        return obj
+
+    def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
+        """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""
+        cached = self._cache(handle).get(handle.digest, mode)  # a clean copy if a task changed the last one
+        named = self._folder / "files" / f"{handle.digest}.{mode:o}" / name
+        if not (named.exists() and named.samefile(cached)):
+            named.parent.mkdir(parents=True, exist_ok=True)
+            named.unlink(missing_ok=True)
+            os.link(cached, named)
+        return codec.File(str(named))
+
+    def _evict(self) -> None:
+        while self._held > self._max_bytes and len(self._objects) > 1:
+            _, (_, path, size) = self._objects.popitem(last=False)
+            self._held -= size
+            path.unlink(missing_ok=True)
+            self.counters["evictions"] += 1
+
+    def _cache(self, handle: Shared) -> InputCache:
+        address = (handle.host, handle.port)
+        cache = self._caches.get(address)
+        if cache is None:
+            client = FileClient(handle.host, handle.port, self._secret, self._member_id, self._fingerprint)
+            cache = self._caches[address] = InputCache(self._folder / str(len(self._caches)), client)
+        return cache
+
+    def remove(self) -> None:
+        """The slave ends: say what the cache did, close its connections, remove its files (the mapped objects
+        stay valid until dropped)."""
+        counts = self.counters
+        log.info(
+            "shared objects: %d hits, %d misses, %d bytes fetched, %d evicted",
+            counts["hits"], counts["misses"], counts["bytes_fetched"], counts["evictions"],
+        )  # fmt: skip
+        for cache in self._caches.values():
+            cache.client.close()
+        shutil.rmtree(self._folder, ignore_errors=True)

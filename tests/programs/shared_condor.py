@@ -1,0 +1,41 @@
+"""A 50 MB object shared with ``ex.share`` on the condor back end (tests/test_condor_executor.py, issue 22).
+
+400 short tasks on up to 8 slave jobs name one shared 50 MB object; the
+script prints one JSON line: how many slaves ran tasks, the object's file
+size and the file service's counters (what the master sent).
+
+Command line: ``shared_condor.py WORKDIR SLAVE_PYTHON MASTER_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+import mwpy
+
+SIZE = 50_000_000
+
+
+def probe(blob: bytes, i: int) -> tuple[str, int]:
+    time.sleep(0.1)  # long enough for every slave job to start and take tasks
+    return f"{socket.gethostname()}:{os.getpid()}", len(blob) + i
+
+
+if __name__ == "__main__":
+    workdir, python, address = sys.argv[1:4]
+    options = ["--mw-slave-executable", python, "--mw-master-host", address]
+    with mwpy.Executor(max_workers=8, backend="condor", workdir=workdir, options=options) as executor:
+        handle = executor.share(os.urandom(SIZE))
+        answers = list(executor.map(probe, [handle] * 400, range(400), timeout=600))
+        report = {
+            "right": [length for _, length in answers] == [SIZE + i for i in range(400)],
+            "slaves": len({slave for slave, _ in answers}),
+            "size": handle.size,
+            "digest": handle.digest,
+            "counters": executor.file_counters(),
+        }
+    print(json.dumps(report), flush=True)

@@ -1,0 +1,51 @@
+"""Functions tests/test_shared.py runs on slaves: they look at the shared objects they were given."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+
+def describe(arr: np.ndarray[Any, Any], i: int) -> tuple[int, float, bool, int]:
+    """(pid, the array's sum plus ``i``, whether it is read-only, whether its memory is the slave's own copy)."""
+    return os.getpid(), float(arr.sum()) + i, not arr.flags.writeable, int(arr.flags.owndata)
+
+
+def nested(config: dict[str, Any]) -> float:
+    """A handle deep inside the arguments resolves too."""
+    return float(config["data"][0]["arr"].sum()) + float(len(config["words"]))
+
+
+def identity(config: Any) -> tuple[int, int]:
+    """(pid, the object's id there): one object per slave, reused by every task."""
+    return os.getpid(), id(config)
+
+
+def size_of(data: bytes) -> int:
+    return len(data)
+
+
+def plus_sum(x: int, big: np.ndarray[Any, Any]) -> tuple[int, int]:
+    return os.getpid(), int(big.sum()) + x
+
+
+def read_file(f: Any) -> tuple[str, str, int, str]:
+    """(its base name, its text, its permission bits, its path) as the slave sees a mwpy.File argument."""
+    with open(f, encoding="utf-8") as source:
+        text = source.read()
+    return os.path.basename(f), text, os.stat(f).st_mode & 0o777, os.fspath(f)
+
+
+def spoil(f: Any) -> None:
+    """A task that writes to its input file (its own copy: the next task must not see this)."""
+    with open(f, "a", encoding="utf-8") as sink:
+        sink.write("spoiled\n")
+
+
+def temporary_folder(_: int) -> str:
+    """Where the slave's temporary files (its cache of shared objects among them) go."""
+    import tempfile  # noqa: PLC0415
+
+    return tempfile.gettempdir()

@@ -1,0 +1,226 @@
+"""Objects shared once per slave (``ex.share``, ``mw.share``, ``mwpy.share``): real slaves, real file service.
+
+The file service's counters are the master's own record of what it sent, so
+"once per slave" is asserted on them: every slave that ran a task fetched the
+object exactly once, whatever number of tasks named it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mwpy
+from mwpy import resource_file
+from mwpy.executor import _master_options
+from mwpy.wire import codec, protocol
+from tests.programs import shared_work as work
+from tests.support import PROGRAMS, ROOT, run_local
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[mwpy.Executor]:
+    with mwpy.Executor(max_workers=2) as ex:
+        yield ex
+
+
+def test_a_shared_array_crosses_once_per_slave(executor: mwpy.Executor) -> None:
+    arr = np.arange(2_000_000, dtype=np.float64)  # 16 MB
+    handle = executor.share(arr)
+    assert len(pickle.dumps(handle)) < 300  # what each task carries
+    answers = list(executor.map(work.describe, [handle] * 60, range(60)))
+    total = float(arr.sum())
+    assert [value for _, value, _, _ in answers] == [total + i for i in range(60)]
+    assert all(read_only and not owns for _, _, read_only, owns in answers)  # mapped from the file, not copied
+    slaves = {pid for pid, _, _, _ in answers}
+    counters = executor.file_counters()
+    assert counters["fetches"] == {handle.digest: len(slaves)}
+    assert counters["bytes_sent"] == len(slaves) * handle.size
+    assert handle.size >= arr.nbytes
+
+
+def test_a_handle_resolves_at_any_depth_and_once_per_slave(executor: mwpy.Executor) -> None:
+    config = {"data": [{"arr": np.ones(1000)}], "words": ["a", "b", "c"]}
+    handle: Any = executor.share(config)  # it stands for the config in the call
+    assert executor.submit(work.nested, {"data": [{"arr": np.ones(10)}], "words": []}).result(60) == 10.0
+    assert executor.submit(work.nested, handle).result(timeout=60) == 1003.0
+    seen = set(executor.map(work.identity, [handle] * 40))
+    assert len(seen) == len({pid for pid, _ in seen})  # each slave gave every task the same object
+
+
+def test_sharing_an_equal_object_again_gives_the_same_file(executor: mwpy.Executor) -> None:
+    first = executor.share({"k": list(range(100))})
+    second = executor.share({"k": list(range(100))})
+    assert first == second
+
+
+def test_a_handle_used_on_the_master_says_where_it_works() -> None:
+    handle = codec.Shared("ab" * 32, 10, "127.0.0.1", 1)
+    with pytest.raises(mwpy.SharedObjectError, match="only be used in a task on a slave"):
+        pickle.loads(pickle.dumps(handle))
+
+
+def test_share_outside_a_master_algorithm_is_refused() -> None:
+    with pytest.raises(mwpy.NotInMasterError, match="share"):
+        mwpy.share([1, 2, 3])
+
+
+def test_the_file_format_keeps_buffers_aligned_and_unpickles_without_copies(tmp_path: Path) -> None:
+    arr = np.arange(1001, dtype=np.int32)
+    path = tmp_path / "obj"
+    with path.open("wb") as out:
+        digest, size = codec.encode_shared({"a": arr, "b": "text"}, out)
+    data = path.read_bytes()
+    assert size == len(data)
+    assert hashlib.sha256(data).hexdigest() == digest
+    view = memoryview(data)
+    back = codec.decode_shared(view)
+    assert back["b"] == "text"
+    assert np.array_equal(back["a"], arr)
+    assert not back["a"].flags.owndata  # a view of the file's bytes
+    address = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    assert (back["a"].ctypes.data - address) % codec.SHARED_ALIGN == 0
+
+
+def test_mwpy_share_inside_a_master_algorithm_under_mwpy_local() -> None:
+    done = run_local(PROGRAMS / "shared_master.py", "30", slaves=2)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    total = float(np.arange(500_000, dtype=np.int64).sum())
+    assert report["values"] == [total * i for i in range(30)]
+    assert report["counters"]["fetches"] == {report["digest"]: report["slaves"]}
+    assert report["counters"]["bytes_sent"] == report["slaves"] * report["size"]
+
+
+# ---------------------------------------------------------------------- issue 22 item 2: large arguments
+
+
+def test_an_argument_larger_than_a_frame_travels_through_the_file_service(tmp_path: Path) -> None:
+    """Before issue 22 such an argument was refused at submit (more than --mw-max-write-buffer-size)."""
+    with mwpy.Executor(max_workers=1, options=["--mw-max-write-buffer-size", str(8 << 20)]) as ex:
+        data = os.urandom(codec.SPILL_ABOVE + 12345)
+        assert ex.submit(work.size_of, data).result(timeout=120) == len(data)
+        assert ex.file_counters()["bytes_sent"] > len(data)
+
+
+def test_a_large_keyword_argument_of_map_crosses_once_per_slave(executor: mwpy.Executor) -> None:
+    before = executor.file_counters()
+    big = np.arange(1_000_000, dtype=np.int64)  # 8 MB, given to every call
+    answers = list(executor.map(work.plus_sum, range(30), big=big))
+    assert [value for _, value in answers] == [int(big.sum()) + x for x in range(30)]
+    slaves = len({pid for pid, _ in answers})
+    after = executor.file_counters()
+    (new,) = set(after["fetches"]) - set(before["fetches"])
+    assert after["fetches"][new] == slaves
+    assert after["bytes_sent"] - before["bytes_sent"] <= slaves * (big.nbytes + 4096)  # not 30 copies
+
+
+def test_mw_map_shares_a_large_keyword_argument_once_per_slave() -> None:
+    done = run_local(PROGRAMS / "big_arguments.py", "kwargs", slaves=2)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    total = int(np.arange(500_000, dtype=np.int64).sum())
+    assert report["values"] == [total + x for x in range(40)]
+    (fetched,) = report["counters"]["fetches"].values()
+    assert fetched == report["slaves"]
+    assert report["counters"]["bytes_sent"] < 2 * report["slaves"] * 4_000_000
+
+
+def test_a_stream_holds_its_window_in_bytes_too() -> None:
+    """1 MiB arguments: at most WINDOW_BYTES of them ahead (plus one), not the 10,000-task window's."""
+    done = run_local(PROGRAMS / "big_arguments.py", "window", slaves=1)
+    assert done.returncode == 0, done.stderr
+    taken = int(done.stdout.split("taken ")[1].split()[0])
+    assert taken <= (256 << 20) // (1 << 20) + 1  # the default WINDOW_BYTES: 256 MiB; all 300 before issue 22
+    assert "first 1048576" in done.stdout
+
+
+def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
+    options = _master_options(["--mw-max-write-buffer-size", "200000000"], Path("r.json"), "local", None)
+    arguments = options.slave_arguments
+    assert arguments[arguments.index("--mw-max-read-buffer-size") + 1] == "200000000"
+    assert "--mw-max-write-buffer-size" not in arguments
+
+
+# ---------------------------------------------------------------------- issue 22 item 4: a bounded cache
+
+
+def test_a_slave_keeps_at_most_its_cache_size_and_fetches_an_evicted_object_again() -> None:
+    with mwpy.Executor(max_workers=1, options=["--mw-cache-size", str(3_000_000)]) as ex:
+        first, second = ex.share(np.zeros(250_000)), ex.share(np.ones(250_000))  # 2 MB each: one fits
+        handle: Any
+        for handle, expected in ((first, 0.0), (first, 0.0), (second, 250_000.0), (first, 0.0)):
+            assert ex.submit(work.describe, handle, 0).result(timeout=60)[1] == expected
+        fetches = ex.file_counters()["fetches"]
+    assert fetches == {first.digest: 2, second.digest: 1}  # the second evicted the first, which came back
+
+
+def test_the_master_passes_its_cache_size_to_the_slaves_it_advertises(tmp_path: Path) -> None:
+    with mwpy.Executor(max_workers=1, workdir=tmp_path, options=["--mw-cache-size", "123456"]):
+        advertised = resource_file.read(str(tmp_path / "resource.json")).slave_arguments
+    assert advertised[advertised.index("--mw-cache-size") + 1] == "123456"
+
+
+# ---------------------------------------------------------------------- issue 22 item 3: files
+
+
+def test_a_file_argument_arrives_as_a_verified_local_copy_once_per_slave(tmp_path: Path) -> None:
+    data = tmp_path / "table.csv"
+    data.write_text("a,b\n1,2\n", encoding="utf-8")
+    data.chmod(0o640)
+    with mwpy.Executor(max_workers=1) as ex:
+        answers = [ex.submit(work.read_file, mwpy.File(data)).result(timeout=60) for _ in range(3)]
+        counters = ex.file_counters()
+    for name, text, mode, path in answers:
+        assert (name, text, mode) == ("table.csv", "a,b\n1,2\n", 0o640)
+        assert path != str(data)  # the slave's own copy, not the master's file
+    assert list(counters["fetches"].values()) == [1]
+    assert counters["bytes_sent"] == data.stat().st_size
+
+
+def test_a_task_that_writes_to_its_file_does_not_change_the_next_task_s(tmp_path: Path) -> None:
+    data = tmp_path / "input.txt"
+    data.write_text("original\n", encoding="utf-8")
+    with mwpy.Executor(max_workers=1) as ex:
+        ex.submit(work.spoil, mwpy.File(data)).result(timeout=60)
+        assert ex.submit(work.read_file, mwpy.File(data)).result(timeout=60)[1] == "original\n"
+        assert list(ex.file_counters()["fetches"].values()) == [2]  # the changed copy was replaced
+    assert data.read_text(encoding="utf-8") == "original\n"
+
+
+def test_a_file_outside_a_task_s_arguments_says_so(tmp_path: Path) -> None:
+    with pytest.raises(mwpy.SharedObjectError, match=r"travels only in a task's arguments"):
+        pickle.dumps(mwpy.File(tmp_path / "x"))
+    assert os.fspath(mwpy.File(tmp_path / "x")) == str(tmp_path / "x")
+
+
+def test_a_local_slave_keeps_its_temporary_files_in_its_sandbox(tmp_path: Path) -> None:
+    """As Condor's starter does (TMPDIR is the scratch folder): a slave killed before its atexit leaves no cache."""
+    with mwpy.Executor(max_workers=1, workdir=tmp_path) as ex:
+        folder = ex.submit(work.temporary_folder, 0).result(timeout=60)
+    assert Path(folder).is_relative_to(tmp_path)
+
+
+def test_with_tls_the_shared_objects_travel_over_tls_with_the_master_s_certificate(tmp_path: Path) -> None:
+    """Issue 22 item 5 holds for shared objects: their file service speaks TLS whenever the master does."""
+    cert, key = ROOT / "tests" / "data" / "tls-cert.pem", ROOT / "tests" / "data" / "tls-key.pem"
+    options = ["--mw-tls-cert", str(cert), "--mw-tls-key", str(key)]
+    with mwpy.Executor(max_workers=1, workdir=tmp_path, options=options) as ex:
+        handle: Any = ex.share(np.arange(1000))
+        assert ex.submit(work.describe, handle, 1).result(timeout=60)[1] == 499501.0
+        fingerprint = resource_file.read(str(tmp_path / "resource.json")).tls_fingerprint
+        assert fingerprint is not None
+        with (
+            socket.create_connection((handle.host, handle.port), timeout=30) as raw,
+            protocol.tls_client_context().wrap_socket(raw) as tls,
+        ):
+            assert protocol.certificate_matches(tls, fingerprint)
