@@ -45,7 +45,7 @@ KilledWorker = KilledSlaveError
 if TYPE_CHECKING:
     from mwpy.core.scheduler import SlaveKind
     from mwpy.executor import Executor
-    from mwpy.master import LoopEvents, Master, share
+    from mwpy.master import LoopEvents, Master
     from mwpy.program import exit_status, main, master, run, slave
     from mwpy.slave import Slave, SlaveStatus
     from mwpy.task import (
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         TaskFailedError,
         TaskFuture,
         TaskRaisedError,
+        share,
         task,
     )
     from mwpy.wire.codec import File, Shared
@@ -69,7 +70,7 @@ _HOMES = {
     "ExitCode": "mwpy.wire.protocol",
     "LoopEvents": "mwpy.master",
     "Master": "mwpy.master",
-    "share": "mwpy.master",
+    "share": "mwpy.task",
     "Shared": "mwpy.wire.codec",
     "File": "mwpy.wire.codec",
     "Slave": "mwpy.slave",

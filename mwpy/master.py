@@ -29,7 +29,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -39,7 +38,7 @@ from mwpy import streams
 from mwpy.core import facts
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
-from mwpy.errors import ConfigurationError, NotInMasterError
+from mwpy.errors import ConfigurationError
 from mwpy.intake import Intake
 from mwpy.net.engine import TICK, Engine
 from mwpy.net.shares import SharedObjects
@@ -48,18 +47,10 @@ from mwpy.observe.renderers import Observers
 from mwpy.options import Options
 from mwpy.pool.publish import Publisher
 from mwpy.slave_exits import Exits
-from mwpy.task import Result, Task, TaskAlgorithm, current_master, reset_master, use_master
+from mwpy.task import Result, Task, TaskAlgorithm, reset_master, use_master
 from mwpy.wire.codec import Shared
 
-__all__ = ["LoopEvents", "Master", "share"]
-
-
-def share(obj: Any) -> Shared:
-    """``mwpy.share(obj)``: :meth:`Master.share` of the current master, for code inside a master algorithm."""
-    mw = current_master()
-    if mw is None:
-        raise NotInMasterError("mwpy.share() can only be called while the master algorithm runs")
-    return mw.share(obj)
+__all__ = ["LoopEvents", "Master"]
 
 
 @attrs.frozen
@@ -121,7 +112,7 @@ class Master:
                 undo.callback(journal.close)
             self._journal = journal
             self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
-                                      how_ended=Exits(_folder_of(options.resource_file)))  # fmt: skip
+                                      how_ended=Exits.beside(options.resource_file))  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick)  # fmt: skip
             undo.callback(self._engine.close)
@@ -403,8 +394,3 @@ class Master:
         self._audit.flush()
         self._observers.stop(status, summary=self.goodput_summary)
         self._shared.close()
-
-
-def _folder_of(resource_file: str | None) -> Path | None:
-    """The work folder a local back end shares with the master: the resource file's."""
-    return None if resource_file is None else Path(resource_file).resolve().parent

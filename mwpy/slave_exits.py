@@ -80,6 +80,11 @@ class Exits:
     def __init__(self, folder: Path | None) -> None:
         self._folder = folder
 
+    @classmethod
+    def beside(cls, resource_file: str | None) -> Exits:
+        """The reader of the work folder a local back end shares with the master: the resource file's."""
+        return cls(None if resource_file is None else Path(resource_file).resolve().parent)
+
     def __call__(self, slave: Departed) -> str | None:
         if self._folder is None:
             return None

@@ -431,6 +431,11 @@ def current_master() -> Master | None:
     return _current.get()
 
 
+def share(obj: Any) -> codec.Shared:
+    """``mwpy.share(obj)``: :meth:`Master.share` of the current master, for code inside a master algorithm."""
+    return _current_master("mwpy.share()").share(obj)
+
+
 def _current_master(what: str) -> Master:
     master = _current.get()
     if master is None:

@@ -69,6 +69,10 @@ def executor_rows(folder: Path) -> None:
         print("ok dask: client.submit(f, x, retries=2)")
         assert ex.submit(app, 1).result() == 2
         print("ok Parsl: @python_app def f(x): ...; f(1).result()")
+        arr = list(range(1000))
+        x = ex.share(arr)
+        assert ex.submit(sum, x).result() == sum(arr)  # type: ignore[arg-type]  # the handle stands for arr
+        print("ok dask: x = client.scatter(arr, broadcast=True); client.submit(f, x); Ray: ray.put(arr)")
 
 
 @mwpy.master
