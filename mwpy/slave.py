@@ -41,13 +41,10 @@ from typing import Any
 
 import attrs
 
-from mwpy import (
-    calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
-    safe_files,
-)
+from mwpy import calls  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
 from mwpy._version import __version__
-from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
-from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
+from mwpy.errors import ProtocolError, TaskTimeoutError
+from mwpy.job_ad import own_job_id
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.options import DEFAULT_SPIN_US
@@ -609,9 +606,7 @@ def _handshake(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
-    hello = protocol.Hello(
-        endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, condor_job_id()
-    )
+    hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, own_job_id())
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:
@@ -657,29 +652,3 @@ def _silent(state: SlaveState, address: str, timeout: float | None) -> str:
     if state is SlaveState.PROVING:
         return f"no answer from {address} to our proof of membership {within}"
     return f"no Welcome from the master at {address} {within} after the proofs"
-
-
-#: A job ad is a few KiB; a bigger file is not read.
-JOB_AD_MAX_SIZE = 1 << 20
-
-
-def condor_job_id() -> str:
-    """``CLUSTER.PROC`` of the Condor job this slave runs as, from its job ad; "" outside Condor.
-
-    Reported in Hello so that the master can publish which jobs are connected;
-    a missing, unreadable or odd ad only costs that (the slave works the same).
-    """
-    path = os.environ.get(JOB_AD_VARIABLE)
-    if not path:
-        return ""
-    try:
-        text = safe_files.read_bytes(path, max_size=JOB_AD_MAX_SIZE).decode("utf-8", "replace")
-    except UnsafeFileError:
-        return ""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        name, equals, value = line.partition("=")
-        if equals and name.strip().lower() in ("clusterid", "procid"):
-            found[name.strip().lower()] = value.strip()
-    job = f"{found.get('clusterid', '')}.{found.get('procid', '')}"
-    return job if CONDOR_JOB_ID.fullmatch(job) else ""

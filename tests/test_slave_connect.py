@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from mwpy import ExitCode
+from mwpy.job_ad import own_job_id as condor_job_id
 from mwpy.names import JOB_AD_VARIABLE
 from mwpy.observe import events
 from mwpy.resource_file import ResourceFile
-from mwpy.slave import condor_job_id
 from mwpy.wire import protocol
 from tests.support import PROGRAMS, local_master, spawn_slave
 from tests.test_overseer import write_resource
