@@ -15,7 +15,6 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
-from mwpy.resource_file import ABANDON_AFTER
 
 #: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
 #: slave's or master's share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
@@ -35,6 +34,10 @@ def level_name(text: str) -> str:
 Role = Literal["master", "slave"]
 
 DEFAULT_MEMBER_ID = "default-member-id"
+#: Seconds past the stale point after which a slave takes its master for gone for good (``--mw-abandon-after``).
+#: Short, unlike the overseer's --abandon-after: a master the schedd restarts writes a fresh file within
+#: seconds, so a stale file means a master that is gone, and a pilot must not hold its slot or restart for long.
+SLAVE_ABANDON_AFTER = 300.0
 MIB = 1024 * 1024
 
 
@@ -67,7 +70,7 @@ class Options:
     log_level: str | None = None
     connect_timeout: float = 10.0
     journal: str | None = None
-    abandon_after: float = ABANDON_AFTER
+    abandon_after: float = SLAVE_ABANDON_AFTER
     events: str | None = None
     metrics_port: int | None = None
     tls_cert: str | None = None
@@ -318,9 +321,10 @@ _SPECS: dict[str, _Spec] = {
     "--mw-abandon-after": _Spec(
         "abandon_after",
         "SECONDS",
-        "mwpy: a slave whose resource file has been stale for longer than this (beyond its update "
-        "interval and grace) takes the master for gone for good and exits 0 with one line, so Condor's "
-        "on_exit_remove takes its job out of the queue. Default 3600, as the overseer's --abandon-after.",
+        "mwpy: a slave that starts on a stale resource file waits for its master (no restarts) until the "
+        "file has been stale for this long (beyond its update interval and grace), then takes the master for "
+        "gone for good and exits 0 with one line, so Condor's on_exit_remove takes its job out of the queue. "
+        "Default 300.",
         positive_float,
         "a positive number of seconds",
     ),
