@@ -32,7 +32,7 @@ from mwpy.errors import (
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
-from mwpy.slave import Endpoint, Slave, SlaveExit, connect
+from mwpy.slave import Endpoint, Slave, SlaveExit, connect, exit_named
 from mwpy.wire.protocol import ExitCode
 
 if TYPE_CHECKING:  # the master's parts load only in a master (a slave never needs them)
@@ -244,7 +244,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     finally:
         worker.close()
     if status in _LEAVING_LINES:
-        print(f"{_program_name()}: {_LEAVING_LINES[status]} {_exit_named(ExitCode(status))}", file=sys.stderr)
+        print(f"{_program_name()}: {_LEAVING_LINES[status]} {exit_named(ExitCode(status))}", file=sys.stderr)
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
 
@@ -252,11 +252,6 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
 #: The one stderr line of a slave that leaves a working connection with one of these statuses (the others
 #: say why where they happen): a job's .err file then names the status Condor's user log records.
 _LEAVING_LINES: dict[int, str] = {ExitCode.MASTER_LOST: "the connection to the master ended without a shutdown"}
-
-
-def _exit_named(code: ExitCode) -> str:
-    """``[exit status 3 UNREACHABLE: Condor keeps the job queued]``: a status by number and name, and what follows."""
-    return f"[exit status {int(code)} {code.name}: Condor keeps the job queued]"
 
 
 @attrs.frozen
@@ -313,7 +308,7 @@ def _wait_for_resource_file(options: Options) -> float:
 def _slave_exit(exc: SlaveExit, audit: Audit, member_id: str) -> int:
     """One line on stderr (unless it is a normal end) and the audit's FINI line, under the real member id."""
     if exc.code != ExitCode.OK:
-        print(f"{_program_name()}: {exc.reason} {_exit_named(ExitCode(exc.code))}", file=sys.stderr)
+        print(f"{_program_name()}: {exc.reason} {exit_named(ExitCode(exc.code))}", file=sys.stderr)
     audit(f'FINI {exc.reason} (exit {int(exc.code)}) "{member_id}"')
     return int(exc.code)
 

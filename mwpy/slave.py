@@ -522,6 +522,32 @@ class Slave:
                 with self._io_lock:
                     self._write(self._session.send(protocol.Heartbeat(peak)))
                 reported = peak
+            if self._lost is not None and self._in_task and self._evicted is None:
+                self._leave_lost_master()
+
+    def _leave_lost_master(self) -> None:
+        """The connection died while a task runs: leave now rather than hold the slot until the task ends.
+
+        The task's result has nowhere to go (the master queued the task again when
+        the connection dropped, or is gone), and a pilot whose master is gone must
+        not outlive it (issue 24): the job stays queued and its next run finds the
+        current master, or leaves the queue once the master is gone for good.
+        """
+        reason = f"the connection to the master ended without a shutdown while a task ran ({self._lost})"
+        self._audit(f"MASTER LOST WHILE A TASK RAN: leaving ({self._lost})")
+        self._audit.flush()
+        line = f"mwpy slave: {reason} {exit_named(ExitCode.MASTER_LOST)}\n"
+        os.write(2, line.encode(errors="replace"))  # not sys.stderr: the running task's output capture holds it
+        os._exit(int(ExitCode.MASTER_LOST))
+
+
+def exit_named(code: ExitCode) -> str:
+    """``[exit status 3 UNREACHABLE: Condor keeps the job queued]``: how a failing slave's stderr line ends.
+
+    The status by number and name (docs/exit-codes.md), so that a job's .err file says what its user log's
+    return value means.
+    """
+    return f"[exit status {int(code)} {code.name}: Condor keeps the job queued]"
 
 
 class _Capture(io.StringIO):
