@@ -117,6 +117,8 @@ class Master:
             self.host, self.port = self._engine.host, self._engine.port
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
+            #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
+            self.port_range = options.master_port_range
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint,

@@ -48,6 +48,8 @@ class Options:
     role: Role | None = None
     master_host: str | None = None
     master_port: int | None = None
+    #: Ports (both ends included) every listening socket of the master takes its port from.
+    master_port_range: tuple[int, int] | None = None
     max_write_buffer_size: int = 64 * MIB
     max_read_buffer_size: int = 64 * MIB
     client_timeout: float = 60.0
@@ -105,6 +107,14 @@ def _port(text: str) -> int:
     return value
 
 
+def _port_range(text: str) -> tuple[int, int]:
+    low, dash, high = text.partition("-")
+    first, last = int(low), int(high)
+    if not dash or not 1 <= first <= last <= 65535:
+        raise ValueError
+    return first, last
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
@@ -154,6 +164,14 @@ _SPECS: dict[str, _Spec] = {
         "Slave: port to connect to. Master: port to bind (default: any free port).",
         _port,
         "a port number from 0 to 65535",
+    ),
+    "--mw-master-port-range": _Spec(
+        "master_port_range",
+        "LOW-HIGH",
+        "Master: listen on the first free port from LOW to HIGH (both included), and put the file service "
+        "and a --mw-metrics-port 0 exporter there too: for a firewall that opens only this range.",
+        _port_range,
+        "a port range LOW-HIGH with 1 <= LOW <= HIGH <= 65535",
     ),
     "--mw-max-write-buffer-size": _Spec(
         "max_write_buffer_size",
@@ -453,6 +471,8 @@ def _check(options: Options) -> None:
             raise UsageError("--mw-master-host: required for a slave without --mw-resource-file")
         if options.master_port is None:
             raise UsageError("--mw-master-port: required for a slave without --mw-resource-file")
+    if options.master_port_range is not None and options.master_port is not None and options.role == "master":
+        raise UsageError("--mw-master-port-range: give it or --mw-master-port, not both")
     if options.tls_key is not None and options.tls_cert is None:
         raise UsageError("--mw-tls-key: needs --mw-tls-cert")
     if options.role == "master" and options.resource_file is None and options.secret_file is None:

@@ -401,7 +401,9 @@ def main(mw: Master, argv: list[str]) -> int:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
     mw.goodput_summary = False  # the run ends with its own line
-    server = filestore.FileServer(me.secret, me.member_id, host=mw.host, bind=mw.bind)  # where the master listens
+    server = filestore.FileServer(  # where the master listens, in its port range if it has one
+        me.secret, me.member_id, host=mw.host, bind=mw.bind, ports=mw.port_range
+    )
     status = None if me.resource_file is None else status_path(me.resource_file)
     first = next(description.jobs())
     batch = (first.ad.get("JobBatchName") or first.ad.get("JobDescription")).strip('"')  # as condor_q names a batch

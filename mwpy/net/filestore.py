@@ -54,6 +54,7 @@ import attrs
 
 from mwpy import safe_files
 from mwpy.errors import MwpyError, ProtocolError
+from mwpy.net.ports import PortRange, listen
 from mwpy.wire import protocol
 
 #: Bytes per data frame.
@@ -275,11 +276,19 @@ class Counters:
 class FileServer:
     """The master's side: serves published files by hash, receives outputs for jobs in flight."""
 
-    def __init__(self, secret: bytes, member_id: str, host: str = "127.0.0.1", bind: str | None = None) -> None:
-        """Listen on ``bind`` (default: ``host``; "" for every interface); slaves are told ``host``."""
+    def __init__(
+        self,
+        secret: bytes,
+        member_id: str,
+        host: str = "127.0.0.1",
+        bind: str | None = None,
+        ports: PortRange | None = None,
+    ) -> None:
+        """Listen on ``bind`` (default: ``host``; "" for every interface), in ``ports`` if given; slaves are told
+        ``host``."""
         self._secret = secret
         self._member_id = member_id
-        self._listener = socket.create_server((host if bind is None else bind, 0))
+        self._listener = listen(host if bind is None else bind, ports, "the file service")
         self.host = host
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()

@@ -14,11 +14,13 @@ imported: masters without the option, and slaves, never load it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from mwpy.errors import ConfigurationError
+from mwpy.net.ports import PortRange, first_free
 from mwpy.observe import events as ev
 
 #: Where the exporter listens unless told otherwise: metrics are not secret, but nobody asked to publish them.
@@ -38,7 +40,7 @@ def _prometheus() -> Any:
 class MetricsExporter:
     """Counters and gauges of one master, served over HTTP; call it with each event (an EventWriter subscriber)."""
 
-    def __init__(self, port: int, host: str = DEFAULT_HOST) -> None:
+    def __init__(self, port: int, host: str = DEFAULT_HOST, ports: PortRange | None = None) -> None:
         prometheus = _prometheus()
         self.registry = registry = prometheus.CollectorRegistry()
         counter, gauge = prometheus.Counter, prometheus.Gauge
@@ -68,7 +70,8 @@ class MetricsExporter:
         self.pending = g("mwpy_tasks_pending", "Tasks queued in the master")
         self.running = g("mwpy_tasks_running", "Tasks sent to slaves and not yet answered")
         self.condor = g("mwpy_condor_jobs", "The computation's slave jobs in the schedd, by state", ("state",))
-        self._server, self._thread = prometheus.start_http_server(port, addr=host, registry=registry)
+        serve = functools.partial(prometheus.start_http_server, addr=host, registry=registry)
+        self._server, self._thread = serve(port) if ports is None else first_free(ports, serve, "the metrics exporter")
 
     @property
     def port(self) -> int:
@@ -149,9 +152,10 @@ class MetricsExporter:
         self._thread.join()
 
 
-def start(port: int, host: str = DEFAULT_HOST) -> MetricsExporter:
-    """An exporter listening on ``host:port``; :class:`ConfigurationError` (one line) when it cannot be made."""
+def start(port: int, host: str = DEFAULT_HOST, ports: PortRange | None = None) -> MetricsExporter:
+    """An exporter listening on ``host:port`` (port 0 and ``ports``: the first free one of the range);
+    :class:`ConfigurationError` (one line) when it cannot be made."""
     try:
-        return MetricsExporter(port, host)
+        return MetricsExporter(port, host, ports if port == 0 else None)
     except OSError as exc:
         raise ConfigurationError(f"--mw-metrics-port {port}: cannot listen on {host}: {exc.strerror or exc}") from None
