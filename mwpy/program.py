@@ -29,6 +29,7 @@ from mwpy.errors import (
     UnsafeFileError,
     UsageError,
 )
+from mwpy.net.chirp import Chirp
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
@@ -223,6 +224,32 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         return _slave_exit(exc, audit, options.member_id)
     _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
+    chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
+    try:
+        status = _connect_and_serve(
+            endpoint, stale, options=options, audit=audit, waited=waited, argv=argv, chirp=chirp
+        )
+        chirp.publish("draining", chirp.done)
+        chirp.log(
+            f"mwpy slave leaving: exit status {status}" + (f" {ExitCode(status).name}" if status in _CODES else "")
+        )
+        return status
+    finally:
+        chirp.close()
+
+
+def _connect_and_serve(
+    endpoint: Endpoint,
+    stale: _Stale | None,
+    *,
+    options: Options,
+    audit: Audit,
+    waited: float,
+    argv: list[str],
+    chirp: Chirp,
+) -> int:
+    """Connect, then run the slave algorithm (or serve until shutdown); the exit status."""
+    chirp.publish("connecting", 0)
     try:
         worker = _connect(endpoint, stale, options, audit, waited)
     except SlaveExit as exc:
@@ -230,6 +257,8 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
         audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
         return 130
+    chirp.log(f"mwpy slave {worker.slave_id} connected to master {endpoint.host}:{endpoint.port}")
+    chirp.follow(worker.pilot_state)
     algorithm = _algorithms.get("slave")
     try:
         returned = worker.loop_until_shutdown() if algorithm is None else algorithm(worker, argv)
@@ -243,10 +272,15 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         status = ExitCode.ALGORITHM_ERROR
     finally:
         worker.close()
+    chirp.publish(*worker.pilot_state())
     if status in _LEAVING_LINES:
         print(f"{_program_name()}: {_LEAVING_LINES[status]} {exit_named(ExitCode(status))}", file=sys.stderr)
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
+
+
+#: The statuses mwpy names (docs/exit-codes.md).
+_CODES = frozenset(int(code) for code in ExitCode)
 
 
 #: The one stderr line of a slave that leaves a working connection with one of these statuses (the others

@@ -212,6 +212,12 @@ class Slave:
             exit_code=int(code),
         )
 
+    def pilot_state(self) -> tuple[str, int]:
+        """What the slave does now, for Condor's views (mwpy/net/chirp.py): its state and the results it sent."""
+        if self._lost is not None or self._shutdown is not None or self._evicted is not None:
+            return "draining", self._done
+        return ("working" if self._in_task or self._queue else "idle"), self._done
+
     def close(self) -> None:
         """Stop heartbeats and hang up."""
         self._stop.set()

@@ -13,22 +13,27 @@ log and the schedd's queue.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import htcondor2
 import pytest
 
 from tests.condor_support import (
     DEADLINE,
     Pool,
+    computation,
     event_job,
     job_events,
     job_life,
     job_states,
     logs,
+    query,
     read_resource,
     setup_workdir,
     status_json,
     submit_master,
     wait_gone,
+    wait_master_done,
     wait_resource,
 )
 from tests.support import wait_until
@@ -104,3 +109,44 @@ def test_slaves_without_an_overseer_leave_the_queue_once_their_master_is_gone(
     for job in lives:
         err = (condor_workdir / f"slave.{job}.err").read_text(encoding="utf-8")
         assert "the master is gone for good" in err, err  # the last run's one line says why the job ends
+
+
+def test_condor_q_shows_what_each_slave_does(condor_pool: Pool, condor_workdir: Path) -> None:
+    """Item 3: the slave publishes its state into its job ad over Chirp, and connect/leave lines into its user log."""
+    gate = condor_workdir / "gate"
+    setup_workdir(condor_pool, condor_workdir, ["metrics_gated.py"])
+    master = submit_master(condor_pool, condor_workdir, "program=metrics_gated.py", f"program_args={gate}")
+    condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "slaves=1", "program=metrics_gated.py")
+    attributes = ["ClusterId", "ProcId", "MwpyState", "MwpyTasksDone", "MwpyMaster", "MwpyLastTaskTime"]
+
+    def published(state: str, done: int) -> list[Any]:
+        ads = query(computation(condor_workdir, "slave"), attributes)
+        return ads if ads and ads[0].get("MwpyState") == state and ads[0].get("MwpyTasksDone") == done else []
+
+    # Its five tasks answered, the master waits for the gate: the slave is connected and has nothing to do.
+    (ad,) = wait_until(lambda: published("idle", 5), 90, "the slave to publish idle, 5 tasks done", interval=0.5)
+    record = read_resource(condor_workdir)
+    assert record is not None
+    assert ad["MwpyMaster"] == f"{record.master_host}:{record.master_port}"
+    assert isinstance(ad["MwpyLastTaskTime"], int)
+    shown = condor_pool.inside(
+        condor_workdir,
+        "condor_q",
+        "-constraint",
+        computation(condor_workdir, "slave"),
+        "-af",
+        "MwpyState",
+        "MwpyTasksDone",
+    )
+    assert shown.stdout.split() == ["idle", "5"], shown  # as a user types it
+
+    gate.touch()
+    assert "[0, 2, 4, 6, 8]" in wait_master_done(condor_workdir, master), logs(condor_workdir)
+    wait_gone(condor_workdir, "slave", 60)
+    lines = [
+        str(event.get("Info", ""))
+        for event in job_events(condor_workdir)
+        if event.type == htcondor2.JobEventType.GENERIC
+    ]
+    assert any("connected to master" in line for line in lines), lines
+    assert any("mwpy slave leaving: exit status 0 OK" in line for line in lines), lines

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mwpy import ExitCode
+from mwpy.net.chirp import delayed_updates_allowed
 from tests.support import PROGRAMS, start_master, wait_until
 
 GATED = PROGRAMS / "gated.py"
@@ -31,3 +34,15 @@ def test_a_slave_whose_master_dies_during_a_long_task_leaves_without_waiting_for
         assert line.endswith("[exit status 4 MASTER_LOST: Condor keeps the job queued]"), line
     finally:
         computation.stop()
+
+
+@pytest.mark.parametrize(
+    ("prefix", "delayed"),
+    [("Chirp*", False), ("", False), ("Chirp*, Mwpy*", True), ("Chirp* mwpy*", True), ("*", True), ("MwpyS*", False)],
+)
+def test_delayed_chirp_updates_only_where_the_pool_lets_every_mwpy_attribute_through(
+    prefix: str, delayed: bool
+) -> None:
+    """HTCondor's CHIRP_DELAYED_UPDATE_PREFIX (default Chirp*) drops delayed updates of other names without a
+    word; the slave then sends immediate ones (docs/condor.md, "What each slave does")."""
+    assert delayed_updates_allowed(prefix) is delayed

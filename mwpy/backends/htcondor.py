@@ -54,6 +54,7 @@ SLAVE_POLICY: dict[str, str] = {
     "log": "slaves.log",
     "notification": "never",
     f"+{ROLE_ATTRIBUTE}": '"slave"',
+    "+WantIOProxy": "true",
 }
 
 #: Submit commands the overseer's bookkeeping depends on (compared as :func:`command_key` makes them):
