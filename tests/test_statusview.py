@@ -188,3 +188,24 @@ def test_condor_job_counts_are_asked_for_sparingly(
         assert "condor" not in text
     else:
         assert shown in text, text
+
+
+def test_the_demand_shown_is_bounded_by_the_slave_limit() -> None:
+    """Issue 24 item 6: a computation that can use 8 slaves is never shown needing 1,999 more."""
+    from mwpy.observe.statusview import Extra  # noqa: PLC0415
+
+    record = _record(slaves_needed=1999, slaves_connected={"ordered": 0, "intermingle": 0, "unordered": 2})
+    line = plain(record, Extra(slave_limit=8), None, now=record.timestamp)
+    assert "slaves 2/8 connected (unordered 2) · 6 more needed (capped by the limit of 8)" in line
+    assert "1,999" not in line
+    assert "· 1,999 more needed" in plain(record, Extra(), None, now=record.timestamp)  # no limit: the demand
+
+
+def test_condor_counts_are_shown_with_their_age() -> None:
+    """Issue 24 item 6: the schedd is asked every few seconds; a frame says how old its counts are."""
+    from mwpy.observe.statusview import Extra  # noqa: PLC0415
+
+    record = _record()
+    extra = Extra(condor={"idle": 0, "running": 8, "held": 0}, condor_at=record.timestamp)
+    line = plain(record, extra, None, now=record.timestamp + 7.2)
+    assert "condor 0 idle · 8 running · 0 held (7 s old)" in line
