@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mwpy import backends, resource_file
+from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
@@ -200,7 +200,8 @@ def _status_command(options: argparse.Namespace) -> int:
 
 
 def _log(text: str) -> None:
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [O] {text}", flush=True)
+    """One overseer line; it may quote Condor's hold reasons and the jobs they quote: shown safe."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [O] {safe_text.one_line(text)}", flush=True)
 
 
 def _backend_name(args: Sequence[str]) -> str:
@@ -304,8 +305,8 @@ def _print_status(
         rows.extend(("", _job_line(job)) for job in listed or [])
     elif why:
         rows.append(("jobs", f"unknown: {why}"))
-    for name, value in rows:
-        print(f"{name:<8} {value}")
+    for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
+        print(f"{name:<8} {safe_text.one_line(value)}")
 
 
 def _condor_view(

@@ -48,7 +48,6 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
-import logging
 import os
 import secrets
 import shutil
@@ -63,7 +62,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
-from mwpy import backends, calls
+from mwpy import backends, calls, safe_text
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, SPAWN_COPY
@@ -89,7 +88,7 @@ UPDATE_INTERVAL = 1.0
 SUBMIT_BATCH = 1024
 
 _numbers = itertools.count()
-log = logging.getLogger(__name__)
+log = safe_text.logger(__name__)
 
 
 class _Future(LightFuture[R]):

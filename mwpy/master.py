@@ -105,7 +105,7 @@ class Master:
             if options.journal:
                 from mwpy.core.journal import Journal  # noqa: PLC0415 (sqlite3 only for --mw-journal)
 
-                journal = Journal(options.journal)
+                journal = Journal(options.journal, on_failure=lambda why: self._facts(facts.JournalOff(why)))
                 undo.callback(journal.close)
             self._journal = journal
             self._outcomes = Outcomes(self._sched, self._facts, journal)

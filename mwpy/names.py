@@ -25,6 +25,8 @@ EVENTS_FILE: Final = "events.jsonl"
 BUNDLE_FILE: Final = "mwpy.pyz"
 #: The copy of ``mwpy/_spawn.py`` an Executor ships to a batch system's slaves.
 SPAWN_COPY: Final = "mwpy_spawn.py"
+#: Files SQLite keeps next to the journal (``--mw-journal``) in WAL mode: the journal's suffix and these.
+JOURNAL_SIDE_FILES: Final = ("-wal", "-shm")
 #: What a local slave wrote on its stdout and stderr, in its sandbox.
 SLAVE_STDOUT: Final = "slave.out"
 SLAVE_STDERR: Final = "slave.err"
@@ -56,3 +58,8 @@ MEMBER_ATTRIBUTE: Final = "MwpyMemberId"
 ROLE_ATTRIBUTE: Final = "MwpyRole"
 #: A Condor job id as slaves report it and the resource file lists it: ``CLUSTER.PROC``.
 CONDOR_JOB_ID: Final = re.compile(r"[0-9]{1,10}\.[0-9]{1,10}")
+#: Bytes: more memory than a slave can have (64 TiB: the largest single machines hold 32 to 48 TiB, and
+#: x86-64 processors address 2^46 to 2^52 bytes). A Heartbeat claiming more is refused, and a resource file
+#: listing more is not read: the master publishes the largest peak, and the overseer asks Condor for that
+#: much for every new slave job.
+MAX_PEAK_MEMORY: Final = 1 << 46

@@ -79,6 +79,7 @@ class Options:
     tls_key: str | None = None
     tls_fingerprint: str | None = None
     slave_max_failures: int = 5
+    raw_task_output: bool = False
     #: Slave only: which of host/port/member-id came *after* --mw-resource-file
     #: (those win over the file's values; earlier ones lose to it).
     after_resource_file: frozenset[str] = frozenset()
@@ -327,6 +328,14 @@ _SPECS: dict[str, _Spec] = {
         "Default 5; 0 never.",
         _non_negative_int,
         "a non-negative integer",
+    ),
+    "--mw-raw-task-output": _Spec(
+        "raw_task_output",
+        "",
+        "mwpy: show failed tasks' output in the master's log as the tasks wrote it, colours and other "
+        "escape sequences included (by default they are shown escaped, e.g. \\x1b: a task must not "
+        "drive your terminal).",
+        None,
     ),
     "--mw-journal": _Spec(
         "journal",

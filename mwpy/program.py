@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
-from mwpy import resource_file, safe_files
+from mwpy import resource_file, safe_files, safe_text
 from mwpy._version import __version__
 from mwpy.errors import (
     ConfigurationError,
@@ -29,6 +29,7 @@ from mwpy.errors import (
     UnsafeFileError,
     UsageError,
 )
+from mwpy.names import JOURNAL_SIDE_FILES
 from mwpy.net.chirp import Chirp
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
@@ -52,11 +53,24 @@ _algorithms: dict[str, Callable[..., Any]] = {}
 
 @attrs.frozen
 class Membership:
-    """This process in its computation: the secret and member id it proves membership with, its resource file."""
+    """This process in its computation: the secret and member id it proves membership with, its resource file.
+
+    And what a service beside the master (``mwpy jobs``' file service) needs to be as safe as the master's
+    own port: its TLS settings, its client timeout, the run's own files no peer may replace.
+    """
 
     secret: bytes
     member_id: str
     resource_file: str | None
+    #: Master with ``--mw-tls-cert``: the certificate and key it speaks TLS with.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Slave of a TLS master: the fingerprint it pinned for the master's certificate.
+    tls_fingerprint: str | None = None
+    #: ``--mw-client-timeout``.
+    client_timeout: float = 60.0
+    #: Master: the files of the run (resource file, journal, event log, audit, secret...), which no peer may replace.
+    own_files: tuple[str, ...] = ()
 
 
 #: Set once this process's side knows it (the master at start, a slave once it has read its endpoint).
@@ -152,7 +166,15 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     global _membership  # this process's, for membership()
     try:
         secret = _master_secret(options)
-        _membership = Membership(secret, options.member_id, options.resource_file)
+        _membership = Membership(
+            secret,
+            options.member_id,
+            options.resource_file,
+            tls_cert=options.tls_cert,
+            tls_key=options.tls_key,
+            client_timeout=options.client_timeout,
+            own_files=_own_files(options),
+        )
         from mwpy.master import Master  # noqa: PLC0415 (a slave, which never gets here, need not load it)
 
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
@@ -170,12 +192,19 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
         except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
             status = _status_of(exc)
             audit(f"MASTER ALGORITHM EXITED: exit status {status}")
-        except BaseException:
-            traceback.print_exc()
+        except BaseException:  # a task's exception re-raised here quotes the task: printed safe
+            sys.stderr.write(safe_text.terminal(traceback.format_exc()))
             audit("MASTER ALGORITHM RAISED: exit status 255")
             status = 255
         mw.finish(status)
     return status
+
+
+def _own_files(options: Options) -> tuple[str, ...]:
+    """The files a master writes or trusts, named by its options (SQLite's side files with the journal)."""
+    named = (options.resource_file, options.events, options.audit_file, options.secret_file, options.tls_cert)
+    journal = () if options.journal is None else tuple(options.journal + side for side in ("", *JOURNAL_SIDE_FILES))
+    return (*(path for path in named if path is not None), *journal)
 
 
 def _master_secret(options: Options) -> bytes:
@@ -195,13 +224,14 @@ def _master_secret(options: Options) -> bytes:
 
 
 def _read_secret(path: Path) -> bytes:
-    """The secret in ``path``: a regular file of this user's that nobody else can write.
+    """The secret in ``path``: a regular file of this user's that nobody else can write or read.
 
-    Whoever can write the secret file controls every slave (docs/security.md), so a
-    file others could have changed is refused rather than trusted.
+    Whoever can write the secret file controls every slave, and whoever can read it is inside
+    the computation and can run code in the master (docs/security.md): a file others could have
+    changed or read is refused, as ssh refuses such a private key, rather than trusted.
     """
     try:
-        secret = safe_files.read_bytes(path, max_size=SECRET_MAX_SIZE, private=True).strip()
+        secret = safe_files.read_bytes(path, max_size=SECRET_MAX_SIZE, secret=True).strip()
     except UnsafeFileError as exc:
         raise ConfigurationError(f"--mw-secret-file: cannot use {exc}") from None
     if not secret:
@@ -222,7 +252,13 @@ def _run_slave(options: Options, argv: list[str], audit: Audit) -> int:
         endpoint, stale = _endpoint(options, audit)
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
-    _membership = Membership(endpoint.secret, endpoint.member_id, options.resource_file)
+    _membership = Membership(
+        endpoint.secret,
+        endpoint.member_id,
+        options.resource_file,
+        tls_fingerprint=endpoint.tls_fingerprint,
+        client_timeout=options.client_timeout,
+    )
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
     try:

@@ -29,7 +29,7 @@ import cattrs
 
 from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
-from mwpy.names import CONDOR_JOB_ID
+from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 
 FORMAT = "mwpy-resource-file"
 VERSION = 1
@@ -116,7 +116,10 @@ class ResourceFile:
     condor_jobs_connected: list[str] = attrs.field(factory=list, validator=_job_ids)
     #: Bytes: the largest peak memory (resident set) a slave of this computation reported; 0 while none did.
     #: The overseer asks Condor for at least this much (with headroom) for new slave jobs.
-    slave_peak_memory: int = attrs.field(default=0, validator=_not_negative)
+    slave_peak_memory: int = attrs.field(
+        default=0,
+        validator=[_not_negative, attrs.validators.le(MAX_PEAK_MEMORY)],  # not what no machine has
+    )
     #: Tasks the computation runs in all, when the master knows (a declared total, a sized map); else None.
     tasks_total: int | None = attrs.field(default=None, validator=attrs.validators.optional(_not_negative))
     #: The master's own Condor job id (CLUSTER.PROC) when it runs as a Condor job (submit/master.sub), else None:

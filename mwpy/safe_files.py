@@ -39,6 +39,8 @@ TRANSIENT_ERRNOS = frozenset(
 )
 #: Mode bits that let someone else change a file mwpy trusts.
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+#: Mode bits that let someone else read a file: a secret's must be clear of them (as ssh demands of a key).
+OTHERS_READ = stat.S_IRGRP | stat.S_IROTH
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -62,8 +64,13 @@ def _os_error(path: str | os.PathLike[str], exc: OSError) -> UnsafeFileError:
     return UnsafeFileError(os.fspath(path), problem, permanent=exc.errno not in TRANSIENT_ERRNOS, errno=exc.errno)
 
 
-def check(path: str | os.PathLike[str], info: os.stat_result, *, max_size: int | None, private: bool) -> None:
-    """Refuse what ``info`` (an ``fstat`` of the opened file) shows to be unsafe to use as ``path``."""
+def check(
+    path: str | os.PathLike[str], info: os.stat_result, *, max_size: int | None, private: bool, secret: bool = False
+) -> None:
+    """Refuse what ``info`` (an ``fstat`` of the opened file) shows to be unsafe to use as ``path``.
+
+    ``secret``: also refuse a file its group or others can read (whoever reads it is inside the computation).
+    """
     if not stat.S_ISREG(info.st_mode):
         raise UnsafeFileError(os.fspath(path), f"{_kind(info.st_mode)}, not a regular file")
     if max_size is not None and info.st_size > max_size:
@@ -78,6 +85,13 @@ def check(path: str | os.PathLike[str], info: os.stat_result, *, max_size: int |
             raise UnsafeFileError(
                 os.fspath(path), f"writable by {who} (mode {stat.S_IMODE(info.st_mode):04o}); chmod go-w it"
             )
+    if secret and info.st_mode & OTHERS_READ:
+        who = " and ".join(
+            name for bit, name in ((stat.S_IRGRP, "its group"), (stat.S_IROTH, "others")) if info.st_mode & bit
+        )
+        raise UnsafeFileError(
+            os.fspath(path), f"readable by {who} (mode {stat.S_IMODE(info.st_mode):04o}); chmod go-rwx it"
+        )
 
 
 def open_checked(
@@ -85,13 +99,14 @@ def open_checked(
     *,
     max_size: int | None = None,
     private: bool = False,
+    secret: bool = False,
     flags: int = os.O_RDONLY,
     create_mode: int = 0o600,
 ) -> int:
     """A descriptor of ``path`` once :func:`check` accepts it; the caller closes it.
 
     ``private`` also demands that this user owns the file and nobody else can
-    write it (for secrets and journals). With ``os.O_CREAT`` in ``flags`` a
+    write it (for secrets and journals); ``secret``, that nobody else can read it. With ``os.O_CREAT`` in ``flags`` a
     missing file is created with ``create_mode`` (0600 unless told otherwise).
     """
     try:
@@ -99,21 +114,21 @@ def open_checked(
     except OSError as exc:
         raise _os_error(path, exc) from None
     try:
-        check(path, os.fstat(fd), max_size=max_size, private=private)
+        check(path, os.fstat(fd), max_size=max_size, private=private or secret, secret=secret)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def read_bytes(path: str | os.PathLike[str], *, max_size: int, private: bool = False) -> bytes:
+def read_bytes(path: str | os.PathLike[str], *, max_size: int, private: bool = False, secret: bool = False) -> bytes:
     """The content of a regular file of at most ``max_size`` bytes, whatever the path names.
 
     Reads at most ``max_size + 1`` bytes, so a file that grows after the
     ``fstat`` (or a file system that reports size 0) still cannot make the
     reader eat memory.
     """
-    fd = open_checked(path, max_size=max_size, private=private)
+    fd = open_checked(path, max_size=max_size, private=private, secret=secret)
     chunks: list[bytes] = []
     size = 0
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import os
 import resource
 import select
@@ -41,7 +40,10 @@ from typing import Any
 
 import attrs
 
-from mwpy import calls  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
+from mwpy import (
+    calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
+    safe_text,
+)
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.job_ad import own_job_id
@@ -56,7 +58,7 @@ from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
-log = logging.getLogger(__name__)
+log = safe_text.logger(__name__)
 
 _RECV_SIZE = 256 * 1024
 #: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.

@@ -4,11 +4,13 @@ Left to itself, cattrs turns ``"123"`` into 123, ``true`` into 1 and a string
 into the list of its characters, and ``json`` accepts ``NaN`` and duplicate
 keys. A file written by another program (or by someone hostile) must say
 exactly what it means, so both readers use the hooks here: the same things
-refused, in the same words.
+refused, in the same words. :func:`loads` is the one JSON reader for anything
+a peer sends (the event log's lines, the file service's headers).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import Any, get_args, get_origin
@@ -108,3 +110,25 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def refuse_constant(name: str) -> Any:
     """``parse_constant``: ``NaN`` and ``Infinity`` are not JSON."""
     raise ValueError(f"{name} is not a JSON number")
+
+
+#: One strict decoder (``json.loads`` with hooks would build a new one per call).
+_decoder = json.JSONDecoder(parse_constant=refuse_constant, object_pairs_hook=unique_keys)
+
+
+def loads(text: str | bytes) -> Any:
+    """``text`` as strict JSON; ``ValueError`` with the problem for anything else.
+
+    A document nested deeper than the interpreter's recursion limit (a few
+    kilobytes of ``[``) raises ``ValueError`` too, never ``RecursionError``:
+    a peer's header must cost its own connection at most, not the thread
+    that reads it.
+    """
+    try:
+        return _decoder.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except RecursionError:
+        raise ValueError("not JSON (nested too deep)") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc.reason})") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
+from mwpy import safe_text
 from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
 from mwpy.wire import codec
 from mwpy.wire.protocol import fits
@@ -341,9 +342,11 @@ class TaskFailedError(MwpyError):
     def __init__(self, result: Result) -> None:
         assert result.error is not None
         self.result = result
+        error = result.error  # the slave's words, shown safe (mwpy/safe_text.py); the Result keeps them as they are
+        one_line, lines = safe_text.one_line, safe_text.terminal
         super().__init__(
-            f"task {result.algorithm!r} failed on {result.slave_id}: "
-            f"{result.error.type}: {result.error.message}\n{result.error.traceback}"
+            f"task '{one_line(result.algorithm)}' failed on {one_line(result.slave_id)}: "
+            f"{one_line(error.type)}: {lines(error.message)}\n{lines(error.traceback)}"
         )
 
 
@@ -375,7 +378,7 @@ def task_exception(result: Result) -> BaseException:
         failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
         _add_output_notes(failed, result)
         return failed
-    exc.__cause__ = RemoteTraceback(error.traceback, result)
+    exc.__cause__ = RemoteTraceback(safe_text.terminal(error.traceback), result)  # printed: shown safe
     _add_output_notes(exc, result)
     return exc
 
@@ -389,7 +392,8 @@ def _add_output_notes(exc: BaseException, result: Result) -> None:
     """What the task printed goes with its exception (PEP 678 notes: shown under the traceback)."""
     for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
         if text:
-            exc.add_note(f"[task {result.task_id} {name} on {result.slave_id}]\n{text.rstrip()}")
+            shown = safe_text.terminal(text.rstrip())  # printed under the traceback; the Result has it as written
+            exc.add_note(f"[task {result.task_id} {name} on {safe_text.one_line(result.slave_id)}]\n{shown}")
 
 
 def use_master(master: Master | None) -> contextvars.Token[Master | None]:

@@ -153,16 +153,23 @@ COLUMNS, LINES = 100, 30
 class Terminal:
     """A child process on a real pseudo-terminal, its output fed to a VT100 emulator (pyte)."""
 
-    def __init__(self, argv: list[str], *, deadline: float = 30.0) -> None:
+    def __init__(
+        self, argv: list[str], *, deadline: float = 30.0, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         #: Seconds :meth:`wait_for` and :meth:`wait_exit` wait at most.
         self.deadline = deadline
         self.screen = pyte.Screen(COLUMNS, LINES)
         self.stream = pyte.ByteStream(self.screen)
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLUMNS), "LINES": str(LINES)}
-        env.pop("NO_COLOR", None)
+        #: Every byte the child wrote, as the terminal received it (for escape sequences the screen hides).
+        self.raw = bytearray()
+        environment = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLUMNS), "LINES": str(LINES)}
+        environment.pop("NO_COLOR", None)
+        environment.update(env or {})
         pid, fd = pty.fork()
         if pid == 0:  # the child: the pty is its controlling terminal, so Ctrl-C reaches it as a keystroke would
-            os.execvpe(argv[0], argv, env)
+            if cwd is not None:
+                os.chdir(cwd)
+            os.execvpe(argv[0], argv, environment)
         self.pid, self.fd = pid, fd
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
         self.status: int | None = None
@@ -177,7 +184,7 @@ class Terminal:
                 data = os.read(self.fd, 65536)
             except OSError:  # EIO: the child closed the terminal
                 data = b""
-            self.stream.feed(data)
+            self._feed(data)
 
     def wait_for(self, *texts: str) -> str:
         deadline = time.monotonic() + self.deadline
@@ -205,8 +212,12 @@ class Terminal:
                 data = os.read(self.fd, 65536)
                 if not data:
                     break
-                self.stream.feed(data)
+                self._feed(data)
         return self.status
+
+    def _feed(self, data: bytes) -> None:
+        self.raw += data
+        self.stream.feed(data)
 
     def close(self) -> None:
         if self.status is None:

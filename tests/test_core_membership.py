@@ -53,6 +53,7 @@ def test_slave_with_the_wrong_secret_is_refused(tmp_path: Path) -> None:
     master = spawn_master(WORKLOAD, tmp_path, "--mw-audit-file", str(audit), "run", "5")
     secret = tmp_path / "other.secret"
     secret.write_text(os.urandom(32).hex())
+    secret.chmod(0o600)  # a secret others can read is refused
     wrong = spawn_slave(WORKLOAD, tmp_path, "--mw-secret-file", str(secret))
     assert wrong.wait() == ExitCode.REFUSED
     assert "refused our proof of membership" in one_line(wrong.err())

@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import math
 import pickle
+import sqlite3
 from pathlib import Path
 
 import attrs
 import pytest
 
-from mwpy.core.facts import Facts, Observer, Outcome, StrayResult, TaskFailed, TaskTimedOut
+from mwpy.core.facts import (
+    Facts,
+    JournalEntryUnusable,
+    Observer,
+    Outcome,
+    StrayResult,
+    TaskFailed,
+    TaskTimedOut,
+)
 from mwpy.core.journal import Journal
 from mwpy.core.outcomes import MASTER_TIMEOUT_GRACE, Outcomes
 from mwpy.core.scheduler import Entry, Scheduler
@@ -55,6 +64,9 @@ class Heard(Observer):
         self.facts.append(fact)
 
     def task_timed_out(self, fact: TaskTimedOut) -> None:
+        self.facts.append(fact)
+
+    def journal_entry_unusable(self, fact: JournalEntryUnusable) -> None:
         self.facts.append(fact)
 
     def task_finished(self, sid: str, algorithm: str, outcome: Outcome, run: float, wait: float) -> None:
@@ -258,6 +270,42 @@ def test_a_keyed_success_is_journaled_and_answers_the_same_key_later(tmp_path: P
     assert s.sched.pending_total == 0
     unkeyed = s.submit()
     assert settled(unkeyed) == []
+    journal.close()
+
+
+NOT_HERE = b"cnowhere_module_of_this_mwpy\nThing\n."  # a pickle naming a class this mwpy does not have
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "value", "digest_matches", "why"),
+    [
+        ("f", codec.encode_value(2), False, "damaged: its digest does not match"),
+        ("g", codec.encode_value(1), True, "written for algorithm 'g'"),
+        ("f", NOT_HERE, True, "its value does not unpickle here"),
+    ],
+)
+def test_an_unusable_journal_entry_is_treated_as_absent_and_said_so(
+    tmp_path: Path, algorithm: str, value: bytes, digest_matches: bool, why: str
+) -> None:
+    """Issue 25: an entry that was damaged, names another algorithm or does not unpickle runs its task again
+    (before: a failed task that never ran again), and a fact says why."""
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    journal.record("k", algorithm, codec.encode_value(1) if not digest_matches else value, "a", 0.25)
+    journal.close()
+    if not digest_matches:
+        with sqlite3.connect(path) as db:
+            db.execute("update results set value = ?", (value,))
+        db.close()
+    journal = Journal(path)
+    s = setup("a", journal=journal)
+    entry = s.submit(key="k")
+    assert settled(entry) == []
+    assert s.sched.pending_total == 1  # queued to run
+    (fact,) = s.heard.facts
+    assert isinstance(fact, JournalEntryUnusable)
+    assert (fact.key, fact.task_id) == ("k", entry.task_id)
+    assert fact.why.startswith(why)
     journal.close()
 
 

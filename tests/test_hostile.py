@@ -284,6 +284,38 @@ def test_insider_cannot_answer_tasks_held_by_other_slaves(live: Live) -> None:
     live.finish()
 
 
+def test_an_absurd_peak_memory_never_reaches_the_resource_file(live: Live) -> None:
+    """Guards: a Heartbeat's peak memory is bounded by what a slave could have (names.MAX_PEAK_MEMORY).
+
+    An insider reporting 1 EiB once made the master publish it and the overseer ask Condor for its memory cap
+    for every new slave job. A plausible peak (2 GiB) is published; the absurd one drops its sender and the
+    resource file keeps the plausible one."""
+    plausible = 2 << 30
+    for peak in (plausible, 1 << 60):
+        session = authenticate(live.port, live.secret)
+        with session.sock:
+            session.send(protocol.Hello(live.record.member_id, "insider", os.getpid(), "0", 1 << 20))
+            welcome = session.receive()
+            assert isinstance(welcome, protocol.Welcome)
+            session.send(protocol.Heartbeat(peak))
+            if peak == plausible:
+                wait_until(
+                    lambda: resource_record_of(live).slave_peak_memory == plausible,
+                    DEADLINE,
+                    "the plausible peak in the resource file",
+                )
+            else:
+                why = live.audit.slave_dropped(welcome.slave_id, DEADLINE)
+                assert "more than any machine has" in why
+    assert resource_record_of(live).slave_peak_memory == plausible
+    live.progresses()
+    live.finish()
+
+
+def resource_record_of(live: Live) -> resource_file.ResourceFile:
+    return resource_file.read(live.workdir / "resource.json")
+
+
 # ---------------------------------------------------------------------- a man in the middle
 
 
@@ -363,6 +395,7 @@ def test_fake_master_cannot_make_a_slave_unpickle_anything(tmp_path: Path, proof
     """
     secret = tmp_path / "secret"
     secret.write_text(os.urandom(32).hex())
+    secret.chmod(0o600)  # a secret others can read is refused
     marker = tmp_path / "unpickled"
     with socket.create_server(("127.0.0.1", 0)) as listener:
         listener.settimeout(DEADLINE)

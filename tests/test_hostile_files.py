@@ -88,6 +88,10 @@ HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
     "a string for tasks_total": (json_file(tasks_total="300"), "tasks_total"),
     "a negative tasks_total": (json_file(tasks_total=-1), "'tasks_total' must be >= 0: -1"),
     "a bool for tasks_total": (json_file(tasks_total=True), "tasks_total"),
+    "a peak memory no machine has": (  # the overseer would ask Condor for its memory cap for every new job
+        json_file(slave_peak_memory=1 << 60),
+        "'slave_peak_memory' must be <= 70368744177664",
+    ),
     "a huge regular file": (huge_file, "too big"),
     "a directory": (Path.mkdir, "a directory, not a regular file"),
     "a wrong version": (json_file(version=2), "version 2"),
@@ -288,7 +292,7 @@ def test_overseer_on_a_hostile_file_exits_1_with_one_line(hostile: tuple[Path, s
 
 
 @pytest.fixture(
-    params=["group-writable", "world-writable", "fifo", "dev-zero"],
+    params=["group-writable", "world-writable", "group-readable", "world-readable", "fifo", "dev-zero"],
 )
 def hostile_secret(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]:
     """A secret file nobody may trust or read safely, and the words its refusal must contain."""
@@ -301,8 +305,15 @@ def hostile_secret(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path
         path.symlink_to("/dev/zero")
         return path, "not a regular file"
     path.write_text(os.urandom(32).hex())
-    path.chmod(0o620 if kind == "group-writable" else 0o602)
-    return path, "writable"
+    mode, problem = {
+        "group-writable": (0o620, "writable by its group (mode 0620); chmod go-w it"),
+        "world-writable": (0o602, "writable by others (mode 0602); chmod go-w it"),
+        # Readable: whoever reads it is inside the computation (docs/security.md); refused as ssh refuses such a key.
+        "group-readable": (0o640, "readable by its group (mode 0640); chmod go-rwx it"),
+        "world-readable": (0o604, "readable by others (mode 0604); chmod go-rwx it"),
+    }[kind]
+    path.chmod(mode)
+    return path, problem
 
 
 def test_master_refuses_a_hostile_secret_file_with_exit_1(hostile_secret: tuple[Path, str], tmp_path: Path) -> None:

@@ -16,13 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from mwpy import safe_text
+from mwpy.core.journal import Journal
 from mwpy.jobs.command import PROGRAM
 from mwpy.net import filestore
 from mwpy.net.filestore import Destination, FileClient, FileServer, FileServiceError
 from mwpy.wire import protocol
 from tests.support import PROGRAMS, spawn_master, spawn_slave
+from tests.test_jobs_run import run_jobs
 
 HOSTILE = PROGRAMS / "jobs" / "hostile_slave.py"
+INSIDER = HOSTILE  # with MWPY_TEST_INSIDER_NAMES: the names it sends
 JOBS_PROGRAM_PATH = Path(PROGRAM)
 
 SECRET = b"s" * 32
@@ -74,7 +78,8 @@ def test_names_that_leave_initialdir_are_refused(server: FileServer, job: Path, 
 
 def test_a_folder_symlink_out_of_initialdir_is_not_followed(server: FileServer, job: Path, tmp_path: Path) -> None:
     (job / "link").symlink_to(tmp_path / "outside")
-    refusal = _upload(server, tmp_path, "link/evil")
+    server.expect("t2", Destination(str(job), frozenset(), outputs=("link",)))  # transfer_output_files = link
+    refusal = _upload(server, tmp_path, "link/evil", token="t2")
     assert refusal is not None
     assert "symbolic link" in refusal
     assert list((tmp_path / "outside").iterdir()) == []
@@ -195,3 +200,110 @@ def test_a_hostile_slave_process_cannot_place_outputs_outside_initialdir(tmp_pat
     assert not Path("/tmp/mwpy-hostile-absolute").exists()
     assert (iwd / "victim.txt").read_text() == "the user's input"
     assert sorted(p.name for p in iwd.iterdir()) == ["link", "victim.txt"]
+
+
+# ---------------------------------------------------------------------- an insider's names (issue 25 item 3)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["evil\n2024-01-01 [A] forged line", "clip\x1b]52;c;cHduZWQ=\x07", "del\x7f", "csi\x9b2J", "exe\u202etxt.sh"],
+    ids=["newline", "osc52", "del", "c1", "bidi"],
+)
+def test_names_with_control_characters_are_refused(server: FileServer, job: Path, tmp_path: Path, name: str) -> None:
+    refusal = _upload(server, tmp_path, name)
+    assert refusal is not None
+    assert "control characters" in refusal
+    assert safe_text.is_plain(refusal)  # the refusal quotes the name shown safe: the slave reports it, we print it
+    assert sorted(p.name for p in job.iterdir()) == ["input.dat"]
+
+
+def test_without_transfer_output_files_only_top_level_files_that_are_not_hidden(
+    server: FileServer, job: Path, tmp_path: Path
+) -> None:
+    for name in (".ssh/authorized_keys", ".bashrc", "/".join(["deep"] * 40) + "/x", "sub/result"):
+        assert _upload(server, tmp_path, name) is not None, name
+    assert _upload(server, tmp_path, "result.txt") is None
+    assert sorted(p.name for p in job.iterdir()) == ["input.dat", "result.txt"]
+
+
+def test_with_transfer_output_files_only_the_named_entries_and_their_trees(server: FileServer, tmp_path: Path) -> None:
+    iwd = tmp_path / "named"
+    iwd.mkdir()
+    server.expect("t3", Destination(str(iwd), frozenset(), outputs=("out", "log.txt")))
+    for accepted in ("log.txt", "out/a/b/c.dat", "out/.hidden-in-a-named-tree"):
+        assert _upload(server, tmp_path, accepted, token="t3") is None, accepted
+    for refused in ("other", "out2/x", ".ssh/authorized_keys", "outside.txt"):
+        refusal = _upload(server, tmp_path, refused, token="t3")
+        assert "transfer_output_files" in str(refusal), refused
+    assert sorted(str(p.relative_to(iwd)) for p in iwd.rglob("*") if p.is_file()) == [
+        "log.txt",
+        "out/.hidden-in-a-named-tree",
+        "out/a/b/c.dat",
+    ]
+
+
+def test_the_run_s_own_files_are_never_replaced(server: FileServer, job: Path, tmp_path: Path) -> None:
+    own = {name: job / name for name in ("jobs.sub", "jobs.sub.summary.jsonl", "run.journal")}
+    for path in own.values():
+        path.write_text("the run's own\n")
+    server.protect(*map(str, own.values()))
+    for name in own:
+        refusal = _upload(server, tmp_path, name)
+        assert "the run's own files" in str(refusal)
+    assert all(path.read_text() == "the run's own\n" for path in own.values())
+
+
+def test_an_insider_slave_plants_nothing_and_the_summary_keeps_every_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real jobs master with a journal, and a real slave process holding the secret that sends back the
+    submit file, the summary, the journal, the resource file, ssh keys, a 40-deep tree and names that would
+    drive a terminal. Nothing lands, the summary (not an unlinked copy) has the job's line and the run's,
+    and the failure line on the master's stderr quotes the names shown safe."""
+    # YES: a slave off the submit side's file system sends its outputs (IF_NEEDED runs a local slave's in place)
+    (tmp_path / "jobs.sub").write_text("executable = /bin/true\nshould_transfer_files = YES\nqueue\n")
+    submit_text = (tmp_path / "jobs.sub").read_text()
+    names = [
+        "forged\x1b[1A\x1b[2Kall jobs ok",  # first: the stderr line shows a job's first 300 characters
+        "jobs.sub",
+        "summary.jsonl",
+        "run.journal",
+        "resource.json",
+        ".ssh/authorized_keys",
+        "/".join(["deep"] * 40) + "/x",
+    ]
+    monkeypatch.setenv("MWPY_TEST_INSIDER_NAMES", json.dumps(names))
+    master = spawn_master(
+        JOBS_PROGRAM_PATH, tmp_path, "--mw-journal", "run.journal", "jobs.sub", "--summary", "summary.jsonl"
+    )
+    slave = spawn_slave(INSIDER, tmp_path)
+    assert master.wait(timeout=60) == 1, master.err()
+    slave.wait(timeout=30)
+    lines = [json.loads(text) for text in (tmp_path / "summary.jsonl").read_text().splitlines()]
+    assert [sorted(line) for line in lines][-1] == ["run"]
+    (job,) = lines[:-1]
+    assert job["status"] == "failed"
+    assert len(job["output_errors"]) == len(names), job
+    assert (tmp_path / "jobs.sub").read_text() == submit_text
+    assert not (tmp_path / ".ssh").exists()
+    assert not (tmp_path / "deep").exists()
+    assert "hostile slave" not in (tmp_path / "resource.json").read_text()
+    Journal(tmp_path / "run.journal").close()  # still a journal this mwpy opens
+    failed = [line for line in master.err().splitlines() if line.startswith("mwpy jobs: failed:")]
+    assert "\x1b" not in master.err()
+    assert "\\x1b[1A" in failed[0]
+
+
+def test_a_summary_removed_during_the_run_is_written_again_in_full(tmp_path: Path) -> None:
+    """A job that shares the folder (should_transfer_files = NO) removes the summary: the master does not go on
+    writing into the unlinked file; the summary at its path ends with every job's line."""
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/sh\narguments = \"-c 'rm -f jobs.sub.summary.jsonl'\"\nshould_transfer_files = NO\nqueue 4\n"
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 0, done.stderr
+    assert "was removed or replaced during the run; written again in full" in done.stderr
+    lines = [json.loads(text) for text in (tmp_path / "jobs.sub.summary.jsonl").read_text().splitlines()]
+    assert sorted(line["job"] for line in lines[:-1]) == ["1.0", "1.1", "1.2", "1.3"]
+    assert lines[-1]["run"]["jobs"] == 4

@@ -8,11 +8,13 @@ tests count executions per key instead of trusting the master's word.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import stat
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ import pytest
 
 from mwpy import ExitCode
 from mwpy.core.journal import Journal
+from mwpy.core.journal import digest as journal_digest
 from tests.programs.trust_journal import executions
-from tests.support import PROGRAMS, Proc, run_program, spawn_master, spawn_slave, wait_until
+from tests.support import PROGRAMS, Proc, reap_spawned, run_program, spawn_master, spawn_slave, wait_until
 
 JOURNALED = PROGRAMS / "trust_journal.py"
 COUNT = 60
@@ -103,6 +106,12 @@ def test_master_killed_half_way_resumes_from_its_journal(tmp_path: Path) -> None
     assert executions(runs) == after
 
 
+def run_alone(program: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``program`` as a master on loopback with ``args``, no slave: for masters that must not get far."""
+    master = ("--mw-master", "--mw-master-host", "127.0.0.1", "--mw-resource-file", str(workdir / "resource.json"))
+    return run_program(program, workdir, *master, *args, timeout=DEADLINE)
+
+
 def _foreign(path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("create table results (name text, score real)")
@@ -152,21 +161,7 @@ def test_damaged_journal_is_one_clear_line_and_status_1(tmp_path: Path, damage: 
     """
     journal = tmp_path / "journal.sqlite"
     DAMAGE[damage](journal)
-    done = run_program(
-        JOURNALED,
-        tmp_path,
-        "--mw-master",
-        "--mw-master-host",
-        "127.0.0.1",
-        "--mw-resource-file",
-        str(tmp_path / "resource.json"),
-        "--mw-journal",
-        str(journal),
-        "squares",
-        "3",
-        str(tmp_path),
-        timeout=DEADLINE,
-    )
+    done = run_alone(JOURNALED, tmp_path, "--mw-journal", str(journal), "squares", "3", str(tmp_path))
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -221,24 +216,155 @@ def test_journal_others_can_write_is_one_line_and_status_1(tmp_path: Path, writa
     target = Path(f"{journal}{writable}")
     target.touch()
     target.chmod(mode)
-    done = run_program(
-        JOURNALED,
-        tmp_path,
-        "--mw-master",
-        "--mw-master-host",
-        "127.0.0.1",
-        "--mw-resource-file",
-        str(tmp_path / "resource.json"),
-        "--mw-journal",
-        str(journal),
-        "squares",
-        "3",
-        str(tmp_path),
-        timeout=DEADLINE,
-    )
+    done = run_alone(JOURNALED, tmp_path, "--mw-journal", str(journal), "squares", "3", str(tmp_path))
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"{target}: cannot use as a journal: writable by {who} (mode 0{mode:o})" in lines[0]
     assert not (tmp_path / "resource.json").exists()  # refused before the master looked for slaves
+
+
+# ---------------------------------------------------------------------- a full disk, a rotten entry (issue 25)
+
+FILLER = PROGRAMS / "disk_filler.py"
+#: Bytes of each result in the disk tests: a 1 MiB disk holds about fifteen.
+BLOCK = 64 * 1024
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs at ``tmp_path/disk`` (root only), which fills as a real disk does; unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        reap_spawned()  # nothing of the test may hold the disk
+        subprocess.run(["umount", str(disk)], check=True, timeout=DEADLINE)
+
+
+def run_filler(workdir: Path, *options: str, count: int = 60) -> Proc:
+    """disk_filler.py as master with ``options`` and two slaves; returns the master once it has exited."""
+    master = spawn_master(FILLER, workdir, *options, "fill", str(count), str(BLOCK))
+    slaves = [spawn_slave(FILLER, workdir) for _ in range(2)]
+    master.wait(DEADLINE)
+    for slave in slaves:
+        slave.wait(DEADLINE)
+    return master
+
+
+def filled(master: Proc) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in master.out().splitlines() if line.startswith('{"i"')]
+    assert sorted(line["i"] for line in lines) == list(range(len(lines)))
+    assert all(line["ok"] for line in lines)
+    return lines
+
+
+def test_a_journal_on_a_disk_that_fills_says_so_once_and_the_computation_goes_on(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """Guards: a write or commit that fails turns the journal off with one line naming the file and the problem;
+    no traceback (before: two, and the master died); every result still reaches the algorithm once. What was
+    journaled stays good: with room again, a restart answers it from the journal, and then everything is."""
+    journal = small_disk / "journal.sqlite"
+    first = run_filler(tmp_path, "--mw-journal", str(journal))
+    assert first.returncode == 0, first.err()
+    assert len(filled(first)) == 60
+    assert "Traceback" not in first.err()
+    complaints = [line for line in first.err().splitlines() if "journal" in line]
+    assert complaints == [
+        f"{journal}: cannot write the journal (database or disk is full); "
+        "results from now on are not journaled (a restart runs them again)"
+    ]
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True, timeout=DEADLINE)
+    second = run_filler(tmp_path, "--mw-journal", str(journal))
+    assert second.returncode == 0, second.err()
+    assert len(filled(second)) == 60
+    assert "journal" not in second.err()
+    third = run_filler(tmp_path, "--mw-journal", str(journal))
+    assert third.returncode == 0, third.err()
+    assert all(line["journaled"] for line in filled(third))
+
+
+def test_an_event_log_on_a_disk_that_fills_says_so_once_and_the_computation_goes_on(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """Guards: the event log turns itself off with one line when its disk is full, and nothing else changes."""
+    ballast = os.open(small_disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(ballast, b"\0" * 4096):  # until the disk is full (ENOSPC)
+                pass
+    finally:
+        os.close(ballast)
+    events = small_disk / "events.jsonl"
+    master = run_filler(tmp_path, "--mw-events", str(events), count=20)
+    assert master.returncode == 0, master.err()
+    assert len(filled(master)) == 20
+    assert "Traceback" not in master.err()
+    assert [line for line in master.err().splitlines() if "event log" in line] == [
+        f"mwpy: {events}: cannot write the event log (No space left on device); events are off"
+    ]
+
+
+@pytest.mark.parametrize("option", ["--mw-journal", "--mw-events"])
+def test_a_journal_or_event_log_on_a_read_only_disk_is_one_line_and_status_1(
+    tmp_path: Path, small_disk: Path, option: str
+) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True, timeout=DEADLINE)
+    done = run_alone(FILLER, tmp_path, option, str(small_disk / "file"), "fill", "3", "10")
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{small_disk / 'file'}: " in line
+    assert "Read-only file system" in line
+
+
+def test_a_damaged_journal_entry_is_treated_as_absent_and_the_audit_says_so(tmp_path: Path) -> None:
+    """Guards: an entry whose bytes changed (its digest no longer matches), one written for another algorithm,
+    and one whose value does not unpickle here (another mwpy's) each make their task run again, with an audit
+    line; before, such an entry became a *failed* task that never ran again. An entry of an earlier mwpy (no
+    digest) that unpickles still answers its task."""
+    journal = tmp_path / "journal.sqlite"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    first = run_master(tmp_path, journal, runs)
+    slave = spawn_slave(JOURNALED, tmp_path)
+    assert first.wait(DEADLINE) == 0, first.err()
+    slave.wait(DEADLINE)
+    elsewhere = b"cnowhere_module_of_this_mwpy\nThing\n."  # a pickle naming a class this mwpy does not have
+    with sqlite3.connect(journal) as db:
+        (value,) = db.execute("select value from results where key = 'square-3'").fetchone()
+        flipped = value[:-2] + bytes([value[-2] ^ 0x01]) + value[-1:]
+        db.execute("update results set value = ? where key = 'square-3'", (flipped,))
+        db.execute("update results set algorithm = 'another_program.task' where key = 'square-5'")
+        db.execute(
+            "update results set value = ?, digest = ? where key = 'square-7'",
+            (elsewhere, journal_digest("square-7", "journaled_square", elsewhere)),
+        )
+        db.execute("update results set digest = null where key = 'square-9'")
+    db.close()
+    before = executions(runs)
+    second = run_master(tmp_path, journal, runs)
+    slave = spawn_slave(JOURNALED, tmp_path)
+    assert second.wait(DEADLINE) == 0, second.err()
+    slave.wait(DEADLINE)
+    lines = printed(second)
+    assert sorted(line["i"] for line in lines) == list(range(COUNT))
+    assert all(line["value"] == line["i"] ** 2 + 1 for line in lines)
+    ran_again = {i for i, n in executions(runs).items() if n > before.get(i, 0)}
+    assert ran_again == {3, 5, 7}
+    assert {line["i"] for line in lines if not line["journaled"]} == {3, 5, 7}
+    unusable = [line for line in (tmp_path / "master.audit").read_text().splitlines() if "UNUSABLE" in line]
+    assert len(unusable) == 3
+    assert "'square-3' UNUSABLE (damaged: its digest does not match)" in unusable[0] + unusable[1] + unusable[2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from mwpy.errors import ConfigurationError
 from mwpy.observe import events as ev
 from mwpy.observe import metrics
 from tests.obs_support import ONE_OF_EACH
+from tests.support import wait_until
 
 
 @pytest.fixture
@@ -112,3 +114,24 @@ def test_metrics_without_an_event_log(exporter: metrics.MetricsExporter) -> None
     got = _scrape(exporter.port)
     assert got[("mwpy_tasks_total", (("algorithm", "solo"), ("outcome", "ok")))] == 1
     assert got[("mwpy_master_run", ())] == 1
+
+
+def test_half_sent_requests_hold_a_bounded_number_of_threads_until_their_deadline() -> None:
+    """Guards: whoever reaches the port cannot pile up threads in the master (one per half-sent request, for
+    ever, before): at most MAX_REQUESTS are served at once, each cut off its deadline after it connected, and
+    scraping works again once they are gone."""
+    deadline = 2.0
+    exporter = metrics.MetricsExporter(0, deadline=deadline)
+    try:
+        before = threading.active_count()
+        dribblers = [socket.create_connection(("127.0.0.1", exporter.port), timeout=30) for _ in range(40)]
+        for sock in dribblers:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line that ends it
+        assert threading.active_count() <= before + metrics.MAX_REQUESTS
+        for sock in dribblers:  # each is answered with a hang-up: turned away at once, or cut off at its deadline
+            assert sock.recv(65536) == b""
+            sock.close()
+        wait_until(lambda: threading.active_count() == before, 30, "the request threads to end")
+        assert _scrape(exporter.port)[("mwpy_master_finished", ())] == 0
+    finally:
+        exporter.close()

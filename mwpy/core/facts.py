@@ -190,6 +190,20 @@ class TaskTimedOut(NamedTuple):
     timeout: float
 
 
+class JournalEntryUnusable(NamedTuple):
+    """The journal has an entry for task ``task_id``'s key that cannot answer it (``why``): the task runs again."""
+
+    key: str
+    task_id: int
+    why: str
+
+
+class JournalOff(NamedTuple):
+    """The journal could not be read or written (``why``: one line naming the file): it is off for the run."""
+
+    why: str
+
+
 #: Every kind of fact record, and the Observer method that hears it.
 KINDS: Final[dict[type[Any], str]] = {
     MasterStarted: "master_started",
@@ -211,6 +225,8 @@ KINDS: Final[dict[type[Any], str]] = {
     StrayResult: "stray_result",
     TaskFailed: "task_failed",
     TaskTimedOut: "task_timed_out",
+    JournalEntryUnusable: "journal_entry_unusable",
+    JournalOff: "journal_off",
 }
 #: The per-task kinds: plain calls, ``None`` in :class:`Facts` while nobody listens.
 HOT_KINDS: Final = ("tasks_dispatched", "results_received", "task_finished")
@@ -256,6 +272,8 @@ class Observer:
     def stray_result(self, fact: StrayResult) -> None: ...
     def task_failed(self, fact: TaskFailed) -> None: ...
     def task_timed_out(self, fact: TaskTimedOut) -> None: ...
+    def journal_entry_unusable(self, fact: JournalEntryUnusable) -> None: ...
+    def journal_off(self, fact: JournalOff) -> None: ...
 
     # -- per task, on the hot path (no record)
     def tasks_dispatched(self, sid: str, n: int) -> None:

@@ -11,22 +11,40 @@ The journal holds results the master trusts without rerunning them, so it is
 private: created 0600 (SQLite gives its -wal and -shm files the journal's
 mode), and an existing journal, -wal or -shm file that another user owns or
 that group or others can write is refused, as is anything not a regular file.
+
+Two ways a journal fails mid-run, neither of which may cost a result or print
+a traceback (docs/reliability.md):
+
+* **A full or read-only disk.** The first write or commit that fails turns
+  the journal off for the rest of the run, with one line naming the file and
+  the problem (given to ``on_failure``: the master reports it as a
+  :class:`~mwpy.core.facts.JournalOff` fact, logged at ERROR; :attr:`Journal.failed`);
+  the computation goes on, as it does when the event log cannot be written.
+  Results from then on reach the master algorithm without being journaled: a
+  restarted master runs those tasks again. Stopping instead would throw away
+  every task in flight for what the journal only saves on a restart.
+* **A damaged entry.** Each row carries a digest of its key, algorithm and
+  value; a row whose digest does not match (a flipped byte) is
+  :attr:`Entry.damaged`, and the master treats it as absent (the task runs
+  again, the audit says so), as it does a row that does not unpickle or names
+  another algorithm (a row written by another mwpy or program).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
 from mwpy import safe_files
 from mwpy.errors import JournalError, UnsafeFileError
-
-#: Files SQLite keeps next to the journal in WAL mode.
-SIDE_FILES = ("-wal", "-shm")
+from mwpy.names import JOURNAL_SIDE_FILES
 
 _SCHEMA = """
 create table if not exists results (
@@ -35,9 +53,19 @@ create table if not exists results (
     value blob not null,
     slave_id text not null,
     compute_time real not null,
-    recorded real not null
+    recorded real not null,
+    digest blob
 )
 """
+
+
+def digest(key: str, algorithm: str, value: bytes) -> bytes:
+    """What a row's ``digest`` holds: BLAKE2b over its key, algorithm and value (a checksum, not a MAC)."""
+    made = hashlib.blake2b(digest_size=16)
+    for part in (key.encode(), algorithm.encode()):
+        made.update(len(part).to_bytes(8, "big") + part)
+    made.update(value)
+    return made.digest()
 
 
 @attrs.frozen
@@ -48,12 +76,16 @@ class Entry:
     value: bytes
     slave_id: str
     compute_time: float
+    #: The row's digest does not match its content (journals of earlier mwpy have no digest: never damaged).
+    damaged: bool = False
 
 
 class Journal:
     """Results by task key in one SQLite file; writes are committed in batches by the event loop."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, on_failure: Callable[[str], None] | None = None) -> None:
+        """Open (or create) the journal at ``path``; ``on_failure`` hears, once, why it turned itself off."""
+        self._on_failure = on_failure
         _prepare(Path(path))
         try:
             self._db = sqlite3.connect(path, isolation_level=None)
@@ -63,40 +95,81 @@ class Journal:
             # another program's table, or damaged pages, would otherwise fail mid-run with a traceback
             self._db.execute("select key, algorithm, value, slave_id, compute_time, recorded from results limit 0")
             problems = self._db.execute("pragma quick_check").fetchall()
+            columns = {row[1] for row in self._db.execute("pragma table_info(results)")}
+            if problems == [("ok",)] and "digest" not in columns:
+                self._db.execute("alter table results add column digest blob")  # a journal of an earlier mwpy
         except sqlite3.Error as exc:
             raise JournalError(f"{path}: cannot use as a journal ({exc})") from None
         if problems != [("ok",)]:
             raise JournalError(f"{path}: cannot use as a journal (damaged: sqlite's quick_check failed)")
+        self.path = os.fspath(path)
+        #: Why the journal turned itself off (one line naming the file), or None while it works.
+        self.failed: str | None = None
         self._pending = 0
         self._db.execute("begin")
 
     def lookup(self, key: str) -> Entry | None:
-        row = self._db.execute(
-            "select algorithm, value, slave_id, compute_time from results where key = ?", (key,)
-        ).fetchone()
-        return None if row is None else Entry(*row)
+        """The entry journaled under ``key``, or None (also when the journal cannot be read any more)."""
+        try:
+            row = self._db.execute(
+                "select algorithm, value, slave_id, compute_time, digest from results where key = ?", (key,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            self._fail(f"cannot read the journal ({exc})")
+            return None
+        if row is None:
+            return None
+        algorithm, value, slave_id, compute_time, stored = row
+        damaged = stored is not None and stored != digest(key, algorithm, value)
+        return Entry(algorithm, value, slave_id, compute_time, damaged=damaged)
 
     def record(self, key: str, algorithm: str, value: bytes, slave_id: str, compute_time: float) -> None:
-        self._db.execute(
-            "insert or replace into results values (?, ?, ?, ?, ?, ?)",
-            (key, algorithm, value, slave_id, compute_time, time.time()),
-        )
+        if self.failed is not None:
+            return
+        try:
+            self._db.execute(
+                "insert or replace into results values (?, ?, ?, ?, ?, ?, ?)",
+                (key, algorithm, value, slave_id, compute_time, time.time(), digest(key, algorithm, value)),
+            )
+        except sqlite3.Error as exc:
+            self._fail(f"cannot write the journal ({exc})")
+            return
         self._pending += 1
 
     def commit(self) -> None:
         """Make recorded results durable (called before the master algorithm sees them)."""
-        if self._pending:
-            self._db.execute("commit")
-            self._db.execute("begin")
+        if self._pending and self.failed is None:
+            try:
+                self._db.execute("commit")
+                self._db.execute("begin")
+            except sqlite3.Error as exc:
+                self._fail(f"cannot write the journal ({exc})")
             self._pending = 0
+
+    def _fail(self, problem: str) -> None:
+        """Turn the journal off for the rest of the run, saying so once; the computation goes on without it."""
+        if self.failed is not None:
+            return
+        self.failed = f"{self.path}: {problem}; results from now on are not journaled (a restart runs them again)"
+        if self._on_failure is not None:
+            self._on_failure(self.failed)
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # nothing more to undo: the journal is off either way
+                self._db.execute("rollback")
 
     def __len__(self) -> int:
         return int(self._db.execute("select count(*) from results").fetchone()[0])
 
     def close(self) -> None:
+        """Commit what was recorded (unless the journal is off) and close; never raises for a full disk."""
         self.commit()
-        self._db.execute("commit")
-        self._db.close()
+        try:
+            if self._db.in_transaction:
+                self._db.execute("commit")
+        except sqlite3.Error as exc:
+            self._fail(f"cannot write the journal ({exc})")
+        finally:
+            self._db.close()
 
 
 def _prepare(path: Path) -> None:
@@ -107,7 +180,7 @@ def _prepare(path: Path) -> None:
     """
     try:
         os.close(safe_files.open_checked(path, private=True, flags=os.O_RDWR | os.O_CREAT, create_mode=0o600))
-        for suffix in SIDE_FILES:
+        for suffix in JOURNAL_SIDE_FILES:
             safe_files.check_existing(f"{path}{suffix}", private=True)
     except UnsafeFileError as exc:
         raise JournalError(f"{exc.path}: cannot use as a journal: {exc.problem}") from None

@@ -14,7 +14,9 @@ like the scheduler's:
   decode); otherwise it goes to the program;
 * a task past its timeout fails with ``TaskTimeoutError`` and names the slave
   to drop; a task too big for a slave's frames fails with ``TaskTooLarge``;
-* a task submitted with a key that the journal knows is answered from it;
+* a task submitted with a key that the journal knows is answered from it,
+  unless the entry is damaged (its digest), names another algorithm or does
+  not unpickle here: then it is treated as absent and the task runs again;
 * every result reaches the task's listener (mwpy/core/scheduler.py), which
   says whether ``mw.results()`` gets it too.
 
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from mwpy.core.facts import Facts, StrayResult, TaskFailed, TaskTimedOut
+from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskTimedOut
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import TaskTimeoutError
 from mwpy.task import Result, TaskError, task_exception
@@ -35,6 +37,7 @@ from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
 
 if TYPE_CHECKING:  # loaded for real only with --mw-journal
+    from mwpy.core.journal import Entry as JournalEntry
     from mwpy.core.journal import Journal
 
 #: Failures that would recur on any slave: handed over at once, never retried.
@@ -66,6 +69,17 @@ def _retryable(entry: Entry, result: Result) -> bool:
     """Whether the policy's ``retry_on`` (if any) covers the exception the task raised."""
     kinds = entry.policy.retry_on
     return kinds is None or isinstance(task_exception(result), kinds)
+
+
+def _unusable(found: JournalEntry, entry: Entry, replayed: Result) -> str | None:
+    """Why a journal entry cannot answer ``entry``'s task (then it is treated as absent), or None when it can."""
+    if found.damaged:
+        return "damaged: its digest does not match"
+    if found.algorithm != entry.algorithm:
+        return f"written for algorithm {found.algorithm!r}"
+    if replayed.error is not None:
+        return f"its value does not unpickle here: {replayed.error.message}"
+    return None
 
 
 class Outcomes:
@@ -138,7 +152,12 @@ class Outcomes:
         found = self._journal.lookup(entry.key)
         if found is None:
             return False
-        self.deliver(entry, decode(entry, found.slave_id, True, found.value, found.compute_time, journaled=True))
+        replayed = decode(entry, found.slave_id, True, found.value, found.compute_time, journaled=True)
+        why = _unusable(found, entry, replayed)
+        if why is not None:
+            self._facts(JournalEntryUnusable(entry.key, entry.task_id, why))
+            return False
+        self.deliver(entry, replayed)
         return True
 
     def commit(self) -> None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mwpy import safe_files
+from mwpy import safe_files, safe_text
 from mwpy.errors import MwpyError
 from mwpy.jobs.description import SubmitDescription
 from mwpy.net import filestore
@@ -217,9 +217,6 @@ def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             f"{left} to run{journal}; summary {jobs['summary']}",
         )
     ]
-    rows += [("held", f"{job}: {_printable(reason)}") for job, reason in jobs.get("hold_reasons", {}).items()]
+    # a hold reason may quote the job (a file name it made): one safe line
+    rows += [("held", f"{job}: {safe_text.one_line(why)[:200]}") for job, why in jobs.get("hold_reasons", {}).items()]
     return rows
-
-
-def _printable(text: str) -> str:
-    return "".join(char if char.isprintable() else "?" for char in text)[:200]

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mwpy import safe_text
 from mwpy.errors import MwpyError
 
 #: The submit files shipped inside the package.
@@ -175,4 +176,4 @@ def _relay(work: Path, cluster: int) -> None:
         for line in text.splitlines():
             if "warning:" in line or "note:" in line:
                 continue  # said before the run started
-            print("".join(char if char.isprintable() else "?" for char in line), file=stream)
+            print(safe_text.one_line(line), file=stream)  # the master's lines quote jobs: shown safe

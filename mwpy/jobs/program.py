@@ -32,6 +32,7 @@ import functools
 import hashlib
 import json
 import secrets
+import shutil
 import signal
 import socket
 import threading
@@ -41,7 +42,7 @@ from typing import IO, Any
 
 import attrs
 
-from mwpy import program, safe_files
+from mwpy import program, safe_files, safe_text
 from mwpy.errors import MwpyError
 from mwpy.jobs import runner
 from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
@@ -50,8 +51,10 @@ from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
 from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
 from mwpy.net import filestore
+from mwpy.net.filestore import output_upload_name
 from mwpy.program import Membership, master, run
 from mwpy.task import Result, task
+from mwpy.wire import protocol
 
 #: Exit status for a submit file mwpy cannot run (as for every other usage error).
 USAGE = 2
@@ -59,6 +62,8 @@ USAGE = 2
 MAX_PENDING = 2000
 #: Failed jobs named on stderr at the end (the summary has them all).
 SHOWN_FAILURES = 20
+#: Characters of each failed job's reason in that list (the summary has all of it).
+SHOWN_WHY = 300
 #: Seconds between evaluations of the periodic expressions (HTCondor's PERIODIC_EXPR_INTERVAL default).
 PERIODIC_INTERVAL = 60.0
 
@@ -75,7 +80,7 @@ def membership() -> Membership:
 def run_job(task: runner.JobTask) -> runner.JobOutcome:
     """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
     me = membership()
-    return runner.run(task, me.secret, me.member_id)
+    return runner.run(task, me.secret, me.member_id, me.tls_fingerprint)
 
 
 # ---------------------------------------------------------------------- the master
@@ -157,6 +162,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
             tuple(renamed),
             max_bytes=args.max_output_bytes,
             max_files=args.max_output_files,
+            outputs=None if spec.transfer_outputs is None else tuple(map(output_upload_name, spec.transfer_outputs)),
         ),
         tuple(digest for _, digest, _ in files.inputs),
     )
@@ -242,7 +248,7 @@ class _Summary:
     """
 
     def __init__(self, path: str, total: int, status: str | None, batch: str) -> None:
-        self.out: IO[str] = open(path, "w")  # noqa: SIM115 (kept open for the run, closed by close())
+        self.out: IO[str] = open(path, "w+")  # noqa: SIM115 (kept open for the run, closed by close())
         self.total = total
         self.status = status
         self.batch = batch
@@ -253,7 +259,7 @@ class _Summary:
         self.waiting_release = 0  # of those, the ones a periodic_release may still release
         self.failed: list[str] = []  # the first failed jobs in queue order, for the last lines (bounded)
         self._written = 0.0
-        self._write_status(force=True)
+        self._write_status()
 
     @property
     def done(self) -> int:
@@ -269,16 +275,24 @@ class _Summary:
         self.counts[record["status"]] += 1
         self.journaled += bool(record.get("journaled"))
         if record["status"] != "ok":
-            self.failed.append(f"{record['job']} ({record['why']})")
+            why = safe_text.one_line(record["why"])[:SHOWN_WHY]  # quotes the job (file names it made): shown safe
+            self.failed.append(f"{record['job']} ({why})")
             if len(self.failed) > 10 * SHOWN_FAILURES:
                 self.failed = sorted(self.failed, key=_process_order)[:SHOWN_FAILURES]
-        self._write_status()
+        self._tick()
 
-    def _write_status(self, *, force: bool = False) -> None:
+    def _tick(self) -> None:
+        """At most once a second: make sure the summary is still ours, and write the job counts."""
         now = time.monotonic()
-        if self.status is None or (not force and now - self._written < 1.0):
+        if now - self._written < 1.0:
             return
         self._written = now
+        self._keep_own_file()
+        self._write_status()
+
+    def _write_status(self) -> None:
+        if self.status is None:
+            return
         counts = {
             "total": self.total,
             "finished": self.done,
@@ -292,7 +306,30 @@ class _Summary:
         }
         safe_files.write_atomically(self.status, json.dumps(counts).encode(), mode=None)
 
+    def _keep_own_file(self) -> None:
+        """The file at the summary's path must be the one written here, or its lines would go nowhere.
+
+        Removed or replaced during the run (by a job sharing the folder, say: outputs never replace it), it is
+        written out again in full and the run goes on with it, saying so once.
+        """
+        path = self.out.name
+        try:
+            ours = os.path.samestat(os.stat(path), os.fstat(self.out.fileno()))
+        except OSError:
+            ours = False
+        if ours:
+            return
+        print(f"mwpy jobs: note: {path} was removed or replaced during the run; written again in full", file=sys.stderr)
+        self.out.flush()
+        mode = os.fstat(self.out.fileno()).st_mode & 0o777  # as the summary was made
+        with os.fdopen(os.dup(self.out.fileno()), "rb") as source, safe_files.replacing(path, mode=mode) as copy:
+            source.seek(0)
+            shutil.copyfileobj(source, copy)
+        self.out.close()
+        self.out = open(path, "a+")  # noqa: SIM115 (kept open for the run, closed by close())
+
     def close(self, started: float, counters: dict[str, Any]) -> None:
+        self._keep_own_file()
         elapsed = time.time() - started
         run = {
             "jobs": self.total,
@@ -307,7 +344,7 @@ class _Summary:
         }
         self.out.write(json.dumps({"run": run}) + "\n")
         self.out.close()
-        self._write_status(force=True)
+        self._write_status()
         print(f"mwpy jobs: {self.line(elapsed)}")
         if self.failed:
             self.failed.sort(key=_process_order)
@@ -401,10 +438,9 @@ def main(mw: Master, argv: list[str]) -> int:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
     mw.goodput_summary = False  # the run ends with its own line
-    server = filestore.FileServer(  # where the master listens, in its port range if it has one
-        me.secret, me.member_id, host=mw.host, bind=mw.bind, ports=mw.port_range
-    )
+    server = _file_service(mw, me)
     status = None if me.resource_file is None else status_path(me.resource_file)
+    server.protect(args.submit_file, args.summary, *me.own_files, *([status] if status else []))
     first = next(description.jobs())
     batch = (first.ad.get("JobBatchName") or first.ad.get("JobDescription")).strip('"')  # as condor_q names a batch
     summary = _Summary(args.summary, description.total, status, batch)
@@ -415,6 +451,15 @@ def main(mw: Master, argv: list[str]) -> int:
         server.close()
         summary.close(started, server.counters.as_dict())
     return 1 if summary.failures else 0
+
+
+def _file_service(mw: Master, me: Membership) -> filestore.FileServer:
+    """The file service, listening where the master listens, as safe as it is: TLS when it has TLS, its timeout."""
+    tls = None if me.tls_cert is None else protocol.tls_server_context(me.tls_cert, me.tls_key)[0]
+    return filestore.FileServer(  # in the master's port range too, if it has one
+        me.secret, me.member_id, host=mw.host, bind=mw.bind, ports=mw.port_range, tls=tls,
+        client_timeout=me.client_timeout,
+    )  # fmt: skip
 
 
 class _Run:

@@ -35,7 +35,7 @@ from pathlib import Path
 import attrs
 
 from mwpy.errors import MwpyError
-from mwpy.net.filestore import FileClient, FileServiceError, InputCache
+from mwpy.net.filestore import FileClient, FileServiceError, InputCache, output_upload_name
 
 #: Scratch names of the job's streams (Condor's own), sent back under the submit file's names.
 STDOUT_NAME = "_condor_stdout"
@@ -125,10 +125,12 @@ class JobOutcome:
 class _SlaveState:
     """What a slave keeps between jobs: its file-service connection and its input cache."""
 
-    def __init__(self, service: tuple[str, int], secret: bytes, member_id: str) -> None:
+    def __init__(
+        self, service: tuple[str, int], secret: bytes, member_id: str, tls_fingerprint: str | None = None
+    ) -> None:
         self.workspace = Path(tempfile.mkdtemp(prefix="mwpy-jobs-"))
         atexit.register(shutil.rmtree, self.workspace, ignore_errors=True)  # the cache lives as long as the slave
-        self.client = FileClient(service[0], service[1], secret, member_id)
+        self.client = FileClient(service[0], service[1], secret, member_id, tls_fingerprint)
         self.cache = InputCache(self.workspace / "cache", self.client)
         self.host = socket.gethostname()
 
@@ -136,13 +138,16 @@ class _SlaveState:
 _state: _SlaveState | None = None
 
 
-def run(task: JobTask, secret: bytes, member_id: str) -> JobOutcome:
-    """Run ``task`` on this slave (the slave's cache and connection are made on the first job)."""
+def run(task: JobTask, secret: bytes, member_id: str, tls_fingerprint: str | None = None) -> JobOutcome:
+    """Run ``task`` on this slave (the slave's cache and connection are made on the first job).
+
+    ``tls_fingerprint``: the master's, when it speaks TLS (its file service then does too).
+    """
     global _state  # one cache per slave process, for its life
     if _state is None or _state.client.address != task.service:  # the first job, or a restarted master
         if _state is not None:
             _state.client.close()
-        _state = _SlaveState(task.service, secret, member_id)
+        _state = _SlaveState(task.service, secret, member_id, tls_fingerprint)
     if task.shared is not None and task.in_place is not None and _shares(*task.shared):
         executable, stdin, stdout, stderr = task.in_place
         task = attrs.evolve(task, transfer=False, executable=executable, stdin=stdin, stdout=stdout, stderr=stderr)
@@ -391,14 +396,17 @@ def _outputs(
     if task.transfer_outputs is None:
         after = _snapshot(folder)
         changed = (name for name in sorted(after) if after[name] != before.get(name))
-        wanted.extend((name, folder / name) for name in changed if name not in (STDOUT_NAME, STDERR_NAME))
+        # Hidden files come back only when named: the master takes no others (mwpy/net/filestore.py).
+        wanted.extend(
+            (name, folder / name) for name in changed if name not in (STDOUT_NAME, STDERR_NAME) and name[0] != "."
+        )
         return wanted
     for name in task.transfer_outputs:
         path = folder / name
         if path.is_dir() and not path.is_symlink():
-            wanted.extend(_tree(path, os.path.basename(os.path.normpath(name))))
+            wanted.extend(_tree(path, output_upload_name(name)))
         elif path.is_file() and not path.is_symlink():
-            wanted.append((os.path.basename(name), path))
+            wanted.append((output_upload_name(name), path))
         else:
             errors.append(f"{name}: not produced by the job")
     return wanted

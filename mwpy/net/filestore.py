@@ -29,22 +29,40 @@ handshake a body is a kind byte, a payload and a MAC tag)::
                                      ◄─     J {"job","usage"}            a running job's usage (mwpy jobs)
     K {"stop": null|"hold"|"remove"} ─►
 
+When the master speaks TLS (``--mw-tls-cert``) the file service does too,
+with the same certificate: a slave checks it against the fingerprint it
+pinned for the master. The server (:class:`FileServer`) runs every handshake
+in one selector thread and serves proven peers from a fixed set of worker
+threads, so a peer that has not proved membership holds no thread and is
+dropped one client timeout after it connected, and nothing a peer sends can
+make the service start a thread or stop accepting for good.
+
 Outputs are the part a hostile slave could abuse, so the server decides where
-they land (:func:`place_output`): only below the job's ``initialdir``, never
-through a symbolic link, never over one of the job's own inputs, written to a
-temporary name and renamed into place once the hash matches.
+they land (:func:`place_output`) and which names it takes
+(:func:`check_output_allowed`): only what the job may produce (the
+``transfer_output_files`` entries and their trees, or top-level files that
+are not hidden when that command is absent), never a name with a control
+character, only below the job's ``initialdir``, never through a symbolic
+link, never over one of the job's own inputs or the run's own files
+(submit file, summary, journal, resource file), written to a temporary name
+and renamed into place once the hash matches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import queue
+import selectors
 import shutil
 import socket
+import ssl
 import stat
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,17 +70,36 @@ from typing import Any, BinaryIO
 
 import attrs
 
-from mwpy import safe_files
+from mwpy import safe_files, safe_text, strict_json
 from mwpy.errors import MwpyError, ProtocolError
 from mwpy.net.ports import PortRange, listen
 from mwpy.wire import protocol
+
+log = safe_text.logger(__name__)
 
 #: Bytes per data frame.
 CHUNK = 1 << 20
 #: The largest frame either side accepts once authenticated (a chunk, its kind byte, its tag).
 MAX_FRAME = CHUNK + 64
-#: Seconds a peer may stay silent in the middle of a conversation.
+#: Seconds a slave waits for the file service to answer.
 IO_TIMEOUT = 120.0
+#: The server's default client timeout (the master passes its ``--mw-client-timeout``): a peer that has not
+#: proved membership this long after it connected is dropped, and so is a proven one this silent mid-request.
+CLIENT_TIMEOUT = 60.0
+#: Connections held at most (proving, idle or being served); past it the service makes room or waits.
+MAX_CONNECTIONS = 4096
+#: Threads serving requests (one fetch or upload each at a time), all started with the service.
+WORKERS = 8
+#: Seconds a peer may prove itself undisturbed; after that it is the first dropped when room is needed.
+EVICT_AFTER = 1.0
+#: Seconds the service stops accepting when it has no room and none can be made (callers wait in the backlog).
+ACCEPT_PAUSE = 0.25
+#: Connections accepted at most per pass of the selector loop, so those already connected keep their turn.
+ACCEPT_BURST = 16
+#: Seconds between two looks at the deadlines of peers still proving themselves.
+TICK = 0.25
+#: The largest frame a peer may send before its member id is known (the sealed hello).
+MAX_HELLO_FRAME = 1024
 #: How many (path, inode, size, mtime) -> hash entries the master remembers, so shared inputs are hashed once.
 HASH_MEMORY = 1024
 #: Prefix of the temporary names outputs are written under before the rename.
@@ -89,11 +126,16 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 
 
 class _Link:
-    """One authenticated connection: framed, every frame sealed and checked with :mod:`mwpy.wire.protocol`'s MACs."""
+    """One authenticated connection: framed, every frame sealed and checked with :mod:`mwpy.wire.protocol`'s MACs.
 
-    def __init__(self, sock: socket.socket, channel: protocol.Channel) -> None:
+    ``buffered`` holds bytes already read past the handshake (a request the
+    client sent right behind its hello); reads take them first.
+    """
+
+    def __init__(self, sock: socket.socket, channel: protocol.Channel, buffered: bytes = b"") -> None:
         self.sock = sock
         self._channel = channel
+        self._buffered = bytearray(buffered)
 
     def send(self, kind: bytes, payload: bytes | memoryview = b"") -> None:
         self.sock.sendall(self._channel.seal_body(kind + bytes(payload)))
@@ -102,20 +144,42 @@ class _Link:
         self.send(kind, json.dumps(value).encode())
 
     def receive(self) -> tuple[bytes, bytes]:
-        data = self._channel.verify_body(_read_frame(self.sock, MAX_FRAME))
+        (size,) = protocol.HEADER.unpack(self._read_exact(protocol.HEADER.size))
+        if size > MAX_FRAME:
+            raise ProtocolError(f"frame of {size} bytes exceeds the limit of {MAX_FRAME}")
+        data = self._channel.verify_body(self._read_exact(size))
         return data[:1], data[1:]
 
     def receive_json(self, *kinds: bytes) -> tuple[bytes, dict[str, Any]]:
         kind, payload = self.receive()
         if kind not in kinds:
             raise ProtocolError(f"unexpected frame {kind!r}")
-        try:
-            value = json.loads(payload) if payload else {}
-        except ValueError:
-            raise ProtocolError("undecodable header") from None
-        if not isinstance(value, dict):
-            raise ProtocolError("undecodable header")
-        return kind, value
+        return kind, _header(payload)
+
+    def has_buffered(self) -> bool:
+        """Whether a request may already be here without the socket showing it (read ahead, or held by TLS)."""
+        return bool(self._buffered) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+
+    def _read_exact(self, size: int) -> bytes:
+        data = self._buffered[:size]
+        del self._buffered[:size]
+        while len(data) < size:
+            got = self.sock.recv(min(size - len(data), CHUNK))
+            if not got:
+                raise ProtocolError("connection closed")
+            data += got
+        return bytes(data)
+
+
+def _header(payload: bytes) -> dict[str, Any]:
+    """A frame's JSON header (strict: no NaN, no duplicate keys, no nesting deep enough to exhaust the stack)."""
+    try:
+        value = strict_json.loads(payload) if payload else {}
+    except ValueError:
+        raise ProtocolError("undecodable header") from None
+    if not isinstance(value, dict):
+        raise ProtocolError("undecodable header")
+    return value
 
 
 def _no_delay(sock: socket.socket) -> None:
@@ -141,21 +205,120 @@ def _read_frame(sock: socket.socket, max_size: int) -> bytes:
     return _read_exact(sock, size)
 
 
-def _server_handshake(sock: socket.socket, secret: bytes, member_id: str) -> _Link:
-    master_nonce = protocol.new_nonce()
-    sock.sendall(protocol.challenge(master_nonce))
-    response = _read_frame(sock, protocol.MAX_HANDSHAKE_FRAME)
-    if len(response) != protocol.RESPONSE_SIZE:
-        raise ProtocolError("bad handshake")
-    slave_nonce, proof = response[: protocol.NONCE_SIZE], response[protocol.NONCE_SIZE :]
-    if not protocol.proofs_match(protocol.slave_proof(secret, master_nonce, slave_nonce), proof):
-        raise ProtocolError("the peer does not know the computation's secret")
-    sock.sendall(protocol.frame(protocol.master_proof(secret, master_nonce, slave_nonce)))
-    link = _Link(sock, protocol.derive_channel(secret, master_nonce, slave_nonce, is_master=True))
-    _, hello = link.receive_json(b"H")
-    if hello.get("member_id") != member_id:
-        raise ProtocolError(f"member id {hello.get('member_id')!r} is not this computation's")
-    return link
+class _Proving:
+    """The server's side of the handshake on a non-blocking socket, one step per readable (or writable) event.
+
+    TLS first when the service has it, then the challenge, the slave's proof,
+    our proof and the sealed hello naming the member id, as the table at the
+    top of this module says. Driven by the service's one selector thread: a
+    peer that has not proved membership holds a descriptor and a few hundred
+    bytes, never a thread, and :attr:`deadline` (one client timeout after it
+    connected, TLS included) ends it.
+    """
+
+    def __init__(self, sock: socket.socket, deadline: float, secret: bytes, member_id: str) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self._secret = secret
+        self._member_id = member_id
+        self._tls = isinstance(sock, ssl.SSLSocket)  # still to finish
+        self._nonce = protocol.new_nonce()
+        self._out = bytearray()
+        self._in = bytearray()
+        self._channel: protocol.Channel | None = None
+        self._challenged = False
+        self.wants_write = False
+
+    def step(self) -> _Link | None:
+        """Advance as far as the bytes at hand allow; the link once the peer has proved membership.
+
+        Raises :class:`ProtocolError` or ``OSError`` when the peer failed (it is then dropped).
+        """
+        if self._tls and not self._finish_tls():
+            return None
+        if not self._challenged:
+            self._challenged = True
+            self._out += protocol.challenge(self._nonce)
+        self._receive()
+        link = self._advance()
+        self._flush()
+        return link
+
+    def _finish_tls(self) -> bool:
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.wants_write = False
+            return False
+        except ssl.SSLWantWriteError:
+            self.wants_write = True
+            return False
+        self._tls = False
+        return True
+
+    def _receive(self) -> None:
+        """Read what the handshake can use, no more: a request sent right behind the hello stays for the link."""
+        while len(self._in) < _HANDSHAKE_BYTES:
+            try:
+                got = self.sock.recv(_HANDSHAKE_BYTES - len(self._in))
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            if not got:
+                raise ProtocolError("connection closed")
+            self._in += got
+
+    def _frame(self, max_size: int) -> bytes | None:
+        if len(self._in) < protocol.HEADER.size:
+            return None
+        (size,) = protocol.HEADER.unpack_from(self._in)
+        if size > max_size:
+            raise ProtocolError(f"frame of {size} bytes before the proof of membership")
+        end = protocol.HEADER.size + size
+        if len(self._in) < end:
+            return None
+        body = bytes(self._in[protocol.HEADER.size : end])
+        del self._in[:end]
+        return body
+
+    def _advance(self) -> _Link | None:
+        if self._channel is None:
+            response = self._frame(protocol.MAX_HANDSHAKE_FRAME)
+            if response is None:
+                return None
+            if len(response) != protocol.RESPONSE_SIZE:
+                raise ProtocolError("bad handshake")
+            slave_nonce, proof = response[: protocol.NONCE_SIZE], response[protocol.NONCE_SIZE :]
+            if not protocol.proofs_match(protocol.slave_proof(self._secret, self._nonce, slave_nonce), proof):
+                raise ProtocolError("the peer does not know the computation's secret")
+            self._out += protocol.frame(protocol.master_proof(self._secret, self._nonce, slave_nonce))
+            self._channel = protocol.derive_channel(self._secret, self._nonce, slave_nonce, is_master=True)
+        body = self._frame(MAX_HELLO_FRAME)
+        if body is None:
+            return None
+        data = self._channel.verify_body(body)
+        if data[:1] != b"H":
+            raise ProtocolError(f"unexpected frame {data[:1]!r}")
+        member_id = _header(data[1:]).get("member_id")
+        if member_id != self._member_id:
+            raise ProtocolError(f"member id {member_id!r} is not this computation's")
+        if self._out:  # the peer sends its hello only once it has read our whole proof
+            raise ProtocolError("hello before the proof was read")
+        return _Link(self.sock, self._channel, bytes(self._in))
+
+    def _flush(self) -> None:
+        if self._out:
+            try:
+                sent = self.sock.send(self._out)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                sent = 0
+            del self._out[:sent]
+        self.wants_write = bool(self._out)
+
+
+#: The most bytes read while a peer proves itself: its proof's frame and its hello's, both at their limits.
+_HANDSHAKE_BYTES = 2 * protocol.HEADER.size + protocol.MAX_HANDSHAKE_FRAME + MAX_HELLO_FRAME
 
 
 def _client_handshake(sock: socket.socket, secret: bytes, member_id: str) -> _Link:
@@ -177,8 +340,11 @@ def _client_handshake(sock: socket.socket, secret: bytes, member_id: str) -> _Li
 class Destination:
     """Where one job's outputs may land: below ``initialdir``, never over ``protected`` (real paths).
 
-    ``streams`` maps the upload names of the job's stdout and stderr to the
-    paths the submit file gave them (the master's choice, not the slave's).
+    ``outputs`` are the upload names ``transfer_output_files`` gives
+    (:func:`output_upload_name`): only they and the trees below them are
+    taken; None (the command is absent) takes top-level files that are not
+    hidden. ``streams`` maps the upload names of the job's stdout and stderr
+    to the paths the submit file gave them (the master's choice, not the slave's).
     """
 
     initialdir: str
@@ -186,22 +352,49 @@ class Destination:
     streams: tuple[tuple[str, str], ...] = ()
     max_bytes: int = MAX_OUTPUT_BYTES
     max_files: int = MAX_OUTPUT_FILES
+    outputs: tuple[str, ...] | None = None
 
 
 class OutputRefused(MwpyError):
     """A slave asked to write an output where it may not (outside initialdir, over an input, ...)."""
 
 
+def output_upload_name(entry: str) -> str:
+    """The name a ``transfer_output_files`` entry comes back under: its last component (a file, or a folder's root)."""
+    return os.path.basename(os.path.normpath(entry))
+
+
+def _shown(name: str) -> str:
+    """An output name quoted in a refusal (which the slave reports, and mwpy jobs may print): one safe line."""
+    return "'" + safe_text.one_line(name[:200]) + ("...'" if len(name) > 200 else "'")
+
+
 def check_output_name(name: str) -> list[str]:
-    """The components of a relative output name; refuse absolute paths, ``..``, ``.``, empty parts, NUL."""
-    if not name or name.startswith("/") or "\x00" in name or "\\" in name:
-        raise OutputRefused(f"output name {name!r} is not a relative path")
+    """The components of a relative output name; refuse absolute paths, ``..``, ``.``, empty parts, controls."""
+    if not name or name.startswith("/") or "\\" in name:
+        raise OutputRefused(f"output name {_shown(name)} is not a relative path")
+    if not safe_text.is_plain(name):  # a newline or an ESC in a file name is a trap for whoever lists the folder
+        raise OutputRefused(f"output name {_shown(name)} has control characters")
     parts = name.split("/")
     if any(part in ("", ".", "..") for part in parts):
-        raise OutputRefused(f"output name {name!r} may not contain '..', '.' or empty parts")
+        raise OutputRefused(f"output name {_shown(name)} may not contain '..', '.' or empty parts")
     if any(part.startswith(UPLOAD_PREFIX) for part in parts):
-        raise OutputRefused(f"output name {name!r} uses mwpy's temporary prefix")
+        raise OutputRefused(f"output name {_shown(name)} uses mwpy's temporary prefix")
     return parts
+
+
+def check_output_allowed(dest: Destination, name: str) -> None:
+    """Refuse an output the job may not produce: one ``transfer_output_files`` does not name (nor a tree below
+    a name), or, without that command, anything but a top-level file that is not hidden."""
+    parts = check_output_name(name)
+    if dest.outputs is None:
+        if len(parts) > 1:
+            raise OutputRefused(f"output {_shown(name)} is not a top-level file (transfer_output_files names none)")
+        if name.startswith("."):
+            raise OutputRefused(f"output {_shown(name)} is a hidden file transfer_output_files does not name")
+        return
+    if not any(name == entry or name.startswith(entry + "/") for entry in dest.outputs):
+        raise OutputRefused(f"output {_shown(name)} is not one transfer_output_files names")
 
 
 def _open_parent(dest: Destination, parts: list[str]) -> int:
@@ -234,17 +427,17 @@ def place_output(dest: Destination, name: str, chunks: Iterator[bytes], sha256: 
     try:
         real = os.path.join(os.path.realpath(f"/proc/self/fd/{parent}"), parts[-1])
         if real in dest.protected or os.path.realpath(final) in dest.protected:
-            raise OutputRefused(f"output {name!r} would overwrite one of the job's input files")
+            raise OutputRefused(f"output {_shown(name)} would overwrite one of the job's inputs or the run's own files")
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISDIR(os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode):
-                raise OutputRefused(f"output {name!r} is a folder on the submit side")
+                raise OutputRefused(f"output {_shown(name)} is a folder on the submit side")
         digest = hashlib.sha256()
         with safe_files.replacing(parts[-1], mode=None, dir_fd=parent, prefix=UPLOAD_PREFIX) as out:
             for chunk in chunks:
                 digest.update(chunk)
                 out.write(chunk)
             if sha256 is not None and digest.hexdigest() != sha256:
-                raise FileServiceError(f"output {name!r}: content does not match its hash")
+                raise FileServiceError(f"output {_shown(name)}: content does not match its hash")
     finally:
         os.close(parent)
     return final
@@ -274,7 +467,20 @@ class Counters:
 
 
 class FileServer:
-    """The master's side: serves published files by hash, receives outputs for jobs in flight."""
+    """The master's side: serves published files by hash, receives outputs for jobs in flight.
+
+    One selector thread accepts connections and runs every handshake
+    (:class:`_Proving`); a fixed set of :data:`WORKERS` threads, started
+    here, serves requests of proven peers, one request at a time each; an
+    idle proven connection waits in the selector, costing a descriptor. No
+    thread is ever started after this returns, so neither a thread limit nor
+    a flood can stop the service: out of descriptors (``EMFILE``) or at
+    ``max_connections``, it drops the oldest peer still proving itself (once
+    that one had :data:`EVICT_AFTER` seconds, far more than an honest slave
+    needs), or stops accepting for a moment while callers wait in the
+    kernel's backlog. With ``tls`` (the master's context, so the same
+    certificate and fingerprint) every connection speaks TLS first.
+    """
 
     def __init__(
         self,
@@ -283,12 +489,25 @@ class FileServer:
         host: str = "127.0.0.1",
         bind: str | None = None,
         ports: PortRange | None = None,
+        *,
+        tls: ssl.SSLContext | None = None,
+        client_timeout: float = CLIENT_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+        workers: int = WORKERS,
     ) -> None:
-        """Listen on ``bind`` (default: ``host``; "" for every interface), in ``ports`` if given; slaves are told
-        ``host``."""
+        """Listen on ``bind`` (default: ``host``; "" for every interface), in ``ports`` if given; slaves are
+        told ``host``.
+
+        ``client_timeout``: a peer that has not proved membership that long after it connected is
+        dropped, and so is a proven one silent that long in the middle of a request.
+        """
         self._secret = secret
         self._member_id = member_id
-        self._listener = listen(host if bind is None else bind, ports, "the file service")
+        self._tls = tls
+        self._client_timeout = client_timeout
+        self._max_connections = max_connections
+        self._listener = listen(host if bind is None else bind, ports, "the file service", backlog=1024)
+        self._listener.setblocking(False)
         self.host = host
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -299,12 +518,35 @@ class FileServer:
         self._destinations: dict[str, Destination] = {}  # job token -> where its outputs may land
         self._reads: dict[str, tuple[str, ...]] = {}  # job token -> the hashes it reads
         self._budget: dict[str, tuple[int, int]] = {}  # job token -> (files, bytes) received so far
+        self._run_files: frozenset[str] = frozenset()  # real paths no output may replace, whatever the job
         self.counters = Counters()
         #: Asked with a running job's token and usage (numbers): "hold"/"remove" stops the job (mwpy jobs' policy).
         self.checks: Callable[[str, dict[str, float]], str | None] | None = None
         self._closed = False
-        self._thread = threading.Thread(target=self._accept, name="mwpy-filestore", daemon=True)
-        self._thread.start()
+        # The selector thread's own state (no lock: only that thread touches it).
+        self._selector = selectors.DefaultSelector()
+        self._proving: dict[socket.socket, _Proving] = {}  # in the order they connected
+        self._open = 0  # connections held: proving, idle, or with a worker
+        self._accept_resumes: float | None = None  # while not accepting: when to try again
+        # Between the selector thread and the workers.
+        self._requests: queue.SimpleQueue[_Link | None] = queue.SimpleQueue()
+        self._served: queue.SimpleQueue[tuple[_Link, bool]] = queue.SimpleQueue()
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
+        self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
+        self._selector.register(self._wake_reader, selectors.EVENT_READ, _WAKE)
+        self._threads = [
+            threading.Thread(target=self._serve_requests, name="mwpy-filestore-worker", daemon=True)
+            for _ in range(workers)
+        ]
+        self._threads.append(threading.Thread(target=self._run, name="mwpy-filestore", daemon=True))
+        try:
+            for thread in self._threads:
+                thread.start()
+        except RuntimeError as exc:  # no thread to be had: say so now, not a dead service later
+            self.close()
+            raise FileServiceError(f"cannot start the file service: {exc}") from None
 
     def publish(self, path: str) -> tuple[str, int]:
         """Make ``path`` fetchable; return its hash and size (hashed once while it is unchanged)."""
@@ -320,6 +562,11 @@ class FileServer:
                 self._hashes.popitem(last=False)
             self._published[digest] = (path, info.st_size)
         return digest, info.st_size
+
+    def protect(self, *paths: str) -> None:
+        """No output of any job may replace these files (the run's own: submit file, summary, journal...)."""
+        with self._lock:
+            self._run_files |= {os.path.realpath(path) for path in paths}
 
     def expect(self, token: str, destination: Destination, reads: tuple[str, ...] = ()) -> None:
         """Accept outputs for job ``token`` and keep the files it ``reads`` (hashes) published, until :meth:`forget`."""
@@ -340,34 +587,188 @@ class FileServer:
                     self._published.pop(digest, None)
 
     def close(self) -> None:
+        """Stop: the port is closed and every connection dropped when this returns (transfers under way end)."""
         self._closed = True
+        for _ in self._threads:
+            self._requests.put(None)
+        self._wake()
+        front = self._threads[-1]
+        if front.is_alive() and front is not threading.current_thread():
+            front.join(timeout=5.0)
         with contextlib.suppress(OSError):
             self._listener.close()
+        with contextlib.suppress(queue.Empty):
+            while True:  # handed back after the selector thread stopped
+                self._served.get_nowait()[0].sock.close()
 
-    def _accept(self) -> None:
-        while not self._closed:
+    # ------------------------------------------------------------------ the selector thread
+
+    def _run(self) -> None:
+        failed = False
+        try:
+            while not self._closed:
+                try:
+                    self._pass()
+                except Exception:  # a bug must not take the service down with it: the next pass goes on
+                    if not failed:  # said once: a bug that recurs every pass must not flood the log
+                        log.exception("file service: a pass of its loop failed")
+                    failed = True
+        finally:
+            self._shut_down()
+
+    def _pass(self) -> None:
+        for key, _ in self._selector.select(TICK):
+            peer = key.data
+            if peer is _LISTENER:
+                self._accept(time.monotonic())
+            elif peer is _WAKE:
+                self._take_back()
+            elif isinstance(peer, _Proving):
+                self._prove(peer)
+            else:
+                self._selector.unregister(peer.sock)
+                self._requests.put(peer)
+        now = time.monotonic()
+        for sock, peer in list(self._proving.items()):  # in the order they connected: the oldest first
+            if peer.deadline > now:
+                break
+            self._drop(sock)
+        if self._accept_resumes is not None and now >= self._accept_resumes:
+            self._resume_accepting()
+
+    def _accept(self, now: float) -> None:
+        for _ in range(ACCEPT_BURST):  # then the peers already here get their turn
+            if self._open >= self._max_connections and not self._evict(now):
+                self._pause_accepting(now)
+                return
             try:
                 sock, _ = self._listener.accept()
-            except OSError:
+            except (BlockingIOError, InterruptedError):
                 return
-            threading.Thread(target=self._serve, args=(sock,), name="mwpy-filestore-peer", daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        with sock:
-            sock.settimeout(IO_TIMEOUT)
-            _no_delay(sock)
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES and not self._evict(now):
+                    self._pause_accepting(now)
+                    return
+                continue  # out of descriptors and one freed, or this caller gave up (ECONNABORTED...)
+            self._open += 1
             try:
-                link = _server_handshake(sock, self._secret, self._member_id)
-                while True:
-                    kind, header = link.receive_json(b"G", b"P", b"J")
-                    if kind == b"G":
-                        self._send_file(link, str(header.get("sha256")))
-                    elif kind == b"J":
-                        link.send_json(b"K", {"stop": self._check(header)})
-                    else:
-                        self._receive_file(link, header)
-            except (MwpyError, OSError, ValueError, TypeError):
-                return  # a broken or hostile peer costs only its own connection
+                sock.setblocking(False)
+                _no_delay(sock)
+                if self._tls is not None:
+                    sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except OSError:
+                self._open -= 1
+                sock.close()
+                continue
+            peer = _Proving(sock, now + self._client_timeout, self._secret, self._member_id)
+            self._proving[sock] = peer
+            self._selector.register(sock, selectors.EVENT_READ, peer)
+            self._prove(peer)
+
+    def _prove(self, peer: _Proving) -> None:
+        if peer.sock not in self._proving:
+            return  # dropped earlier in this pass (evicted to make room) although the selector reported it
+        try:
+            link = peer.step()
+        except Exception:  # a broken or hostile peer costs only its own connection, whatever it sent
+            self._drop(peer.sock)
+            return
+        if link is None:
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if peer.wants_write else 0)
+            self._selector.modify(peer.sock, events, peer)
+            return
+        del self._proving[peer.sock]
+        self._selector.modify(peer.sock, selectors.EVENT_READ, link)
+        if link.has_buffered():  # its first request came with its hello
+            self._selector.unregister(link.sock)
+            self._requests.put(link)
+
+    def _take_back(self) -> None:
+        """Connections the workers are done with: idle again in the selector, or closed."""
+        with contextlib.suppress(OSError):
+            while self._wake_reader.recv(4096):
+                pass
+        while True:
+            try:
+                link, keep = self._served.get_nowait()
+            except queue.Empty:
+                return
+            if not keep or self._closed:
+                self._close(link.sock)
+            elif link.has_buffered():
+                self._requests.put(link)
+            else:
+                self._selector.register(link.sock, selectors.EVENT_READ, link)
+
+    def _evict(self, now: float) -> bool:
+        """Make room: drop the oldest peer still proving itself, if it has had its chance (False if none has)."""
+        for sock, peer in self._proving.items():
+            if now - (peer.deadline - self._client_timeout) >= EVICT_AFTER:
+                self._drop(sock)
+                return True
+            return False
+        return False
+
+    def _pause_accepting(self, now: float) -> None:
+        if self._accept_resumes is None:
+            self._selector.unregister(self._listener)
+        self._accept_resumes = now + ACCEPT_PAUSE
+
+    def _resume_accepting(self) -> None:
+        if self._accept_resumes is not None and not self._closed:
+            self._accept_resumes = None
+            self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
+
+    def _drop(self, sock: socket.socket) -> None:
+        del self._proving[sock]
+        self._selector.unregister(sock)
+        self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        sock.close()
+        self._open -= 1
+        self._resume_accepting()  # a descriptor and a place are free
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_writer.send(b"\0")
+
+    def _shut_down(self) -> None:
+        for key in list(self._selector.get_map().values()):
+            if key.data is not _LISTENER and key.data is not _WAKE:
+                key.fileobj.close()  # type: ignore[union-attr]
+        self._selector.close()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
+
+    # ------------------------------------------------------------------ the workers
+
+    def _serve_requests(self) -> None:
+        while (link := self._requests.get()) is not None:
+            keep = self._serve(link)
+            if self._closed:
+                link.sock.close()
+                continue
+            self._served.put((link, keep))
+            self._wake()
+
+    def _serve(self, link: _Link) -> bool:
+        """Serve one request of a proven peer; whether its connection stays open for the next."""
+        try:
+            link.sock.settimeout(self._client_timeout)
+            kind, header = link.receive_json(b"G", b"P", b"J")
+            if kind == b"G":
+                self._send_file(link, str(header.get("sha256")))
+            elif kind == b"J":
+                link.send_json(b"K", {"stop": self._check(header)})
+            else:
+                self._receive_file(link, header)
+            link.sock.setblocking(False)
+        except Exception:  # a broken or hostile peer costs only its own connection, whatever it sent
+            return False
+        return True
 
     def _check(self, header: dict[str, Any]) -> str | None:
         """A running job's usage, for the master's periodic policy; only for a job in flight, numbers only."""
@@ -422,21 +823,25 @@ class FileServer:
         link.send_json(b"K", {})
 
     def _destination(self, header: dict[str, Any]) -> tuple[Destination, str, int]:
-        """Where an upload may land, checked against the job's budget; refuse what is not allowed."""
+        """Where an upload may land, checked against what the job may produce and its budget; refuse the rest."""
         token, name, size = header.get("job"), header.get("name"), header.get("size")
         with self._lock:
             dest = self._destinations.get(str(token))
-            if dest is None:
-                raise OutputRefused(f"job {token!r} is not expecting outputs")
-            if not isinstance(name, str) or not isinstance(size, int) or size < 0:
-                raise OutputRefused("malformed upload header")
+            run_files = self._run_files
+        if dest is None:
+            raise OutputRefused(f"job {str(token)[:40]!r} is not expecting outputs")
+        if not isinstance(name, str) or not isinstance(size, int) or size < 0:
+            raise OutputRefused("malformed upload header")
+        streams = dict(dest.streams)
+        if name not in streams:
+            check_output_allowed(dest, name)
+        with self._lock:
             if not self._charge(str(token), size, dest):
                 raise OutputRefused(f"job {token} sent more than {dest.max_bytes} bytes or {dest.max_files} files")
-        streams = dict(dest.streams)
         if name in streams:
             folder, name = os.path.split(streams[name])
             dest = attrs.evolve(dest, initialdir=folder)
-        return dest, name, size
+        return attrs.evolve(dest, protected=dest.protected | run_files), name, size
 
     def _charge(self, token: str, size: int, dest: Destination) -> bool:
         """Count one more output of ``size`` bytes against job ``token``'s budget, if it fits (lock held)."""
@@ -447,13 +852,20 @@ class FileServer:
         return True
 
 
+#: The selector's marks for the listening socket and the workers' wake-up socket.
+_LISTENER = object()
+_WAKE = object()
+#: accept() errors that mean "out of descriptors or memory", not "this one caller went away".
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
 def _upload_chunks(link: _Link, size: int, ending: dict[str, Any]) -> Iterator[bytes]:
     """An upload's data frames, up to its end frame (whose header lands in ``ending``)."""
     received = 0
     while True:
         kind, payload = link.receive()
         if kind == b"E":
-            ending.update(json.loads(payload) if payload else {"end": True})
+            ending.update(_header(payload) if payload else {"end": True})
             return
         if kind != b"D":
             raise ProtocolError(f"unexpected frame {kind!r} in an upload")
@@ -485,12 +897,17 @@ def _drain(link: _Link) -> None:
 
 
 class FileClient:
-    """A slave's connection to the file service (opened on first use, kept for the slave's life)."""
+    """A slave's connection to the file service (opened on first use, kept for the slave's life).
 
-    def __init__(self, host: str, port: int, secret: bytes, member_id: str) -> None:
+    ``tls_fingerprint`` (the one the slave pinned for its master) makes it speak TLS and accept only
+    that certificate, as the slave does with the master itself.
+    """
+
+    def __init__(self, host: str, port: int, secret: bytes, member_id: str, tls_fingerprint: str | None = None) -> None:
         self.address = (host, port)
         self._secret = secret
         self._member_id = member_id
+        self._fingerprint = tls_fingerprint
         self._link: _Link | None = None
 
     def _connected(self) -> _Link:
@@ -501,11 +918,21 @@ class FileClient:
                 raise FileServiceError(f"cannot reach the file service at {self.address}: {exc}") from None
             _no_delay(sock)
             try:
+                if self._fingerprint is not None:
+                    sock = self._start_tls(sock)
                 self._link = _client_handshake(sock, self._secret, self._member_id)
             except (ProtocolError, OSError) as exc:
                 sock.close()
                 raise FileServiceError(f"file service handshake failed: {exc}") from None
         return self._link
+
+    def _start_tls(self, sock: socket.socket) -> ssl.SSLSocket:
+        assert self._fingerprint is not None
+        tls = protocol.tls_client_context().wrap_socket(sock)
+        if not protocol.certificate_matches(tls, self._fingerprint):
+            tls.close()
+            raise ProtocolError("the file service presented a TLS certificate with the wrong fingerprint")
+        return tls
 
     def close(self) -> None:
         if self._link is not None:

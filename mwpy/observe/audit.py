@@ -2,7 +2,9 @@
 
 Lines go to stdout or, with ``--mw-audit-file``, are appended to a file (never
 rotated, as in CL-MW). Writes are buffered and flushed by the event loop once
-per pass, so a busy master does not pay a system call per line.
+per pass, so a busy master does not pay a system call per line. A line often
+quotes a slave (its host name, its member id): each is made one safe line
+(mwpy/safe_text.py), since the trail goes to stdout unless told otherwise.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import contextlib
 import sys
 import time
 from typing import TextIO
+
+from mwpy import safe_text
 
 
 class Audit:
@@ -29,7 +33,7 @@ class Audit:
         if now != self._second:
             self._second = now
             self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-        self._out.write(f"{self._stamp} [A] {text}\n")
+        self._out.write(f"{self._stamp} [A] {safe_text.one_line(text)}\n")
         self._unflushed = True
 
     def flush(self) -> None:

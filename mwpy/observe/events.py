@@ -539,7 +539,16 @@ class EventRenderer(Observer):
             message=fact.message,
             traceback=fact.traceback,
             retried=fact.retried,
+            output=_output(fact.stdout, fact.stderr),
         )
+
+
+def _output(stdout: str, stderr: str) -> str | None:
+    """What a failed task printed, for its event: the one stream it wrote, or both labelled; None for nothing."""
+    streams = [(name, text) for name, text in (("stdout", stdout), ("stderr", stderr)) if text]
+    if len(streams) == 1:
+        return streams[0][1]
+    return "".join(f"--- {name}:\n{text}" for name, text in streams) or None
 
 
 _CHUNK = 1 << 20
@@ -585,9 +594,6 @@ def _count_runs(fd: int) -> int:
 
 _converter = strict_json.converter(int)
 
-#: One strict decoder for every line (``json.loads`` with hooks would build a new one per line).
-_decoder = json.JSONDecoder(parse_constant=strict_json.refuse_constant, object_pairs_hook=strict_json.unique_keys)
-
 
 def _short(text: object) -> str:
     one = str(text).replace("\r", "\\r").replace("\n", "\\n")
@@ -596,12 +602,7 @@ def _short(text: object) -> str:
 
 def decode(line: str) -> Event:
     """The record for one line (without its newline); ``ValueError`` with the problem otherwise."""
-    try:
-        data = _decoder.decode(line)
-    except RecursionError:
-        raise ValueError("not JSON (nested too deep)") from None
-    except ValueError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
+    data = strict_json.loads(line)
     if type(data) is not dict:
         raise ValueError(f"not an mwpy event (a JSON {type(data).__name__}, not an object)")
     if "v" not in data or "kind" not in data:

@@ -5,8 +5,12 @@ the :class:`~mwpy.observe.events.EventWriter` and turns each record into counter
 gauge updates. Per-task events reach it already aggregated (one
 ``tasks-finished`` record per slave, algorithm and outcome per loop pass), so
 it adds a few lock-protected increments per pass, not per task, to the
-master's hot path. prometheus_client serves ``/metrics`` from its own daemon
-thread; the master stays single-threaded otherwise.
+master's hot path. ``/metrics`` is served by prometheus_client's request
+handler from a daemon thread of its own (:class:`_BoundedServer`); the master
+stays single-threaded otherwise. Whoever can reach the port may be hostile:
+at most :data:`MAX_REQUESTS` requests are served at once (a thread each, the
+rest turned away), and a request not done :data:`REQUEST_DEADLINE` seconds
+after it connected is cut off, so a half-sent request holds nothing for long.
 
 prometheus_client is imported when an exporter is made, never when mwpy is
 imported: masters without the option, and slaves, never load it.
@@ -14,8 +18,13 @@ imported: masters without the option, and slaves, never load it.
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import http.server
 import importlib
+import socket
+import socketserver
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -25,6 +34,10 @@ from mwpy.observe import events as ev
 
 #: Where the exporter listens unless told otherwise: metrics are not secret, but nobody asked to publish them.
 DEFAULT_HOST = "127.0.0.1"
+#: Seconds a request may take from connect to the last byte of the answer (a scrape takes milliseconds).
+REQUEST_DEADLINE = 10.0
+#: Requests served at once at most; each holds a thread until it is done or cut off.
+MAX_REQUESTS = 4
 
 
 def _prometheus() -> Any:
@@ -40,7 +53,9 @@ def _prometheus() -> Any:
 class MetricsExporter:
     """Counters and gauges of one master, served over HTTP; call it with each event (an EventWriter subscriber)."""
 
-    def __init__(self, port: int, host: str = DEFAULT_HOST, ports: PortRange | None = None) -> None:
+    def __init__(
+        self, port: int, host: str = DEFAULT_HOST, *, deadline: float = REQUEST_DEADLINE, ports: PortRange | None = None
+    ) -> None:
         prometheus = _prometheus()
         self.registry = registry = prometheus.CollectorRegistry()
         counter, gauge = prometheus.Counter, prometheus.Gauge
@@ -70,8 +85,14 @@ class MetricsExporter:
         self.pending = g("mwpy_tasks_pending", "Tasks queued in the master")
         self.running = g("mwpy_tasks_running", "Tasks sent to slaves and not yet answered")
         self.condor = g("mwpy_condor_jobs", "The computation's slave jobs in the schedd, by state", ("state",))
-        serve = functools.partial(prometheus.start_http_server, addr=host, registry=registry)
-        self._server, self._thread = serve(port) if ports is None else first_free(ports, serve, "the metrics exporter")
+        handler = importlib.import_module("prometheus_client.exposition").MetricsHandler.factory(registry)
+
+        def serve(at: int) -> _BoundedServer:
+            return _BoundedServer((host, at), handler, deadline=deadline)
+
+        self._server = serve(port) if ports is None else first_free(ports, serve, "the metrics exporter")
+        self._thread = threading.Thread(target=self._server.serve_forever, name="mwpy-metrics", daemon=True)
+        self._thread.start()
 
     @property
     def port(self) -> int:
@@ -152,10 +173,64 @@ class MetricsExporter:
         self._thread.join()
 
 
+class _BoundedServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """An HTTP server with a thread per request, at most :data:`MAX_REQUESTS` of them, each request cut off
+    ``deadline`` seconds after it connected (``serve_forever`` looks twice a second)."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64  # callers past the ones served are turned away at once, not left retrying SYNs
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler], *, deadline: float
+    ) -> None:
+        self.deadline = deadline
+        self._slots = threading.BoundedSemaphore(MAX_REQUESTS)
+        self._lock = threading.Lock()
+        self._due: dict[socket.socket, float] = {}  # request -> when it is cut off
+        handler.timeout = deadline  # and no single read or write waits longer
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # as many as it serves at once: turned away
+            self.shutdown_request(request)
+            return
+        with self._lock:
+            self._due[request] = time.monotonic() + self.deadline
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # no thread to be had: this request goes, the server stays
+            self._done(request)
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done(request)
+
+    def _done(self, request: socket.socket) -> None:
+        with self._lock:
+            if self._due.pop(request, None) is not None:
+                self._slots.release()
+
+    def service_actions(self) -> None:
+        """Cut off the requests past their deadline: their threads' reads and writes fail and they end."""
+        now = time.monotonic()
+        with self._lock:
+            late = [request for request, due in self._due.items() if due <= now]
+        for request in late:
+            with contextlib.suppress(OSError):
+                request.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that broke (cut off, or garbage) costs only itself: no traceback on the master's stderr."""
+
+
 def start(port: int, host: str = DEFAULT_HOST, ports: PortRange | None = None) -> MetricsExporter:
     """An exporter listening on ``host:port`` (port 0 and ``ports``: the first free one of the range);
     :class:`ConfigurationError` (one line) when it cannot be made."""
     try:
-        return MetricsExporter(port, host, ports if port == 0 else None)
+        return MetricsExporter(port, host, ports=ports if port == 0 else None)
     except OSError as exc:
         raise ConfigurationError(f"--mw-metrics-port {port}: cannot listen on {host}: {exc.strerror or exc}") from None

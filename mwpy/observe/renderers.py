@@ -17,8 +17,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mwpy import safe_text
 from mwpy.core import facts
 from mwpy.core.facts import Facts, Observer
+from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:  # loaded for real only with --mw-events or --mw-metrics-port
     from mwpy.observe.goodput import Accountant
 
 #: What a user watching the master sees (``--mw-log-level``; mwpy/observe/logs.py).
-log = logging.getLogger("mwpy.master")
+log = safe_text.logger("mwpy.master")
 #: The exit status of a master algorithm stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
 
@@ -109,6 +111,12 @@ class AuditRenderer(Observer):
         if fact.retried:
             self._audit(f"{fact.sid} -> task {fact.task_id} failed ({fact.error}); queued to run again")
 
+    def journal_entry_unusable(self, fact: facts.JournalEntryUnusable) -> None:
+        self._audit(f"JOURNAL ENTRY {fact.key!r} UNUSABLE ({fact.why}): task {fact.task_id} runs again")
+
+    def journal_off(self, fact: facts.JournalOff) -> None:
+        self._audit(f"JOURNAL OFF {fact.why}")
+
     def tasks_dispatched(self, sid: str, n: int) -> None:
         self._audit(f"{sid} <- {n} tasks ({self._grouping} grouping)")
 
@@ -117,7 +125,14 @@ class AuditRenderer(Observer):
 
 
 class LogRenderer(Observer):
-    """The ``mwpy.master`` logger: what a user watching should know (a slave dropped with tasks, a stuck task)."""
+    """The ``mwpy.master`` logger: what a user watching should know (a slave dropped with tasks, a stuck task).
+
+    ``raw_task_output`` (``--mw-raw-task-output``): failed tasks' output as they wrote it, escapes included.
+    """
+
+    def __init__(self, *, raw_task_output: bool = False) -> None:
+        #: A failed task's output, capped per task and per run (mwpy/observe/logs.py).
+        self._failed_output = logs.FailedOutput(log, raw=raw_task_output)
 
     def accept_paused(self, fact: facts.AcceptPaused) -> None:
         if fact.first:
@@ -140,14 +155,16 @@ class LogRenderer(Observer):
         """A failed task's output is worth seeing where the master runs (``mwpy local`` shows the master's stderr)."""
         if fact.retried or not (fact.stdout or fact.stderr):
             return
-        streams = (("stdout", fact.stdout), ("stderr", fact.stderr))
-        printed = "".join(f"\n--- its {name}:\n{text.rstrip()}" for name, text in streams if text)
-        log.warning("task %d (%s) failed on %s with %s: %s%s", fact.task_id, fact.algorithm, fact.sid, fact.error,
-                    fact.message, printed)  # fmt: skip
+        streams = {"stdout": fact.stdout, "stderr": fact.stderr}
+        self._failed_output.show(task=fact.task_id, algorithm=fact.algorithm, slave=fact.sid, error=fact.error,
+                                 message=fact.message, streams=streams)  # fmt: skip
 
     def task_timed_out(self, fact: facts.TaskTimedOut) -> None:
         log.warning("task %d ran past its timeout of %g s on %s: failed, slave dropped", fact.task_id, fact.timeout,
                     fact.sid)  # fmt: skip
+
+    def journal_off(self, fact: facts.JournalOff) -> None:
+        log.error("%s", fact.why)
 
 
 class Observers:
@@ -163,7 +180,10 @@ class Observers:
         self.events: EventWriter | None = None
         self._accountant: Accountant | None = None
         self._exporter: Any = None
-        renderers: list[Observer] = [AuditRenderer(audit, options.slave_task_group), LogRenderer()]
+        renderers: list[Observer] = [
+            AuditRenderer(audit, options.slave_task_group),
+            LogRenderer(raw_task_output=options.raw_task_output),
+        ]
         if options.events is not None or options.metrics_port is not None:
             renderers.append(self._open_events(options))
         self.facts = Facts(renderers)

@@ -17,7 +17,6 @@ Plots: tasks completed per second; slaves connected against slaves needed
 from __future__ import annotations
 
 import argparse
-import html
 import math
 import os
 import sys
@@ -29,7 +28,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from mwpy import safe_files
+from mwpy import safe_files, safe_text
 from mwpy.errors import EventLogError
 from mwpy.observe import events as ev
 from mwpy.observe import goodput
@@ -404,7 +403,7 @@ def _timeline(d: Digest, bins: _Bins) -> dict[str, Any]:
             {
                 "type": "heatmap",
                 "x": bins.x(),
-                "y": [f"{s.name} ({s.host})" for s in chosen],
+                "y": [safe_text.plot(f"{s.name} ({s.host})") for s in chosen],  # plotly makes <a href> a link
                 "z": z,
                 "zmin": 0,
                 "zmax": 1,
@@ -438,7 +437,7 @@ def _runtimes(d: Digest) -> dict[str, Any]:
                 "mode": "lines",
                 "line": {"shape": "hvh"},
                 "fill": "tozeroy",
-                "name": name,
+                "name": safe_text.plot(name),
                 "x": centres,
                 "y": [algorithm.buckets[k] for k in keys],
             }
@@ -465,8 +464,7 @@ pre { background: #f3f4f6; padding: 0.5em; overflow-x: auto; font-size: 0.85em; 
 """
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+_e = safe_text.html
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[object]], numeric: Sequence[int] = ()) -> str:
@@ -589,13 +587,15 @@ estimated from their last result to their disconnection.</p>
 
 
 def build_report(events_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> Path:
-    """Read the event log and write the report atomically; return its path.
+    """Read the event log and write the report atomically, mode 0600 as the event log; return its path.
+
+    The report holds what the event log holds (tracebacks, task output, host names): private alike.
 
     Raises :class:`EventLogError` for a bad log and ``ImportError`` without plotly.
     """
     text = render(digest(events_path), os.fspath(events_path))
     target = Path(output_path)
-    safe_files.write_atomically(target, text.encode("utf-8"), mode=0o644)
+    safe_files.write_atomically(target, text.encode("utf-8"))  # 0600, as the event log it shows
     return target
 
 

@@ -35,7 +35,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mwpy import resource_file, safe_files
+from mwpy import resource_file, safe_files, safe_text
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.observe import events as ev
 from mwpy.observe.goodput import duration
@@ -136,7 +136,7 @@ def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
     groups = ", ".join(f"{kind} {count}" for kind, count in _groups(record) if count)
     needed = record.slaves_needed if not limit else min(record.slaves_needed, max(0, limit - connected))
     capped = f" (capped by the limit of {limit})" if needed < record.slaves_needed else ""
-    return (
+    return safe_text.one_line(  # group names come from the file
         f"slaves {connected}{f'/{limit}' if limit else ''} connected{f' ({groups})' if groups else ''}"
         f" · {needed:,} more needed{capped}"
     )
@@ -187,7 +187,7 @@ def render(
     lines: list[RenderableType] = [
         Text.assemble(
             (state, f"bold {colour}"),
-            f" · master {record.master_host}:{record.master_port} · member id {record.member_id}",
+            safe_text.one_line(f" · master {record.master_host}:{record.master_port} · member id {record.member_id}"),
             (f" · written {record.age(now):.0f} s ago, every {record.update_interval:g} s", "dim"),
         )
     ]
@@ -257,10 +257,12 @@ class FailureTail:
             except (UnicodeDecodeError, ValueError) as exc:
                 self.problem = f"{self.path}:{self._line}: {exc}"
                 return
-            if isinstance(event, ev.TaskFailed):
+            if isinstance(event, ev.TaskFailed):  # the task's words, made one line that cannot drive the terminal
                 self.failures.append(
-                    f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
-                    f"{event.error}: {event.message}"[:200]
+                    safe_text.one_line(
+                        f"{time.strftime('%H:%M:%S', time.localtime(event.t))} {event.algorithm} on {event.slave}: "
+                        f"{event.error}: {event.message}"
+                    )[:200]
                 )
             elif isinstance(event, ev.MasterStart) and event.total is not None:
                 self.total = event.total
@@ -318,11 +320,11 @@ class Follower:
         now = self.clock()
         try:
             record = resource_file.read(self.resource_path)
-        except InvalidResourceFileError as exc:
-            self.record, self.problem = None, str(exc)
+        except InvalidResourceFileError as exc:  # its problem may quote the file: one safe line
+            self.record, self.problem = None, safe_text.one_line(str(exc))
             return 1
         except ResourceFileError as exc:
-            self.record, self.problem = None, str(exc)
+            self.record, self.problem = None, safe_text.one_line(str(exc))
             return None
         self.record, self.problem = record, None
         self.rate.add(record.timestamp, record.tasks_done)
@@ -330,7 +332,8 @@ class Follower:
         announced = record.tasks_total  # the master's own word; --total (given here) wins over it
         if tail is not None:
             tail.poll()
-            extra.failures = list(tail.failures) + ([f"event log: {tail.problem}"] if tail.problem else [])
+            problem = [f"event log: {safe_text.one_line(tail.problem)}"] if tail.problem else []
+            extra.failures = list(tail.failures) + problem
             if announced is None:
                 announced = tail.total
         if self._total is None and announced is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mwpy import safe_text
 from mwpy.backends import Job, JobState
 
 #: Failed slave runs, with no result yet, after which a computation gives up.
@@ -54,4 +55,5 @@ class SetupFailures:
         """Why to stop, or None: ``limit`` failed runs and not one result yet."""
         if results_so_far or self.count < self.limit:
             return None
-        return f"{self.count} slave runs failed before any task had a result; the last one {self.last_reason}"
+        last = safe_text.one_line(str(self.last_reason))  # quotes the slave: printed and raised
+        return f"{self.count} slave runs failed before any task had a result; the last one {last}"

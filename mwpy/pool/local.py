@@ -27,7 +27,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.segment import Segment
 
-from mwpy import resource_file
+from mwpy import resource_file, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import ResourceFileError
 from mwpy.names import AUDIT_FILE, EVENTS_FILE, SLAVE_STDERR
@@ -325,7 +325,8 @@ class _LocalRun:
             if job.reason is not None and job.job_id not in reported and self.master.poll() is None:
                 reported.add(job.job_id)
                 errors = self.backend.sandbox(job.job_id) / SLAVE_STDERR
-                text = f"mwpy local: slave {job.job_id} {job.reason} (started again; see {errors})\n"
+                why = safe_text.one_line(job.reason)  # the slave's last error line: its words, not mwpy's
+                text = f"mwpy local: slave {job.job_id} {why} (started again; see {errors})\n"
                 self.display.output(text.encode(), sys.stderr)
 
     def _clean_up(self, *, quiet: bool = False) -> None:

@@ -14,7 +14,6 @@ process) and releases the back end.
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import tempfile
@@ -24,13 +23,14 @@ from pathlib import Path
 
 import attrs
 
+from mwpy import safe_text
 from mwpy.backends import Backend
 from mwpy.errors import BackendError
 from mwpy.names import RESOURCE_FILE
 from mwpy.pool.failing_slaves import SetupFailures
 from mwpy.pool.overseer import Limits, Overseer
 
-log = logging.getLogger(__name__)
+log = safe_text.logger(__name__)
 
 #: How often the overseer reconciles without being woken by a resource-file write.
 OVERSEER_INTERVAL = 0.5

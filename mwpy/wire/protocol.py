@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import attrs
 
 from mwpy.errors import ConfigurationError, ProtocolError
-from mwpy.names import CONDOR_JOB_ID
+from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
@@ -263,9 +263,11 @@ def check_results(msg: Results) -> None:
 
 
 def check_heartbeat(msg: Heartbeat) -> None:
-    """Reject a Heartbeat whose peak memory is not a non-negative int."""
+    """Reject a Heartbeat whose peak memory is not a non-negative int a slave could have (see MAX_PEAK_MEMORY)."""
     if type(msg.peak_memory) is not int or msg.peak_memory < 0:
         raise ProtocolError("malformed Heartbeat message")
+    if msg.peak_memory > MAX_PEAK_MEMORY:
+        raise ProtocolError(f"Heartbeat: a peak memory of {msg.peak_memory} bytes is more than any machine has")
 
 
 def check_hello(msg: Hello) -> None:
