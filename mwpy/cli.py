@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
@@ -267,7 +268,8 @@ def _status(options: argparse.Namespace) -> int:
     except ResourceFileError as exc:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
-    state = "finished" if record.finished else ("stale" if record.stale() else "in progress")
+    listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
+    state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"
     report = {
         "status": state,
         "age_seconds": round(record.age(), 1),
@@ -281,7 +283,8 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_running": record.tasks_running,
     }
     report.update(jobs_command.status_report(options.resource_file))
-    listed, why = _condor_jobs(record.member_id, options) if options.condor is not False else (None, None)
+    report["master_condor_job"] = record.master_condor_job
+    report["master_gone"] = gone
     jobs = _counts(listed) if listed is not None else None
     report["slave_jobs"] = jobs
     if listed is not None:
@@ -290,11 +293,19 @@ def _status(options: argparse.Namespace) -> int:
         report["slave_jobs_error"] = why
     if options.json:
         print(json.dumps(report, indent=2))
-        return 1 if why and options.condor else 0
+    else:
+        _print_status(record, report, listed, why if options.condor else None)
+    return 1 if why and options.condor else 0
+
+
+def _print_status(
+    record: resource_file.ResourceFile, report: dict[str, Any], listed: list[Job] | None, why: str | None
+) -> None:
+    """``mwpy status`` as rows of text: the report, and each slave job with its reason."""
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{k} {v}" for k, v in record.slaves_connected.items() if v)
     rows = [
-        ("status", f"{state} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
+        ("status", f"{report['status']} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
         ("master", f"{report['master']}  member id {record.member_id!r}"),
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
@@ -302,24 +313,34 @@ def _status(options: argparse.Namespace) -> int:
     ]
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
+    if report["master_gone"]:
+        rows.insert(2, ("", f"{report['master_gone']}: the computation has no master"))
+    elif record.master_condor_job:
+        rows.insert(2, ("", f"master job {record.master_condor_job}"))
+    jobs = report["slave_jobs"]
     if jobs is not None:
         rows.append(("jobs", f"{jobs['idle']} idle, {jobs['running']} running, {jobs['held']} held (Condor slaves)"))
         rows.extend(("", _job_line(job)) for job in listed or [])
-    elif why and options.condor:
+    elif why:
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
         print(f"{name:<8} {safe_text.one_line(value)}")
-    return 1 if why and options.condor else 0
 
 
-def _condor_jobs(member_id: str, options: argparse.Namespace) -> tuple[list[Job] | None, str | None]:
-    """The computation's slave jobs in the schedd (``--schedd``/``--collector``), or None and why not."""
+def _condor_view(
+    record: resource_file.ResourceFile, options: argparse.Namespace
+) -> tuple[list[Job] | None, str | None, str | None]:
+    """The computation's slave jobs in the schedd (``--schedd``/``--collector``), or None and why not;
+    and how the master's own job left the queue, when it did."""
     try:
-        from mwpy.backends.htcondor import slave_jobs  # noqa: PLC0415 (slow to import, often not needed)
+        from mwpy.backends.htcondor import queue_view  # noqa: PLC0415 (slow to import, often not needed)
 
-        return slave_jobs(member_id, schedd=options.schedd, collector=options.collector), None
+        jobs, gone = queue_view(
+            record.member_id, record.master_condor_job, schedd=options.schedd, collector=options.collector
+        )
     except (ImportError, BackendError) as exc:
-        return None, str(exc)
+        return None, str(exc), None
+    return jobs, None, gone
 
 
 def _counts(jobs: Sequence[Job]) -> dict[str, int]:

@@ -122,6 +122,8 @@ class Master:
             self._shared = SharedObjects(options, secret, self.host, self.bind)
             self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
+            #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
+            self.port_range = options.master_port_range
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint,

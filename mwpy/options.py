@@ -15,7 +15,6 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
-from mwpy.resource_file import ABANDON_AFTER
 
 #: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
 #: slave's or master's share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
@@ -37,6 +36,10 @@ def level_name(text: str) -> str:
 Role = Literal["master", "slave"]
 
 DEFAULT_MEMBER_ID = "default-member-id"
+#: Seconds past the stale point after which a slave takes its master for gone for good (``--mw-abandon-after``).
+#: Short, unlike the overseer's --abandon-after: a master the schedd restarts writes a fresh file within
+#: seconds, so a stale file means a master that is gone, and a pilot must not hold its slot or restart for long.
+SLAVE_ABANDON_AFTER = 300.0
 MIB = 1024 * 1024
 
 
@@ -47,6 +50,8 @@ class Options:
     role: Role | None = None
     master_host: str | None = None
     master_port: int | None = None
+    #: Ports (both ends included) every listening socket of the master takes its port from.
+    master_port_range: tuple[int, int] | None = None
     max_write_buffer_size: int = 64 * MIB
     max_read_buffer_size: int = 64 * MIB
     cache_size: int = DEFAULT_CACHE_SIZE
@@ -73,7 +78,7 @@ class Options:
     log_level: str | None = None
     connect_timeout: float = 10.0
     journal: str | None = None
-    abandon_after: float = ABANDON_AFTER
+    abandon_after: float = SLAVE_ABANDON_AFTER
     events: str | None = None
     metrics_port: int | None = None
     tls_cert: str | None = None
@@ -107,6 +112,14 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise ValueError
     return value
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    low, dash, high = text.partition("-")
+    first, last = int(low), int(high)
+    if not dash or not 1 <= first <= last <= 65535:
+        raise ValueError
+    return first, last
 
 
 def positive_float(text: str) -> float:
@@ -158,6 +171,14 @@ _SPECS: dict[str, _Spec] = {
         "Slave: port to connect to. Master: port to bind (default: any free port).",
         _port,
         "a port number from 0 to 65535",
+    ),
+    "--mw-master-port-range": _Spec(
+        "master_port_range",
+        "LOW-HIGH",
+        "Master: listen on the first free port from LOW to HIGH (both included), and put the file service "
+        "and a --mw-metrics-port 0 exporter there too: for a firewall that opens only this range.",
+        _port_range,
+        "a port range LOW-HIGH with 1 <= LOW <= HIGH <= 65535",
     ),
     "--mw-max-write-buffer-size": _Spec(
         "max_write_buffer_size",
@@ -367,9 +388,10 @@ _SPECS: dict[str, _Spec] = {
     "--mw-abandon-after": _Spec(
         "abandon_after",
         "SECONDS",
-        "mwpy: a slave whose resource file has been stale for longer than this (beyond its update "
-        "interval and grace) takes the master for gone for good and exits 0 with one line, so Condor's "
-        "on_exit_remove takes its job out of the queue. Default 3600, as the overseer's --abandon-after.",
+        "mwpy: a slave that starts on a stale resource file waits for its master (no restarts) until the "
+        "file has been stale for this long (beyond its update interval and grace), then takes the master for "
+        "gone for good and exits 0 with one line, so Condor's on_exit_remove takes its job out of the queue. "
+        "Default 300.",
         positive_float,
         "a positive number of seconds",
     ),
@@ -498,6 +520,8 @@ def _check(options: Options) -> None:
             raise UsageError("--mw-master-host: required for a slave without --mw-resource-file")
         if options.master_port is None:
             raise UsageError("--mw-master-port: required for a slave without --mw-resource-file")
+    if options.master_port_range is not None and options.master_port is not None and options.role == "master":
+        raise UsageError("--mw-master-port-range: give it or --mw-master-port, not both")
     if options.tls_key is not None and options.tls_cert is None:
         raise UsageError("--mw-tls-key: needs --mw-tls-cert")
     if options.role == "master" and options.resource_file is None and options.secret_file is None:

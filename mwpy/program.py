@@ -31,10 +31,11 @@ from mwpy.errors import (
     UsageError,
 )
 from mwpy.names import JOURNAL_SIDE_FILES
+from mwpy.net.chirp import Chirp
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
-from mwpy.slave import Endpoint, Slave, SlaveExit, connect
+from mwpy.slave import Endpoint, Slave, SlaveExit, connect, exit_named
 from mwpy.wire import codec
 from mwpy.wire.protocol import ExitCode
 
@@ -298,22 +299,41 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
     failed = _initialize(initializer, audit, endpoint.member_id)
     if failed is not None:
         return failed
+    chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
     try:
-        worker = connect(
-            endpoint,
-            audit=audit,
-            max_frame=options.max_read_buffer_size,
-            timeout=options.client_timeout,
-            patience=0.0 if stale else max(0.0, options.connect_timeout - waited),
-            spin_us=options.spin_us,
+        status = _connect_and_serve(
+            endpoint, stale, options=options, audit=audit, waited=waited, argv=argv, chirp=chirp
         )
+        chirp.publish("draining", chirp.done)
+        chirp.log(
+            f"mwpy slave leaving: exit status {status}" + (f" {ExitCode(status).name}" if status in _CODES else "")
+        )
+        return status
+    finally:
+        chirp.close()
+
+
+def _connect_and_serve(
+    endpoint: Endpoint,
+    stale: _Stale | None,
+    *,
+    options: Options,
+    audit: Audit,
+    waited: float,
+    argv: list[str],
+    chirp: Chirp,
+) -> int:
+    """Connect, then run the slave algorithm (or serve until shutdown); the exit status."""
+    chirp.publish("connecting", 0)
+    try:
+        worker = _connect(endpoint, stale, options, audit, waited)
     except SlaveExit as exc:
-        if stale:
-            exc.reason += f" ({stale})"
         return _slave_exit(exc, audit, endpoint.member_id)
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
         audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
         return 130
+    chirp.log(f"mwpy slave {worker.slave_id} connected to master {endpoint.host}:{endpoint.port}")
+    chirp.follow(worker.pilot_state)
     algorithm = _algorithms.get("slave")
     try:
         returned = worker.loop_until_shutdown() if algorithm is None else algorithm(worker, argv)
@@ -328,6 +348,9 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
         status = ExitCode.ALGORITHM_ERROR
     finally:
         worker.close()
+    chirp.publish(*worker.pilot_state())
+    if status in _LEAVING_LINES:
+        print(f"{_program_name()}: {_LEAVING_LINES[status]} {exit_named(ExitCode(status))}", file=sys.stderr)
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
 
@@ -351,6 +374,49 @@ def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:
     )
 
 
+#: The statuses mwpy names (docs/exit-codes.md).
+_CODES = frozenset(int(code) for code in ExitCode)
+
+
+#: The one stderr line of a slave that leaves a working connection with one of these statuses (the others
+#: say why where they happen): a job's .err file then names the status Condor's user log records.
+_LEAVING_LINES: dict[int, str] = {ExitCode.MASTER_LOST: "the connection to the master ended without a shutdown"}
+
+
+@attrs.frozen
+class _Stale:
+    """A resource file past its stale point: why, and how long until its master counts as gone for good."""
+
+    why: str
+    left: float
+    gone: str
+
+
+def _connect(endpoint: Endpoint, stale: _Stale | None, options: Options, audit: Audit, waited: float) -> Slave:
+    """Connect; with a stale file, keep trying until the master counts as gone for good, then leave (exit 0).
+
+    A master the schedd restarts writes a fresh file within seconds, so a slave
+    started on a stale one waits for its master at the old address (one run,
+    no restarts) for at most ``--mw-abandon-after`` seconds past the stale point.
+    """
+    try:
+        return connect(
+            endpoint,
+            audit=audit,
+            max_frame=options.max_read_buffer_size,
+            timeout=options.client_timeout,
+            patience=stale.left if stale else max(0.0, options.connect_timeout - waited),
+            spin_us=options.spin_us,
+        )
+    except SlaveExit as exc:
+        if stale and exc.code == ExitCode.UNREACHABLE:
+            print(f"{_program_name()}: {stale.gone}", file=sys.stderr)  # exit 0 is quiet otherwise
+            raise SlaveExit(ExitCode.OK, stale.gone) from None
+        if stale:
+            exc.reason += f" ({stale.why})"
+        raise
+
+
 def _wait_for_resource_file(options: Options) -> float:
     """A slave started before its master (by hand, or by a quick batch system) waits for the file to appear.
 
@@ -371,12 +437,12 @@ def _wait_for_resource_file(options: Options) -> float:
 def _slave_exit(exc: SlaveExit, audit: Audit, member_id: str) -> int:
     """One line on stderr (unless it is a normal end) and the audit's FINI line, under the real member id."""
     if exc.code != ExitCode.OK:
-        print(f"{_program_name()}: {exc.reason}", file=sys.stderr)
+        print(f"{_program_name()}: {exc.reason} {exit_named(ExitCode(exc.code))}", file=sys.stderr)
     audit(f'FINI {exc.reason} (exit {int(exc.code)}) "{member_id}"')
     return int(exc.code)
 
 
-def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
+def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, _Stale | None]:
     """Where to connect and with which secret, applying CL-MW's option-ordering rule.
 
     The second value describes the resource file's staleness, if it is stale:
@@ -414,22 +480,27 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, str | None]:
     return Endpoint(host, port, member_id, secret, fingerprint), stale
 
 
-def _staleness(record: resource_file.ResourceFile, options: Options, audit: Audit) -> str | None:
-    """Why the file is stale (the slave then tries its master once), or None; SlaveExit(0) past abandonment."""
+def _staleness(record: resource_file.ResourceFile, options: Options, audit: Audit) -> _Stale | None:
+    """The file's staleness (the slave then waits for its master at most until it is gone for good), or None.
+
+    SlaveExit(0) when the master is gone for good already.
+    """
+    limit = f"stale for over --mw-abandon-after {options.abandon_after:g} s; leaving the queue"
     if record.abandoned(options.abandon_after):
-        reason = (
-            f"the master is gone for good: its resource file was written {record.age():.0f} s ago, "
-            f"stale for over --mw-abandon-after {options.abandon_after:g} s; leaving the queue"
-        )
-        print(f"{_program_name()}: {reason}", file=sys.stderr)  # exit 0 is quiet otherwise: say why the job ends
-        raise SlaveExit(ExitCode.OK, reason)
+        gone = f"the master is gone for good: its resource file was written {record.age():.0f} s ago, {limit}"
+        print(f"{_program_name()}: {gone}", file=sys.stderr)  # exit 0 is quiet otherwise: say why the job ends
+        raise SlaveExit(ExitCode.OK, gone)
     if not record.stale():
         return None
     stale = (
         f"the resource file is stale: written {record.age():.0f} s ago, update interval {record.update_interval:g} s"
     )
     audit(f"STALE RESOURCE FILE ({stale})")
-    return stale
+    left = options.abandon_after - record.overdue()
+    address = f"{record.master_host}:{record.master_port}"
+    return _Stale(
+        stale, left, f"the master is gone for good: no answer at {address} for {left:.0f} s, its file {limit}"
+    )
 
 
 def _read_secret_for_slave(path: str) -> bytes:

@@ -40,9 +40,6 @@ FINISHED: Final = "finished"
 #: should have rewritten it by then.
 STALE_GRACE_FACTOR = 0.5
 MIN_STALE_GRACE = 10.0
-#: Seconds a stale file may stay stale before its master counts as gone for good: its slaves
-#: leave the queue (``--mw-abandon-after``) and the overseer removes its jobs (``--abandon-after``).
-ABANDON_AFTER = 3600.0
 #: A resource file is a few hundred bytes (a few KiB with many slave files);
 #: anything bigger than this is refused unread.
 MAX_SIZE = 1 << 20
@@ -69,6 +66,12 @@ def _hex(size: int | None) -> Callable[[Any, Any, str | None], None]:
             raise ValueError(f"{attribute.name} must be {f'{2 * size} ' if size else ''}hex digits")
 
     return check
+
+
+def _job_id(_: Any, attribute: Any, value: str) -> None:
+    """A validator: a Condor job id (``CLUSTER.PROC``)."""
+    if CONDOR_JOB_ID.fullmatch(value) is None:
+        raise ValueError(f"{attribute.name} must be a Condor job id (CLUSTER.PROC), not {value!r}")
 
 
 def _job_ids(_: Any, attribute: Any, value: list[str]) -> None:
@@ -121,6 +124,9 @@ class ResourceFile:
     tasks_total: int | None = attrs.field(default=None, validator=attrs.validators.optional(_not_negative))
     #: Slaves that ever connected: slaves that fail after that could start (a task killed them), see failing_slaves.
     slaves_greeted: int = attrs.field(default=0, validator=_not_negative)
+    #: The master's own Condor job id (CLUSTER.PROC) when it runs as a Condor job (submit/master.sub), else None:
+    #: the overseer removes the computation's slave jobs once that job has left the queue (docs/condor.md).
+    master_condor_job: str | None = attrs.field(default=None, validator=attrs.validators.optional(_job_id))
     format: str = FORMAT
     version: int = VERSION
 

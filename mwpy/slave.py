@@ -42,12 +42,11 @@ import attrs
 
 from mwpy import (
     calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
-    safe_files,
     safe_text,
 )
 from mwpy._version import __version__
-from mwpy.errors import ProtocolError, TaskTimeoutError, UnsafeFileError
-from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
+from mwpy.errors import ProtocolError, TaskTimeoutError
+from mwpy.job_ad import own_job_id
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.options import DEFAULT_SPIN_US
@@ -217,6 +216,12 @@ class Slave:
             result_group=self.result_group,
             exit_code=int(code),
         )
+
+    def pilot_state(self) -> tuple[str, int]:
+        """What the slave does now, for Condor's views (mwpy/net/chirp.py): its state and the results it sent."""
+        if self._lost is not None or self._shutdown is not None or self._evicted is not None:
+            return "draining", self._done
+        return ("working" if self._in_task or self._queue else "idle"), self._done
 
     def close(self) -> None:
         """Stop heartbeats and hang up."""
@@ -551,6 +556,8 @@ class Slave:
                 with self._io_lock:
                     self._write(self._session.send(protocol.Heartbeat(peak)))
                 reported = peak
+            if self._lost is not None and self._in_task and self._evicted is None:
+                self._leave_lost_master()
 
     def _wait_for_held(self, until: float) -> bool:
         """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case."""
@@ -561,6 +568,30 @@ class Slave:
             if wait > 0:
                 self._held.wait(wait)
             return bool(self._results) and time.monotonic() - self._held_since >= RESULT_HOLD
+
+    def _leave_lost_master(self) -> None:
+        """The connection died while a task runs: leave now rather than hold the slot until the task ends.
+
+        The task's result has nowhere to go (the master queued the task again when
+        the connection dropped, or is gone), and a pilot whose master is gone must
+        not outlive it (issue 24): the job stays queued and its next run finds the
+        current master, or leaves the queue once the master is gone for good.
+        """
+        reason = f"the connection to the master ended without a shutdown while a task ran ({self._lost})"
+        self._audit(f"MASTER LOST WHILE A TASK RAN: leaving ({self._lost})")
+        self._audit.flush()
+        line = f"mwpy slave: {reason} {exit_named(ExitCode.MASTER_LOST)}\n"
+        os.write(2, line.encode(errors="replace"))  # not sys.stderr: the running task's output capture holds it
+        os._exit(int(ExitCode.MASTER_LOST))
+
+
+def exit_named(code: ExitCode) -> str:
+    """``[exit status 3 UNREACHABLE: Condor keeps the job queued]``: how a failing slave's stderr line ends.
+
+    The status by number and name (docs/exit-codes.md), so that a job's .err file says what its user log's
+    return value means.
+    """
+    return f"[exit status {int(code)} {code.name}: Condor keeps the job queued]"
 
 
 class _Capture(io.StringIO):
@@ -645,9 +676,7 @@ def _handshake(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
-    hello = protocol.Hello(
-        endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, condor_job_id()
-    )
+    hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, own_job_id())
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:
@@ -693,29 +722,3 @@ def _silent(state: SlaveState, address: str, timeout: float | None) -> str:
     if state is SlaveState.PROVING:
         return f"no answer from {address} to our proof of membership {within}"
     return f"no Welcome from the master at {address} {within} after the proofs"
-
-
-#: A job ad is a few KiB; a bigger file is not read.
-JOB_AD_MAX_SIZE = 1 << 20
-
-
-def condor_job_id() -> str:
-    """``CLUSTER.PROC`` of the Condor job this slave runs as, from its job ad; "" outside Condor.
-
-    Reported in Hello so that the master can publish which jobs are connected;
-    a missing, unreadable or odd ad only costs that (the slave works the same).
-    """
-    path = os.environ.get(JOB_AD_VARIABLE)
-    if not path:
-        return ""
-    try:
-        text = safe_files.read_bytes(path, max_size=JOB_AD_MAX_SIZE).decode("utf-8", "replace")
-    except UnsafeFileError:
-        return ""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        name, equals, value = line.partition("=")
-        if equals and name.strip().lower() in ("clusterid", "procid"):
-            found[name.strip().lower()] = value.strip()
-    job = f"{found.get('clusterid', '')}.{found.get('procid', '')}"
-    return job if CONDOR_JOB_ID.fullmatch(job) else ""

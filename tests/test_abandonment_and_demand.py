@@ -6,7 +6,8 @@
 * A slave whose master is gone for good (its resource file stale for longer
   than ``--mw-abandon-after`` beyond the stale point) leaves the queue: exit 0
   with one line, so Condor's ``on_exit_remove`` removes its job. Within the
-  limit it behaves as before (exit 3, the job stays queued).
+  limit it waits for its master instead of exiting 3 (issue 24 item 5: no
+  hour of restarts).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 
 from mwpy import ExitCode, resource_file
 from mwpy.pool.overseer import Limits, Overseer
@@ -51,33 +51,49 @@ def test_overdue_and_abandoned_at_their_edges() -> None:
     assert not attrs.evolve(record, computation_status="finished").abandoned(LIMIT, now=edge + 1e6)
 
 
-@pytest.mark.parametrize(("overdue", "status"), [(LIMIT + 5, ExitCode.OK), (LIMIT - 5, ExitCode.UNREACHABLE)])
-def test_a_slave_leaves_the_queue_only_past_the_abandonment_limit(
-    tmp_path: Path, overdue: float, status: ExitCode
-) -> None:
-    """Exit 0 (the job leaves the queue) past --mw-abandon-after; exit 3 (requeued, restart-safe) within it."""
+def test_a_slave_past_the_abandonment_limit_leaves_the_queue_at_once(tmp_path: Path) -> None:
+    """Exit 0 (on_exit_remove takes the job out of the queue) with one line naming the limit."""
     rf = tmp_path / "resource.json"
-    write(rf, timestamp=time.time() - (INTERVAL + GRACE + overdue))
+    write(rf, timestamp=time.time() - (INTERVAL + GRACE + LIMIT + 5))
     slave = spawn_slave(TRUST_STREAM, tmp_path, "--mw-abandon-after", f"{LIMIT:g}")
-    assert slave.wait(60) == status, slave.err()
+    assert slave.wait(60) == ExitCode.OK, slave.err()
     lines = slave.err().strip().splitlines()
     assert len(lines) == 1, lines
-    if status == ExitCode.OK:
-        assert "gone for good" in lines[0]
-        assert "--mw-abandon-after 100" in lines[0]
-    else:
-        assert "cannot reach the master" in lines[0]
+    assert "gone for good" in lines[0]
+    assert "--mw-abandon-after 100" in lines[0]
 
 
-def test_the_default_abandonment_limit_is_an_hour(tmp_path: Path) -> None:
-    """The slave's default matches the overseer's (docs/condor.md): an hour past the stale point."""
+def test_a_slave_on_a_stale_file_waits_for_its_master_then_leaves_the_queue(tmp_path: Path) -> None:
+    """Issue 24 item 5: no restarts while the master is gone. Within the limit the slave does not exit 3
+    (Condor would start it again and again); it waits for its master at the file's address and, once the
+    limit is reached with nobody there, exits 0 with one line."""
     rf = tmp_path / "resource.json"
-    write(rf, timestamp=time.time() - (INTERVAL + GRACE + 3600 + 60))
+    write(rf, timestamp=time.time() - (INTERVAL + GRACE + LIMIT - 3))
+    slave = spawn_slave(TRUST_STREAM, tmp_path, "--mw-abandon-after", f"{LIMIT:g}")
+    assert slave.wait(60) == ExitCode.OK, slave.err()
+    lines = slave.err().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "gone for good: no answer at" in lines[0]
+    assert "--mw-abandon-after 100" in lines[0]
+
+
+def test_a_slave_that_cannot_reach_a_fresh_master_names_its_exit_status(tmp_path: Path) -> None:
+    """docs/exit-codes.md: the one line says the status by number and name, and that Condor keeps the job queued."""
+    write(tmp_path / "resource.json")
+    slave = spawn_slave(TRUST_STREAM, tmp_path, "--mw-connect-timeout", "0.5")
+    assert slave.wait(60) == ExitCode.UNREACHABLE, slave.err()
+    (line,) = slave.err().strip().splitlines()
+    assert "cannot reach the master" in line
+    assert line.endswith("[exit status 3 UNREACHABLE: Condor keeps the job queued]"), line
+
+
+def test_the_default_abandonment_limit_is_five_minutes(tmp_path: Path) -> None:
+    """docs/exit-codes.md: a slave leaves at most 300 s past the stale point (the overseer keeps its hour)."""
+    rf = tmp_path / "resource.json"
+    write(rf, timestamp=time.time() - (INTERVAL + GRACE + 300 + 60))
     slave = spawn_slave(TRUST_STREAM, tmp_path)
     assert slave.wait(60) == ExitCode.OK, slave.err()
-    write(rf, timestamp=time.time() - (INTERVAL + GRACE + 3600 - 60))
-    slave = spawn_slave(TRUST_STREAM, tmp_path)
-    assert slave.wait(60) == ExitCode.UNREACHABLE, slave.err()
+    assert "--mw-abandon-after 300 s" in slave.err()
 
 
 def read_or_none(path: Path) -> ResourceFile | None:

@@ -25,7 +25,7 @@ from mwpy.errors import ConfigurationError
 from tests.support import EXAMPLES, ROOT, mwpy_command, start_master
 
 #: Macros of slaves.sub (its settings, not submit commands).
-MACROS = {"slaves", "program", "resource", "member_id", "slave_python", "slave_memory"}
+MACROS = {"slaves", "program", "resource", "member_id", "slave_python", "slave_memory", "slave_options"}
 #: The overseer sets initialdir (the resource file's folder); condor_submit takes the folder it runs in.
 OVERSEER_ONLY = {"initialdir"}
 

@@ -240,22 +240,23 @@ def test_stale_exactly_after_interval_plus_grace(tmp_path: Path, interval: float
 
 @pytest.mark.parametrize(("age", "stale"), [(4.0 + 10.0 - 4.0, False), (4.0 + 10.0 + 4.0, True)])
 def test_slave_reads_staleness_with_the_grace(tmp_path: Path, age: float, stale: bool) -> None:
-    """resource-file.md: a slave treats a file past its interval but within the grace as fresh (it does not
-    say "stale"), and one past the grace as stale. Interval 4 s, grace 10 s, ages 10 s and 18 s."""
+    """resource-file.md: a slave treats a file past its interval but within the grace as fresh (exit 3, it does
+    not say "stale"), and one past the grace as stale: it waits for its master until --mw-abandon-after, then
+    leaves the queue (exit 0). Interval 4 s, grace 10 s, ages 10 s and 18 s."""
     rf = tmp_path / "resource.json"
     write_resource_file(rf, timestamp=time.time() - age, update_interval=4.0)
-    slave = spawn_slave(PROGRAM, tmp_path)
-    assert slave.wait(DEADLINE) == ExitCode.UNREACHABLE
+    slave = spawn_slave(PROGRAM, tmp_path, "--mw-abandon-after", "1")
+    assert slave.wait(DEADLINE) == (ExitCode.OK if stale else ExitCode.UNREACHABLE)
     err = one_line(slave.err())
-    assert "cannot reach the master" in err
+    assert ("gone for good" if stale else "cannot reach the master") in err
     assert ("stale" in err) == stale, err
 
 
 def test_a_slave_that_cannot_reach_its_master_names_the_member_id_of_its_resource_file(tmp_path: Path) -> None:
     """The audit's INIT and FINI lines carry the computation's member id, not the option's default."""
     rf = tmp_path / "resource.json"
-    write_resource_file(rf, timestamp=time.time() - 3600, member_id="the-real-member")
-    slave = spawn_slave(PROGRAM, tmp_path)
+    write_resource_file(rf, member_id="the-real-member")
+    slave = spawn_slave(PROGRAM, tmp_path, "--mw-connect-timeout", "0.5")
     assert slave.wait(DEADLINE) == ExitCode.UNREACHABLE
     fini = [line for line in slave.out().splitlines() if "FINI" in line]
     assert len(fini) == 1
@@ -263,9 +264,10 @@ def test_a_slave_that_cannot_reach_its_master_names_the_member_id_of_its_resourc
     assert "default-member-id" not in slave.out()
 
 
-def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_stale_file_does_not(tmp_path: Path) -> None:
+def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_long_stale_file_does_not(tmp_path: Path) -> None:
     """reliability.md / exit-codes.md: with no master, a slave given a fresh resource file retries for 10 s
-    before exit 3; given a stale one, it exits 3 at once.
+    before exit 3; given one stale for longer than --mw-abandon-after (300 s by default), it leaves at once
+    (exit 0: its master is gone for good, and Condor must not start it again).
 
     Both start together against the same dead port. Order, not speed, is
     asserted: the stale one must be gone while the fresh one still retries.
@@ -280,9 +282,9 @@ def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_stale_file_does
     began = time.monotonic()
     fresh = spawn_slave(PROGRAM, tmp_path, resource=fresh_rf)
     stale = spawn_slave(PROGRAM, tmp_path, resource=stale_rf)
-    assert stale.wait(DEADLINE) == ExitCode.UNREACHABLE
+    assert stale.wait(DEADLINE) == ExitCode.OK
     assert fresh.alive(), "the fresh-file slave gave up no later than the stale-file one"
-    assert "stale" in one_line(stale.err())
+    assert "gone for good" in one_line(stale.err())
     assert fresh.wait(DEADLINE) == ExitCode.UNREACHABLE
     assert time.monotonic() - began >= 8.0
     err = one_line(fresh.err())

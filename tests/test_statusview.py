@@ -202,8 +202,8 @@ def test_after_ctrl_c_the_view_says_interrupted_without_an_eta() -> None:
 def test_the_slaves_needed_are_capped_by_the_slave_limit() -> None:
     """Issue 21 item 7: under ``mwpy local --slaves 3`` the view said "800 more slaves needed"."""
     record = _record(slaves_needed=800, slaves_connected={"unordered": 3})
-    assert plain(record, Extra(slave_limit=3), None, now=time.time()).endswith(
-        "slaves 3/3 connected (unordered 3) · 0 more needed"
+    assert "slaves 3/3 connected (unordered 3) · 0 more needed (capped by the limit of 3)" in plain(
+        record, Extra(slave_limit=3), None, now=time.time()
     )
     assert "· 2 more needed" in plain(record, Extra(slave_limit=5), None, now=time.time())
     assert "· 800 more needed" in plain(record, Extra(), None, now=time.time())  # mwpy status: the master's word
@@ -229,3 +229,24 @@ def test_the_live_view_names_the_slowest_slaves(tmp_path: Path) -> None:
     Console(file=screen, width=120, color_system=None).print(statusview.render(_record(), extra, None, now=time.time()))
     view = screen.getvalue()
     assert view.index("slave-2 11 tasks") < view.index("slave-0 20 tasks") < view.index("slave-1 20 tasks")
+
+
+def test_the_demand_shown_is_bounded_by_the_slave_limit() -> None:
+    """Issue 24 item 6: a computation that can use 8 slaves is never shown needing 1,999 more."""
+    from mwpy.observe.statusview import Extra  # noqa: PLC0415
+
+    record = _record(slaves_needed=1999, slaves_connected={"ordered": 0, "intermingle": 0, "unordered": 2})
+    line = plain(record, Extra(slave_limit=8), None, now=record.timestamp)
+    assert "slaves 2/8 connected (unordered 2) · 6 more needed (capped by the limit of 8)" in line
+    assert "1,999" not in line
+    assert "· 1,999 more needed" in plain(record, Extra(), None, now=record.timestamp)  # no limit: the demand
+
+
+def test_condor_counts_are_shown_with_their_age() -> None:
+    """Issue 24 item 6: the schedd is asked every few seconds; a frame says how old its counts are."""
+    from mwpy.observe.statusview import Extra  # noqa: PLC0415
+
+    record = _record()
+    extra = Extra(condor={"idle": 0, "running": 8, "held": 0}, condor_at=record.timestamp)
+    line = plain(record, extra, None, now=record.timestamp + 7.2)
+    assert "condor 0 idle · 8 running · 0 held (7 s old)" in line

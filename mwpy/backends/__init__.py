@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import attrs
 
@@ -119,6 +119,21 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release resources; jobs are left as they are."""
+        ...
+
+
+@runtime_checkable
+class MasterWatch(Protocol):
+    """A back end that can see the master's own job (Condor: ``submit/master.sub``'s job).
+
+    Optional: the overseer asks only a back end that has it, and only when the
+    resource file names the master's job (``master_condor_job``). Pilots must
+    not outlive their master: once its job has left the queue, the overseer
+    removes every slave job of the computation (docs/condor.md).
+    """
+
+    def master_departure(self, job_id: str) -> str | None:
+        """How the master's job left the queue, one line; None while it is queued or this system does not know it."""
         ...
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +54,7 @@ SLAVE_POLICY: dict[str, str] = {
     "log": SLAVES_LOG,
     "notification": "never",
     f"+{ROLE_ATTRIBUTE}": '"slave"',
+    "+WantIOProxy": "true",
 }
 
 #: Submit commands the overseer's bookkeeping depends on (compared as :func:`command_key` makes them):
@@ -274,6 +276,26 @@ class CondorBackend:
                 "remove slave jobs", lambda schedd: schedd.act(htcondor2.JobAction.Remove, ids, reason="mwpy overseer")
             )
 
+    def master_departure(self, job_id: str) -> str | None:
+        """How the computation's master job left the queue (from the queue, else the history), or None.
+
+        None while it is queued (running, idle or held: a held master may be
+        released) and when this schedd has never known it (a master submitted
+        through another schedd is not taken for gone).
+        """
+        cluster, _, proc = job_id.partition(".")
+        constraint = (
+            f"ClusterId == {int(cluster)} && ProcId == {int(proc)} && "
+            f'{MEMBER_ATTRIBUTE} == {classad2.quote(self.member_id)} && {ROLE_ATTRIBUTE} == "master"'
+        )
+        queued = self._call("query the schedd", lambda schedd: schedd.query(constraint, projection=_DEPARTURE))
+        if queued and int(queued[0].get("JobStatus", 0)) not in _GONE:
+            return None
+        ads = queued or self._call(
+            "read the schedd's history", lambda schedd: schedd.history(constraint, projection=_DEPARTURE, match=1)
+        )
+        return departure(job_id, ads[0]) if ads else None
+
     def poll(self) -> None:
         """Condor restarts and moves jobs by itself: nothing to do."""
 
@@ -335,6 +357,23 @@ _PROJECTION = [
     "EnteredCurrentStatus",
     "RequestMemory",
 ]
+#: The attributes :func:`departure` reads, and the job states of a job on its way out (removed, completed).
+_DEPARTURE = ["JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus"]
+_GONE = (int(htcondor2.JobStatus.REMOVED), int(htcondor2.JobStatus.COMPLETED))
+
+
+def departure(job_id: str, ad: Mapping[str, Any]) -> str:
+    """``master job 12.0 removed at 14:02:11 (via condor_rm (by user me))``: how a job left the queue, one line."""
+    entered = ad.get("EnteredCurrentStatus")
+    when = f" at {time.strftime('%H:%M:%S', time.localtime(entered))}" if isinstance(entered, int | float) else ""
+    if int(ad.get("JobStatus", 0)) == int(htcondor2.JobStatus.REMOVED):
+        reason = " ".join(str(ad.get("RemoveReason") or "").split())
+        return f"master job {job_id} removed{when}" + (f" ({reason})" if reason else "")
+    if ad.get("ExitBySignal"):
+        return f"master job {job_id} killed by signal {ad.get('ExitSignal', '?')}{when}"
+    return f"master job {job_id} exited with status {ad.get('ExitCode', '?')}{when}"
+
+
 #: HoldReasonCode 34 (JobOutOfResources): the job used more memory than it asked for (the startd's cgroup
 #: policy); a site's periodic hold says so in its reason instead ("memory usage exceeded request_memory").
 MEMORY_HOLD_CODE = 34
@@ -398,6 +437,12 @@ def counts_of(jobs: Sequence[Job]) -> dict[str, int]:
     return counts
 
 
-def slave_jobs(member_id: str, *, schedd: str | None = None, collector: str | None = None) -> list[Job]:
-    """A computation's slave jobs in the schedd's queue (raises :class:`CondorError` without a schedd)."""
-    return CondorBackend(member_id, schedd=schedd, collector=collector).jobs()
+def queue_view(
+    member_id: str, master_job: str | None, *, schedd: str | None = None, collector: str | None = None
+) -> tuple[list[Job], str | None]:
+    """A computation's slave jobs, and how its master job left the queue (None: queued, or no master job named).
+
+    For ``mwpy status``: one schedd located once for both questions (raises :class:`CondorError` without one).
+    """
+    backend = CondorBackend(member_id, schedd=schedd, collector=collector)
+    return backend.jobs(), (backend.master_departure(master_job) if master_job else None)

@@ -456,9 +456,10 @@ def main(mw: Master, argv: list[str]) -> int:
 def _file_service(mw: Master, me: Membership) -> filestore.FileServer:
     """The file service, listening where the master listens, as safe as it is: TLS when it has TLS, its timeout."""
     tls = None if me.tls_cert is None else protocol.tls_server_context(me.tls_cert, me.tls_key)[0]
-    return filestore.FileServer(
-        me.secret, me.member_id, host=mw.host, bind=mw.bind, tls=tls, client_timeout=me.client_timeout
-    )
+    return filestore.FileServer(  # in the master's port range too, if it has one
+        me.secret, me.member_id, host=mw.host, bind=mw.bind, ports=mw.port_range, tls=tls,
+        client_timeout=me.client_timeout,
+    )  # fmt: skip
 
 
 class _Run:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
+from mwpy.net import ports
 from mwpy.options import Options
 from mwpy.wire import protocol
 from mwpy.wire.session import MasterSession
@@ -102,7 +103,7 @@ class Connections:
         host = self.bind
         port = self._options.master_port or 0
         try:
-            sock = socket.create_server((host, port), backlog=1024)
+            sock = ports.listen(host, self._options.master_port_range, "the master", port=port, backlog=1024)
         except OSError as exc:
             raise OSError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}") from None
         sock.setblocking(False)

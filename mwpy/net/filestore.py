@@ -72,6 +72,7 @@ import attrs
 
 from mwpy import safe_files, safe_text, strict_json
 from mwpy.errors import MwpyError, ProtocolError
+from mwpy.net.ports import PortRange, listen
 from mwpy.wire import protocol
 
 log = safe_text.logger(__name__)
@@ -487,13 +488,15 @@ class FileServer:
         member_id: str,
         host: str = "127.0.0.1",
         bind: str | None = None,
+        ports: PortRange | None = None,
         *,
         tls: ssl.SSLContext | None = None,
         client_timeout: float = CLIENT_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
         workers: int = WORKERS,
     ) -> None:
-        """Listen on ``bind`` (default: ``host``; "" for every interface); slaves are told ``host``.
+        """Listen on ``bind`` (default: ``host``; "" for every interface), in ``ports`` if given; slaves are
+        told ``host``.
 
         ``client_timeout``: a peer that has not proved membership that long after it connected is
         dropped, and so is a proven one silent that long in the middle of a request.
@@ -503,7 +506,7 @@ class FileServer:
         self._tls = tls
         self._client_timeout = client_timeout
         self._max_connections = max_connections
-        self._listener = socket.create_server((host if bind is None else bind, 0), backlog=1024)
+        self._listener = listen(host if bind is None else bind, ports, "the file service", backlog=1024)
         self._listener.setblocking(False)
         self.host = host
         self.port: int = self._listener.getsockname()[1]

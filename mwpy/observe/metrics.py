@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from mwpy.errors import ConfigurationError
+from mwpy.net.ports import PortRange, first_free
 from mwpy.observe import events as ev
 
 #: Where the exporter listens unless told otherwise: metrics are not secret, but nobody asked to publish them.
@@ -52,7 +53,9 @@ def _prometheus() -> Any:
 class MetricsExporter:
     """Counters and gauges of one master, served over HTTP; call it with each event (an EventWriter subscriber)."""
 
-    def __init__(self, port: int, host: str = DEFAULT_HOST, *, deadline: float = REQUEST_DEADLINE) -> None:
+    def __init__(
+        self, port: int, host: str = DEFAULT_HOST, *, deadline: float = REQUEST_DEADLINE, ports: PortRange | None = None
+    ) -> None:
         prometheus = _prometheus()
         self.registry = registry = prometheus.CollectorRegistry()
         counter, gauge = prometheus.Counter, prometheus.Gauge
@@ -83,7 +86,11 @@ class MetricsExporter:
         self.running = g("mwpy_tasks_running", "Tasks sent to slaves and not yet answered")
         self.condor = g("mwpy_condor_jobs", "The computation's slave jobs in the schedd, by state", ("state",))
         handler = importlib.import_module("prometheus_client.exposition").MetricsHandler.factory(registry)
-        self._server = _BoundedServer((host, port), handler, deadline=deadline)
+
+        def serve(at: int) -> _BoundedServer:
+            return _BoundedServer((host, at), handler, deadline=deadline)
+
+        self._server = serve(port) if ports is None else first_free(ports, serve, "the metrics exporter")
         self._thread = threading.Thread(target=self._server.serve_forever, name="mwpy-metrics", daemon=True)
         self._thread.start()
 
@@ -220,9 +227,10 @@ class _BoundedServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         """A request that broke (cut off, or garbage) costs only itself: no traceback on the master's stderr."""
 
 
-def start(port: int, host: str = DEFAULT_HOST) -> MetricsExporter:
-    """An exporter listening on ``host:port``; :class:`ConfigurationError` (one line) when it cannot be made."""
+def start(port: int, host: str = DEFAULT_HOST, ports: PortRange | None = None) -> MetricsExporter:
+    """An exporter listening on ``host:port`` (port 0 and ``ports``: the first free one of the range);
+    :class:`ConfigurationError` (one line) when it cannot be made."""
     try:
-        return MetricsExporter(port, host)
+        return MetricsExporter(port, host, ports=ports if port == 0 else None)
     except OSError as exc:
         raise ConfigurationError(f"--mw-metrics-port {port}: cannot listen on {host}: {exc.strerror or exc}") from None

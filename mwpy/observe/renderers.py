@@ -218,7 +218,7 @@ class Observers:
             from mwpy.observe import metrics  # noqa: PLC0415 (prometheus_client only when asked for)
 
             try:
-                self._exporter = metrics.start(options.metrics_port)
+                self._exporter = metrics.start(options.metrics_port, ports=options.master_port_range)
             except BaseException:
                 events.close()
                 raise

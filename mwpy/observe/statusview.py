@@ -77,6 +77,8 @@ class Extra:
     condor_problem: str | None = None
     #: The run was stopped by Ctrl-C (``mwpy local`` says so): the view says "interrupted", with no ETA.
     interrupted: bool = False
+    #: When (Unix time) the Condor counts were asked for: they are shown with their age.
+    condor_at: float | None = None
 
 
 class Rate:
@@ -136,22 +138,26 @@ def _tasks_phrase(record: ResourceFile, total: int | None, rate: float | None) -
 
 
 def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
-    """``slaves 2/4 connected (unordered 2) · 2 more needed``: per group that has any, and the master's demand.
+    """``slaves 2/8 connected (unordered 2) · 6 more needed``: per group that has any, and the master's demand.
 
-    Under a limit (``mwpy local --slaves N``) the demand shown is what may still come: a master that
-    wants 800 slaves with 3 of 3 connected needs no more than it can get.
+    With a slave limit the demand shown is what may still be started (a computation that can use 8 slaves
+    does not need "1,999 more"), and the line says it was capped.
     """
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{kind} {count}" for kind, count in _groups(record) if count)
     needed = record.slaves_needed if not limit else min(record.slaves_needed, max(0, limit - connected))
+    capped = f" (capped by the limit of {limit})" if needed < record.slaves_needed else ""
     return safe_text.one_line(  # group names come from the file
         f"slaves {connected}{f'/{limit}' if limit else ''} connected{f' ({groups})' if groups else ''}"
-        f" · {needed:,} more needed"
+        f" · {needed:,} more needed{capped}"
     )
 
 
-def _condor_phrase(condor: Mapping[str, int]) -> str:
-    return f"condor {condor.get('idle', 0)} idle · {condor.get('running', 0)} running · {condor.get('held', 0)} held"
+def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float) -> str:
+    """``condor 2 idle · 8 running · 0 held (4 s old)``: the schedd is asked every few seconds, not every frame."""
+    age = "" if asked_at is None else f" ({max(0.0, now - asked_at):.0f} s old)"
+    counts = f"{condor.get('idle', 0)} idle · {condor.get('running', 0)} running · {condor.get('held', 0)} held"
+    return f"condor {counts}{age}"
 
 
 def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None) -> str:
@@ -169,7 +175,7 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         _slaves_phrase(record, extra.slave_limit),
     ]
     if extra.condor is not None:
-        parts.append(_condor_phrase(extra.condor))
+        parts.append(_condor_phrase(extra.condor, extra.condor_at, now))
     if len(extra.slaves) > 1:
         parts.append("slowest " + runtimes.phrase(*slowest(extra.slaves, 1)[0]))
     if extra.failures:
@@ -211,7 +217,7 @@ def render(
     lines.append(Text(_tasks_phrase(record, None, rate)))
     lines.append(Text(_slaves_phrase(record, extra.slave_limit)))
     if extra.condor is not None:
-        lines.append(Text(_condor_phrase(extra.condor)))
+        lines.append(Text(_condor_phrase(extra.condor, extra.condor_at, now)))
     elif extra.condor_problem:
         lines.append(Text(extra.condor_problem, style="dim"))
     if len(extra.slaves) > 1:
@@ -364,6 +370,7 @@ class Follower:
             self._ask = condor_counter(record.member_id)
         if self._ask is not None and now >= self._condor_at:
             extra.condor, extra.condor_problem = self._ask()
+            extra.condor_at = now
             self._condor_at = now + CONDOR_INTERVAL
             if extra.condor is None and self.condor is None:  # auto, and no schedd here: stop asking, say nothing
                 self._condor_at = float("inf")

@@ -2,7 +2,8 @@
 
 Execute nodes rarely have mwpy installed. ``python3 mwpy.pyz program.py
 --mw-slave ...`` runs ``program.py`` exactly as ``python3 program.py`` would,
-with mwpy, attrs, cattrs and cloudpickle (for functions sent by value) importable from the archive, so a slave needs
+with mwpy, attrs, cattrs, cloudpickle (for functions sent by value) and htchirp
+importable from the archive, so a slave needs
 nothing on the node but a Python of a version mwpy supports. The master builds
 it next to the resource file with ``--mw-slave-bundle``; ``mwpy bundle``
 builds one by hand for a static submit file.
@@ -18,7 +19,7 @@ from pathlib import Path
 from mwpy import safe_files
 
 #: Distributions a slave imports, besides mwpy itself (all pure Python).
-DEPENDENCIES = ("attrs", "cattrs", "typing_extensions", "cloudpickle")
+DEPENDENCIES = ("attrs", "cattrs", "typing_extensions", "cloudpickle", "htchirp")
 
 _MAIN = '''"""Run an mwpy program with the mwpy bundled in this archive importable."""
 import os

@@ -21,9 +21,14 @@ picks up where the last one stopped.
   none is left;
 * stale (the master is overdue): submit nothing, keep the queue, say so, and
   carry on when a fresh file appears;
+* master job gone (the file names the master's own Condor job and it has left
+  the queue: ``condor_rm``, or it ended without finishing the computation):
+  remove every job of the computation at once, running ones too, say how the
+  master left, and stop (``mwpy overseer`` exits 1): pilots never outlive
+  their master by more than one reconciliation;
 * abandoned (stale for longer than ``abandon_after`` beyond the stale point):
   the master is gone for good; remove every job of the computation, say why,
-  and stop (``mwpy overseer`` exits 1). Slaves use the same default limit;
+  and stop (``mwpy overseer`` exits 1);
 * a master not seen before (new pid, port or host: a restarted master, or
   the first file this overseer reads) has not stated its demand yet: its first
   file may say ``slaves_needed: 0`` before it has counted its tasks, so no
@@ -64,7 +69,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from mwpy import resource_file
-from mwpy.backends import Backend, Job, JobState, Launch
+from mwpy.backends import Backend, Job, JobState, Launch, MasterWatch
 from mwpy.errors import InvalidResourceFileError, ResourceFileError
 from mwpy.names import CONDOR_JOB_ID
 
@@ -77,9 +82,10 @@ RETRY_DELAY = 2.0
 #: finished (the master told them to shut down) before the overseer removes them.
 FINISH_GRACE = 10.0
 #: Seconds a stale resource file is tolerated beyond the stale point before the master counts as gone
-#: for good and its jobs are removed (``--abandon-after``). Slaves use the same default: a master
-#: restarted within this time finds its queue intact.
-ABANDON_AFTER = resource_file.ABANDON_AFTER
+#: for good and its jobs are removed (``--abandon-after``): long, so that a master restarted within it
+#: (a submit host down for a while) finds its queue intact. A master job that left the queue is acted on at
+#: once; slaves have their own, shorter limit (``--mw-abandon-after``, mwpy/options.py).
+ABANDON_AFTER = 3600.0
 #: Idle jobs waiting longer than this many seconds are reported as unmatched ("no slot matched").
 LONG_IDLE = 60.0
 #: Bytes in a MB as Condor counts request_memory.
@@ -182,6 +188,9 @@ class Overseer:
         jobs = self.backend.jobs()
         if record.finished:
             return self._finish(jobs, _counts(jobs))
+        gone = self._master_departure(record)
+        if gone is not None:
+            return self._give_up(jobs, f"{gone}: the computation has no master")
         if record.stale():
             return self._stale(record, jobs, _counts(jobs))
         unconfirmed = self._unconfirmed_master(record)
@@ -267,16 +276,26 @@ class Overseer:
                 f"(they are removed if it stays silent {self.abandon_after - overdue:.0f} s more)"
             )
             return Decision(Verdict.STALE, **counts)
+        return self._give_up(
+            jobs,
+            f"master {record.master_host}:{record.master_port} (pid {record.master_pid}) silent for "
+            f"{record.age():.0f} s, over {self.abandon_after:g} s past its update interval and grace: gone for good",
+        )
+
+    def _master_departure(self, record: resource_file.ResourceFile) -> str | None:
+        """How the master's own job left the queue, when the file names one and the back end can see it."""
+        if record.master_condor_job is None or not isinstance(self.backend, MasterWatch):
+            return None
+        return self.backend.master_departure(record.master_condor_job)
+
+    def _give_up(self, jobs: list[Job], why: str) -> Decision:
+        """The master is gone for good: remove every job of the computation (running ones too), say why, stop."""
         doomed = [job.job_id for job in jobs]
         if doomed:
             self.backend.remove(doomed)
-        self.problem = (
-            f"master {record.master_host}:{record.master_port} (pid {record.master_pid}) silent for "
-            f"{record.age():.0f} s, over {self.abandon_after:g} s past its update interval and grace: "
-            f"gone for good; removed its {len(doomed)} slave jobs"
-        )
+        self.problem = f"{why}; removed its {len(doomed)} slave jobs"
         self._note(f"giving up: {self.problem}")
-        return Decision(Verdict.ABANDONED, removed=len(doomed), **counts)
+        return Decision(Verdict.ABANDONED, removed=len(doomed), **_counts(jobs))
 
     def _replace_unconnected(
         self, record: resource_file.ResourceFile, jobs: list[Job]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from mwpy import resource_file
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
+from mwpy.job_ad import own_job_id
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import DEFAULT_CACHE_SIZE, Options
 
@@ -65,6 +66,8 @@ class Publisher:
         self.demand_stated = False
         #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
         self.slave_peak_memory = 0
+        #: This master's own Condor job id (submit/master.sub), read once: it never changes while it runs.
+        self._condor_job = own_job_id() or None
         self._bundle = self._build_bundle()
         self.slave_executable, self.slave_files, self.slave_arguments = self._how_to_start_a_slave()
 
@@ -109,6 +112,7 @@ class Publisher:
             slave_peak_memory=self.slave_peak_memory,
             tasks_total=total,
             slaves_greeted=self._slaves_greeted(),
+            master_condor_job=self._condor_job,
         )
         try:
             resource_file.write(path, record)
