@@ -290,7 +290,6 @@ class Slave:
             results.append(result)
             if len(results) == 1:
                 self._held_since = now
-                self._held.notify()  # the heartbeat thread sends it if the next task runs past RESULT_HOLD
         if self._evicted is not None:
             self._leave()
             return False
@@ -305,6 +304,9 @@ class Slave:
             self._receive(0.0, wait=False)  # between queued tasks: more tasks, or a Shutdown, may be waiting
         if self._results and not self._queue:
             self._flush()  # the queue ran dry (the next wait reads whatever comes)
+        elif len(self._results) == 1:  # a hold begins and the next task runs: the heartbeat thread watches it
+            with self._held:  # (once per hold, not per result: a wake-up per task cost a third of the latency)
+                self._held.notify()
         return self._shutdown is None and self._lost is None
 
     def _run(self, item: TaskItem) -> ResultItem:
