@@ -174,6 +174,10 @@ def _soak_under_chaos(tmp_path: Path, audit: MasterAudit) -> tuple[Proc, Chaos]:
         tmp_path,
         "--mw-client-timeout",
         str(CLIENT_TIMEOUT),
+        # The chaos kills slaves at random, and a 4 s marathon task may be inside several of them: those deaths
+        # are not the task's doing (issue 21's KilledSlaveError is tested in test_killed_slaves.py).
+        "--mw-allowed-failures",
+        str(CHAOS_STEPS * 10),
         "--mw-audit-file",
         str(audit.path),
         "soak",
