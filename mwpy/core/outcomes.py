@@ -222,8 +222,7 @@ class Outcomes:
         if len(entry.deaths) <= (self._allowed_failures if allowed is None else allowed):
             return
         sched.abandon(death.sid, entry)
-        sched.complete(entry)
-        self._condemned.append((entry, now + EXIT_WAIT))
+        self._condemned.append((entry, now + EXIT_WAIT))  # still pending: the master waits for its failure
 
     def settle_killed(self, now: float) -> None:
         """Fail each task that killed too many slaves, once the back end said how the last one ended."""
@@ -251,6 +250,7 @@ class Outcomes:
         )
         error = TaskError(*codec.failure_of(KilledSlaveError(message, function, ends)))
         last = entry.deaths[-1].sid
+        self._sched.complete(entry)
         self.deliver(entry, Result(entry.task_id, entry.algorithm, last, entry.tag, 0.0, error=error))
         self._facts(TaskFailed(last, entry.task_id, entry.algorithm, error.type, message, "", "", "", False))
 
