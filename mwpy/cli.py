@@ -60,6 +60,13 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     local.add_argument(
         "--quiet", action="store_true", help="do not show what tasks print (the master's --mw-quiet); kept in results"
     )
+    local.add_argument(
+        "--slave-lifetime",
+        type=positive_float,
+        metavar="SECONDS",
+        help="each slave leaves by plan before this many seconds (the master's --mw-slave-lifetime) and a fresh "
+        "one takes its place: to try out what a pool's run-time limit does to the program",
+    )
 
     overseer = commands.add_parser(
         "overseer",
@@ -180,11 +187,19 @@ def _local(options: argparse.Namespace) -> int:
     return run_local(
         options.program,
         options.slaves,
-        ["--mw-quiet", *options.program_args] if options.quiet else options.program_args,
+        _mwpy_options(options) + options.program_args,
         workdir=options.workdir,
         progress=options.progress,
         total=options.total,
     )
+
+
+def _mwpy_options(options: argparse.Namespace) -> list[str]:
+    """The master's ``--mw-*`` options that ``mwpy local``'s own options stand for."""
+    given = ["--mw-quiet"] if options.quiet else []
+    if options.slave_lifetime is not None:
+        given += ["--mw-slave-lifetime", str(options.slave_lifetime)]
+    return given
 
 
 def _overseer_command(options: argparse.Namespace) -> int:

@@ -1,11 +1,12 @@
-"""This process's own HTCondor job ad: the file Condor names in ``_CONDOR_JOB_AD``.
+"""This process's own HTCondor ads: the files Condor names in ``_CONDOR_JOB_AD`` and ``_CONDOR_MACHINE_AD``.
 
 A slave reports its job id in Hello (the overseer tells a job whose slave
 never connected from one that serves); a master running as a Condor job
 (``submit/master.sub``) publishes its own in the resource file, so that an
 overseer and ``mwpy status`` can tell when the master job has left the queue.
-The ad is read like any file mwpy does not trust: regular files only, a size
-cap, and an odd ad costs only the id (the process works the same).
+A slave also learns from its ads when its slot ends (mwpy/lifetime.py).
+An ad is read like any file mwpy does not trust: regular files only, a size
+cap, and an odd ad costs only what it would have told (the process works the same).
 """
 
 from __future__ import annotations
@@ -20,19 +21,26 @@ from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
 JOB_AD_MAX_SIZE = 1 << 20
 
 
-def own_job_id() -> str:
-    """``CLUSTER.PROC`` of the Condor job this process runs as, from its job ad; "" outside Condor."""
-    path = os.environ.get(JOB_AD_VARIABLE)
+def read_ad(variable: str = JOB_AD_VARIABLE) -> dict[str, str]:
+    """The ad in the file the environment variable ``variable`` names: attribute (lower case) -> its raw
+    ClassAd text (strings keep their quotes); empty outside Condor or for a file that cannot be read."""
+    path = os.environ.get(variable)
     if not path:
-        return ""
+        return {}
     try:
         text = safe_files.read_bytes(path, max_size=JOB_AD_MAX_SIZE).decode("utf-8", "replace")
     except UnsafeFileError:
-        return ""
-    found: dict[str, str] = {}
+        return {}
+    ad: dict[str, str] = {}
     for line in text.splitlines():
         name, equals, value = line.partition("=")
-        if equals and name.strip().lower() in ("clusterid", "procid"):
-            found[name.strip().lower()] = value.strip()
-    job = f"{found.get('clusterid', '')}.{found.get('procid', '')}"
+        if equals:
+            ad[name.strip().lower()] = value.strip()
+    return ad
+
+
+def own_job_id() -> str:
+    """``CLUSTER.PROC`` of the Condor job this process runs as, from its job ad; "" outside Condor."""
+    ad = read_ad()
+    job = f"{ad.get('clusterid', '')}.{ad.get('procid', '')}"
     return job if CONDOR_JOB_ID.fullmatch(job) else ""

@@ -79,6 +79,7 @@ class Options:
     connect_timeout: float = 10.0
     journal: str | None = None
     abandon_after: float = SLAVE_ABANDON_AFTER
+    slave_lifetime: float | None = None
     events: str | None = None
     metrics_port: int | None = None
     tls_cert: str | None = None
@@ -392,6 +393,17 @@ _SPECS: dict[str, _Spec] = {
         "file has been stale for this long (beyond its update interval and grace), then takes the master for "
         "gone for good and exits 0 with one line, so Condor's on_exit_remove takes its job out of the queue. "
         "Default 300.",
+        positive_float,
+        "a positive number of seconds",
+    ),
+    "--mw-slave-lifetime": _Spec(
+        "slave_lifetime",
+        "SECONDS",
+        "mwpy: a slave leaves by plan before this many seconds from its job's start: it stops taking tasks "
+        "that would not finish in time (judged by their algorithm's longest run on it), hands back the ones "
+        "queued on it, finishes the one running and exits 0, so its job leaves the queue and a fresh one takes "
+        "its place. Condor's MaxRuntime, JobDurationCategory and GLIDEIN_ToDie also set it; the earliest wins, "
+        "shortened at random by up to 10 %. Given to a master, its slaves get it. Default: none.",
         positive_float,
         "a positive number of seconds",
     ),

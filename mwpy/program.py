@@ -30,6 +30,8 @@ from mwpy.errors import (
     UnsafeFileError,
     UsageError,
 )
+from mwpy.lifetime import Lifetime
+from mwpy.lifetime import find as find_lifetime
 from mwpy.names import JOURNAL_SIDE_FILES
 from mwpy.net.chirp import Chirp
 from mwpy.observe import logs
@@ -278,6 +280,7 @@ def _initialize(initializer: Initializer | None, audit: Audit, member_id: str) -
 
 
 def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Initializer | None) -> int:
+    lifetime = find_lifetime(options.slave_lifetime)  # counted from the job's start, else from now
     try:
         waited = _wait_for_resource_file(options)
     except KeyboardInterrupt:  # Ctrl-C while waiting for the master: 130, as everywhere else
@@ -302,7 +305,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
     chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
     try:
         status = _connect_and_serve(
-            endpoint, stale, options=options, audit=audit, waited=waited, argv=argv, chirp=chirp
+            endpoint, stale, options=options, audit=audit, waited=waited, argv=argv, chirp=chirp, lifetime=lifetime
         )
         chirp.publish("draining", chirp.done)
         chirp.log(
@@ -322,6 +325,7 @@ def _connect_and_serve(
     waited: float,
     argv: list[str],
     chirp: Chirp,
+    lifetime: Lifetime | None,
 ) -> int:
     """Connect, then run the slave algorithm (or serve until shutdown); the exit status."""
     chirp.publish("connecting", 0)
@@ -334,6 +338,9 @@ def _connect_and_serve(
         return 130
     chirp.log(f"mwpy slave {worker.slave_id} connected to master {endpoint.host}:{endpoint.port}")
     chirp.follow(worker.pilot_state)
+    if lifetime is not None:
+        worker.retire_by(lifetime)
+        audit(f"LIFETIME {lifetime.why}: leaving by plan within {lifetime.left():.0f} s")
     algorithm = _algorithms.get("slave")
     try:
         returned = worker.loop_until_shutdown() if algorithm is None else algorithm(worker, argv)
@@ -349,10 +356,19 @@ def _connect_and_serve(
     finally:
         worker.close()
     chirp.publish(*worker.pilot_state())
+    if worker.retired is not None and status == 0:
+        _say_retired(worker.retired, chirp)
     if status in _LEAVING_LINES:
         print(f"{_program_name()}: {_LEAVING_LINES[status]} {exit_named(ExitCode(status))}", file=sys.stderr)
     audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
     return status
+
+
+def _say_retired(why: str, chirp: Chirp) -> None:
+    """The line of a slave that leaves by plan at the end of its lifetime: on stderr and in its job's user log."""
+    line = f"leaving by plan: {why} [exit status 0: Condor removes the job; a fresh one takes its place]"
+    print(f"{_program_name()}: {line}", file=sys.stderr)
+    chirp.log(f"mwpy slave {line}")
 
 
 def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:

@@ -47,6 +47,7 @@ from mwpy import (
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError
 from mwpy.job_ad import own_job_id
+from mwpy.lifetime import Lifetime, Retirement
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.options import DEFAULT_SPIN_US
@@ -159,6 +160,8 @@ class Slave:
         self._stop = threading.Event()
         self._evicted: int | None = None  # the soft-kill signal received, if any
         self._in_task = False  # a task's own code runs now: the soft-kill signal interrupts it
+        self._retirement: Retirement | None = None  # with a lifetime: whether the next task ends before it
+        self.retired: str | None = None  # why the slave left by plan at the end of its lifetime, if it did
         self._previous_handler: Any = None
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._poller.register(self._wake_read, select.POLLIN)
@@ -185,24 +188,37 @@ class Slave:
         return self.status()
 
     def _work(self, timeout: float | None) -> None:
-        self._receive(timeout, wait=not self._queue)
+        self._await(timeout)
         for _ in range(len(self._queue)):
             if not self._queue or not self._step():  # a Cancel read between two tasks may have emptied it
                 break
 
     def loop_once(self, timeout: float = 0.0001) -> SlaveStatus:
         """Run at most one task (waiting up to ``timeout`` for one), then return."""
-        self._receive(timeout, wait=not self._queue)
+        self._await(timeout)
         if self._queue:
             self._step()
         self._flush()  # the slave algorithm gets control back: no result waits on it
         return self.status()
+
+    def _await(self, timeout: float | None) -> None:
+        """Read the master's messages, waiting up to ``timeout`` if idle, but not past the time to leave by plan."""
+        idle = not self._queue
+        self._receive(timeout if self._retirement is None or not idle else self._retirement.wait(timeout), wait=idle)
+        if not self._queue and self._retirement is not None:
+            self._due(None)
+
+    def retire_by(self, lifetime: Lifetime) -> None:
+        """Leave by plan before ``lifetime`` ends: take only tasks that end in time (mwpy/lifetime.py)."""
+        self._retirement = Retirement(lifetime)
 
     def status(self) -> SlaveStatus:
         if self._shutdown is not None:
             code = self._shutdown
         elif self._evicted is not None:
             code = ExitCode.EVICTED
+        elif self.retired is not None:  # a planned leave: 0, so that Condor does not run the job again
+            code = ExitCode.OK
         elif self._lost is not None:
             code = ExitCode.MASTER_LOST
         else:
@@ -252,13 +268,23 @@ class Slave:
     def _leave(self) -> None:
         """Leave on the soft-kill signal (Condor's eviction), handing back what this slave holds."""
         name = signal.Signals(self._evicted or signal.SIGTERM).name
-        self.give_back(name, f"left on {name}")
+        self.give_back(f"on a soft-kill signal ({name})", label=name)
 
-    def give_back(self, why: str = "the slave algorithm raised", lost: str = "left") -> None:
+    def _due(self, algorithm: str | None) -> bool:
+        """Leave by plan if a task of ``algorithm`` (None: no task) would not end in time; whether it left."""
+        judge = self._retirement
+        if judge is None or judge.fits(algorithm) or self._lost is not None or self._shutdown is not None:
+            return False
+        self.retired = judge.reason(algorithm)
+        self.give_back(f"by plan: {self.retired}", label="LIFETIME")
+        return True
+
+    def give_back(self, why: str = "as the slave algorithm raised", *, label: str = "ALGORITHM RAISED") -> None:
         """Send finished results, hand the queued tasks back, and hang up (the master re-queues them at once).
 
         A slave that leaves this way is not dead to the master: none of its tasks
         is blamed for it (issue 21's allowed failures count slaves killed *by* a task).
+        ``why`` completes "left ..." in the master's log; ``label`` starts this slave's audit line.
         """
         if self._lost is not None or self._shutdown is not None:
             return
@@ -266,17 +292,19 @@ class Slave:
         queued = [item[0] for item in self._queue]
         self._queue.clear()
         self._timeouts.clear()
-        self._audit(f"{why}: leaving; {len(queued)} queued tasks handed back to the master")
+        self._audit(f"{label}: leaving; {len(queued)} queued tasks handed back to the master")
         with self._io_lock:
-            self._write(self._session.send(protocol.HandBack(queued)))
+            self._write(self._session.send(protocol.HandBack(queued, why)))
         self._stop.set()
-        self._lost = lost
+        self._lost = f"left {why}"
         self._audit.flush()
 
     # ------------------------------------------------------------------ work
 
     def _step(self) -> bool:
         """Run one queued task and pass on results as needed; False once the slave must stop."""
+        if self._retirement is not None and self._due(self._queue[0][1]):
+            return False
         item = self._queue.popleft()
         try:
             result = self._run(item)
@@ -284,6 +312,8 @@ class Slave:
             self._outputs.pop(item[0], None)
             self._leave()
             return False
+        if self._retirement is not None:
+            self._retirement.ran(item[1], result[3])
         now = time.monotonic()
         with self._held:
             results = self._results
@@ -559,7 +589,7 @@ class Slave:
                     self._write(self._session.send(protocol.Heartbeat(peak)))
                 reported = peak
             if self._lost is not None and self._in_task and self._evicted is None:
-                self._leave_lost_master()
+                _leave_lost_master(self._audit, self._lost)
 
     def _wait_for_held(self, until: float) -> bool:
         """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case."""
@@ -571,20 +601,21 @@ class Slave:
                 self._held.wait(wait)
             return bool(self._results) and time.monotonic() - self._held_since >= RESULT_HOLD
 
-    def _leave_lost_master(self) -> None:
-        """The connection died while a task runs: leave now rather than hold the slot until the task ends.
 
-        The task's result has nowhere to go (the master queued the task again when
-        the connection dropped, or is gone), and a pilot whose master is gone must
-        not outlive it (issue 24): the job stays queued and its next run finds the
-        current master, or leaves the queue once the master is gone for good.
-        """
-        reason = f"the connection to the master ended without a shutdown while a task ran ({self._lost})"
-        self._audit(f"MASTER LOST WHILE A TASK RAN: leaving ({self._lost})")
-        self._audit.flush()
-        line = f"mwpy slave: {reason} {exit_named(ExitCode.MASTER_LOST)}\n"
-        os.write(2, line.encode(errors="replace"))  # not sys.stderr: the running task's output capture holds it
-        os._exit(int(ExitCode.MASTER_LOST))
+def _leave_lost_master(audit: Audit, lost: str) -> None:
+    """The connection died (``lost``) while a task runs: leave now rather than hold the slot until the task ends.
+
+    The task's result has nowhere to go (the master queued the task again when
+    the connection dropped, or is gone), and a pilot whose master is gone must
+    not outlive it (issue 24): the job stays queued and its next run finds the
+    current master, or leaves the queue once the master is gone for good.
+    """
+    reason = f"the connection to the master ended without a shutdown while a task ran ({lost})"
+    audit(f"MASTER LOST WHILE A TASK RAN: leaving ({lost})")
+    audit.flush()
+    line = f"mwpy slave: {reason} {exit_named(ExitCode.MASTER_LOST)}\n"
+    os.write(2, line.encode(errors="replace"))  # not sys.stderr: the running task's output capture holds it
+    os._exit(int(ExitCode.MASTER_LOST))
 
 
 def exit_named(code: ExitCode) -> str:

@@ -249,7 +249,7 @@ def leavers(script: Script) -> mwpy.TaskFuture[int]:
     c.expect(protocol.Welcome)
     handed = echo.submit(6)
     assert tasks_of(c.expect(protocol.Tasks)) == [handed.task_id]
-    c.send(protocol.HandBack([handed.task_id]))
+    c.send(protocol.HandBack([handed.task_id], "on a soft-kill signal"))
     c.until_closed()
     script.until_audit("slave-2 -> disconnected")
     d = script.connect("d")

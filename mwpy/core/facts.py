@@ -134,10 +134,12 @@ class SlaveLeft(NamedTuple):
 
 
 class HandedBack(NamedTuple):
-    """A slave leaving on a soft-kill signal gave back ``n`` tasks it had not started (queued again first)."""
+    """A slave leaving (``why``: on a soft-kill signal, by plan...) gave back ``n`` tasks it had not started
+    (queued again first)."""
 
     sid: str
     n: int
+    why: str
 
 
 class CancelSent(NamedTuple):

@@ -25,6 +25,7 @@ import selectors
 import time
 from collections.abc import Callable
 
+from mwpy import safe_text
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.outcomes import Outcomes
@@ -44,6 +45,8 @@ TICK = 0.25
 SOON_TICK = 0.05
 #: How long the master waits for slaves to acknowledge a shutdown.
 SHUTDOWN_GRACE = 5.0
+#: Characters of a leaving slave's reason (HandBack) kept for the logs.
+MAX_WHY = 300
 
 
 class Engine:
@@ -192,7 +195,7 @@ class Engine:
             self._facts(facts.CancelledBack(sid, len(taken)))
 
     def _handed_back(self, peer: Peer, msg: protocol.HandBack) -> None:
-        """The slave is leaving (a soft-kill signal: vacate, preemption, condor_rm): requeue, then drop it.
+        """The slave is leaving (a soft-kill signal: vacate, preemption, condor_rm; its lifetime): requeue, drop it.
 
         Its finished results came before this message; the tasks it names never
         started and are queued again first, at once. Dropping the connection
@@ -203,9 +206,10 @@ class Engine:
         if sid is None:
             return
         back = self._sched.hand_back(sid, msg.task_ids)
-        self._facts(facts.HandedBack(sid, back))
-        # Not the task's fault (a Condor eviction, a vacate): its death is not counted against it.
-        self._lose(peer, "eof", f"left on a soft-kill signal, {back} tasks handed back", blame=False)
+        why = safe_text.one_line(msg.why[:MAX_WHY])  # the slave's words: shown (one line, cut), never obeyed
+        self._facts(facts.HandedBack(sid, back, why))
+        # Not the task's fault (a Condor eviction, a vacate, a planned leave): not counted against it.
+        self._lose(peer, "eof", f"left {why}, {back} tasks handed back", blame=False)
 
     def cancel(self, sid: str, task_ids: list[int]) -> None:
         """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""

@@ -92,7 +92,7 @@ class AuditRenderer(Observer):
         )
 
     def handed_back(self, fact: facts.HandedBack) -> None:
-        self._audit(f"{fact.sid} -> HANDED BACK {fact.n} tasks unstarted (leaving: soft-kill signal)")
+        self._audit(f"{fact.sid} -> HANDED BACK {fact.n} tasks unstarted (leaving {fact.why})")
 
     def cancel_sent(self, fact: facts.CancelSent) -> None:
         self._audit(f"{fact.sid} <- CANCEL {fact.n} tasks")
@@ -143,7 +143,7 @@ class LogRenderer(Observer):
             log.log(level, "%s disconnected (%s); %d tasks in flight", fact.sid, fact.reason, fact.in_flight)
 
     def handed_back(self, fact: facts.HandedBack) -> None:
-        log.info("%s is leaving (soft-kill signal) and handed back %d tasks unstarted", fact.sid, fact.n)
+        log.info("%s is leaving %s and handed back %d tasks unstarted", fact.sid, fact.why, fact.n)
 
     def task_timed_out(self, fact: facts.TaskTimedOut) -> None:
         log.warning("task %d ran past its timeout of %g s on %s: failed, slave dropped", fact.task_id, fact.timeout,

@@ -145,4 +145,6 @@ class Publisher:
             arguments += ["--mw-secret-file", os.path.basename(options.secret_file)]
         if options.cache_size != DEFAULT_CACHE_SIZE:  # a slave-side bound given to the master: its slaves keep it
             arguments += ["--mw-cache-size", str(options.cache_size)]
+        if options.slave_lifetime is not None:  # the same: a slave-side limit its slaves keep
+            arguments += ["--mw-slave-lifetime", str(options.slave_lifetime)]
         return executable, files, [*arguments, *options.slave_arguments]

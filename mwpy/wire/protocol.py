@@ -41,7 +41,8 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
-PROTOCOL_VERSION = 4
+#: 5: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised).
+PROTOCOL_VERSION = 5
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -181,21 +182,25 @@ class Cancelled:
 
 @attrs.frozen
 class HandBack:
-    """Slave -> master, its last message: leaving (soft-kill signal); these queued tasks never started.
+    """Slave -> master, its last message: leaving (``why``, one line); these queued tasks never started.
 
     The master queues them again at once, as never run (no wait for a
     timeout, no retry spent), and drops the connection: whatever else the
     slave held (the task it was running) is re-queued as for a slave that vanished.
+    A slave leaves this way on a soft-kill signal, when its algorithm raised,
+    or by plan at the end of its lifetime (mwpy/lifetime.py).
     """
 
     kind: ClassVar[int] = 10
     task_ids: list[int]
+    why: str
 
 
 def check_task_ids(msg: Cancel | Cancelled | HandBack) -> None:
-    """Reject a Cancel or Cancelled whose task ids are not a list of ints."""
+    """Reject a Cancel, Cancelled or HandBack whose task ids are not a list of ints (or whose why is no string)."""
     ids = msg.task_ids
-    if type(ids) is not list or not all(type(task_id) is int for task_id in ids):
+    malformed = isinstance(msg, HandBack) and type(msg.why) is not str
+    if malformed or type(ids) is not list or not all(type(task_id) is int for task_id in ids):
         raise ProtocolError(f"malformed {type(msg).__name__} message")
 
 
