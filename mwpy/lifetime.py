@@ -101,9 +101,9 @@ class Retirement:
         expected = 0.0 if algorithm is None else self._longest.get(algorithm, self._longest_any) * SAFETY
         return self.lifetime.left(now) > expected
 
-    def wait(self, timeout: float | None) -> float:
+    def wait(self, timeout: float | None, now: float | None = None) -> float:
         """Seconds an idle slave may wait for tasks: ``timeout`` (None: for ever), but not past the time to leave."""
-        left = max(0.0, self.lifetime.left())
+        left = max(0.0, self.lifetime.left(now))
         return left if timeout is None else min(timeout, left)
 
     def reason(self, algorithm: str | None) -> str:
