@@ -127,7 +127,7 @@ class Master:
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint,
-                                        condor_jobs=self._engine.condor_jobs,
+                                        condor_jobs=self._engine.condor_jobs, leaving=self._engine.leaving_by,
                                         tasks_total=lambda: self.tasks_total,
                                         slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
             undo.pop_all()

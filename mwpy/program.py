@@ -330,7 +330,7 @@ def _connect_and_serve(
     """Connect, then run the slave algorithm (or serve until shutdown); the exit status."""
     chirp.publish("connecting", 0)
     try:
-        worker = _connect(endpoint, stale, options, audit, waited)
+        worker = _connect(endpoint, stale, options, audit, waited, leave_at=lifetime.leave_at if lifetime else 0.0)
     except SlaveExit as exc:
         return _slave_exit(exc, audit, endpoint.member_id)
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
@@ -408,7 +408,9 @@ class _Stale:
     gone: str
 
 
-def _connect(endpoint: Endpoint, stale: _Stale | None, options: Options, audit: Audit, waited: float) -> Slave:
+def _connect(
+    endpoint: Endpoint, stale: _Stale | None, options: Options, audit: Audit, waited: float, *, leave_at: float
+) -> Slave:
     """Connect; with a stale file, keep trying until the master counts as gone for good, then leave (exit 0).
 
     A master the schedd restarts writes a fresh file within seconds, so a slave
@@ -423,6 +425,7 @@ def _connect(endpoint: Endpoint, stale: _Stale | None, options: Options, audit: 
             timeout=options.client_timeout,
             patience=stale.left if stale else max(0.0, options.connect_timeout - waited),
             spin_us=options.spin_us,
+            leave_at=leave_at,
         )
     except SlaveExit as exc:
         if stale and exc.code == ExitCode.UNREACHABLE:

@@ -665,8 +665,12 @@ def connect(
     timeout: float,
     patience: float,
     spin_us: int = DEFAULT_SPIN_US,
+    leave_at: float = 0.0,
 ) -> Slave:
-    """Connect and authenticate; keep trying for ``patience`` seconds while nobody answers."""
+    """Connect and authenticate; keep trying for ``patience`` seconds while nobody answers.
+
+    ``leave_at``: when (Unix time) the slave will leave by plan, 0.0 for never (the master is told in Hello).
+    """
     address = f"{endpoint.host}:{endpoint.port}"
     deadline = time.monotonic() + patience
     delay = 0.1
@@ -682,7 +686,7 @@ def connect(
     try:
         if endpoint.tls_fingerprint is not None:
             sock = _start_tls(sock, endpoint.tls_fingerprint, address)
-        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us)
+        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us, leave_at=leave_at)
     except BaseException:
         sock.close()
         raise
@@ -703,13 +707,21 @@ def _start_tls(sock: socket.socket, fingerprint: str, address: str) -> ssl.SSLSo
 
 
 def _handshake(
-    sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str, *, spin_us: int
+    sock: socket.socket,
+    endpoint: Endpoint,
+    audit: Audit,
+    max_frame: int,
+    address: str,
+    *,
+    spin_us: int,
+    leave_at: float,
 ) -> Slave:
     """Run the slave's side of the handshake over a blocking socket (in timeout mode)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
-    hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, own_job_id())
+    host, pid = socket.gethostname(), os.getpid()
+    hello = protocol.Hello(endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), leave_at)
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:

@@ -16,7 +16,8 @@ import pytest
 
 from mwpy.lifetime import MAX_LEAVE_MARGIN, SAFETY, STAGGER, Lifetime, Retirement, find
 from mwpy.names import EVENTS_FILE, JOB_AD_VARIABLE, MACHINE_AD_VARIABLE, SLAVE_EXITS, SLAVE_STDERR
-from tests.support import PROGRAMS, mwpy_command
+from mwpy.pool.publish import REPLACE_AHEAD
+from tests.support import PROGRAMS, mwpy_command, start_master, wait_until
 
 LIFETIMES = PROGRAMS / "lifetimes.py"
 #: A job's start as its ad gives it (JobCurrentStartDate), and "now" two minutes later.
@@ -55,6 +56,31 @@ def test_slaves_with_a_short_lifetime_leave_by_plan_and_every_task_runs_once_to_
     assert {e["outcome"] for e in events if e["kind"] == "tasks-finished"} == {"ok"}
     left = [e for e in events if e["kind"] == "slave-disconnected" and e["reason"].startswith("left by plan: ")]
     assert len(left) >= len(retired), left  # the master knew each for a planned leave
+
+
+def test_a_slave_that_leaves_soon_is_replaced_ahead_of_time(tmp_path: Path) -> None:
+    """A slave tells the master in its Hello when it will leave by plan; while tasks remain, the master asks for
+    its replacement once that is less than REPLACE_AHEAD away (a batch system takes a while to start a job)."""
+    release = tmp_path / "release"
+    mw = start_master(PROGRAMS / "gated.py", tmp_path, "--mw-slave-window", "1", str(release), "3")
+    try:
+        mw.start_slave("--mw-slave-lifetime", str(REPLACE_AHEAD * 100))  # leaves far beyond REPLACE_AHEAD
+
+        def counts() -> tuple[int, int]:
+            record = mw.resource()
+            return record.slaves_connected["unordered"], record.slaves_needed
+
+        # Three tasks, one running: two more slaves wanted, none as a replacement.
+        wait_until(lambda: counts() == (1, 2), 60, "one slave connected, two more needed")
+        mw.start_slave("--mw-slave-lifetime", str(REPLACE_AHEAD / 2))  # leaves within REPLACE_AHEAD
+        # Two running, one queued: one more slave for it, and one to take the place of the one leaving soon.
+        wait_until(lambda: counts() == (2, 2), 60, "two slaves connected, one more and a replacement needed")
+        release.touch()
+        status, out, err = mw.finish()
+        assert status == 0, err
+        assert "squares [0, 1, 4]" in out
+    finally:
+        mw.stop()
 
 
 @pytest.fixture

@@ -275,6 +275,9 @@ def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent()
         (Hello(MEMBER, "h", 1, "0", 10, "41"), "malformed Hello"),  # a job id is CLUSTER.PROC
         (Hello(MEMBER, "h", 1, "0", 10, "41.3; rm -rf"), "malformed Hello"),
         (Hello(MEMBER, "h", 1, "0", 10, 41.3), "malformed Hello"),  # type: ignore[arg-type]
+        (Hello(MEMBER, "h", 1, "0", 10, "", float("nan")), "malformed Hello"),  # when a slave leaves: a time
+        (Hello(MEMBER, "h", 1, "0", 10, "", -1.0), "malformed Hello"),
+        (Hello(MEMBER, "h", 1, "0", 10, "", "soon"), "malformed Hello"),  # type: ignore[arg-type]
     ],
 )
 def test_a_malformed_hello_is_a_protocol_error(bad: Hello, error: str) -> None:

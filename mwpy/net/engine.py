@@ -73,6 +73,8 @@ class Engine:
         self._jobs: dict[str, str] = {}
         #: (host, pid) of each connected slave, as its Hello said: a slave that dies is named by it.
         self._whom: dict[str, tuple[str, int]] = {}
+        #: When (Unix time) each connected slave with a lifetime leaves by plan, as its Hello said.
+        self._leaving: dict[str, float] = {}
         #: condor_jobs() as last computed, None once a slave with a job came or went (read every tick).
         self._job_list: list[str] | None = None
         self._slave_numbers = itertools.count()
@@ -169,6 +171,8 @@ class Engine:
         kind = self._sched.join(sid)
         self._whom[sid] = (hello.host, hello.pid)
         self._net.queue(peer, data)
+        if hello.leave_at:
+            self._leaving[sid] = hello.leave_at
         job = hello.condor_job or None
         if job is not None:
             self._jobs[sid] = job
@@ -218,6 +222,10 @@ class Engine:
             return  # gone or leaving: whatever comes back is dropped by the cancelled futures
         self._facts(facts.CancelSent(sid, len(task_ids)))
         self._net.queue(peer, peer.session.send(protocol.Cancel(task_ids)))
+
+    def leaving_by(self, when: float) -> int:
+        """How many connected slaves leave by plan before ``when`` (Unix time; their Hello said when)."""
+        return sum(at <= when for at in self._leaving.values())
 
     def condor_jobs(self) -> list[str]:
         """The Condor job ids of the connected slaves (sorted): the resource file publishes them."""
@@ -308,6 +316,7 @@ class Engine:
         if self._jobs.pop(sid, None) is not None:
             self._job_list = None
         self._whom.pop(sid, None)
+        self._leaving.pop(sid, None)
         dropped_before = self._sched.unrunnable_total
         lost = len(self._sched.leave(sid))
         dropped = self._sched.unrunnable_total - dropped_before

@@ -23,6 +23,8 @@ from mwpy.options import DEFAULT_CACHE_SIZE, Options
 
 #: Shortest time between two resource-file writes caused by a change.
 DEBOUNCE = 1.0
+#: Seconds ahead of a slave's planned leave (its lifetime, mwpy/lifetime.py) that its replacement is asked for.
+REPLACE_AHEAD = 300.0
 #: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
 DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 
@@ -44,6 +46,7 @@ class Publisher:
         condor_jobs: Callable[[], list[str]] | None = None,
         tasks_total: Callable[[], int | None] | None = None,
         slaves_greeted: Callable[[], int] | None = None,
+        leaving: Callable[[float], int] | None = None,
     ) -> None:
         self._options = options
         #: Tasks in all when the master knows (for progress bars), else None.
@@ -52,6 +55,8 @@ class Publisher:
         self._condor_jobs = condor_jobs or list
         #: Slaves that ever connected (written with whatever else changed: an arrival changes the counts).
         self._slaves_greeted = slaves_greeted or int
+        #: How many connected slaves leave by plan before a time (Unix): each is replaced ahead of time.
+        self._leaving = leaving or (lambda when: 0)
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -73,11 +78,17 @@ class Publisher:
 
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
-        needed, connected = self._sched.slaves_needed, self._sched.connected()
+        needed, connected = self._needed(), self._sched.connected()
         key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total())
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
+
+    def _needed(self) -> int:
+        """Slaves wanted beyond those connected, plus a replacement for each that leaves by plan within
+        ``REPLACE_AHEAD`` while tasks remain: a batch system takes a while to start a job."""
+        sched = self._sched
+        return sched.slaves_needed + (self._leaving(time.time() + REPLACE_AHEAD) if sched.pending_total else 0)
 
     def write(self, now: float, needed: int, connected: dict[str, int], *, finished: bool) -> None:
         """Write the file now (a failure is audited: the computation goes on without it)."""

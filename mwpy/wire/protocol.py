@@ -41,7 +41,8 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
-#: 5: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised).
+#: 5: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
+#:    the slave will leave by plan.
 PROTOCOL_VERSION = 5
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
@@ -95,6 +96,9 @@ class Hello:
     #: ``CLUSTER.PROC`` of the Condor job the slave runs as, "" outside Condor: the overseer matches
     #: connected slaves to its jobs with it (docs/condor.md).
     condor_job: str = ""
+    #: When (Unix time) the slave leaves by plan at the end of its lifetime (mwpy/lifetime.py), 0.0 for never:
+    #: the master asks for its replacement ahead of time.
+    leave_at: float = 0.0
 
 
 @attrs.frozen
@@ -286,6 +290,8 @@ def check_hello(msg: Hello) -> None:
         and msg.max_frame > 0
         and isinstance(msg.condor_job, str)
         and (msg.condor_job == "" or CONDOR_JOB_ID.fullmatch(msg.condor_job) is not None)
+        and type(msg.leave_at) is float
+        and 0.0 <= msg.leave_at < float("inf")
     ):
         raise ProtocolError("malformed Hello message")
 
