@@ -107,6 +107,13 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         help="remove and replace a slave job that has run this long without its slave connecting to the "
         f"master (Condor job ids; default {CONNECT_LIMIT:g})",
     )
+    overseer.add_argument(
+        "--slave-lifetime",
+        type=positive_float,
+        metavar="SECONDS",
+        help="the slave jobs submitted leave by plan before this many seconds from their start and are replaced "
+        "(their --mw-slave-lifetime, winning over the master's; docs/condor.md, Lifetimes)",
+    )
     if backend is not None:
         backend.add_arguments(overseer)
 
@@ -264,6 +271,7 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         log=_log,
         abandon_after=options.abandon_after,
         connect_limit=options.connect_limit,
+        slave_lifetime=options.slave_lifetime,
     )
     _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
     try:

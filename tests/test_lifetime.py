@@ -83,6 +83,32 @@ def test_a_slave_that_leaves_soon_is_replaced_ahead_of_time(tmp_path: Path) -> N
         mw.stop()
 
 
+def test_mwpy_overseer_gives_its_slave_jobs_a_lifetime(tmp_path: Path) -> None:
+    """``mwpy overseer --slave-lifetime``: the jobs it submits leave by plan and it replaces them."""
+    marks, jobs, count = tmp_path / "marks", tmp_path / "jobs", 12
+    marks.mkdir()
+    mw = start_master(LIFETIMES, tmp_path, "--mw-resource-file-update-interval", "1", str(marks), str(count))
+    overseer = subprocess.Popen(
+        [*mwpy_command("overseer", str(mw.resource_path), "--backend", "local", "--workdir", str(jobs)),
+         "--max-jobs", "1", "--interval", "0.5", "--slave-lifetime", "1.5"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        status, out, err = mw.finish(timeout=240)
+        said, _ = overseer.communicate(timeout=60)
+    finally:
+        mw.stop()
+        if overseer.poll() is None:
+            overseer.kill()
+            overseer.communicate()
+    assert status == 0, err
+    assert f"results {count} {list(range(1, count + 1))}" in out
+    assert overseer.returncode == 0, said  # the computation finished and no job was left
+    errors = [(path / SLAVE_STDERR).read_text(encoding="utf-8") for path in sorted(jobs.iterdir())]
+    assert len(errors) > 1, said  # one job at a time: the first was replaced
+    assert any("its lifetime (--mw-slave-lifetime 1.5 s;" in text for text in errors), errors
+
+
 @pytest.fixture
 def ads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """A job ad and a machine ad that Condor would name to the slave (both empty of lifetimes at first)."""

@@ -151,6 +151,7 @@ class Overseer:
         finish_grace: float = FINISH_GRACE,
         abandon_after: float = ABANDON_AFTER,
         connect_limit: float = CONNECT_LIMIT,
+        slave_lifetime: float | None = None,
     ) -> None:
         self.path = _real_path(Path(path))
         self.problem: str | None = None  # why the overseer gave up, when it did
@@ -159,6 +160,8 @@ class Overseer:
         self.finish_grace = finish_grace
         self.abandon_after = abandon_after
         self.connect_limit = connect_limit
+        #: ``--mw-slave-lifetime`` for the slave jobs submitted here (after the master's: it wins), or None.
+        self.slave_lifetime = slave_lifetime
         #: (job id, when it started running) of the job runs whose slave was seen connected.
         self._seen_connected: set[tuple[str, float | None]] = set()
         self._finished_at: float | None = None
@@ -210,7 +213,7 @@ class Overseer:
             self.limits.batch,
         )
         if submit > 0:
-            self.backend.submit(Launch.of(record, str(self.path), self._memory_request(record)), submit)
+            self.backend.submit(self._launch(record), submit)
             why.append(f"submitted {submit}: {wanted} wanted, {serving} serving{_capped(submit, wanted - serving)}")
         elif serving > wanted and idle and unconfirmed:
             why.append(
@@ -287,6 +290,13 @@ class Overseer:
         if record.master_condor_job is None or not isinstance(self.backend, MasterWatch):
             return None
         return self.backend.master_departure(record.master_condor_job)
+
+    def _launch(self, record: resource_file.ResourceFile) -> Launch:
+        """What new slave jobs run: the resource file's slave command line, with this overseer's lifetime."""
+        launch = Launch.of(record, str(self.path), self._memory_request(record))
+        if self.slave_lifetime is None:
+            return launch
+        return attrs.evolve(launch, arguments=[*launch.arguments, "--mw-slave-lifetime", str(self.slave_lifetime)])
 
     def _give_up(self, jobs: list[Job], why: str) -> Decision:
         """The master is gone for good: remove every job of the computation (running ones too), say why, stop."""
