@@ -28,11 +28,10 @@ def nap(folder: str, value: int) -> int:
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     folder, count = argv[0], int(argv[1])
-    futures = [nap.submit(folder, value) for value in range(count)]
-    values = [future.result() for future in futures]
-    results = mw.results()
-    print(f"squares {values}")
-    print(f"results {len(results)} {sorted(result.task_id for result in results)}")
+    naps = {value: nap.submit(folder, value) for value in range(count)}
+    squares = [naps[value].result() for value in sorted(naps)]
+    ids = sorted(result.task_id for result in mw.results())  # every result the master took, once each
+    print(f"squares {squares}\nresults {len(ids)} {ids}")
     return 0
 
 
