@@ -67,9 +67,12 @@ def test_slave_jobs_leave_by_plan_before_their_lifetime_ends_and_the_overseer_re
     events = job_events(condor_workdir)
     lives = {job: job_life(events, job) for job in sorted({event_job(e) for e in events})}
     assert len(lives) > JOBS, (lives, out.read_text())  # slave jobs were replaced
-    # No run was cut short: every job ran once and left the queue with exit 0 (or was removed once idle).
+    # No run was cut short: none evicted or ended by a signal, every job that ended left the queue with exit 0.
+    # A run may end 3 (UNREACHABLE) if it started as the finished master left; the overseer then removes it.
     for life in lives.values():
-        assert life in (["started", "ended exit 0"], ["removed"]), (lives, logs(condor_workdir))
+        assert "evicted" not in life, (lives, logs(condor_workdir))
+        ends = [step for step in life if step.startswith(("ended", "requeued"))]
+        assert set(ends) <= {"ended exit 0", "requeued exit 3"}, (lives, logs(condor_workdir))
     retired = [
         job
         for job in lives
