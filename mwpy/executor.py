@@ -136,8 +136,8 @@ class Future(LightFuture[R]):
         if not self.running():
             self._mark_running()
 
-    def unrunnable(self) -> bool:
-        self._end(None, unrunnable_error(self._task_id or 0))
+    def unrunnable(self, reason: str | None = None) -> bool:
+        self._end(None, unrunnable_error(self._task_id or 0, reason))
         return False
 
     def settle(self, result: Result) -> bool:
