@@ -25,6 +25,7 @@ from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
 from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
+from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -48,6 +49,16 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         type=positive_int,
         default=2,
         help="most slave processes at once (default 2): slaves start as the master asks for them",
+    )
+    local.add_argument(
+        "--slave-resources",
+        action="append",
+        type=slave_shape,
+        default=[],
+        metavar="SHAPE",
+        help="what each slave offers to tasks' resources=, e.g. cpus=2,memory=16GB,gpus=1 (repeatable: the "
+        "slaves are dealt among the shapes); default: this machine's cpus and memory. A task no shape "
+        "satisfies fails at once (mwpy.NoMatchingSlaveError)",
     )
     local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
     local.add_argument(
@@ -184,6 +195,7 @@ def _local(options: argparse.Namespace) -> int:
         workdir=options.workdir,
         progress=options.progress,
         total=options.total,
+        shapes=options.slave_resources,
     )
 
 

@@ -14,6 +14,7 @@ get wrong). HTCondor's unit strings ("16GB", "512 MB", "2T") are accepted.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -93,13 +94,16 @@ class Resources:
     requirements: str = attrs.field(default="", converter=_requirements)
 
     @classmethod
-    def of(cls, value: Resources | Mapping[str, Any] | None) -> Resources | None:
-        """``resources=`` as given to ``@mwpy.task``, ``with_policy`` or the Executor: a record, a dict or None.
+    def of(cls, value: Resources | Mapping[str, Any] | str | None) -> Resources | None:
+        """``resources=`` as given to ``@mwpy.task``, ``with_policy`` or the Executor: a record, a dict, the
+        option's text (``"cpus=2,memory=16GB"``) or None.
 
         An empty need is None: such a task runs anywhere, as a task without resources.
         """
         if value is None:
             return None
+        if isinstance(value, str):
+            value = cls.parse(value)
         if isinstance(value, Mapping):
             unknown = sorted(set(value) - set(KEYS), key=str)
             if unknown:
@@ -137,6 +141,10 @@ class Resources:
         parts = [f"{key} {getattr(self, key)}{units.get(key, '')}" for key in KEYS if getattr(self, key)]
         return ", ".join(parts) or "nothing"
 
+    def over(self, base: Resources) -> Resources:
+        """This shape, with what it leaves out (zero, ``""``) taken from ``base``."""
+        return Resources(*(getattr(self, key) or getattr(base, key) for key in KEYS))
+
     def satisfies(self, need: Resources) -> bool:
         """Whether a slave of this shape can run a task that needs ``need``."""
         return (
@@ -148,15 +156,24 @@ class Resources:
         )
 
 
-def own_shape(given: Resources | None) -> Resources:
-    """What this slave offers: ``--mw-slave-resources``, else its Condor slot's ad, else this machine."""
-    if given is not None:
-        return given
+def slave_shape(text: str) -> Resources:
+    """A ``--slave-resources`` value for argparse: its own one-line error (ArgumentTypeError) when wrong."""
+    try:
+        return Resources.parse(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("resources: ")) from None
+
+
+def own_shape(given: Resources | None = None) -> Resources:
+    """What a slave here offers: ``given`` (``--mw-slave-resources``), with what it leaves out taken from the
+    Condor slot's ad (else the job ad's requests), else from this machine."""
+    base = None
     for variable, names in ((MACHINE_AD_VARIABLE, _MACHINE_AD), (JOB_AD_VARIABLE, _JOB_AD)):
-        found = _from_ad(os.environ.get(variable, ""), names)
-        if found is not None:
-            return found
-    return machine_shape()
+        base = _from_ad(os.environ.get(variable, ""), names)
+        if base is not None:
+            break
+    base = base or machine_shape()
+    return base if given is None else given.over(base)
 
 
 def machine_shape() -> Resources:

@@ -544,7 +544,7 @@ class TaskAlgorithm(Generic[P, R]):
         retry_on: tuple[type[BaseException], ...] | None = None,
         timeout: float | None = None,
         allowed_failures: int | None = None,
-        resources: Resources | Mapping[str, Any] | None = None,
+        resources: Resources | Mapping[str, Any] | str | None = None,
     ) -> Submitter[P, R]:
         """A submitter that queues tasks of this algorithm under one fixed policy.
 
@@ -656,7 +656,7 @@ def task(
     retry_on: tuple[type[BaseException], ...] | None = None,
     timeout: float | None = None,
     allowed_failures: int | None = None,
-    resources: Resources | Mapping[str, Any] | None = None,
+    resources: Resources | Mapping[str, Any] | str | None = None,
 ) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
@@ -669,7 +669,7 @@ def task(
     retry_on: tuple[type[BaseException], ...] | None = None,
     timeout: float | None = None,
     allowed_failures: int | None = None,
-    resources: Resources | Mapping[str, Any] | None = None,
+    resources: Resources | Mapping[str, Any] | str | None = None,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
     """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
