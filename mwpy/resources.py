@@ -165,15 +165,18 @@ def slave_shape(text: str) -> Resources:
 
 
 def own_shape(given: Resources | None = None) -> Resources:
-    """What a slave here offers: ``given`` (``--mw-slave-resources``), with what it leaves out taken from the
-    Condor slot's ad (else the job ad's requests), else from this machine."""
-    base = None
-    for variable, names in ((MACHINE_AD_VARIABLE, _MACHINE_AD), (JOB_AD_VARIABLE, _JOB_AD)):
-        base = _from_ad(os.environ.get(variable, ""), names)
-        if base is not None:
-            break
-    base = base or machine_shape()
-    return base if given is None else given.over(base)
+    """What a slave here offers: ``given`` (``--mw-slave-resources``), with what it leaves out taken from its
+    Condor job's requests, else its slot's machine ad, else this machine.
+
+    The job's requests come first: a site holds a job that uses more memory than it asked for (the slot may
+    have more, a static slot its whole share of the machine).
+    """
+    shape = machine_shape()
+    for variable, names in ((MACHINE_AD_VARIABLE, _MACHINE_AD), (JOB_AD_VARIABLE, _JOB_AD)):  # a later one wins
+        found = _from_ad(os.environ.get(variable, ""), names)
+        if found is not None:
+            shape = found.over(shape)
+    return shape if given is None else given.over(shape)
 
 
 def machine_shape() -> Resources:

@@ -18,6 +18,7 @@ import mwpy
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.resources import Resources, own_shape
 from mwpy.task import Policy
+from tests.condor_support import Pool, logs, setup_workdir, submit_master, wait_master_done
 from tests.programs import shaped
 from tests.support import PROGRAMS, QUIET, Quiet, mwpy_command
 
@@ -78,6 +79,19 @@ def test_a_slave_offers_its_condor_slots_machine_ad_and_an_option_overrides_part
     monkeypatch.setenv("_CONDOR_MACHINE_AD", str(ad))
     assert own_shape() == Resources(cpus=4, memory=16000, disk=2000, gpus=1)
     assert own_shape(Resources(memory="4GB")) == Resources(cpus=4, memory=4096, disk=2000, gpus=1)
+
+
+def test_a_slave_offers_its_jobs_requests_before_its_slots_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A site holds a job past its RequestMemory whatever its slot has; RequestDisk = DiskUsage (condor_submit's
+    default, an expression) says nothing, so the slot's Disk stands."""
+    machine, job = tmp_path / ".machine.ad", tmp_path / ".job.ad"
+    machine.write_text("Cpus = 1\nMemory = 3000\nDisk = 1024000\n")
+    job.write_text("ClusterId = 7\nProcId = 0\nRequestCpus = 1\nRequestMemory = 512\nRequestDisk = DiskUsage\n")
+    monkeypatch.setenv("_CONDOR_MACHINE_AD", str(machine))
+    monkeypatch.setenv("_CONDOR_JOB_AD", str(job))
+    assert own_shape() == Resources(cpus=1, memory=512, disk=1000)
 
 
 # ---------------------------------------------------------------------- the scheduler
@@ -174,3 +188,27 @@ def test_the_executor_deals_its_slaves_among_shapes_and_applies_its_default_need
 def test_the_executor_refuses_slave_shapes_for_condor_slaves() -> None:
     with pytest.raises(mwpy.ConfigurationError, match="slave_resources= shapes local slaves"):
         mwpy.Executor(max_workers=1, backend="condor", slave_resources={"memory": "1GB"})
+
+
+# ---------------------------------------------------------------------- on the test pool
+
+
+@pytest.mark.condor
+def test_on_condor_a_task_needing_memory_runs_only_in_a_slave_job_that_asked_for_it(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Two slaves.sub clusters (docs/condor.md, "Slave shapes and task resources"): each slave offers its job's
+    RequestMemory, so the tasks needing 1000 MB all run in the cluster that asked for 1200 MB."""
+    setup_workdir(condor_pool, condor_workdir, ["shaped.py"])
+    master = submit_master(condor_pool, condor_workdir, "program=shaped.py", "program_args=1000")
+    small = condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=shaped.py", "slaves=2",
+                                      "slave_memory=256")  # fmt: skip
+    big = condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=shaped.py", "slaves=1",
+                                    "slave_memory=1200")  # fmt: skip
+    out = wait_master_done(condor_workdir, master)
+    bigs = [line.split()[1] for line in out.splitlines() if line.startswith("big ")]
+    smalls = [line.split()[1] for line in out.splitlines() if line.startswith("small ")]
+    assert len(bigs) == 6, logs(condor_workdir)
+    assert {job.split(".")[0] for job in bigs} == {str(big)}, logs(condor_workdir)
+    assert len(smalls) == 6
+    assert {job.split(".")[0] for job in smalls} <= {str(small), str(big)}
