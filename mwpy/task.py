@@ -414,7 +414,7 @@ def unrunnable_error(task_id: int, reason: str | None = None) -> UnrunnableTaskE
     """What the future of a task raises whose slave vanished and whose policy forbids running it again, or
     (``reason``) that no slave on offer can run."""
     if reason is not None:
-        return NoMatchingSlaveError(f"task {task_id} {reason}")
+        return NoMatchingSlaveError(reason)  # it names the task
     return UnrunnableTaskError(f"task {task_id}: its slave vanished and its policy forbids running it again")
 
 

@@ -125,7 +125,7 @@ def test_a_need_no_shape_on_offer_meets_is_unrunnable_at_once_with_the_reason() 
             return True
 
     sched.add(Entry(sched.new_id(), "f", b"", Policy(resources=BIG), Listener(), label="fit"))
-    assert told == ["fit: needs memory 16384 MB, and no slave on offer has it "
+    assert told == ["task 1 fit: needs memory 16384 MB, and no slave on offer has it "
                     "(the slaves' shapes: memory 1024 MB; memory 8192 MB)"]  # fmt: skip
     assert sched.pending_total == 0
     assert [t.label for t in sched.news.drain_unrunnable()] == ["fit"]
@@ -182,7 +182,7 @@ def test_the_executor_deals_its_slaves_among_shapes_and_applies_its_default_need
         error = ex.submit(shaped.huge).exception(timeout=60)
         assert isinstance(error, mwpy.NoMatchingSlaveError)
         assert isinstance(error, mwpy.UnrunnableTaskError)
-        assert "huge: needs cpus 2, memory 65536 MB" in str(error)
+        assert re.match(r"task [1-9]\d* huge: needs cpus 2, memory 65536 MB", str(error)), error
 
 
 def test_the_executor_refuses_slave_shapes_for_condor_slaves() -> None:

@@ -259,7 +259,7 @@ class Scheduler:
         self.pending_total += 1
         need = task.policy.resources
         if need is not None and (reason := self.shapes.unmet(need)) is not None:
-            self._drop(task, f"{task.label}: {reason}")
+            self._drop(task, f"task {task.task_id} {task.label}: {reason}")
             return
         sid = task.policy.sid
         if sid is None:
