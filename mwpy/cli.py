@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
@@ -25,7 +27,7 @@ from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
 from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
-from mwpy.resources import slave_shape
+from mwpy.resources import Resources, slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -293,6 +295,7 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_done": record.tasks_done,
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
+        "shapes": [attrs.asdict(shape) for shape in record.shapes],
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -310,6 +313,16 @@ def _status(options: argparse.Namespace) -> int:
     return 1 if why and options.condor else 0
 
 
+def _shape_row(shape: resource_file.ShapeDemand) -> str:
+    """``memory 16384 MB: 12 tasks, 1 slave`` (what the tasks of one need ask, and who can serve them)."""
+    need = Resources.parse(shape.resources).describe()
+    return f"{need}: {_plural(shape.tasks, 'task')}, {_plural(shape.slaves, 'slave')}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _print_status(
     record: resource_file.ResourceFile, report: dict[str, Any], listed: list[Job] | None, why: str | None
 ) -> None:
@@ -323,6 +336,8 @@ def _print_status(
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
         *jobs_command.status_rows(report),
     ]
+    if record.shapes:
+        rows.insert(4, ("shapes", "; ".join(_shape_row(shape) for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:

@@ -8,19 +8,23 @@ at once with the reason (tests/programs/shaped.py).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 
+import attrs
 import pytest
 
 import mwpy
 from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.errors import ResourceFileError
+from mwpy.resource_file import ResourceFile, read
 from mwpy.resources import Resources, own_shape
 from mwpy.task import Policy
 from tests.condor_support import Pool, logs, setup_workdir, submit_master, wait_master_done
 from tests.programs import shaped
-from tests.support import PROGRAMS, QUIET, Quiet, mwpy_command
+from tests.support import PROGRAMS, QUIET, Quiet, mwpy_command, wait_until
 
 NOW = 1000.0
 BIG = Resources(memory="16GB")
@@ -183,6 +187,40 @@ def test_the_executor_deals_its_slaves_among_shapes_and_applies_its_default_need
         assert isinstance(error, mwpy.NoMatchingSlaveError)
         assert isinstance(error, mwpy.UnrunnableTaskError)
         assert re.match(r"task [1-9]\d* huge: needs cpus 2, memory 65536 MB", str(error)), error
+
+
+def _both_slaves_and_demand(resource: Path) -> ResourceFile | None:
+    """The master's resource file once it shows both slaves connected and a demand per need."""
+    try:
+        record = read(str(resource))
+    except ResourceFileError:
+        return None  # not written yet
+    return record if record.shapes and record.slaves_connected.get("unordered") == 2 else None
+
+
+def test_the_resource_file_and_mwpy_status_show_demand_and_supply_per_need(tmp_path: Path) -> None:
+    """Three 8 GB tasks held running on the one 16 GB slave: the file says so, and `mwpy status` shows it."""
+    release = tmp_path / "release"
+    resource = tmp_path / "work" / "resource.json"
+    shapes: list[str] = ["memory=1GB", "memory=16GB"]
+    with mwpy.Executor(max_workers=2, slave_resources=shapes, workdir=tmp_path / "work") as ex:
+        futures = [ex.submit(shaped.waits, str(release)) for _ in range(3)]
+        record = wait_until(lambda: _both_slaves_and_demand(resource), 60, "the demand per need in the resource file")
+        assert record is not None
+        want = [{"resources": "memory=8192", "tasks": 3, "slaves": 1}]
+        assert [attrs.asdict(shape) for shape in record.shapes] == want
+        shown = subprocess.run(
+            mwpy_command("status", str(resource), "--no-condor"), capture_output=True, text=True, timeout=60, check=True
+        )
+        assert re.search(r"^shapes\s+memory 8192 MB: 3 tasks, 1 slave$", shown.stdout, re.MULTILINE), shown.stdout
+        as_json = subprocess.run(
+            mwpy_command("status", str(resource), "--no-condor", "--json"),
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert json.loads(as_json.stdout)["shapes"] == want
+        release.touch()
+        assert {future.result(timeout=60) for future in futures} == {"memory=16384"}
+    assert read(str(resource)).shapes == []  # every task answered: no demand left
 
 
 def test_the_executor_refuses_slave_shapes_for_condor_slaves() -> None:

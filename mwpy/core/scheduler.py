@@ -258,7 +258,7 @@ class Scheduler:
         self._pending[task.algorithm] += 1
         self.pending_total += 1
         need = task.policy.resources
-        if need is not None and (reason := self.shapes.unmet(need)) is not None:
+        if need is not None and (reason := self.shapes.take(need)) is not None:
             self._drop(task, f"task {task.task_id} {task.label}: {reason}")
             return
         sid = task.policy.sid
@@ -312,6 +312,8 @@ class Scheduler:
         if not self._pending[task.algorithm]:
             del self._pending[task.algorithm]
         self.pending_total -= 1
+        if self.shapes.active:
+            self.shapes.settled(task.policy.resources)
 
     def finish(self, sid: str, task_id: int, compute_time: float, now: float) -> Entry | None:
         """Record a result that came at ``now``; returns its task, or ``None`` if this slave does not hold it."""
@@ -376,6 +378,8 @@ class Scheduler:
             del pending[algorithm]
         self.pending_total -= 1
         self.done_total += 1
+        if self.shapes.active:
+            self.shapes.settled(task.policy.resources)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -583,6 +587,10 @@ class Scheduler:
         if slot.kind is not SlaveKind.UNORDERED:
             self.news.disconnected_ordered.append(sid)
         return lost
+
+    def shape_demand(self) -> list[tuple[Resources, int, int]]:
+        """Per need: tasks not answered, and connected slaves that satisfy it (none while no task asked)."""
+        return self.shapes.report(slot.shape for slot in self._slots.values()) if self.shapes.active else []
 
     def slaves(self) -> dict[str, SlaveKind]:
         return {sid: slot.kind for sid, slot in self._slots.items()}

@@ -12,7 +12,8 @@ once, with the reason, instead of waiting for ever. With no shapes on offer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from mwpy.resources import Resources
 
@@ -29,15 +30,34 @@ class Shapes:
         self.offered: tuple[Resources, ...] = ()
         #: True once a task with resources was submitted: from then on dispatch matches tasks to slaves.
         self.active = False
+        #: Tasks not answered yet (queued or running), per need.
+        self.demand: Counter[Resources] = Counter()
 
     def offer(self, shapes: Sequence[Resources]) -> None:
         """The master's slaves will have these shapes (none: any need may yet be met by a slave to come)."""
         self.offered = tuple(shapes)
 
-    def unmet(self, need: Resources) -> str | None:
-        """Why no slave on offer can ever run a task needing ``need`` (one line), or None when one can."""
+    def take(self, need: Resources) -> str | None:
+        """A task needing ``need`` arrived (counted until :meth:`settled`): why no slave on offer can ever run
+        it (one line), or None when one can."""
         self.active = True
+        self.demand[need] += 1
         if not self.offered or any(shape.satisfies(need) for shape in self.offered):
             return None
         offer = "; ".join(dict.fromkeys(shape.describe() for shape in self.offered))
         return f"needs {need.describe()}, and no slave on offer has it (the slaves' shapes: {offer})"
+
+    def settled(self, need: Resources | None) -> None:
+        """A task needing ``need`` left the master's books (answered, cancelled, unrunnable)."""
+        if need is not None:
+            self.demand[need] -= 1
+            if not self.demand[need]:
+                del self.demand[need]
+
+    def report(self, slaves: Iterable[Resources | None]) -> list[tuple[Resources, int, int]]:
+        """(need, tasks not answered, connected slaves that satisfy it) for each need with tasks."""
+        shapes = list(slaves)
+        return [
+            (need, tasks, sum(fits(shape, need) for shape in shapes))
+            for need, tasks in sorted(self.demand.items(), key=lambda item: str(item[0]))
+        ]

@@ -9,6 +9,7 @@ shapes, so it would wait for a slave that can run it). The Executor tests import
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import mwpy
@@ -25,6 +26,14 @@ def offered() -> str:
 
 @mwpy.task(resources={"memory": "8GB"})
 def big(_: int) -> str:
+    return offered()
+
+
+@mwpy.task(resources={"memory": "8GB"})
+def waits(release: str) -> str:
+    """A big task that runs until the file ``release`` exists (the test looks at the demand meanwhile)."""
+    while not Path(release).exists():
+        time.sleep(0.05)
     return offered()
 
 
