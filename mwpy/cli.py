@@ -27,7 +27,7 @@ from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
 from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
-from mwpy.resources import Resources, slave_shape
+from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -313,16 +313,6 @@ def _status(options: argparse.Namespace) -> int:
     return 1 if why and options.condor else 0
 
 
-def _shape_row(shape: resource_file.ShapeDemand) -> str:
-    """``memory 16384 MB: 12 tasks, 1 slave`` (what the tasks of one need ask, and who can serve them)."""
-    need = Resources.parse(shape.resources).describe()
-    return f"{need}: {_plural(shape.tasks, 'task')}, {_plural(shape.slaves, 'slave')}"
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 def _print_status(
     record: resource_file.ResourceFile, report: dict[str, Any], listed: list[Job] | None, why: str | None
 ) -> None:
@@ -337,7 +327,7 @@ def _print_status(
         *jobs_command.status_rows(report),
     ]
     if record.shapes:
-        rows.insert(4, ("shapes", "; ".join(_shape_row(shape) for shape in record.shapes)))
+        rows.insert(4, ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:

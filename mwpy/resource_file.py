@@ -101,6 +101,13 @@ class ShapeDemand:
     tasks: int = attrs.field(validator=_not_negative)
     slaves: int = attrs.field(validator=_not_negative)
 
+    def describe(self) -> str:
+        """``memory 16384 MB: 12 tasks, 1 slave`` (what ``mwpy status`` and its live view show)."""
+        tasks, slaves = (
+            f"{n} {word}{'' if n == 1 else 's'}" for n, word in ((self.tasks, "task"), (self.slaves, "slave"))
+        )
+        return f"{Resources.parse(self.resources).describe()}: {tasks}, {slaves}"
+
 
 @attrs.frozen
 class ResourceFile:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import attrs
@@ -19,6 +20,8 @@ import pytest
 import mwpy
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ResourceFileError
+from mwpy.observe import statusview
+from mwpy.observe.statusview import Extra
 from mwpy.resource_file import ResourceFile, read
 from mwpy.resources import Resources, own_shape
 from mwpy.task import Policy
@@ -218,6 +221,7 @@ def test_the_resource_file_and_mwpy_status_show_demand_and_supply_per_need(tmp_p
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         assert json.loads(as_json.stdout)["shapes"] == want
+        assert "· shapes memory 8192 MB: 3 tasks, 1 slave" in statusview.plain(record, Extra(), None, time.time())
         release.touch()
         assert {future.result(timeout=60) for future in futures} == {"memory=16384"}
     assert read(str(resource)).shapes == []  # every task answered: no demand left
