@@ -43,7 +43,8 @@ SLAVE_EXITS: Final = "slave-exits"
 LOG_LEVEL_VARIABLE: Final = "MWPY_LOG_LEVEL"
 #: Condor names the file holding the job's ClassAd in this variable: where a slave learns its job id.
 JOB_AD_VARIABLE: Final = "_CONDOR_JOB_AD"
-#: ... and the slot's (machine) ClassAd in this one: where a glidein's slave learns when the glidein ends.
+#: ... and the slot's machine ad in this one: what a slave offers (its Cpus, Memory, Disk, GPUs), and when a
+#: glidein it runs in ends (GLIDEIN_ToDie, mwpy/lifetime.py).
 MACHINE_AD_VARIABLE: Final = "_CONDOR_MACHINE_AD"
 
 # ---------------------------------------------------------------------- built-in task algorithms

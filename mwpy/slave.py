@@ -51,6 +51,7 @@ from mwpy.lifetime import Lifetime, Retirement
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.options import DEFAULT_SPIN_US
+from mwpy.resources import Resources
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
 from mwpy.wire.codec import decode_arguments
@@ -665,9 +666,11 @@ def connect(
     timeout: float,
     patience: float,
     spin_us: int = DEFAULT_SPIN_US,
+    shape: Resources | None = None,
     leave_at: float = 0.0,
 ) -> Slave:
-    """Connect and authenticate; keep trying for ``patience`` seconds while nobody answers.
+    """Connect and authenticate, saying what we offer (``shape``); keep trying for ``patience`` seconds while
+    nobody answers.
 
     ``leave_at``: when (Unix time) the slave will leave by plan, 0.0 for never (the master is told in Hello).
     """
@@ -686,7 +689,7 @@ def connect(
     try:
         if endpoint.tls_fingerprint is not None:
             sock = _start_tls(sock, endpoint.tls_fingerprint, address)
-        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us, leave_at=leave_at)
+        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us, shape=shape, leave_at=leave_at)
     except BaseException:
         sock.close()
         raise
@@ -714,14 +717,16 @@ def _handshake(
     address: str,
     *,
     spin_us: int,
+    shape: Resources | None,
     leave_at: float,
 ) -> Slave:
     """Run the slave's side of the handshake over a blocking socket (in timeout mode)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
+    offer = () if shape is None else attrs.astuple(shape)
     host, pid = socket.gethostname(), os.getpid()
-    hello = protocol.Hello(endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), leave_at)
+    hello = protocol.Hello(endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), offer, leave_at)
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:

@@ -41,9 +41,10 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
-#: 5: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
+#: 5: Hello carries the slave's shape (cpus, memory MB, disk MB, gpus, requirements) for tasks' resources=.
+#: 6: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
 #:    the slave will leave by plan.
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -96,6 +97,8 @@ class Hello:
     #: ``CLUSTER.PROC`` of the Condor job the slave runs as, "" outside Condor: the overseer matches
     #: connected slaves to its jobs with it (docs/condor.md).
     condor_job: str = ""
+    #: What the slave offers: (cpus, memory MB, disk MB, gpus, requirements), as mwpy.Resources' fields.
+    shape: tuple[Any, ...] = ()
     #: When (Unix time) the slave leaves by plan at the end of its lifetime (mwpy/lifetime.py), 0.0 for never:
     #: the master asks for its replacement ahead of time.
     leave_at: float = 0.0
@@ -290,10 +293,20 @@ def check_hello(msg: Hello) -> None:
         and msg.max_frame > 0
         and isinstance(msg.condor_job, str)
         and (msg.condor_job == "" or CONDOR_JOB_ID.fullmatch(msg.condor_job) is not None)
+        and _is_shape(msg.shape)
         and type(msg.leave_at) is float
         and 0.0 <= msg.leave_at < float("inf")
     ):
         raise ProtocolError("malformed Hello message")
+
+
+def _is_shape(shape: object) -> bool:
+    """A Hello's shape: four non-negative ints and a string, or () for a slave that does not say."""
+    if shape == ():
+        return True
+    if not isinstance(shape, tuple) or len(shape) != 5 or not isinstance(shape[4], str):
+        return False
+    return all(type(count) is int and count >= 0 for count in shape[:4])
 
 
 # --------------------------------------------------------------------------
