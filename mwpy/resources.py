@@ -23,8 +23,8 @@ from typing import Any
 
 import attrs
 
-from mwpy import safe_files
-from mwpy.errors import UnsafeFileError, UsageError
+from mwpy.errors import UsageError
+from mwpy.job_ad import read_ad
 from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE
 
 #: The keys of a resources dict or text, in the order they are shown.
@@ -34,7 +34,6 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)(?:B|IB)?\s*$", re.IG
 #: HTCondor's machine-ad attributes of a slot, and a job ad's requests (Disk and RequestDisk in KB).
 _MACHINE_AD = {"Cpus": "cpus", "Memory": "memory", "Disk": "disk", "GPUs": "gpus"}
 _JOB_AD = {"RequestCpus": "cpus", "RequestMemory": "memory", "RequestDisk": "disk", "RequestGPUs": "gpus"}
-_AD_MAX_SIZE = 1 << 20
 
 
 def megabytes(value: object, name: str) -> int:
@@ -173,7 +172,7 @@ def own_shape(given: Resources | None = None) -> Resources:
     """
     shape = machine_shape()
     for variable, names in ((MACHINE_AD_VARIABLE, _MACHINE_AD), (JOB_AD_VARIABLE, _JOB_AD)):  # a later one wins
-        found = _from_ad(os.environ.get(variable, ""), names)
+        found = _from_ad(variable, names)
         if found is not None:
             shape = found.over(shape)
     return shape if given is None else given.over(shape)
@@ -189,21 +188,11 @@ def machine_shape() -> Resources:
     return Resources(cpus=cpus, memory=memory)
 
 
-def _from_ad(path: str, names: Mapping[str, str]) -> Resources | None:
-    """The integer-valued attributes ``names`` of the ClassAd file ``path``; None when it has none (or is unsafe)."""
-    if not path:
-        return None
-    try:
-        text = safe_files.read_bytes(path, max_size=_AD_MAX_SIZE).decode("utf-8", "replace")
-    except UnsafeFileError:
-        return None
-    lowered = {name.lower(): key for name, key in names.items()}
-    found: dict[str, int] = {}
-    for line in text.splitlines():
-        name, equals, value = line.partition("=")
-        key = lowered.get(name.strip().lower())
-        if equals and key is not None and value.strip().isdigit():
-            found[key] = int(value.strip())
+def _from_ad(variable: str, names: Mapping[str, str]) -> Resources | None:
+    """The integer-valued attributes ``names`` of the ClassAd file the environment variable ``variable`` names
+    (mwpy/job_ad.py reads it); None when it has none (or is unsafe)."""
+    ad = read_ad(variable)
+    found = {key: int(ad[name.lower()]) for name, key in names.items() if ad.get(name.lower(), "").isdigit()}
     if "cpus" not in found and "memory" not in found:
         return None
     if "disk" in found:
