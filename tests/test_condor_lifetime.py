@@ -67,19 +67,21 @@ def test_slave_jobs_leave_by_plan_before_their_lifetime_ends_and_the_overseer_re
     events = job_events(condor_workdir)
     lives = {job: job_life(events, job) for job in sorted({event_job(e) for e in events})}
     assert len(lives) > JOBS, (lives, out.read_text())  # slave jobs were replaced
-    # No run was cut short: none evicted or ended by a signal, every job that ended left the queue with exit 0.
-    # A run may end 3 (UNREACHABLE) if it started as the finished master left; the overseer then removes it.
+    # No run ended by a signal, and every job that ended left the queue with exit 0. Around the end of the
+    # computation a job may end 3 (UNREACHABLE: it started as the finished master left), or still be running after
+    # the overseer's finish grace and be removed (evicted, then removed); the marks above show no task was cut.
     for life in lives.values():
-        assert "evicted" not in life, (lives, logs(condor_workdir))
         ends = [step for step in life if step.startswith(("ended", "requeued"))]
         assert set(ends) <= {"ended exit 0", "requeued exit 3"}, (lives, logs(condor_workdir))
+        assert "evicted" not in life or life[-1] == "removed", (lives, logs(condor_workdir))
     retired = [
         job
         for job in lives
         if "leaving by plan" in (condor_workdir / f"slave.{job}.err").read_text(encoding="utf-8", errors="replace")
     ]
-    assert retired, logs(condor_workdir)
-    for job in retired:
+    assert len(retired) >= JOBS, logs(condor_workdir)  # the first two at least lived to their lifetime's end
+    for job in retired:  # each left by plan: one run, exit 0, the reason in its .err
+        assert lives[job] == ["started", "ended exit 0"], (lives, logs(condor_workdir))
         err = (condor_workdir / f"slave.{job}.err").read_text(encoding="utf-8")
         assert "in its lifetime (--mw-slave-lifetime 15 s;" in err, err
     said = [
