@@ -120,6 +120,7 @@ class Master:
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
             self._shared = SharedObjects(options, secret, self.host, self.bind)
+            self._engine.store = self._shared.address  # slaves are told it: their large results go there
             self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.

@@ -370,7 +370,9 @@ def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:
         return shares
 
     codec.install_resolver(
-        lambda handle: started().resolve(handle), lambda handle, mode, name: started().resolve_file(handle, mode, name)
+        lambda handle: started().resolve(handle),
+        lambda handle, mode, name: started().resolve_file(handle, mode, name),
+        lambda address, source, size: started().store(address, source, size),
     )
 
 

@@ -131,6 +131,7 @@ class Slave:
         self.slave_id = welcome.slave_id
         self.result_group = welcome.result_group
         self._max_out = welcome.max_frame
+        self._store = (welcome.store_host, welcome.store_port)  # where a result too large for a frame goes
         # Reads land in one buffer: recv(256 KiB) would mmap and munmap 256 KiB per call (see master.py).
         self._buffer = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buffer)
@@ -341,7 +342,7 @@ class Slave:
                 if printed.size or warned.size:
                     self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
-            out = codec.encode_value(value)
+            out = codec.encode_result(value, self._store)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)

@@ -224,3 +224,62 @@ def test_with_tls_the_shared_objects_travel_over_tls_with_the_master_s_certifica
             protocol.tls_client_context().wrap_socket(raw) as tls,
         ):
             assert protocol.certificate_matches(tls, fingerprint)
+
+
+# ---------------------------------------------------------------------- issue 22 item 2: large results
+
+
+def test_a_result_larger_than_a_frame_comes_back_through_the_file_service(executor: mwpy.Executor) -> None:
+    """Before, a task returning more than 64 MiB failed with ResultTooLarge; the master checks it by hash."""
+    before = executor.file_counters()
+    n = 100_000_000 // 8  # a 100 MB numpy array, above the 64 MiB frame limit
+    value = executor.submit(work.big_array, n, 7).result(timeout=300)
+    assert np.array_equal(value, np.random.default_rng(7).random(n))
+    assert value.flags.writeable  # the caller's own array, as from any future
+    after = executor.file_counters()
+    assert after["results_stored"] - before["results_stored"] == 1
+    assert after["result_bytes"] - before["result_bytes"] >= value.nbytes
+
+
+def test_a_100_mb_argument_and_result_both_travel_through_the_file_service() -> None:
+    data = os.urandom(100_000_000)
+    with mwpy.Executor(max_workers=1) as ex:
+        assert ex.submit(work.echo_bytes, data).result(timeout=300) == data
+        counters = ex.file_counters()
+    assert counters["bytes_sent"] >= len(data)  # the argument went out through the service
+    assert counters["result_bytes"] >= len(data)  # and came back through it
+
+
+# ---------------------------------------------------------------------- issue 22 item 3: files returned
+
+
+def test_a_file_a_task_returns_is_a_verified_copy_on_the_master(tmp_path: Path) -> None:
+    with mwpy.Executor(max_workers=1, workdir=tmp_path / "work") as ex:
+        answer = ex.submit(work.make_file, "out.txt", "made on the slave\n", 0o640).result(timeout=60)
+        returned = answer["file"]
+        assert isinstance(returned, mwpy.File)
+        assert os.path.basename(returned) == "out.txt"
+        assert Path(returned).read_text(encoding="utf-8") == "made on the slave\n"
+        assert os.stat(returned).st_mode & 0o777 == 0o640
+        digest = hashlib.sha256(b"made on the slave\n").hexdigest()
+        assert digest in os.fspath(returned)  # kept by its hash, which the master checked
+        assert ex.file_counters()["results_stored"] == 1
+    assert not os.path.exists(returned)  # kept until the master (here the Executor) finishes
+
+
+def test_a_stored_result_or_file_a_slave_names_badly_is_a_failure_not_a_path(tmp_path: Path) -> None:
+    """What a slave names is a hash, never a path: anything else fails that one result (ResultDecodeError)."""
+    for blob in (pickle.dumps(codec._Stored("../" * 20 + "etc/passwd", 10)), pickle.dumps(codec._Stored("0" * 64, 1))):
+        value, failure = codec.decode_outcome(True, blob)
+        assert value is None and failure is not None and failure[0] == "ResultDecodeError"
+        assert "no stored result has hash" in failure[1]
+
+
+def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:
+    """A replayed journal entry must not name a stored file that went once the result was read."""
+    value = np.arange(10)
+    kept = codec.journal_form(pickle.dumps(codec._Stored("0" * 64, 10_000)), value)
+    replayed, failure = codec.decode_outcome(True, kept)
+    assert failure is None and np.array_equal(replayed, value)
+    plain = codec.encode_value(value)
+    assert codec.journal_form(plain, value) is plain  # every other result is kept as it came

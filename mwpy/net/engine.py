@@ -73,6 +73,8 @@ class Engine:
         #: condor_jobs() as last computed, None once a slave with a job came or went (read every tick).
         self._job_list: list[str] | None = None
         self._slave_numbers = itertools.count()
+        #: The master's file service (host, port), started when the first slave is welcomed (its large results).
+        self.store: Callable[[], tuple[str, int]] = lambda: ("", 0)
         #: Slaves that ever connected (proof that slaves can start: see mwpy/pool/failing_slaves.py).
         self.slaves_greeted = 0
         #: Bytes: the largest peak memory a slave reported (its Heartbeats), 0 while none did.
@@ -157,7 +159,7 @@ class Engine:
         self.slaves_greeted += 1
         options = self._options
         welcome = protocol.Welcome(
-            sid, options.slave_result_group, options.client_timeout / 4, options.max_read_buffer_size
+            sid, options.slave_result_group, options.client_timeout / 4, options.max_read_buffer_size, *self.store()
         )
         data = peer.session.send(welcome)
         peer.sid = sid

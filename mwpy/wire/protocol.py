@@ -41,7 +41,9 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
-PROTOCOL_VERSION = 4
+#: 5: Welcome names the master's file service, where a slave sends a result too large for a frame and the
+#:    files a task returns (issue 22).
+PROTOCOL_VERSION = 5
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -105,6 +107,9 @@ class Welcome:
     result_group: int
     heartbeat_interval: float
     max_frame: int
+    #: The master's file service (host, port): large results and returned files go there, by hash.
+    store_host: str = ""
+    store_port: int = 0
 
 
 @attrs.frozen
