@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mwpy import safe_text
-from mwpy.errors import ComputationFinishedError, SharedObjectError
+from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
 from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
@@ -44,6 +44,7 @@ from mwpy.wire.codec import Shared
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 log = logging.getLogger("mwpy.slave")
+master_log = safe_text.logger("mwpy.master")
 
 #: What a slave may name as a stored result's hash: a SHA-256 in hex, nothing that could be a path.
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -117,6 +118,7 @@ class SharedObjects:
         self._server: FileServer | None = None
         self._folder: Path | None = None
         self._closed = False
+        self._unavailable = False  # the file service could not start for results (address())
         self._lock = threading.Lock()
 
     def share(self, obj: Any) -> Shared:
@@ -137,8 +139,16 @@ class SharedObjects:
 
     def address(self) -> tuple[str, int]:
         """Where slaves send what a frame does not carry (large values, returned files): the file service,
-        started now if no share started it."""
-        server, _ = self._started()
+        started now if no share started it. ``("", 0)`` if it cannot start (no free port in
+        ``--mw-master-port-range``, no thread): said once, and such results fail as too large, as before."""
+        if self._unavailable:
+            return "", 0
+        try:
+            server, _ = self._started()
+        except (MwpyError, OSError) as exc:
+            self._unavailable = True
+            master_log.warning("no file service for large results and returned files: %s", exc)
+            return "", 0
         return server.host, server.port
 
     def publish_file(self, path: str) -> tuple[Shared, int]:
@@ -176,8 +186,9 @@ class SharedObjects:
                     tls = protocol.tls_server_context(options.tls_cert, options.tls_key)[0]
                 self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
                 self._server = FileServer(
-                    secret, options.member_id, host=host, bind=bind, tls=tls, client_timeout=options.client_timeout
-                )
+                    secret, options.member_id, host, bind, options.master_port_range,
+                    tls=tls, client_timeout=options.client_timeout,
+                )  # fmt: skip
                 self._server.results = self._folder / "received"
                 self._server.results.mkdir()
                 _received.add(self._server.results)
