@@ -8,6 +8,7 @@ object exactly once, whatever number of tasks named it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import pickle
@@ -144,6 +145,34 @@ def test_a_stream_holds_its_window_in_bytes_too() -> None:
     assert "first 1048576" in done.stdout
 
 
+def test_mw_map_takes_a_bound_in_bytes_of_its_own() -> None:
+    """``window_bytes=8 MiB`` with 1 MiB arguments: at most 8 of them ahead (plus one) when the first value comes."""
+    done = run_local(PROGRAMS / "big_arguments.py", "window", str(8 << 20), slaves=1)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split("taken ")[1].split()[0]) <= 8 + 1
+    assert "first 1048576" in done.stdout
+
+
+def test_executor_map_submits_at_once_only_up_to_its_bound_in_bytes(tmp_path: Path) -> None:
+    """As ProcessPoolExecutor.map, inputs are submitted when map() is called; past ``window_bytes`` of pickled
+    arguments they wait until values are returned (the default, 256 MiB, held 1 MB inputs down the same way)."""
+    taken = 0
+    gate = tmp_path / "open"
+
+    def inputs() -> Iterator[bytes]:
+        nonlocal taken
+        for i in range(40):
+            taken += 1
+            yield i.to_bytes(4, "big") * (1 << 18)  # 1 MiB each
+
+    with mwpy.Executor(max_workers=1) as ex:
+        values = ex.map(work.length_once_open, inputs(), itertools.repeat(str(gate)), window_bytes=4 << 20)
+        assert taken <= 4 + 1  # nothing returned yet: the tasks wait for the gate
+        gate.touch()
+        assert list(values) == [1 << 20] * 40
+    assert taken == 40
+
+
 def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
     options = _master_options(["--mw-max-write-buffer-size", "200000000"], Path("r.json"), "local", None)
     arguments = options.slave_arguments
@@ -271,7 +300,9 @@ def test_a_stored_result_or_file_a_slave_names_badly_is_a_failure_not_a_path(tmp
     """What a slave names is a hash, never a path: anything else fails that one result (ResultDecodeError)."""
     for blob in (pickle.dumps(codec._Stored("../" * 20 + "etc/passwd", 10)), pickle.dumps(codec._Stored("0" * 64, 1))):
         value, failure = codec.decode_outcome(True, blob)
-        assert value is None and failure is not None and failure[0] == "ResultDecodeError"
+        assert value is None
+        assert failure is not None
+        assert failure[0] == "ResultDecodeError"
         assert "no stored result has hash" in failure[1]
 
 
@@ -280,6 +311,7 @@ def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:
     value = np.arange(10)
     kept = codec.journal_form(pickle.dumps(codec._Stored("0" * 64, 10_000)), value)
     replayed, failure = codec.decode_outcome(True, kept)
-    assert failure is None and np.array_equal(replayed, value)
+    assert failure is None
+    assert np.array_equal(replayed, value)
     plain = codec.encode_value(value)
     assert codec.journal_form(plain, value) is plain  # every other result is kept as it came

@@ -69,3 +69,13 @@ def make_file(name: str, text: str, mode: int) -> Any:
         sink.write(text)
     os.chmod(name, mode)
     return {"file": mwpy.File(name), "pid": os.getpid()}
+
+
+def length_once_open(data: bytes, gate: str) -> int:
+    """``len(data)`` once the file ``gate`` exists (a test decides when values start coming back)."""
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + 120
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(data)
