@@ -73,7 +73,7 @@ def test_every_frame_carries_a_tag_over_its_sequence_number_and_body() -> None:
     master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
     slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
     for seq in range(2):
-        body = bytes([Heartbeat.kind]) + pickle.dumps((0,), protocol.PICKLE_PROTOCOL)  # peak memory 0
+        body = bytes([Heartbeat.kind]) + pickle.dumps((0, (0, 0, 0, 0)), protocol.PICKLE_PROTOCOL)  # peak, cache
         tag = spec_tag(m2s, struct.pack("!Q", seq) + body)
         frame = master.seal(Heartbeat())
         assert frame == struct.pack("!I", len(body) + 16) + body + tag
@@ -111,8 +111,8 @@ def test_a_challenge_from_something_else_is_refused_with_its_reason() -> None:
     for bad in (b"HTTP\x04" + MASTER_NONCE, good[:-1], good + b"x"):
         with pytest.raises(ProtocolError, match=r"^the peer is not an mwpy master$"):
             protocol.parse_challenge(bad)
-    with pytest.raises(ProtocolError, match=r"^master speaks protocol 5, this slave speaks 4$"):
-        protocol.parse_challenge(b"MWPY\x05" + MASTER_NONCE)
+    with pytest.raises(ProtocolError, match=r"^master speaks protocol 6, this slave speaks 5$"):
+        protocol.parse_challenge(b"MWPY\x06" + MASTER_NONCE)
 
 
 def test_frames_at_the_size_limit_pass_and_one_byte_more_is_refused() -> None:

@@ -263,7 +263,7 @@ def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent()
     """Guards: versions must match exactly (docs/design.md); protocol 4 changed the per-frame MAC."""
     slave = SlaveSession(b"s" * 32, hello())
     older = protocol.frame(protocol.MAGIC + bytes([3]) + protocol.new_nonce())
-    with pytest.raises(ProtocolError, match="master speaks protocol 3, this slave speaks 4"):
+    with pytest.raises(ProtocolError, match="master speaks protocol 3, this slave speaks 5"):
         events(slave, older)
 
 

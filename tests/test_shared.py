@@ -23,9 +23,11 @@ import pytest
 import mwpy
 from mwpy import resource_file
 from mwpy.executor import _master_options
+from mwpy.observe import events as ev
+from mwpy.observe import report
 from mwpy.wire import codec, protocol
 from tests.programs import shared_work as work
-from tests.support import PROGRAMS, ROOT, run_local
+from tests.support import PROGRAMS, ROOT, run_local, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -315,3 +317,26 @@ def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:
     assert np.array_equal(replayed, value)
     plain = codec.encode_value(value)
     assert codec.journal_form(plain, value) is plain  # every other result is kept as it came
+
+
+# ---------------------------------------------------------------------- issue 22 item 4: the cache's counters
+
+
+def test_each_slave_s_cache_counters_reach_the_event_log_and_the_report(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    with mwpy.Executor(max_workers=1, options=["--mw-events", str(events)]) as ex:
+        handle = ex.share(np.ones(500_000))  # 4 MB
+        assert [value for _, value, _, _ in ex.map(work.describe, [handle] * 10, range(10))] == [
+            500_000.0 + i for i in range(10)
+        ]
+
+        def counted() -> list[ev.SlaveCache]:
+            found = [e for e in ev.read_events(events) if isinstance(e, ev.SlaveCache)] if events.exists() else []
+            return found if found and found[-1].hits == 9 else []
+
+        last = wait_until(counted, 60, "the slave's heartbeat to bring its cache counters")[-1]
+    assert (last.hits, last.misses, last.evictions) == (9, 1, 0)
+    assert last.bytes_fetched == handle.size  # fetched once, all of it
+    page = report.build_report(events, tmp_path / "report.html").read_text(encoding="utf-8")
+    table = page[page.index("<h2>Caches of shared objects per slave</h2>") :]
+    assert f"<td class=num>9</td><td class=num>1</td><td class=num>{handle.size}</td>" in table

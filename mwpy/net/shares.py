@@ -257,13 +257,23 @@ class SlaveShares:
 
     def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
         """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""
-        cached = self._cache(handle).get(handle.digest, mode)  # a clean copy if a task changed the last one
+        cache = self._cache(handle)
+        before = cache.fetched_bytes
+        cached = cache.get(handle.digest, mode)  # a clean copy if a task changed the last one
+        fetched = cache.fetched_bytes - before
+        self.counters["misses" if fetched else "hits"] += 1
+        self.counters["bytes_fetched"] += fetched
         named = self._folder / "files" / f"{handle.digest}.{mode:o}" / name
         if not (named.exists() and named.samefile(cached)):
             named.parent.mkdir(parents=True, exist_ok=True)
             named.unlink(missing_ok=True)
             os.link(cached, named)
         return codec.File(str(named))
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """Hits, misses, bytes fetched, evictions so far (what the slave's heartbeats carry)."""
+        c = self.counters
+        return c["hits"], c["misses"], c["bytes_fetched"], c["evictions"]
 
     def store(self, address: tuple[str, int], source: IO[bytes], size: int) -> str:
         """Send ``source`` (a task's large value, a file it returned) to the file service at ``address``."""

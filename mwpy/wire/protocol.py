@@ -42,7 +42,7 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
 #: 5: Welcome names the master's file service, where a slave sends a result too large for a frame and the
-#:    files a task returns (issue 22).
+#:    files a task returns; a slave's Heartbeat carries its cache's counters (issue 22).
 PROTOCOL_VERSION = 5
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
@@ -158,6 +158,8 @@ class Heartbeat:
     kind: ClassVar[int] = 6
     #: Bytes: the slave process's peak resident set size so far (0 from the master, or not known).
     peak_memory: int = 0
+    #: The slave's cache of shared objects and files so far: hits, misses, bytes fetched, evictions.
+    cache: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 @attrs.frozen
@@ -271,6 +273,9 @@ def check_heartbeat(msg: Heartbeat) -> None:
     """Reject a Heartbeat whose peak memory is not a non-negative int a slave could have (see MAX_PEAK_MEMORY)."""
     if type(msg.peak_memory) is not int or msg.peak_memory < 0:
         raise ProtocolError("malformed Heartbeat message")
+    cache = msg.cache
+    if type(cache) is not tuple or len(cache) != 4 or any(type(n) is not int or n < 0 for n in cache):
+        raise ProtocolError("malformed Heartbeat message (its cache counters)")
     if msg.peak_memory > MAX_PEAK_MEMORY:
         raise ProtocolError(f"Heartbeat: a peak memory of {msg.peak_memory} bytes is more than any machine has")
 
