@@ -141,7 +141,7 @@ class SharedObjects:
         """Where slaves send what a frame does not carry (large values, returned files): the file service,
         started now if no share started it. ``("", 0)`` if it cannot start (no free port in
         ``--mw-master-port-range``, no thread): said once, and such results fail as too large, as before."""
-        if self._unavailable:
+        if self._unavailable or self._closed:
             return "", 0
         try:
             server, _ = self._started()
