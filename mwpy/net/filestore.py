@@ -831,11 +831,7 @@ class FileServer:
             if header.get("executable"):
                 path.chmod(0o755)
         except (OutputRefused, FileServiceError, OSError) as exc:
-            with self._lock:
-                self.counters.refused += 1
-            if not ending:
-                _drain(link)
-            link.send_json(b"X", {"error": str(exc)})
+            self._refuse(link, ending, exc)
             return
         with self._lock:
             self.counters.uploads += 1
@@ -849,27 +845,23 @@ class FileServer:
         try:
             if self.results is None or not isinstance(size, int) or not 0 <= size <= MAX_RESULT_BYTES:
                 raise OutputRefused(f"no result of {str(size)[:20]} bytes is taken here")
-            fd, temporary = tempfile.mkstemp(dir=self.results, prefix=UPLOAD_PREFIX)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    for chunk in _checked(_upload_chunks(link, size, ending), ending):
-                        out.write(chunk)
-                os.replace(temporary, self.results / str(ending["sha256"]))  # _checked matched it to the content
-            except BaseException:
-                os.unlink(temporary)
-                raise
+            _keep_checked(self.results, _upload_chunks(link, size, ending), ending)
         except (OutputRefused, FileServiceError, OSError) as exc:
-            with self._lock:
-                self.counters.refused += 1
-            if not ending:
-                _drain(link)
-            link.send_json(b"X", {"error": str(exc)})
+            self._refuse(link, ending, exc)
             return
         with self._lock:
             self.counters.results_stored += 1
             self.counters.result_bytes += size
             self.counters.bytes_received += size
         link.send_json(b"K", {})
+
+    def _refuse(self, link: _Link, ending: dict[str, Any], exc: Exception) -> None:
+        """An upload not taken: counted, the rest of it read (the conversation stays in step), the reason sent."""
+        with self._lock:
+            self.counters.refused += 1
+        if not ending:
+            _drain(link)
+        link.send_json(b"X", {"error": str(exc)})
 
     def _destination(self, header: dict[str, Any]) -> tuple[Destination, str, int]:
         """Where an upload may land, checked against what the job may produce and its budget; refuse the rest."""
@@ -932,6 +924,19 @@ def _checked(chunks: Iterator[bytes], ending: dict[str, Any]) -> Iterator[bytes]
         yield chunk
     if ending.get("sha256") != digest.hexdigest():
         raise FileServiceError("an output's content does not match its hash")
+
+
+def _keep_checked(folder: Path, chunks: Iterator[bytes], ending: dict[str, Any]) -> None:
+    """Write an upload into ``folder`` under the SHA-256 of its content, once it matched the announced one."""
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=UPLOAD_PREFIX)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in _checked(chunks, ending):
+                out.write(chunk)
+        os.replace(temporary, folder / str(ending["sha256"]))  # _checked matched it to the content
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def _drain(link: _Link) -> None:
