@@ -275,8 +275,8 @@ class Executor(concurrent.futures.Executor):
         ``kwargs`` go to every call (as with dask's ``client.map``). Closing the
         iterator early (``break``, an exception) cancels every task not started.
         Every input is submitted at once, as the standard executors do, until the
-        calls not yet returned hold ``window_bytes`` of pickled arguments (256 MiB
-        by default); the rest are taken as values are returned.
+        calls (chunks) not yet returned hold ``window_bytes`` of pickled arguments
+        (256 MiB by default); the rest are taken as values are returned.
         """
         if chunksize < 1:
             raise ValueError("chunksize must be at least 1")
@@ -284,12 +284,11 @@ class Executor(concurrent.futures.Executor):
             raise ValueError("window_bytes must be at least 1")
         if kwargs:  # what every call gets: a large one crosses to each slave once
             fn = functools.partial(_unwrap(fn), **self._service.intake.share_large(kwargs))
+        end = None if timeout is None else time.monotonic() + timeout
         if chunksize == 1:
-            end = None if timeout is None else time.monotonic() + timeout
             return _in_order(self._submit_each(fn, zip(*iterables, strict=False), window_bytes), end)
-        chunks = chunked(zip(*iterables, strict=False), chunksize)
-        results = super().map(calls.call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
-        return itertools.chain.from_iterable(results)
+        chunks = ((_unwrap(fn), chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
+        return itertools.chain.from_iterable(_in_order(self._submit_each(calls.call_chunk, chunks, window_bytes), end))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.

@@ -155,7 +155,8 @@ def test_mw_map_takes_a_bound_in_bytes_of_its_own() -> None:
     assert "first 1048576" in done.stdout
 
 
-def test_executor_map_submits_at_once_only_up_to_its_bound_in_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunksize", [1, 2])
+def test_executor_map_submits_at_once_only_up_to_its_bound_in_bytes(tmp_path: Path, chunksize: int) -> None:
     """As ProcessPoolExecutor.map, inputs are submitted when map() is called; past ``window_bytes`` of pickled
     arguments they wait until values are returned (the default, 256 MiB, held 1 MB inputs down the same way)."""
     taken = 0
@@ -168,8 +169,9 @@ def test_executor_map_submits_at_once_only_up_to_its_bound_in_bytes(tmp_path: Pa
             yield i.to_bytes(4, "big") * (1 << 18)  # 1 MiB each
 
     with mwpy.Executor(max_workers=1) as ex:
-        values = ex.map(work.length_once_open, inputs(), itertools.repeat(str(gate)), window_bytes=4 << 20)
-        assert taken <= 4 + 1  # nothing returned yet: the tasks wait for the gate
+        gated = itertools.repeat(str(gate))
+        values = ex.map(work.length_once_open, inputs(), gated, window_bytes=4 << 20, chunksize=chunksize)
+        assert taken <= 4 + chunksize  # nothing returned yet: the tasks wait for the gate
         gate.touch()
         assert list(values) == [1 << 20] * 40
     assert taken == 40
