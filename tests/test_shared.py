@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import socket
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from mwpy.observe import events as ev
 from mwpy.observe import report
 from mwpy.wire import codec, protocol
 from tests.programs import shared_work as work
-from tests.support import PROGRAMS, ROOT, run_local, wait_until
+from tests.support import PROGRAMS, ROOT, free_port, run_local, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -324,9 +325,10 @@ def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:
 # ---------------------------------------------------------------------- issue 22 item 4: the cache's counters
 
 
-def test_each_slave_s_cache_counters_reach_the_event_log_and_the_report(tmp_path: Path) -> None:
-    events = tmp_path / "events.jsonl"
-    with mwpy.Executor(max_workers=1, options=["--mw-events", str(events)]) as ex:
+def test_each_slave_s_cache_counters_reach_the_event_log_the_metrics_and_the_report(tmp_path: Path) -> None:
+    events, port = tmp_path / "events.jsonl", free_port()
+    options = ["--mw-events", str(events), "--mw-metrics-port", str(port)]
+    with mwpy.Executor(max_workers=1, options=options) as ex:
         handle = ex.share(np.ones(500_000))  # 4 MB
         assert [value for _, value, _, _ in ex.map(work.describe, [handle] * 10, range(10))] == [
             500_000.0 + i for i in range(10)
@@ -337,6 +339,10 @@ def test_each_slave_s_cache_counters_reach_the_event_log_and_the_report(tmp_path
             return found if found and found[-1].hits == 9 else []
 
         last = wait_until(counted, 60, "the slave's heartbeat to bring its cache counters")[-1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            scraped = response.read().decode()
+    assert f'mwpy_slave_cache_hits{{slave="{last.slave}"}} 9.0' in scraped
+    assert f'mwpy_slave_cache_misses{{slave="{last.slave}"}} 1.0' in scraped
     assert (last.hits, last.misses, last.evictions) == (9, 1, 0)
     assert last.bytes_fetched == handle.size  # fetched once, all of it
     page = report.build_report(events, tmp_path / "report.html").read_text(encoding="utf-8")
