@@ -19,7 +19,7 @@ from typing import Any
 from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
-from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
+from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
@@ -28,6 +28,8 @@ from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, V
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
+#: ``mwpy status --explain TASK`` for a task id the master never issued (docs/exit-codes.md).
+UNKNOWN_TASK = 3
 
 
 def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
@@ -123,6 +125,12 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     status.add_argument("--schedd", metavar="NAME", help="the Condor schedd's name (default: the local schedd)")
     status.add_argument(
         "--collector", metavar="HOST:PORT", help="the collector that knows the schedd (default: the local pool)"
+    )
+    status.add_argument(
+        "--explain",
+        type=positive_int,
+        metavar="TASK",
+        help="why task TASK (its id, as results and the event log give it) is not running; exit 3 for an unknown id",
     )
     status.add_argument("--watch", action="store_true", help="a live view until the computation finishes")
     status.add_argument("--interval", type=positive_float, default=1.0, help="--watch: seconds between refreshes")
@@ -269,6 +277,8 @@ def _status(options: argparse.Namespace) -> int:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
+    if options.explain is not None:
+        return _explain(record, options.explain, listed, why if options.condor else None)
     state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"
     report = {
         "status": state,
@@ -325,6 +335,20 @@ def _print_status(
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
         print(f"{name:<8} {safe_text.one_line(value)}")
+
+
+def _explain(record: resource_file.ResourceFile, task: int, listed: list[Job] | None, why: str | None) -> int:
+    """``mwpy status --explain TASK``: 0 with the lines, 3 for a task the master never issued, 1 without a board."""
+    from mwpy.observe import explain  # noqa: PLC0415 (only this option needs it)
+
+    try:
+        lines = explain.explain(record, task, jobs=listed, condor_problem=why)
+    except MwpyError as exc:
+        print(f"mwpy status: error: {exc}", file=sys.stderr)
+        return UNKNOWN_TASK if isinstance(exc, explain.UnknownTaskError) else 1
+    for line in lines:  # job reasons and slave names come from elsewhere: shown safe
+        print(safe_text.one_line(line))
+    return 0
 
 
 def _condor_view(

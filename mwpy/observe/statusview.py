@@ -79,6 +79,8 @@ class Extra:
     interrupted: bool = False
     #: When (Unix time) the Condor counts were asked for: they are shown with their age.
     condor_at: float | None = None
+    #: Why idle slave jobs do not run, when some are idle (mwpy/backends/condor_match.py).
+    condor_idle: str | None = None
 
 
 class Rate:
@@ -153,11 +155,13 @@ def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
     )
 
 
-def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float) -> str:
-    """``condor 2 idle · 8 running · 0 held (4 s old)``: the schedd is asked every few seconds, not every frame."""
+def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float, idle_why: str | None) -> str:
+    """``condor 2 idle · 8 running · 0 held (4 s old) · idle: why``: the schedd is asked every few seconds, not
+    every frame; why idle jobs do not match comes from the schedd's job ads and may quote them: shown safe."""
     age = "" if asked_at is None else f" ({max(0.0, now - asked_at):.0f} s old)"
     counts = f"{condor.get('idle', 0)} idle · {condor.get('running', 0)} running · {condor.get('held', 0)} held"
-    return f"condor {counts}{age}"
+    why = f" · idle: {safe_text.one_line(idle_why)[:300]}" if idle_why and condor.get("idle") else ""
+    return f"condor {counts}{age}{why}"
 
 
 def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None) -> str:
@@ -175,7 +179,7 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         _slaves_phrase(record, extra.slave_limit),
     ]
     if extra.condor is not None:
-        parts.append(_condor_phrase(extra.condor, extra.condor_at, now))
+        parts.append(_condor_phrase(extra.condor, extra.condor_at, now, extra.condor_idle))
     if len(extra.slaves) > 1:
         parts.append("slowest " + runtimes.phrase(*slowest(extra.slaves, 1)[0]))
     if extra.failures:
@@ -217,7 +221,7 @@ def render(
     lines.append(Text(_tasks_phrase(record, None, rate)))
     lines.append(Text(_slaves_phrase(record, extra.slave_limit)))
     if extra.condor is not None:
-        lines.append(Text(_condor_phrase(extra.condor, extra.condor_at, now)))
+        lines.append(Text(_condor_phrase(extra.condor, extra.condor_at, now, extra.condor_idle)))
     elif extra.condor_problem:
         lines.append(Text(extra.condor_problem, style="dim"))
     if len(extra.slaves) > 1:
@@ -295,16 +299,21 @@ class FailureTail:
             self.total = event.total
 
 
-def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, str | None]]:
+#: What one look at the schedd gives: job counts by state, why idle jobs do not match, or why there are none.
+CondorAnswer = tuple[dict[str, int] | None, str | None, str | None]
+
+
+def condor_counter(member_id: str) -> Callable[[], CondorAnswer]:
     """Ask the local schedd for the computation's jobs (imported lazily: the bindings are slow to load)."""
 
-    def ask() -> tuple[dict[str, int] | None, str | None]:
+    def ask() -> CondorAnswer:
         try:
             from mwpy.backends.htcondor import job_counts  # noqa: PLC0415
 
-            return job_counts(member_id), None
+            counts, idle_why = job_counts(member_id)
         except (ImportError, RuntimeError) as exc:
-            return None, f"no Condor job counts: {exc}"[:200]
+            return None, None, f"no Condor job counts: {exc}"[:200]
+        return counts, idle_why, None
 
     return ask
 
@@ -339,7 +348,7 @@ class Follower:
         #: Why there is no record (the resource file's one-line problem), or None.
         self.problem: str | None = None
         self._total = total
-        self._ask: Callable[[], tuple[dict[str, int] | None, str | None]] | None = None
+        self._ask: Callable[[], CondorAnswer] | None = None
         self._condor_at = 0.0
 
     def sample(self) -> int | None:
@@ -369,7 +378,7 @@ class Follower:
         if self.condor is not False and self._ask is None:
             self._ask = condor_counter(record.member_id)
         if self._ask is not None and now >= self._condor_at:
-            extra.condor, extra.condor_problem = self._ask()
+            extra.condor, extra.condor_idle, extra.condor_problem = self._ask()
             extra.condor_at = now
             self._condor_at = now + CONDOR_INTERVAL
             if extra.condor is None and self.condor is None:  # auto, and no schedd here: stop asking, say nothing
