@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mwpy import resource_file
+from mwpy.errors import InvalidResourceFileError
 from mwpy.resource_file import Flight, TaskBoard, Waiting
 from tests.support import PROGRAMS, mwpy_command, reap_spawned, spawn_master, spawn_slave, wait_until
 
@@ -34,14 +35,14 @@ def explain(workdir: Path, task: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
-def says(workdir: Path, task: int, words: str) -> str | None:
-    """The explanation of ``task`` when it contains ``words`` (the file is rewritten every second), else None.
+def says(workdir: Path, task: int, words: str) -> str:
+    """The explanation of ``task`` when it contains ``words`` (the file is rewritten every second), else "".
 
     Exit 3 (unknown task) is "not yet": the master's first resource file comes before its first task.
     """
     done = explain(workdir, task)
     assert done.returncode in (0, 3), done.stderr
-    return done.stdout if words in done.stdout else None
+    return done.stdout if words in done.stdout else ""
 
 
 def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tmp_path: Path) -> None:
@@ -115,5 +116,35 @@ def test_a_board_that_leaves_tasks_out_does_not_call_an_unlisted_task_done(tmp_p
     assert resource_file.read(path).task_board == board
     text = path.read_text().replace("20,\n", "200,\n", 1)
     path.write_text(text)
-    with pytest.raises(resource_file.InvalidResourceFileError, match="runs must be pairs of task ids"):
+    with pytest.raises(InvalidResourceFileError, match="runs must be pairs of task ids"):
         resource_file.read(path)
+
+
+# The slots and the job are ClassAds as the collector and the schedd give them (condor_status -l / condor_q -l),
+# cut to the attributes that matter here.
+SLOT = '[Name = "slot1@node"; State = "Unclaimed"; Memory = 2048; OpSys = "LINUX"; Requirements = START; START = true]'
+JOB = (
+    '[Requirements = ((HasGpu is true)) && (TARGET.Memory >= RequestMemory) && (TARGET.OpSys == "LINUX"); '
+    'RequestMemory = 1024; LastRejMatchReason = "no match found"]'
+)
+
+
+def test_an_idle_job_names_the_terms_of_its_requirements_no_slot_meets() -> None:
+    """What ``condor_q -better-analyze`` would name: the one term no slot meets, not the whole expression."""
+    import classad2  # noqa: PLC0415 (the Condor extra's ClassAd library)
+
+    from mwpy.backends.condor_match import why_idle  # noqa: PLC0415
+
+    slots = [classad2.ClassAd(SLOT), classad2.ClassAd(SLOT.replace("2048", "512"))]
+    job = classad2.ClassAd(JOB)
+    assert why_idle(job, slots) == (
+        "its Requirements match none of the pool's 2 slots: no slot meets ((HasGpu is true)) "
+        "(the schedd: no match found)"
+    )
+    job["Requirements"] = classad2.ExprTree("TARGET.Memory >= RequestMemory")
+    assert why_idle(job, slots).startswith("slots that match it: 1, 1 free; it waits for the next negotiation")
+    slots[0]["START"] = classad2.ExprTree("false")  # the slot's owner refuses every job
+    assert why_idle(job, slots).startswith("slots its Requirements match: 1, all refuse it (their START policy)")
+    slots[0]["START"], slots[0]["State"] = classad2.ExprTree("true"), "Claimed"
+    assert why_idle(job, slots).startswith("slots that match it: 1, all busy")
+    assert why_idle(job, []).startswith("the pool has no execute slot")

@@ -30,8 +30,40 @@ def _matches(judge: classad2.ClassAd, candidate: classad2.ClassAd) -> bool:
     return False
 
 
-def _requirements(job: Mapping[str, Any]) -> str:
-    text = " ".join(str(job.get("Requirements", "")).split())
+def _clauses(requirements: str) -> list[str]:
+    """The ``&&`` terms of an expression at its top level (outside parentheses and strings), as written."""
+    clauses: list[str] = []
+    depth, start, quoted, i = 0, 0, False, 0
+    while i < len(requirements):
+        char = requirements[i]
+        if quoted:
+            quoted = char != '"' or requirements[i - 1] == "\\"
+        elif char == '"':
+            quoted = True
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif depth == 0 and requirements.startswith("&&", i):
+            clauses.append(requirements[start:i].strip())
+            start, i = i + 2, i + 1
+        i += 1
+    return [*clauses, requirements[start:].strip()]
+
+
+def _unmet(job: classad2.ClassAd, slots: Sequence[classad2.ClassAd]) -> str:
+    """The terms of the job's Requirements that no slot meets, as ``condor_q -better-analyze`` names them."""
+    requirements = " ".join(str(job.get("Requirements", "")).split())
+    unmet = []
+    for clause in _clauses(requirements):
+        trial = classad2.ClassAd(str(job))
+        try:
+            trial["Requirements"] = classad2.ExprTree(clause)
+        except Exception:  # a term the library cannot parse alone: not named
+            continue
+        if not any(_matches(slot, trial) for slot in slots):
+            unmet.append(clause)
+    text = " && ".join(unmet) if unmet else requirements
     return text if len(text) <= 200 else text[:200] + "..."
 
 
@@ -42,14 +74,16 @@ def why_idle(job: classad2.ClassAd, slots: Sequence[classad2.ClassAd]) -> str:
         return "the pool has no execute slot (the collector lists none)" + said
     wanted = [slot for slot in slots if _matches(slot, job)]
     if not wanted:
-        return f"its Requirements match none of the pool's {len(slots)} slots ({_requirements(job)})" + said
+        return (
+            f"its Requirements match none of the pool's {len(slots)} slots: no slot meets {_unmet(job, slots)}" + said
+        )
     willing = [slot for slot in wanted if _matches(job, slot)]
     if not willing:
-        return f"the {len(wanted)} slots its Requirements match all refuse it (their START policy)" + said
+        return f"slots its Requirements match: {len(wanted)}, all refuse it (their START policy)" + said
     free = [slot for slot in willing if str(slot.get("State", "")) == "Unclaimed"]
     if not free:
-        return f"all {len(willing)} slots that match it are busy" + said
-    return f"{len(free)} matching slots are free: waiting for the next negotiation" + said
+        return f"slots that match it: {len(willing)}, all busy" + said
+    return f"slots that match it: {len(willing)}, {len(free)} free; it waits for the next negotiation" + said
 
 
 def _schedd_says(job: Mapping[str, Any]) -> str:
