@@ -2,7 +2,7 @@
 
 A real master and a real slave process; the command runs as a user types it
 and reads the resource file, the one source every master writes. The tasks
-wait for their own gate file (tests/programs/gates.py), so the test decides
+wait for their own release file (tests/programs/gated.py), so the test decides
 which task is done, which runs and which wait. Task ids are the ones results
 and the event log give: 1 for the first task submitted.
 """
@@ -18,9 +18,17 @@ import pytest
 from mwpy import resource_file
 from mwpy.errors import InvalidResourceFileError
 from mwpy.resource_file import Flight, TaskBoard, Waiting
-from tests.support import PROGRAMS, mwpy_command, reap_spawned, spawn_master, spawn_slave, wait_until
+from tests.support import (
+    PROGRAMS,
+    mwpy_command,
+    reap_spawned,
+    resource_record,
+    spawn_master,
+    spawn_slave,
+    wait_until,
+)
 
-GATES = PROGRAMS / "gates.py"
+GATED = PROGRAMS / "gated.py"
 
 
 @pytest.fixture(autouse=True)
@@ -46,9 +54,8 @@ def says(workdir: Path, task: int, words: str) -> str:
 
 
 def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tmp_path: Path) -> None:
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    master = spawn_master(GATES, tmp_path, "--mw-resource-file-update-interval", "1", str(gates), "5")
+    release = tmp_path / "release"
+    master = spawn_master(GATED, tmp_path, "--mw-resource-file-update-interval", "1", str(release), "5")
 
     # No slave yet: every task waits, and the reason is that no slave is connected.
     text = wait_until(lambda: says(tmp_path, 3, "behind 2 tasks"), 60, "task 3 waiting behind tasks 1 and 2")
@@ -59,40 +66,21 @@ def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tm
     assert unknown.stdout == ""
     assert unknown.stderr == "mwpy status: error: task 9 is unknown: the master has issued tasks 1 to 5\n"
 
-    spawn_slave(GATES, tmp_path)  # a slave starting fresh runs one task at a time: task 1, the rest queued
+    spawn_slave(GATED, tmp_path)  # a slave starting fresh runs one task at a time: task 1, the rest queued
     text = wait_until(lambda: says(tmp_path, 1, "running on slave-"), 60, "task 1 running")
     assert text.splitlines()[0].startswith("task 1, as of the resource file written ")
     text = wait_until(lambda: says(tmp_path, 4, "behind 2 tasks"), 60, "task 4 behind tasks 2 and 3")
     assert "1 slave connected (1 task running)" in text, text
 
-    (gates / "0").touch()  # task 1 ends; task 2 takes its place
+    Path(f"{release}.0").touch()  # task 1 ends; task 2 takes its place
     wait_until(lambda: says(tmp_path, 2, "running on slave-"), 60, "task 2 running")
     text = wait_until(lambda: says(tmp_path, 1, "done:"), 60, "task 1 done")
     assert "done: its result (a value or its error) went to the program" in text, text
     assert master.alive()  # done while the computation goes on
 
-    for value in range(1, 5):
-        (gates / str(value)).touch()
+    release.touch()
     assert master.wait(60) == 0, master.err()
     assert "done: the computation has finished" in explain(tmp_path, 5).stdout
-
-
-def record_with(board: TaskBoard | None) -> resource_file.ResourceFile:
-    return resource_file.ResourceFile(
-        computation_status="in-progress",
-        timestamp=1000.0,
-        update_interval=5.0,
-        member_id="explain-test",
-        master_host="127.0.0.1",
-        master_port=4000,
-        slaves_needed=0,
-        slave_executable="python3",
-        slave_files=[],
-        slave_arguments=[],
-        master_pid=1,
-        slaves_connected={"unordered": 1},
-        task_board=board,
-    )
 
 
 def test_a_board_that_leaves_tasks_out_does_not_call_an_unlisted_task_done(tmp_path: Path) -> None:
@@ -105,7 +93,7 @@ def test_a_board_that_leaves_tasks_out_does_not_call_an_unlisted_task_done(tmp_p
         queued=[Waiting(slave="", runs=[8, 10, 20, 29])],
         queued_beyond=40_000,
     )
-    record = record_with(board)
+    record = resource_record(timestamp=1000.0, slaves_connected={"unordered": 1}, task_board=board)
     assert explaining.explain(record, 25, now=1001.0)[1] == "waiting in the queue behind 8 tasks"
     line = explaining.explain(record, 30_000, now=1001.0)[-1]
     assert line.startswith("not among the 14 tasks the resource file lists as sent or queued: done, or queued")
