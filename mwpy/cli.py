@@ -278,7 +278,7 @@ def _status(options: argparse.Namespace) -> int:
         return 1
     listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
     if options.explain is not None:
-        return _explain(record, options.explain, listed, why if options.condor else None)
+        return _explain(record, options, listed, why if options.condor else None, gone)
     state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"
     report = {
         "status": state,
@@ -337,17 +337,23 @@ def _print_status(
         print(f"{name:<8} {safe_text.one_line(value)}")
 
 
-def _explain(record: resource_file.ResourceFile, task: int, listed: list[Job] | None, why: str | None) -> int:
+def _explain(
+    record: resource_file.ResourceFile,
+    options: argparse.Namespace,
+    listed: list[Job] | None,
+    why: str | None,
+    gone: str | None,
+) -> int:
     """``mwpy status --explain TASK``: 0 with the lines, 3 for a task the master never issued, 1 without a board."""
     from mwpy.observe import explain  # noqa: PLC0415 (only this option needs it)
 
     try:
-        lines = explain.explain(record, task, jobs=listed, condor_problem=why)
+        lines = explain.explain(record, options.explain, jobs=listed, condor_problem=why, master_gone=gone)
     except MwpyError as exc:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return UNKNOWN_TASK if isinstance(exc, explain.UnknownTaskError) else 1
-    for line in lines:  # job reasons and slave names come from elsewhere: shown safe
-        print(safe_text.one_line(line))
+    lines = [safe_text.one_line(line) for line in lines]  # job reasons and slave names come from elsewhere
+    print(json.dumps({"task": options.explain, "explanation": lines}, indent=2) if options.json else "\n".join(lines))
     return 0
 
 

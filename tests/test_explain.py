@@ -9,6 +9,7 @@ and the event log give: 1 for the first task submitted.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,9 +38,9 @@ def _reap() -> Iterator[None]:
     reap_spawned()
 
 
-def explain(workdir: Path, task: int) -> subprocess.CompletedProcess[str]:
+def explain(workdir: Path, task: int, *options: str) -> subprocess.CompletedProcess[str]:
     """``mwpy status resource.json --explain TASK --no-condor`` (no schedd is asked: this test has no pool)."""
-    command = mwpy_command("status", str(workdir / "resource.json"), "--no-condor", "--explain", str(task))
+    command = mwpy_command("status", str(workdir / "resource.json"), "--no-condor", "--explain", str(task), *options)
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -60,6 +61,12 @@ def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tm
     # No slave yet: every task waits, and the reason is that no slave is connected.
     text = wait_until(lambda: says(tmp_path, 3, "behind 2 tasks"), 60, "task 3 waiting behind tasks 1 and 2")
     assert "no slave is connected; the master wants 5" in text, text
+    report = json.loads(explain(tmp_path, 3, "--json").stdout)  # the same lines, for scripts
+    assert report["task"] == 3
+    assert report["explanation"][1:] == [
+        "waiting in the queue behind 2 tasks",
+        "no slave is connected; the master wants 5",
+    ]
 
     unknown = explain(tmp_path, 9)
     assert unknown.returncode == 3

@@ -109,12 +109,13 @@ def explain(
     jobs: Sequence[Job] | None = None,
     condor_problem: str | None = None,
     need: str | None = None,
+    master_gone: str | None = None,
     now: float | None = None,
 ) -> list[str]:
     """Why ``task`` is not running, one fact a line; :class:`UnknownTaskError` when no such task was issued.
 
     ``need``: what the task asks of a slave (its resources, in words), when tasks carry one; it is said
-    with the reasons a queued task waits.
+    with the reasons a queued task waits. ``master_gone``: how the master's Condor job left the queue.
     """
     now = time.time() if now is None else now
     board = record.task_board
@@ -124,7 +125,9 @@ def explain(
         issued = f"tasks 1 to {board.issued}" if board.issued else "no task yet"
         raise UnknownTaskError(f"task {task} is unknown: the master has issued {issued}")
     lines = [f"task {task}, as of the resource file written {duration(record.age(now))} ago:"]
-    if record.stale(now):
+    if master_gone:
+        lines.append(f"{master_gone}: the computation has no master, and nothing runs any more")
+    elif record.stale(now):
         lines.append("the resource file is stale: the master has not rewritten it in time and may be gone")
     where = _where(board, task, now)
     if where is not None:
