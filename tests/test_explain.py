@@ -14,13 +14,20 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import classad2
 import pytest
 
 from mwpy import resource_file
+from mwpy.backends.condor_match import why_idle
+from mwpy.core import board
+from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import InvalidResourceFileError
+from mwpy.observe import explain as explaining
 from mwpy.resource_file import Flight, TaskBoard, Waiting
+from mwpy.task import DEFAULT_POLICY
 from tests.support import (
     PROGRAMS,
+    QUIET,
     mwpy_command,
     reap_spawned,
     resource_record,
@@ -92,8 +99,6 @@ def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tm
 
 def test_a_board_that_leaves_tasks_out_does_not_call_an_unlisted_task_done(tmp_path: Path) -> None:
     """Past its bounds the board says how much it left out; a task it does not list may still be queued."""
-    from mwpy.observe import explain as explaining  # noqa: PLC0415 (the module under test, for its pure part)
-
     board = TaskBoard(
         issued=50_000,
         flights=[Flight(slave="slave-0", since=990.0, tasks=[7])],
@@ -126,10 +131,6 @@ JOB = (
 
 def test_an_idle_job_names_the_terms_of_its_requirements_no_slot_meets() -> None:
     """What ``condor_q -better-analyze`` would name: the one term no slot meets, not the whole expression."""
-    import classad2  # noqa: PLC0415 (the Condor extra's ClassAd library)
-
-    from mwpy.backends.condor_match import why_idle  # noqa: PLC0415
-
     slots = [classad2.ClassAd(SLOT), classad2.ClassAd(SLOT.replace("2048", "512"))]
     job = classad2.ClassAd(JOB)
     assert why_idle(job, slots) == (
@@ -143,3 +144,27 @@ def test_an_idle_job_names_the_terms_of_its_requirements_no_slot_meets() -> None
     slots[0]["START"], slots[0]["State"] = classad2.ExprTree("true"), "Claimed"
     assert why_idle(job, slots).startswith("slots that match it: 1, all busy")
     assert why_idle(job, []).startswith("the pool has no execute slot")
+
+
+def test_the_board_of_a_huge_scattered_queue_stays_small_and_says_what_it_left_out() -> None:
+    """A real scheduler with 30,000 queued tasks of which no two ids are consecutive, and 300 slaves each running
+    one: the board keeps to its bounds, and what it lists is where the tasks are."""
+    sched = Scheduler()
+    entries = [Entry(sched.new_id(), "work", b"", DEFAULT_POLICY, QUIET) for _ in range(60_300)]
+    for entry in entries[:300] + entries[300::2]:  # the odd ones past 300 are never queued: no run is longer than 1
+        sched.add(entry)
+    for number in range(300):
+        sched.join(f"slave-{number}")
+        assert [task.task_id for task in sched.take(f"slave-{number}", now=5.0)] == [number + 1]
+
+    snapshot = board.snapshot(sched, now=10.0)
+    assert snapshot.issued == 60_300
+    assert not snapshot.flights_complete
+    assert sum(len(flight.tasks) for flight in snapshot.flights) == board.MAX_IN_FLIGHT
+    assert snapshot.flights[0].tasks == [1]
+    (shared,) = snapshot.queued
+    assert shared.runs[:4] == [301, 301, 303, 303]  # in the order they will be sent
+    assert len(shared.runs) == 2 * board.MAX_RUNS
+    assert snapshot.queued_beyond == 30_000 - board.MAX_RUNS
+    size = len(resource_file.dumps(resource_record(task_board=snapshot)))
+    assert size < 96 * 1024, size  # the file travels with every slave job

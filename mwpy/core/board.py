@@ -27,21 +27,23 @@ from mwpy.resource_file import Flight, TaskBoard, Waiting
 
 #: Queued tasks walked at most, all queues together.
 MAX_WALK = 10_000
-#: Runs of consecutive ids written at most per queue.
-MAX_RUNS = 500
-#: Tasks in flight listed at most, all slaves together.
-MAX_IN_FLIGHT = 4_096
+#: Runs of consecutive ids written at most, all queues together.
+MAX_RUNS = 1_000
+#: Tasks in flight listed at most, all slaves together. The resource file travels with every slave job
+#: (Condor ships it at each start): the whole board stays within a few tens of KiB.
+MAX_IN_FLIGHT = 256
 
 
-def _runs(tasks: Iterable[Entry], budget: int) -> tuple[list[int], int]:
-    """``[first, last, ...]`` of consecutive ids among the first tasks, and how many tasks that covers."""
+def _runs(tasks: Iterable[Entry], budget: int, most: int) -> tuple[list[int], int]:
+    """``[first, last, ...]``: at most ``most`` runs of consecutive ids among the first ``budget`` tasks, and how
+    many tasks they cover."""
     runs: list[int] = []
     covered = 0
     for entry in itertools.islice(tasks, budget):
         task_id = entry.task_id
         if runs and task_id == runs[-1] + 1:
             runs[-1] = task_id
-        elif len(runs) < 2 * MAX_RUNS:
+        elif len(runs) < 2 * most:
             runs += [task_id, task_id]
         else:
             break
@@ -68,14 +70,14 @@ def _flights(sched: Scheduler, now: float) -> tuple[list[Flight], bool]:
 
 def snapshot(sched: Scheduler, now: float) -> TaskBoard:
     """The board as of ``now`` (the master's monotonic clock)."""
-    budget = MAX_WALK
+    budget, most = MAX_WALK, MAX_RUNS
     queues: list[Waiting] = []
     beyond = 0
     shared = sched._unordered
     lines = [("", shared)] + [(sid, slot.ordered) for sid, slot in sched._slots.items() if slot.ordered]
     for sid, queue in lines:
-        runs, covered = _runs(queue, budget)
-        budget -= covered
+        runs, covered = _runs(queue, budget, most)
+        budget, most = budget - covered, most - len(runs) // 2
         beyond += len(queue) - covered
         if runs:
             queues.append(Waiting(slave=sid, runs=runs))
