@@ -143,3 +143,23 @@ def test_a_shared_object_crosses_once_per_slave_job_not_once_per_task(condor_poo
     assert outcome["counters"]["fetches"] == {outcome["digest"]: outcome["slaves"]}, report
     assert outcome["counters"]["bytes_sent"] == outcome["slaves"] * outcome["size"], report
     print(f"{outcome['slaves']} slave jobs, {outcome['counters']['bytes_sent']} bytes sent")
+
+
+def test_a_task_that_kills_its_condor_slave_fails_once_saying_how_from_condor_s_log(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Issue 21 item 1 on the condor back end: the error names the Condor job and how it ended (its user log)."""
+    done = run_script(
+        condor_pool, condor_workdir, "executor_condor_killed.py",
+        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"],
+    )  # fmt: skip
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    lines = done.stdout.splitlines()
+    error = next((line for line in lines if line.startswith("error ")), "")
+    assert error.startswith("error KilledSlaveError doom killed 1 slaves"), report
+    assert ", Condor job " in error, report  # the slave was found by its job, not by a local pid
+    assert "killed by SIGKILL" in error, report
+    assert "(Condor's log)" in error, report  # how it ended came from the slave jobs' user log
+    assert f"squares {[x * x for x in range(10)]}" in lines, report
+    assert lines[-1] == "shut down", report
