@@ -135,7 +135,11 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="a live view until the computation finishes")
     status.add_argument("--interval", type=positive_float, default=1.0, help="--watch: seconds between refreshes")
     status.add_argument("--total", type=positive_int, help="--watch: tasks in all, for the progress bar and ETA")
-    status.add_argument("--events", help="--watch: the master's event log (--mw-events), for failures and the total")
+    status.add_argument(
+        "--events",
+        help="the master's event log (--mw-events): --watch shows failures and the total from it, --explain how the "
+        "task ended and its failed runs",
+    )
 
     jobs_command.add_parser(commands)
     report = commands.add_parser(
@@ -348,11 +352,15 @@ def _explain(
     from mwpy.observe import explain  # noqa: PLC0415 (only this option needs it)
 
     try:
-        lines = explain.explain(record, options.explain, jobs=listed, condor_problem=why, master_gone=gone)
+        failures, problem = explain.failures_of(options.events, options.explain) if options.events else (None, None)
+        lines = explain.explain(
+            record, options.explain, jobs=listed, condor_problem=why, master_gone=gone, failures=failures
+        )
     except MwpyError as exc:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return UNKNOWN_TASK if isinstance(exc, explain.UnknownTaskError) else 1
-    lines = [safe_text.one_line(line) for line in lines]  # job reasons and slave names come from elsewhere
+    lines += [f"event log: {problem}"] if problem else []
+    lines = [safe_text.one_line(line) for line in lines]  # job reasons, slave names, task errors: shown safe
     print(json.dumps({"task": options.explain, "explanation": lines}, indent=2) if options.json else "\n".join(lines))
     return 0
 

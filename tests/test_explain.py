@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from mwpy.backends.condor_match import why_idle
 from mwpy.core import board
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import InvalidResourceFileError
+from mwpy.observe import events as ev
 from mwpy.observe import explain as explaining
 from mwpy.resource_file import Flight, TaskBoard, Waiting
 from mwpy.task import DEFAULT_POLICY
@@ -63,7 +65,10 @@ def says(workdir: Path, task: int, words: str) -> str:
 
 def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tmp_path: Path) -> None:
     release = tmp_path / "release"
-    master = spawn_master(GATED, tmp_path, "--mw-resource-file-update-interval", "1", str(release), "5")
+    events = tmp_path / "events.jsonl"
+    master = spawn_master(
+        GATED, tmp_path, "--mw-resource-file-update-interval", "1", "--mw-events", str(events), str(release), "5"
+    )
 
     # No slave yet: every task waits, and the reason is that no slave is connected.
     text = wait_until(lambda: says(tmp_path, 3, "behind 2 tasks"), 60, "task 3 waiting behind tasks 1 and 2")
@@ -91,6 +96,8 @@ def test_explain_says_done_running_waiting_behind_n_and_refuses_an_unknown_id(tm
     text = wait_until(lambda: says(tmp_path, 1, "done:"), 60, "task 1 done")
     assert "done: its result (a value or its error) went to the program" in text, text
     assert master.alive()  # done while the computation goes on
+    with_log = explain(tmp_path, 1, "--events", str(events)).stdout  # which of the two: the event log knows
+    assert "done: its value went to the program (the event log records no failure that ended it)" in with_log
 
     release.touch()
     assert master.wait(60) == 0, master.err()
@@ -168,3 +175,34 @@ def test_the_board_of_a_huge_scattered_queue_stays_small_and_says_what_it_left_o
     assert snapshot.queued_beyond == 30_000 - board.MAX_RUNS
     size = len(resource_file.dumps(resource_record(task_board=snapshot)))
     assert size < 96 * 1024, size  # the file travels with every slave job
+
+
+def test_with_the_event_log_a_task_says_how_it_ended_and_how_often_it_failed(tmp_path: Path) -> None:
+    """The event log's task-failed lines (written by the master's own writer) name each failed task."""
+    path = tmp_path / "events.jsonl"
+    writer = ev.EventWriter(path, clock=lambda: 990.0)
+    for task, retried in ((4, True), (4, False), (9, True)):
+        writer.task_failed(
+            task=task, slave="slave-2", algorithm="work", error="ValueError", message="bad\ninput",
+            traceback="", retried=retried,
+        )  # fmt: skip
+    writer.flush(force=True)
+    writer.close()
+    assert explaining.failures_of(path, 7) == ([], None)
+    failures, problem = explaining.failures_of(path, 4)
+    assert (len(failures), problem) == (2, None)
+    board = TaskBoard(issued=10, queued=[Waiting(slave="", runs=[9, 10])])
+    record = resource_record(timestamp=1000.0, task_board=board)
+    assert explaining.explain(record, 4, failures=failures, now=1001.0)[1].startswith(
+        "done: it failed and its error went to the program: ValueError: bad input (on slave-2 at "
+    )
+    assert explaining.explain(record, 9, failures=explaining.failures_of(path, 9)[0], now=1001.0)[1:3] == [
+        "waiting in the queue: it is next",
+        "it failed 1 time before; the last: ValueError: bad input (on slave-2 at "
+        + time.strftime("%H:%M:%S", time.localtime(990.0))
+        + ")",
+    ]
+    path.write_bytes(path.read_bytes() + b'{"v": 1, "t": 9')  # a line cut short: what was read is kept
+    failures, problem = explaining.failures_of(path, 4)
+    assert len(failures) == 2
+    assert problem is not None

@@ -5,16 +5,23 @@ source every master always writes, and, when a schedd answers, from the
 computation's slave jobs (their hold reasons and why idle ones do not match).
 The lines say what the file said when it was written, and how long ago.
 
-Pure: no I/O here; the command gathers the facts and prints the lines.
+With the master's event log (``--events``, written with ``--mw-events``) it
+also says how a task ended (a value, or the error that went to the program)
+and how often it failed before: the log names each failed task.
+
+:func:`explain` is pure; :func:`failures_of` reads the event log; the command
+gathers the facts and prints the lines.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
 from mwpy.backends import Job, JobState
-from mwpy.errors import MwpyError
+from mwpy.errors import EventLogError, MwpyError
+from mwpy.observe import events as ev
 from mwpy.observe.goodput import duration
 from mwpy.resource_file import ResourceFile, TaskBoard, Waiting
 
@@ -24,6 +31,41 @@ MAX_JOBS_QUOTED = 3
 
 class UnknownTaskError(MwpyError):
     """The task id names no task the master has issued (``mwpy status --explain`` exits 3)."""
+
+
+def failures_of(path: str | os.PathLike[str], task: int) -> tuple[list[ev.TaskFailed], str | None]:
+    """The ``task-failed`` events of ``task`` in the event log, oldest first, and the log's problem if it has one
+    (the failures read before it are kept: a live log's last line may be cut)."""
+    found: list[ev.TaskFailed] = []
+    try:
+        for event in ev.iter_events(path):
+            if isinstance(event, ev.TaskFailed) and event.task == task:
+                found.append(event)
+    except EventLogError as exc:
+        return found, str(exc)
+    return found, None
+
+
+def _failure(event: ev.TaskFailed) -> str:
+    when = time.strftime("%H:%M:%S", time.localtime(event.t))
+    return f"{event.error}: {' '.join(event.message.split())[:200]} (on {event.slave} at {when})"
+
+
+def _history(failures: Sequence[ev.TaskFailed]) -> list[str]:
+    """``it failed 2 times before; the last: ...`` for a task still to run, from the event log."""
+    if not failures:
+        return []
+    return [f"it failed {_count(len(failures), 'time')} before; the last: {_failure(failures[-1])}"]
+
+
+def _ended(failures: Sequence[ev.TaskFailed] | None) -> str:
+    """How a done task ended: from the event log when there is one."""
+    if failures is None:
+        return "done: its result (a value or its error) went to the program"
+    if failures and not failures[-1].retried:
+        return f"done: it failed and its error went to the program: {_failure(failures[-1])}"
+    after = f", after {_count(len(failures), 'failed run')}" if failures else ""
+    return f"done: its value went to the program (the event log records no failure that ended it{after})"
 
 
 def _position(waiting: Waiting, task: int) -> int | None:
@@ -110,12 +152,14 @@ def explain(
     condor_problem: str | None = None,
     need: str | None = None,
     master_gone: str | None = None,
+    failures: Sequence[ev.TaskFailed] | None = None,
     now: float | None = None,
 ) -> list[str]:
     """Why ``task`` is not running, one fact a line; :class:`UnknownTaskError` when no such task was issued.
 
     ``need``: what the task asks of a slave (its resources, in words), when tasks carry one; it is said
     with the reasons a queued task waits. ``master_gone``: how the master's Condor job left the queue.
+    ``failures``: the task's ``task-failed`` events (:func:`failures_of`), None without an event log.
     """
     now = time.time() if now is None else now
     board = record.task_board
@@ -132,14 +176,14 @@ def explain(
     where = _where(board, task, now)
     if where is not None:
         line, queued = where
-        lines.append(line)
+        lines += [line, *_history(failures or ())]
         if queued:
             lines += ([f"it needs: {need}"] if need else []) + _why_waiting(record, jobs, condor_problem)
         return lines
-    if record.finished:
+    if record.finished and failures is None:
         return [*lines, "done: the computation has finished"]
-    if board.flights_complete and not board.queued_beyond:
-        return [*lines, "done: its result (a value or its error) went to the program"]
+    if record.finished or (board.flights_complete and not board.queued_beyond):
+        return [*lines, _ended(failures)]
     listed = sum(len(f.tasks) for f in board.flights) + sum(_size(w) for w in board.queued)
     return [
         *lines,
