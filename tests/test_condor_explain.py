@@ -10,6 +10,7 @@ slot ads, both always there.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,21 @@ def test_idle_slave_jobs_that_cannot_match_say_why_in_status_and_explain(
     assert lines[1:3] == ["waiting in the queue: it is next", "no slave is connected; the master wants 3"], lines
     assert lines[3] == "3 slave jobs idle", lines
     assert "its Requirements match none of the pool's " in lines[4], lines
+
+    # --watch: the condor phrase carries the counts' age and why the idle jobs wait (a pipe: plain lines).
+    seen = condor_workdir / "watch.out"
+    with seen.open("wb") as sink:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "mwpy", "status", str(condor_workdir / RESOURCE), "--watch", "--condor"],
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=condor_pool.env(),
+        )  # fmt: skip
+    try:
+        watched = wait_until(
+            lambda: next((t for t in seen.read_text(encoding="utf-8").splitlines() if " · idle: " in t), ""),
+            60,
+            "the watch line with why the jobs are idle",
+            interval=0.5,
+        )
+    finally:
+        stop(watch)
+    assert re.search(r"condor 3 idle · 0 running · 0 held \(\d+ s old\) · idle: its Requirements match none", watched)

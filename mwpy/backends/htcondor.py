@@ -465,15 +465,17 @@ def add_location_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def job_counts(
-    member_id: str, *, schedd: str | None = None, collector: str | None = None
+    member_id: str, *, analyse: bool = True, schedd: str | None = None, collector: str | None = None
 ) -> tuple[dict[str, int], str | None]:
     """A computation's slave jobs in the schedd's queue (idle, running, held and total), and why the first
-    idle one does not run (None when none is idle).
+    idle one does not run (None when none is idle, or when not ``analyse``: that costs a collector query).
 
     Raises :class:`CondorError` when there is no schedd to ask.
     """
     backend = CondorBackend(member_id, schedd=schedd, collector=collector)
-    jobs = backend.explain_idle(backend.jobs())
+    jobs = backend.jobs()
+    if analyse:
+        jobs = backend.explain_idle(jobs)
     return counts_of(jobs), next((job.reason for job in jobs if job.state is JobState.IDLE and job.reason), None)
 
 

@@ -51,6 +51,8 @@ MAX_FAILURES = 5
 SLOWEST_SLAVES = 3
 #: Seconds between two questions to the schedd (a schedd is shared; once a second would be rude).
 CONDOR_INTERVAL = 10.0
+#: Seconds between two analyses of why idle slave jobs do not match (each asks the collector for every slot).
+ANALYSIS_INTERVAL = 60.0
 #: Exit status on Ctrl-C, as a shell reports SIGINT.
 INTERRUPTED = 130
 #: Slave groups in the order slaves fill them (the resource file sorts its keys).
@@ -303,17 +305,27 @@ class FailureTail:
 CondorAnswer = tuple[dict[str, int] | None, str | None, str | None]
 
 
-def condor_counter(member_id: str) -> Callable[[], CondorAnswer]:
-    """Ask the local schedd for the computation's jobs (imported lazily: the bindings are slow to load)."""
+def condor_counter(member_id: str, clock: Callable[[], float] = time.monotonic) -> Callable[[], CondorAnswer]:
+    """Ask the local schedd for the computation's jobs (imported lazily: the bindings are slow to load).
+
+    Why idle jobs do not match costs a query of every slot in the pool: asked at most every
+    ``ANALYSIS_INTERVAL`` seconds, and the last answer kept in between while jobs stay idle.
+    """
+    analysed_at, said = float("-inf"), None  # the last analysis: when, and what it said
 
     def ask() -> CondorAnswer:
+        nonlocal analysed_at, said
+        now = clock()
+        analyse = now - analysed_at >= ANALYSIS_INTERVAL
         try:
             from mwpy.backends.htcondor import job_counts  # noqa: PLC0415
 
-            counts, idle_why = job_counts(member_id)
+            counts, idle_why = job_counts(member_id, analyse=analyse)
         except (ImportError, RuntimeError) as exc:
             return None, None, f"no Condor job counts: {exc}"[:200]
-        return counts, idle_why, None
+        if analyse:
+            analysed_at, said = now, idle_why
+        return counts, said if counts["idle"] else None, None
 
     return ask
 
