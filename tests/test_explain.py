@@ -114,6 +114,8 @@ def test_a_board_that_leaves_tasks_out_does_not_call_an_unlisted_task_done(tmp_p
     )
     record = resource_record(timestamp=1000.0, slaves_connected={"unordered": 1}, task_board=board)
     assert explaining.explain(record, 25, now=1001.0)[1] == "waiting in the queue behind 8 tasks"
+    # what the task asks of a slave, once tasks carry resources (issue 24 item 1), is said with why it waits
+    assert explaining.explain(record, 25, need="16 GB of memory", now=1001.0)[2] == "it needs: 16 GB of memory"
     line = explaining.explain(record, 30_000, now=1001.0)[-1]
     assert line.startswith("not among the 14 tasks the resource file lists as sent or queued: done, or queued")
     assert "leaves out 40000 queued tasks" in line
