@@ -29,6 +29,7 @@ from mwpy.errors import (
     KilledSlaveError,
     MembershipError,
     MwpyError,
+    NoMatchingSlaveError,
     NotInMasterError,
     ProtocolError,
     RemoteTraceback,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from mwpy.executor import Executor
     from mwpy.master import LoopEvents, Master
     from mwpy.program import exit_status, main, master, run, slave
+    from mwpy.resources import Resources
     from mwpy.slave import Slave, SlaveStatus
     from mwpy.task import (
         Policy,
@@ -73,6 +75,7 @@ _HOMES = {
     "share": "mwpy.task",
     "Shared": "mwpy.wire.codec",
     "File": "mwpy.wire.codec",
+    "Resources": "mwpy.resources",
     "Slave": "mwpy.slave",
     "SlaveKind": "mwpy.core.scheduler",
     "SlaveStatus": "mwpy.slave",
@@ -129,11 +132,13 @@ __all__ = [
     "Master",
     "MembershipError",
     "MwpyError",
+    "NoMatchingSlaveError",
     "NotInMasterError",
     "Policy",
     "ProtocolError",
     "RemoteTraceback",
     "ResourceFileError",
+    "Resources",
     "Result",
     "Shared",
     "SharedObjectError",

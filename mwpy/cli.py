@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
@@ -25,6 +27,7 @@ from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
 from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
+from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
@@ -50,6 +53,16 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         type=positive_int,
         default=2,
         help="most slave processes at once (default 2): slaves start as the master asks for them",
+    )
+    local.add_argument(
+        "--slave-resources",
+        action="append",
+        type=slave_shape,
+        default=[],
+        metavar="SHAPE",
+        help="what each slave offers to tasks' resources=, e.g. cpus=2,memory=16GB,gpus=1 (repeatable: the "
+        "slaves are dealt among the shapes); default: this machine's cpus and memory. A task no shape "
+        "satisfies fails at once (mwpy.NoMatchingSlaveError)",
     )
     local.add_argument("--workdir", help="folder for the resource file, logs and slave sandboxes (kept)")
     local.add_argument(
@@ -196,6 +209,7 @@ def _local(options: argparse.Namespace) -> int:
         workdir=options.workdir,
         progress=options.progress,
         total=options.total,
+        shapes=options.slave_resources,
     )
 
 
@@ -295,6 +309,7 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_done": record.tasks_done,
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
+        "shapes": [attrs.asdict(shape) for shape in record.shapes],
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -325,6 +340,8 @@ def _print_status(
         ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
         *jobs_command.status_rows(report),
     ]
+    if record.shapes:
+        rows.insert(4, ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:

@@ -27,6 +27,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── TaskTimeoutError (TimeoutError)   a task ran past its timeout (what its future raises)
     ├── SlavesFailError                   slaves keep failing before any task had a result
     ├── UnrunnableTaskError               a future's task became unrunnable (its policy forbade a retry)
+    │   └── NoMatchingSlaveError          ... no slave on offer has the resources it needs
     ├── KilledSlaveError                  a task killed too many slaves running it (dask's KilledWorker)
     ├── SharedObjectError                 a shared object (mw.share) cannot be had here, or its file is bad
     ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
@@ -120,6 +121,13 @@ class UnrunnableTaskError(MwpyError):
     """A future's task became unrunnable: its slave vanished and its policy forbade running it again.
 
     The task is also in ``mw.unrunnable_tasks()``, as CL-MW's loop API has it.
+    """
+
+
+class NoMatchingSlaveError(UnrunnableTaskError):
+    """A task needs resources (``resources=``) that no slave shape on offer has: it fails at once, never queued.
+
+    The message names the task, what it needs and the shapes on offer, on one line.
     """
 
 

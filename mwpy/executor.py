@@ -57,7 +57,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -73,6 +73,7 @@ from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
+from mwpy.resources import Resources, own_shape
 from mwpy.streams import chunked
 from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
 from mwpy.wire import codec
@@ -90,6 +91,8 @@ UPDATE_INTERVAL = 1.0
 SUBMIT_BATCH = 1024
 
 _numbers = itertools.count()
+#: One slave shape as ``slave_resources=`` takes it.
+Shape = Resources | Mapping[str, Any] | str
 log = safe_text.logger(__name__)
 
 
@@ -136,8 +139,8 @@ class Future(LightFuture[R]):
         if not self.running():
             self._mark_running()
 
-    def unrunnable(self) -> bool:
-        self._end(None, unrunnable_error(self._task_id or 0))
+    def unrunnable(self, reason: str | None = None) -> bool:
+        self._end(None, unrunnable_error(self._task_id or 0, reason))
         return False
 
     def settle(self, result: Result) -> bool:
@@ -172,7 +175,13 @@ class Executor(concurrent.futures.Executor):
     options (e.g. ``["--submit-file", "slaves.sub"]``). ``options``: extra
     ``--mw-*`` options for the master (e.g. ``["--mw-slave-window", "8"]``).
     ``workdir``: where the resource file, audit and slave sandboxes go
-    (default: a temporary folder, removed at shutdown). What a task prints
+    (default: a temporary folder, removed at shutdown). ``resources``
+    (:class:`~mwpy.resources.Resources` or a dict of its keys): what every task
+    needs of its slave unless its ``@mwpy.task(resources=...)`` says otherwise.
+    ``slave_resources``: the local slaves' shapes (one, or a list the slaves
+    are dealt among; default: each offers this machine's cpus and memory); a
+    task none of them satisfies fails at once with
+    :class:`~mwpy.errors.NoMatchingSlaveError`. What a task prints
     shows on this process's stdout and stderr when its result comes, as
     under ProcessPoolExecutor; ``quiet=True`` (``--mw-quiet``) keeps it to
     the futures' ``stdout``/``stderr``.
@@ -193,6 +202,8 @@ class Executor(concurrent.futures.Executor):
         options: Sequence[str] = (),
         workdir: str | os.PathLike[str] | None = None,
         quiet: bool = False,
+        resources: Shape | None = None,
+        slave_resources: Shape | Sequence[Shape] | None = None,
     ) -> None:
         if max_workers is None:
             max_workers = os.cpu_count() or 1
@@ -201,6 +212,11 @@ class Executor(concurrent.futures.Executor):
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         self._max_workers = max_workers
+        #: What a task needs when its function does not say (``resources=``).
+        self._resources = Resources.of(resources)
+        shapes = _shapes(slave_resources)
+        if shapes and backend != "local":
+            raise ConfigurationError("slave_resources= shapes local slaves; a Condor slave offers its slot's resources")
         # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
         if "__main__" in sys.modules:
             sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
@@ -212,13 +228,14 @@ class Executor(concurrent.futures.Executor):
             if pickled is not None:
                 initializing = work.path / INITIALIZER_FILE
                 initializing.write_bytes(pickled)
+            factory = backends.lookup(backend)
+            namespace = _backend_options(factory, backend, backend_arguments, work)
             quieting = ["--mw-quiet"] if quiet else []
-            self._options = _master_options([*options, *quieting], work.resource_file, backend, initializing)
+            offer = _offer(namespace, shapes) if backend == "local" else []
+            self._options = _master_options([*options, *quieting, *offer], work.resource_file, backend, initializing)
             logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
             audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
             undo.callback(audit.close)
-            factory = backends.lookup(backend)
-            namespace = _backend_options(factory, backend, backend_arguments, work)
             program = _spawn_program(backend, work.path)
             self._master = Master(self._options, audit=audit, secret=secrets.token_bytes(32), program=program)
             self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
@@ -239,6 +256,14 @@ class Executor(concurrent.futures.Executor):
 
     # ------------------------------------------------------------------ submitting
 
+    def _policy_of(self, fn: Callable[..., Any]) -> Policy:
+        """The policy a submitted function runs under: a task algorithm's own (``@mwpy.task(retries=...)``),
+        with the executor's ``resources=`` when it asks for none."""
+        policy = fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY
+        if self._resources is None or policy.resources is not None:
+            return policy
+        return attrs.evolve(policy, resources=self._resources)
+
     def share(self, obj: Any) -> codec.Shared:
         """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``)."""
         return self._master.share(obj)
@@ -251,12 +276,12 @@ class Executor(concurrent.futures.Executor):
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         name, payload, label = self._encode(fn, args, kwargs)
         future: Future[R] = Future(self._service)
-        self._service.hand_over([(future, name, payload, _policy_of(fn), label)])
+        self._service.hand_over([(future, name, payload, self._policy_of(fn), label)])
         return future
 
     def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]]) -> list[Future[R]]:
         """``map``'s submissions: a future per call, handed over ``SUBMIT_BATCH`` at a time (one lock, one wake)."""
-        policy = _policy_of(fn)
+        policy = self._policy_of(fn)
         service = self._service
         futures: list[Future[R]] = []
         batch: list[_Submission] = []
@@ -488,9 +513,20 @@ def _label(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
-def _policy_of(fn: Callable[..., Any]) -> Policy:
-    """The policy a submitted function runs under: a task algorithm's own (``@mwpy.task(retries=...)``)."""
-    return fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY
+def _shapes(given: Shape | Sequence[Shape] | None) -> list[Resources]:
+    """``slave_resources=`` as a list of shapes: one record or dict, or a list of them."""
+    if given is None:
+        return []
+    many = given if isinstance(given, Sequence) and not isinstance(given, str) else [given]
+    return [shape for one in many if (shape := Resources.of(one)) is not None]
+
+
+def _offer(namespace: argparse.Namespace, shapes: list[Resources]) -> list[str]:
+    """The local slaves' shapes (``slave_resources=``, else the back end's ``--slave-resources``, else the
+    machine's), set for the back end and told to the master as the ``--mw-slave-resources`` on offer."""
+    namespace.slave_resources = shapes or namespace.slave_resources
+    offered = [own_shape(shape) for shape in namespace.slave_resources] or [own_shape()]
+    return [argument for shape in offered for argument in ("--mw-slave-resources", str(shape))]
 
 
 def _in_order(futures: list[Future[R]], end: float | None) -> Generator[R, None, None]:

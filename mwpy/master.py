@@ -94,6 +94,7 @@ class Master:
             black_hole_failures=options.slave_max_failures,
             task_timeout=options.task_timeout,
         )
+        self._sched.shapes.offer(options.slave_resources)
         #: The total the algorithm declared (``mw.tasks_total = n``), or None.
         self._declared_total: int | None = None
         self._tokens: list[contextvars.Token[Master | None]] = []
@@ -171,7 +172,7 @@ class Master:
         step = self._engine.step
         while True:
             # Plain truth tests first: a LoopEvents record is built only when it is returned.
-            if results or sched.has_news():
+            if results or sched.news.pending():
                 return self._events()
             wait = TICK
             if deadline is not None:
@@ -187,7 +188,7 @@ class Master:
         return self._events()
 
     def _events(self) -> LoopEvents:
-        return LoopEvents(len(self._outcomes.results), *self._sched.news_counts())
+        return LoopEvents(len(self._outcomes.results), *self._sched.news.counts())
 
     def _on_tick(self, now: float) -> None:
         # Ticks run only inside loop passes, which the master algorithm asks for once it has submitted
@@ -205,15 +206,15 @@ class Master:
 
     def unrunnable_tasks(self) -> list[Task]:
         """Tasks whose policy made them unrunnable since the last call."""
-        return [entry.task() for entry in self._sched.drain_unrunnable()]
+        return [entry.task() for entry in self._sched.news.drain_unrunnable()]
 
     def connected_ordered_slaves(self) -> list[str]:
         """Ids of ordered/intermingle slaves that connected since the last call."""
-        return self._sched.drain_connected_ordered()
+        return self._sched.news.drain_connected_ordered()
 
     def disconnected_ordered_slaves(self) -> list[str]:
         """Ids of ordered/intermingle slaves that disconnected since the last call."""
-        return self._sched.drain_disconnected_ordered()
+        return self._sched.news.drain_disconnected_ordered()
 
     @property
     def num_runnable_tasks(self) -> int:
@@ -223,7 +224,7 @@ class Master:
     @property
     def num_unrunnable_tasks(self) -> int:
         """Unrunnable tasks not yet drained with :meth:`unrunnable_tasks`."""
-        return self._sched.num_unrunnable
+        return len(self._sched.news.unrunnable)
 
     @property
     def tasks_total(self) -> int | None:

@@ -43,6 +43,8 @@ SLAVE_EXITS: Final = "slave-exits"
 LOG_LEVEL_VARIABLE: Final = "MWPY_LOG_LEVEL"
 #: Condor names the file holding the job's ClassAd in this variable: where a slave learns its job id.
 JOB_AD_VARIABLE: Final = "_CONDOR_JOB_AD"
+#: ... and the slot's machine ad in this one: what a slave offers (its Cpus, Memory, Disk, GPUs).
+MACHINE_AD_VARIABLE: Final = "_CONDOR_MACHINE_AD"
 
 # ---------------------------------------------------------------------- built-in task algorithms
 # The tasks mwpy itself submits (mwpy/calls.py); a user's task may not take these names.

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
+from mwpy.resources import Resources
 
 #: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
 #: slave's or master's share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
@@ -69,6 +70,8 @@ class Options:
     slave_files: tuple[str, ...] = ()
     slave_arguments: tuple[str, ...] = ()
     slave_bundle: bool = False
+    #: A slave: what it offers (the last one given); a master: the slave shapes on offer (mwpy/core/shapes.py).
+    slave_resources: tuple[Resources, ...] = ()
     secret_file: str | None = None
     task_attempts: int = 1
     max_slaves: int | None = None
@@ -331,6 +334,17 @@ _SPECS: dict[str, _Spec] = {
         "mwpy: build mwpy.pyz (mwpy and its dependencies) next to the resource file and start "
         "slaves through it, so execute nodes need only a Python (default /usr/bin/python3).",
         None,
+    ),
+    "--mw-slave-resources": _Spec(
+        "slave_resources",
+        "SHAPE",
+        "mwpy: a slave's shape, e.g. cpus=4,memory=16GB,gpus=1 (memory and disk in MB or with a unit; "
+        "requirements=EXPR last): it runs only tasks whose resources= it satisfies. Default: its Condor "
+        "slot's Cpus/Memory/Disk/GPUs, else this machine's cpus and memory. On a master (repeatable): the "
+        "shapes its slaves will have; a task none of them satisfies fails at once with mwpy.NoMatchingSlaveError.",
+        Resources.parse,
+        "KEY=VALUE,... with keys cpus, memory, disk, gpus, requirements",
+        repeat=True,
     ),
     "--mw-task-timeout": _Spec(
         "task_timeout",

@@ -35,6 +35,7 @@ from mwpy.net.chirp import Chirp
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse, usage
+from mwpy.resources import own_shape
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect, exit_named
 from mwpy.wire import codec
 from mwpy.wire.protocol import ExitCode
@@ -407,6 +408,7 @@ def _connect(endpoint: Endpoint, stale: _Stale | None, options: Options, audit: 
             timeout=options.client_timeout,
             patience=stale.left if stale else max(0.0, options.connect_timeout - waited),
             spin_us=options.spin_us,
+            shape=own_shape(options.slave_resources[-1] if options.slave_resources else None),  # mwpy/resources.py
         )
     except SlaveExit as exc:
         if stale and exc.code == ExitCode.UNREACHABLE:

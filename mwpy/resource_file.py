@@ -30,6 +30,7 @@ import cattrs
 from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
+from mwpy.resources import Resources
 
 FORMAT = "mwpy-resource-file"
 VERSION = 1
@@ -130,6 +131,27 @@ class TaskBoard:
     queued_beyond: int = attrs.field(default=0, validator=_not_negative)
 
 
+def _shape(_: Any, attribute: Any, value: str) -> None:
+    """A validator: a need in ``--mw-slave-resources``' form (``cpus=2,memory=16384``)."""
+    Resources.parse(value)  # its UsageError is a ValueError: one line, naming what is wrong
+
+
+@attrs.frozen
+class ShapeDemand:
+    """One need of the computation's tasks: how many tasks have it, how many connected slaves satisfy it."""
+
+    resources: str = attrs.field(validator=_shape)
+    tasks: int = attrs.field(validator=_not_negative)
+    slaves: int = attrs.field(validator=_not_negative)
+
+    def describe(self) -> str:
+        """``memory 16384 MB: 12 tasks, 1 slave`` (what ``mwpy status`` and its live view show)."""
+        tasks, slaves = (
+            f"{n} {word}{'' if n == 1 else 's'}" for n, word in ((self.tasks, "task"), (self.slaves, "slave"))
+        )
+        return f"{Resources.parse(self.resources).describe()}: {tasks}, {slaves}"
+
+
 @attrs.frozen
 class ResourceFile:
     """Everything in one resource file; see docs/resource-file.md for each key."""
@@ -172,6 +194,8 @@ class ResourceFile:
     master_condor_job: str | None = attrs.field(default=None, validator=attrs.validators.optional(_job_id))
     #: Where each task stands (bounded), for ``mwpy status --explain``; None from a master before it wrote one.
     task_board: TaskBoard | None = None
+    #: Per need of the tasks (``resources=``): tasks not answered and connected slaves that satisfy it.
+    shapes: list[ShapeDemand] = attrs.Factory(list)
     format: str = FORMAT
     version: int = VERSION
 

@@ -50,6 +50,7 @@ from mwpy.job_ad import own_job_id
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.options import DEFAULT_SPIN_US
+from mwpy.resources import Resources
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
 from mwpy.wire.codec import decode_arguments
@@ -634,8 +635,10 @@ def connect(
     timeout: float,
     patience: float,
     spin_us: int = DEFAULT_SPIN_US,
+    shape: Resources | None = None,
 ) -> Slave:
-    """Connect and authenticate; keep trying for ``patience`` seconds while nobody answers."""
+    """Connect and authenticate, saying what we offer (``shape``); keep trying for ``patience`` seconds while
+    nobody answers."""
     address = f"{endpoint.host}:{endpoint.port}"
     deadline = time.monotonic() + patience
     delay = 0.1
@@ -651,7 +654,7 @@ def connect(
     try:
         if endpoint.tls_fingerprint is not None:
             sock = _start_tls(sock, endpoint.tls_fingerprint, address)
-        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us)
+        slave = _handshake(sock, endpoint, audit, max_frame, address, spin_us=spin_us, shape=shape)
     except BaseException:
         sock.close()
         raise
@@ -672,13 +675,23 @@ def _start_tls(sock: socket.socket, fingerprint: str, address: str) -> ssl.SSLSo
 
 
 def _handshake(
-    sock: socket.socket, endpoint: Endpoint, audit: Audit, max_frame: int, address: str, *, spin_us: int
+    sock: socket.socket,
+    endpoint: Endpoint,
+    audit: Audit,
+    max_frame: int,
+    address: str,
+    *,
+    spin_us: int,
+    shape: Resources | None,
 ) -> Slave:
     """Run the slave's side of the handshake over a blocking socket (in timeout mode)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     local = "{}:{}".format(*sock.getsockname()[:2])
-    hello = protocol.Hello(endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, own_job_id())
+    offer = () if shape is None else attrs.astuple(shape)
+    hello = protocol.Hello(
+        endpoint.member_id, socket.gethostname(), os.getpid(), __version__, max_frame, own_job_id(), offer
+    )
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:

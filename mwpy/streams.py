@@ -128,8 +128,8 @@ class _Item:
     def began(self) -> None:
         pass
 
-    def unrunnable(self) -> bool:
-        error = TaskError(*codec.failure_of(unrunnable_error(self.task_id)))
+    def unrunnable(self, reason: str | None = None) -> bool:
+        error = TaskError(*codec.failure_of(unrunnable_error(self.task_id, reason)))
         self.stream.arrived.append((self.index, Result(self.task_id, "", "", self.index, 0.0, error=error)))
         return False
 

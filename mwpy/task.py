@@ -26,14 +26,22 @@ import importlib
 import inspect
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import attrs
 
 from mwpy import safe_text
-from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError, RemoteTraceback, UnrunnableTaskError
+from mwpy.errors import (
+    ConfigurationError,
+    MwpyError,
+    NoMatchingSlaveError,
+    NotInMasterError,
+    RemoteTraceback,
+    UnrunnableTaskError,
+)
+from mwpy.resources import Resources
 from mwpy.wire import codec
 from mwpy.wire.protocol import fits
 
@@ -68,6 +76,7 @@ class Policy:
     the next death fails it with :class:`~mwpy.errors.KilledSlaveError`
     (dask's ``allowed-failures``); ``None``: the master's
     ``--mw-allowed-failures`` (default 3).
+    ``resources``: what a slave must offer to run the task (``None``: any slave).
     """
 
     sid: str | None = None
@@ -80,6 +89,7 @@ class Policy:
     #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
     timeout: float | None = None
     allowed_failures: int | None = None
+    resources: Resources | None = None
 
     def attempts(self, default: int) -> int:
         """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
@@ -337,8 +347,8 @@ class TaskFuture(LightFuture[R]):
         elif self._state != RUNNING:
             self.set_running_or_notify_cancel()
 
-    def unrunnable(self) -> bool:
-        self._finish(None, unrunnable_error(self.task_id))
+    def unrunnable(self, reason: str | None = None) -> bool:
+        self._finish(None, unrunnable_error(self.task_id, reason))
         return True
 
     def settle(self, result: Result) -> bool:
@@ -400,8 +410,11 @@ def task_exception(result: Result, as_itself: tuple[type[BaseException], ...] = 
     return exc
 
 
-def unrunnable_error(task_id: int) -> UnrunnableTaskError:
-    """What the future of a task raises whose slave vanished and whose policy forbids running it again."""
+def unrunnable_error(task_id: int, reason: str | None = None) -> UnrunnableTaskError:
+    """What the future of a task raises whose slave vanished and whose policy forbids running it again, or
+    (``reason``) that no slave on offer can run."""
+    if reason is not None:
+        return NoMatchingSlaveError(reason)  # it names the task
     return UnrunnableTaskError(f"task {task_id}: its slave vanished and its policy forbids running it again")
 
 
@@ -531,10 +544,12 @@ class TaskAlgorithm(Generic[P, R]):
         retry_on: tuple[type[BaseException], ...] | None = None,
         timeout: float | None = None,
         allowed_failures: int | None = None,
+        resources: Resources | Mapping[str, Any] | str | None = None,
     ) -> Submitter[P, R]:
         """A submitter that queues tasks of this algorithm under one fixed policy.
 
-        ``retries``/``retry_on``/``timeout``/``allowed_failures`` left out keep what ``@mwpy.task(...)`` declared.
+        ``retries``/``retry_on``/``timeout``/``allowed_failures``/``resources`` left out keep what
+        ``@mwpy.task(...)`` declared.
         """
         base = self.policy
         policy = Policy(
@@ -547,6 +562,7 @@ class TaskAlgorithm(Generic[P, R]):
             retry_on=base.retry_on if retry_on is None else _check_retry_on(retry_on),
             timeout=base.timeout if timeout is None else _check_timeout(timeout),
             allowed_failures=_allowed(base.allowed_failures if allowed_failures is None else allowed_failures),
+            resources=base.resources if resources is None else Resources.of(resources),
         )
         return Submitter(self, policy)
 
@@ -640,6 +656,7 @@ def task(
     retry_on: tuple[type[BaseException], ...] | None = None,
     timeout: float | None = None,
     allowed_failures: int | None = None,
+    resources: Resources | Mapping[str, Any] | str | None = None,
 ) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
@@ -652,6 +669,7 @@ def task(
     retry_on: tuple[type[BaseException], ...] | None = None,
     timeout: float | None = None,
     allowed_failures: int | None = None,
+    resources: Resources | Mapping[str, Any] | str | None = None,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
     """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
@@ -661,7 +679,8 @@ def task(
     ``retry_on`` exceptions, when given); ``timeout`` seconds bound each run
     (past it the run fails with :class:`~mwpy.errors.TaskTimeoutError`); a task that kills more than
     ``allowed_failures`` slaves running it fails with :class:`~mwpy.errors.KilledSlaveError`
-    (default: the master's ``--mw-allowed-failures``, 3). The function must be defined at
+    (default: the master's ``--mw-allowed-failures``, 3); ``resources`` (a :class:`~mwpy.resources.Resources`
+    or a dict of its keys) sends its tasks only to slaves that offer as much. The function must be defined at
     module level, where slaves can find it: a nested function or a lambda is
     refused here rather than failing on the slave.
     """
@@ -670,6 +689,7 @@ def task(
         retry_on=None if retry_on is None else _check_retry_on(retry_on),
         timeout=None if timeout is None else _check_timeout(timeout),
         allowed_failures=_allowed(allowed_failures),
+        resources=Resources.of(resources),
     )
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:

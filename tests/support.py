@@ -46,7 +46,7 @@ class Quiet:
     def began(self) -> None:
         pass
 
-    def unrunnable(self) -> bool:
+    def unrunnable(self, reason: str | None = None) -> bool:
         return True
 
     def settle(self, result: Result) -> bool:

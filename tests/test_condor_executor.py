@@ -163,3 +163,22 @@ def test_a_task_that_kills_its_condor_slave_fails_once_saying_how_from_condor_s_
     assert "(Condor's log)" in error, report  # how it ended came from the slave jobs' user log
     assert f"squares {[x * x for x in range(10)]}" in lines, report
     assert lines[-1] == "shut down", report
+
+
+def test_slave_jobs_that_cannot_start_break_the_executor_counted_from_their_user_log(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Each failed run of a slave job counts, however fast Condor restarts it (read from the jobs' user log)."""
+    done = run_script(
+        condor_pool, condor_workdir, "executor_condor_broken.py",
+        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"], timeout=480,
+    )  # fmt: skip
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    lines = done.stdout.splitlines()
+    assert any(
+        line.startswith("broken: ") and "slave runs failed before any task had a result" in line for line in lines
+    ), report
+    assert lines[-1] == "shut down", report
+    member = next(line.split(" ", 1)[1] for line in lines if line.startswith("member "))
+    assert query(f'MwpyMemberId == "{member}"') == [], "slave jobs of the computation are left in the queue"

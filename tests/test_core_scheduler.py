@@ -45,13 +45,13 @@ def test_connecting_slaves_fill_ordered_then_intermingle_then_unordered() -> Non
     sched.allocate(1, INTERMINGLE)
     kinds = [sched.join(sid) for sid in ("a", "b", "c", "d")]
     assert kinds == [ORDERED, ORDERED, INTERMINGLE, UNORDERED]
-    assert sched.drain_connected_ordered() == ["a", "b", "c"]
-    assert sched.drain_connected_ordered() == []  # drained: reported once
+    assert sched.news.drain_connected_ordered() == ["a", "b", "c"]
+    assert sched.news.drain_connected_ordered() == []  # drained: reported once
     assert sched.connected() == {"ordered": 2, "intermingle": 1, "unordered": 1}
     sched.leave("b")
-    assert sched.news_counts() == (0, 0, 1)
-    assert sched.drain_disconnected_ordered() == ["b"]
-    assert not sched.has_news()
+    assert sched.news.counts() == (0, 0, 1)
+    assert sched.news.drain_disconnected_ordered() == ["b"]
+    assert not sched.news.pending()
     assert sched.join("e") is ORDERED  # the group has room again
 
 
@@ -60,7 +60,7 @@ def test_allocate_moves_connected_unordered_slaves_over() -> None:
     assert sched.join("a") is UNORDERED
     sched.allocate(1, INTERMINGLE)
     assert sched.kind_of("a") is INTERMINGLE
-    assert sched.drain_connected_ordered() == ["a"]
+    assert sched.news.drain_connected_ordered() == ["a"]
     assert sched.slaves_needed == 0
 
 
@@ -112,7 +112,7 @@ def test_tasks_of_a_vanished_slave_follow_their_policy() -> None:
     assert sched.unrunnable_total == 1
     assert sched.leave("o") == [ordered, anyway, anyway_no_retry]
     assert sched.unrunnable_total == 3  # counted whether or not a listener lists them for the algorithm
-    assert sorted(t.task_id for t in sched.drain_unrunnable()) == sorted(
+    assert sorted(t.task_id for t in sched.news.drain_unrunnable()) == sorted(
         t.task_id for t in (dropped, ordered, anyway_no_retry)
     )
     sched.deallocate(1, ORDERED)
@@ -133,7 +133,7 @@ def test_tasks_of_a_vanished_slave_keep_their_submission_order() -> None:
     assert sched.take("u", NOW) == dropped
     sched.leave("o")
     sched.leave("u")
-    assert sched.drain_unrunnable() == dropped
+    assert sched.news.drain_unrunnable() == dropped
     sched.deallocate(1, ORDERED)
     sched.join("v")
     assert run_all(sched, "v") == moved + retried
@@ -143,9 +143,9 @@ def test_ordered_task_for_a_slave_that_is_not_there_is_unrunnable_unless_do_it_a
     sched = Scheduler()
     lost = submit(sched, Policy(sid="ghost"))
     moved = submit(sched, Policy(sid="ghost", do_it_anyway=True))
-    assert sched.num_unrunnable == 1
-    assert sched.drain_unrunnable() == [lost]
-    assert sched.num_unrunnable == 0
+    assert len(sched.news.unrunnable) == 1
+    assert sched.news.drain_unrunnable() == [lost]
+    assert len(sched.news.unrunnable) == 0
     sched.join("u")
     assert run_all(sched, "u") == [moved]
 
@@ -273,7 +273,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def counts_add_up(self) -> None:
         sched = self.sched
         assert sched.running_total == sum(len(tasks) for tasks in self.held.values())
-        self.unrunnable += sched.drain_unrunnable()
+        self.unrunnable += sched.news.drain_unrunnable()
         ended = sum(self.completed.values()) + len(self.unrunnable)
         assert sched.pending_total == len(self.submitted) - ended
 
@@ -300,7 +300,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         for sid in [*self.held, "drain"]:
             for task in run_all(sched, sid):
                 self.completed[task.task_id] += 1
-        self.unrunnable += sched.drain_unrunnable()
+        self.unrunnable += sched.news.drain_unrunnable()
         unrunnable = Counter(t.task_id for t in self.unrunnable)
         for task in self.submitted:
             assert self.completed[task.task_id] + unrunnable[task.task_id] == 1, task

@@ -269,7 +269,7 @@ def test_a_slave_that_left_with_ordered_work_queued_is_not_offered_it_when_it_co
     mine = [new_task(sched, Policy(sid="o")) for _ in range(2)]
     assert sched.take("o", NOW) == mine[:1]
     sched.leave("o")  # one in flight, one still queued for it: both unrunnable now
-    assert sched.drain_unrunnable() == mine
+    assert sched.news.drain_unrunnable() == mine
     assert sched.join("o") is SlaveKind.ORDERED
     assert sched.ready() == []
 
@@ -324,20 +324,20 @@ def test_target_numbers_per_algorithm_default_to_zero_and_are_never_negative() -
 
 def test_news_is_any_one_of_unrunnable_tasks_arrivals_and_departures() -> None:
     sched = Scheduler()
-    assert not sched.has_news()
+    assert not sched.news.pending()
     new_task(sched, Policy(sid="ghost"))  # unrunnable at once
-    assert sched.has_news()
-    sched.drain_unrunnable()
-    assert not sched.has_news()
+    assert sched.news.pending()
+    sched.news.drain_unrunnable()
+    assert not sched.news.pending()
     sched.allocate(1, SlaveKind.ORDERED)
     sched.join("o")
-    assert sched.has_news()
-    sched.drain_connected_ordered()
-    assert not sched.has_news()
+    assert sched.news.pending()
+    sched.news.drain_connected_ordered()
+    assert not sched.news.pending()
     sched.leave("o")
-    assert sched.has_news()
-    assert sched.drain_disconnected_ordered() == ["o"]
-    assert not sched.has_news()
+    assert sched.news.pending()
+    assert sched.news.drain_disconnected_ordered() == ["o"]
+    assert not sched.news.pending()
 
 
 def test_leaving_twice_or_unknown_slaves_change_nothing() -> None:
@@ -411,7 +411,7 @@ def test_a_freed_slave_s_queued_ordered_tasks_follow_their_policy_as_never_run()
     moved = new_task(sched, Policy(sid="o", do_it_anyway=True, retry=False))  # never ran: it may move
     sched.free("o")
     sched.finish("o", running.task_id, 0.1, NOW)
-    assert sched.drain_unrunnable() == [lost]
+    assert sched.news.drain_unrunnable() == [lost]
     assert sorted(sched.ready()) == ["o", "u"]
     assert dispatch(sched) in ({"o": [moved]}, {"u": [moved]})
     assert sched.ready() == []  # nothing left for anyone, the freed slave included
@@ -446,7 +446,7 @@ class Told:
     def began(self) -> None:
         self.heard.append(("began", self.task_id))
 
-    def unrunnable(self) -> bool:
+    def unrunnable(self, reason: str | None = None) -> bool:
         self.heard.append(("unrunnable", self.task_id))
         return False
 
@@ -654,14 +654,14 @@ def test_a_task_counts_the_times_it_was_sent() -> None:
     assert sched.take("b", NOW) == [task]
     assert task.attempts == 2
     sched.leave("b")  # it vanished with the task, which may not be retried: handed back, sent twice
-    assert sched.drain_unrunnable() == [task]
+    assert sched.news.drain_unrunnable() == [task]
     assert task.attempts == 2
 
 
 def test_an_ordered_task_whose_slave_is_not_there_yet_never_ran_and_may_move() -> None:
     sched = Scheduler()
     moved = new_task(sched, Policy(sid="ghost", do_it_anyway=True, retry=False))
-    assert sched.drain_unrunnable() == []
+    assert sched.news.drain_unrunnable() == []
     sched.join("u")
     assert sched.take("u", NOW) == [moved]
 

@@ -260,10 +260,10 @@ def test_the_master_learns_the_condor_job_id_the_slave_says_hello_with(job: str)
 
 
 def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent() -> None:
-    """Guards: versions must match exactly (docs/design.md); protocol 4 changed the per-frame MAC."""
+    """Guards: versions must match exactly (docs/design.md); protocol 5 added the slave's shape to Hello."""
     slave = SlaveSession(b"s" * 32, hello())
-    older = protocol.frame(protocol.MAGIC + bytes([3]) + protocol.new_nonce())
-    with pytest.raises(ProtocolError, match="master speaks protocol 3, this slave speaks 4"):
+    older = protocol.frame(protocol.MAGIC + bytes([4]) + protocol.new_nonce())
+    with pytest.raises(ProtocolError, match="master speaks protocol 4, this slave speaks 5"):
         events(slave, older)
 
 
@@ -275,6 +275,10 @@ def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent()
         (Hello(MEMBER, "h", 1, "0", 10, "41"), "malformed Hello"),  # a job id is CLUSTER.PROC
         (Hello(MEMBER, "h", 1, "0", 10, "41.3; rm -rf"), "malformed Hello"),
         (Hello(MEMBER, "h", 1, "0", 10, 41.3), "malformed Hello"),  # type: ignore[arg-type]
+        (Hello(MEMBER, "h", 1, "0", 10, "", (1, 2, 3, 4)), "malformed Hello"),  # a shape has five fields
+        (Hello(MEMBER, "h", 1, "0", 10, "", (1, -2, 0, 0, "")), "malformed Hello"),  # no negative memory
+        (Hello(MEMBER, "h", 1, "0", 10, "", (1, 2, 0, True, "")), "malformed Hello"),  # counts are ints
+        (Hello(MEMBER, "h", 1, "0", 10, "", (1, 2, 0, 0, None)), "malformed Hello"),  # requirements is text
     ],
 )
 def test_a_malformed_hello_is_a_protocol_error(bad: Hello, error: str) -> None:

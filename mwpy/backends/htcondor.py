@@ -29,6 +29,7 @@ import htcondor2
 
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch, condor_match
+from mwpy.backends.condor_log import FailedRuns
 from mwpy.errors import BackendError, ConfigurationError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SLAVES_LOG
 
@@ -233,6 +234,7 @@ class CondorBackend:
         self._schedd_name = schedd
         self._collector = collector
         self._schedd = self._locate()
+        self._failed_runs = FailedRuns()
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -264,7 +266,11 @@ class CondorBackend:
     def jobs(self) -> list[Job]:
         constraint = slave_constraint(self.member_id)
         ads = self._call("query the schedd", lambda schedd: schedd.query(constraint, projection=_PROJECTION))
-        return [job for job in map(_job, ads) if job is not None]
+        # Each job's failed runs from its user log: a job that failed and restarted between two queries
+        # looks running at both (mwpy/backends/condor_log.py).
+        self._failed_runs.follow({str(ad["UserLog"]) for ad in ads if ad.get("UserLog")})
+        jobs = (_job(ad, self._failed_runs.counts[_job_id(ad)] if ad.get("UserLog") else None) for ad in ads)
+        return [job for job in jobs if job is not None]
 
     def submit(self, launch: Launch, count: int) -> None:
         description = htcondor2.Submit(slave_description(launch, self._extra))
@@ -335,7 +341,8 @@ class CondorBackend:
         """Condor restarts and moves jobs by itself: nothing to do."""
 
     def close(self) -> None:
-        """The schedd connection needs no closing."""
+        """The schedd connection needs no closing; the user logs followed are closed."""
+        self._failed_runs.close()
 
     def _call(self, what: str, call: Callable[[Any], T], *, retry: bool = True) -> T:
         """Call the bindings; on failure locate the schedd afresh and, if ``retry``, try twice more.
@@ -391,6 +398,7 @@ _PROJECTION = [
     "HoldReasonCode",
     "EnteredCurrentStatus",
     "RequestMemory",
+    "UserLog",
 ]
 #: The attributes :func:`departure` reads, and the job states of a job on its way out (removed, completed).
 _DEPARTURE = ["JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus"]
@@ -415,8 +423,15 @@ MEMORY_HOLD_CODE = 34
 _MEMORY_REASON = re.compile(r"\bmemory\b.*\b(limit|request|exceed)", re.IGNORECASE)
 
 
-def _job(ad: Mapping[str, Any]) -> Job | None:
-    """A job ad as a :class:`Job`; None for a job on its way out (removed, completed)."""
+def _job_id(ad: Mapping[str, Any]) -> str:
+    return f"{ad['ClusterId']}.{ad['ProcId']}"
+
+
+def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
+    """A job ad as a :class:`Job`; None for a job on its way out (removed, completed).
+
+    ``failed_runs``: the job's failed runs counted from its user log, None when it has none.
+    """
     state = _STATES.get(int(ad["JobStatus"]))
     if state is None:
         return None
@@ -435,8 +450,8 @@ def _job(ad: Mapping[str, Any]) -> Job | None:
         ad.get("HoldReasonCode") == MEMORY_HOLD_CODE or _MEMORY_REASON.search(reason or "") is not None
     )
     return Job(
-        f"{ad['ClusterId']}.{ad['ProcId']}", state, exit_code=exit_code, reason=reason, since=since,
-        memory=_requested_memory(ad), memory_hold=memory_hold,
+        _job_id(ad), state, exit_code=exit_code, reason=reason, since=since,
+        memory=_requested_memory(ad), memory_hold=memory_hold, failed_runs=failed_runs,
     )  # fmt: skip
 
 

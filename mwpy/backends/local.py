@@ -14,6 +14,7 @@ already shown that its slaves find everything they need.
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import os
 import signal
@@ -28,6 +29,7 @@ import attrs
 from mwpy import slave_exits
 from mwpy.backends import Job, JobState, Launch
 from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
+from mwpy.resources import Resources, slave_shape
 
 #: Seconds before a slave that exited non-zero is started again.
 RESTART_DELAY = 0.5
@@ -55,6 +57,8 @@ class _LocalJob:
     quick_failures: int = 0
     #: When (Unix time) the job last became idle or running, like Condor's EnteredCurrentStatus.
     since: float = attrs.Factory(time.time)
+    #: What its slave offers (``--mw-slave-resources``); None: the machine's cpus and memory.
+    shape: Resources | None = None
 
     def view(self) -> Job:
         """The job as the overseer and ``mwpy local`` see it."""
@@ -76,9 +80,17 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, workdir: str | os.PathLike[str], *, restart_delay: float = RESTART_DELAY) -> None:
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str],
+        *,
+        restart_delay: float = RESTART_DELAY,
+        shapes: Sequence[Resources] = (),
+    ) -> None:
         self._workdir = Path(workdir)
         self._restart_delay = restart_delay
+        #: The slave shapes to start (each new job takes the one fewest jobs have); none: every slave the machine's.
+        self._shapes = tuple(shapes)
         self._jobs: dict[str, _LocalJob] = {}
         self._numbers = itertools.count()
         # The overseer's thread and ``mwpy local``'s main thread both look at the jobs; one of them
@@ -89,11 +101,20 @@ class LocalBackend:
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """``mwpy overseer --backend local`` options."""
         parser.add_argument("--workdir", default=".", help="local back end: folder for slave sandboxes (default .)")
+        parser.add_argument(
+            "--slave-resources",
+            action="append",
+            type=slave_shape,
+            default=[],
+            metavar="SHAPE",
+            help="local back end: a slave shape such as cpus=2,memory=16GB (repeatable: slaves are dealt among "
+            "the shapes); default: every slave offers this machine's cpus and memory",
+        )
 
     @classmethod
     def create(cls, resource_file: str, options: argparse.Namespace) -> LocalBackend:
         """The back end ``mwpy overseer --backend local`` uses."""
-        return cls(options.workdir)
+        return cls(options.workdir, shapes=options.slave_resources)
 
     def sandbox(self, job_id: str) -> Path:
         """The folder a job runs in (its slave.out and slave.err are there)."""
@@ -111,8 +132,15 @@ class LocalBackend:
                 job_id = f"local.{next(self._numbers)}"
                 sandbox = self.sandbox(job_id)
                 sandbox.mkdir(parents=True, exist_ok=True)
-                self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now)
+                self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now, shape=self._next_shape())
             self.poll()
+
+    def _next_shape(self) -> Resources | None:
+        """The shape the fewest jobs have (the first such): the configured mix holds as slaves come and go."""
+        if not self._shapes:
+            return None
+        held = collections.Counter(job.shape for job in self._jobs.values())
+        return min(self._shapes, key=lambda shape: held[shape])
 
     def remove(self, job_ids: Sequence[str]) -> None:
         with self._lock:
@@ -177,8 +205,9 @@ class LocalBackend:
         with (job.sandbox / SLAVE_STDOUT).open("ab") as out, (job.sandbox / SLAVE_STDERR).open("ab") as err:
             job.since = time.time()
             job.start_at = time.monotonic()  # when this run started: a failure soon after it backs off
+            shape = [] if job.shape is None else ["--mw-slave-resources", str(job.shape)]
             job.process = subprocess.Popen(
-                [launch.executable, *launch.arguments],
+                [launch.executable, *launch.arguments, *shape],
                 cwd=job.sandbox,
                 env={**os.environ, "TMPDIR": str(job.sandbox)},  # Condor's starter points TMPDIR at the sandbox too
                 stdin=subprocess.DEVNULL,

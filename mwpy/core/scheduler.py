@@ -31,15 +31,20 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 import attrs
 
+from mwpy.core.news import News
+from mwpy.core.shapes import Shapes, fits
 from mwpy.errors import ConfigurationError
+from mwpy.resources import Resources
 from mwpy.task import Policy, Result, Task
 
 #: Work a slave should hold beyond its current task, in seconds of compute.
 PIPELINE_SECONDS = 0.005
 #: Upper bound of the adaptive window, in tasks.
 MAX_WINDOW = 128
-#: How far down the queue a slave looks past tasks that already failed on it.
+#: How far down the queue a slave looks past tasks that already failed on it (or that need more than it has).
 _MAX_SKIP = 64
+#: ... once tasks ask for resources: a slave may have many tasks for bigger slaves ahead of its own.
+_MAX_SHAPE_SKIP = 4096
 #: Seconds (times the failures so far) before a failed task may run again on a slave it failed on;
 #: other slaves may take it at once.
 RETRY_DELAY = 1.0
@@ -61,8 +66,9 @@ class Listener(Protocol):
         """The task is the first in flight on its slave, which runs tasks in the order sent: it runs now."""
         ...
 
-    def unrunnable(self) -> bool:
-        """Its slave vanished and its policy forbids running it again; True: ``mw.unrunnable_tasks()`` lists it."""
+    def unrunnable(self, reason: str | None = None) -> bool:
+        """Its slave vanished and its policy forbids running it again (or, ``reason``, no slave on offer can run
+        it); True: ``mw.unrunnable_tasks()`` lists it."""
         ...
 
     def settle(self, result: Result) -> bool:
@@ -155,11 +161,14 @@ class SlaveKind(enum.Enum):
 class _Slot:
     """The scheduler's view of one connected slave."""
 
-    __slots__ = ("sid", "kind", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven")
+    __slots__ = (
+        "sid", "kind", "shape", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven",
+    )  # fmt: skip
 
-    def __init__(self, sid: str, kind: SlaveKind) -> None:
+    def __init__(self, sid: str, kind: SlaveKind, shape: Resources | None) -> None:
         self.sid = sid
         self.kind = kind
+        self.shape = shape  # what it offers, as its Hello said (mwpy/core/shapes.py)
         self.ordered: deque[Entry] = deque()
         self.in_flight: dict[int, Entry] = {}
         self.freeing = False
@@ -207,6 +216,8 @@ class Scheduler:
         task_timeout: float | None = None,
     ) -> None:
         self.task_timeout = task_timeout
+        #: The slave shapes on offer (:meth:`Shapes.offer`), and whether tasks ask for resources.
+        self.shapes = Shapes()
         #: Whether any task may have a timeout (else timeouts cost nothing: not on the wire, not in overdue()).
         self.may_time_out = task_timeout is not None
         #: Tasks per frame (``--mw-slave-task-group``); 0: whatever is due at once shares a frame.
@@ -239,10 +250,8 @@ class Scheduler:
         self.cancelled_total = 0
         #: Tasks that became unrunnable so far (whether or not their listener lists them for the algorithm).
         self.unrunnable_total = 0
-        # What the master algorithm has yet to be told; the master drains these, never touches them.
-        self._unrunnable: list[Entry] = []
-        self._connected_ordered: list[str] = []
-        self._disconnected_ordered: list[str] = []
+        #: What the master algorithm has yet to be told; the master drains it.
+        self.news: News[Entry] = News()
 
     # ------------------------------------------------------------------ tasks
 
@@ -252,6 +261,10 @@ class Scheduler:
             self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
+        need = task.policy.resources
+        if need is not None and (reason := self.shapes.take(need)) is not None:
+            self._drop(task, f"task {task.task_id} {task.label}: {reason}")
+            return
         sid = task.policy.sid
         if sid is None:
             self._unordered.append(task)
@@ -292,17 +305,19 @@ class Scheduler:
         requeued, self._unordered = self._unordered, pool
         pool.extendleft(requeued)  # requeued was built by appendleft: reversed, and extendleft reverses back
 
-    def _drop(self, task: Entry) -> None:
+    def _drop(self, task: Entry, reason: str | None = None) -> None:
         self._forget(task)
         self.unrunnable_total += 1
-        if task.listener.unrunnable():
-            self._unrunnable.append(task)
+        if task.listener.unrunnable(reason):
+            self.news.unrunnable.append(task)
 
     def _forget(self, task: Entry) -> None:
         self._pending[task.algorithm] -= 1
         if not self._pending[task.algorithm]:
             del self._pending[task.algorithm]
         self.pending_total -= 1
+        if self.shapes.active:
+            self.shapes.settled(task.policy.resources)
 
     def finish(self, sid: str, task_id: int, compute_time: float, now: float) -> Entry | None:
         """Record a result that came at ``now``; returns its task, or ``None`` if this slave does not hold it."""
@@ -367,6 +382,8 @@ class Scheduler:
             del pending[algorithm]
         self.pending_total -= 1
         self.done_total += 1
+        if self.shapes.active:
+            self.shapes.settled(task.policy.resources)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -403,7 +420,7 @@ class Scheduler:
             self._take_ordered(sid, slot, room, batch)
         if slot.kind is not SlaveKind.ORDERED:
             share = self._share(slot)
-            self._take_unordered(sid, min(room, len(batch) + share), batch, now)
+            self._take_unordered(slot, min(room, len(batch) + share), batch, now)
             if share <= len(batch) and self._unordered:
                 room = len(batch)  # its share taken, the rest left to others: hungry again at its next result
         idle = not slot.in_flight
@@ -438,14 +455,18 @@ class Scheduler:
         if not queue:
             self._with_ordered_work.discard(sid)
 
-    def _take_unordered(self, sid: str, room: int, batch: list[Entry], now: float) -> None:
-        """Fill ``batch`` up to ``room`` from the shared queue, passing over tasks that just failed on ``sid``."""
-        queue = self._unordered
+    def _take_unordered(self, slot: _Slot, room: int, batch: list[Entry], now: float) -> None:
+        """Fill ``batch`` up to ``room`` from the shared queue, passing over tasks that just failed on the slave
+        and, once tasks ask for resources, those its shape cannot run."""
+        queue, sid, shaped = self._unordered, slot.sid, self.shapes.active
         skipped: list[Entry] = []
-        while queue and len(batch) < room and len(skipped) < _MAX_SKIP:
+        limit = _MAX_SHAPE_SKIP if shaped else _MAX_SKIP
+        while queue and len(batch) < room and len(skipped) < limit:
             task = queue.popleft()
             if task.failed_on and now < task.retry_after and _failed_here(task, sid):
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
+            elif shaped and not fits(slot.shape, task.policy.resources):
+                skipped.append(task)  # left for a slave of its shape
             elif task.listener.may_start():
                 batch.append(task)
             else:
@@ -542,18 +563,18 @@ class Scheduler:
 
     # ------------------------------------------------------------------ slaves
 
-    def join(self, sid: str) -> SlaveKind:
-        """A slave connected: put it in the first group that still needs slaves."""
+    def join(self, sid: str, shape: Resources | None = None) -> SlaveKind:
+        """A slave connected (offering ``shape``): put it in the first group that still needs slaves."""
         kind = SlaveKind.UNORDERED
         for wanted in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
             if self._acquired[wanted] < self._desired[wanted]:
                 kind = wanted
                 break
-        self._slots[sid] = _Slot(sid, kind)
+        self._slots[sid] = _Slot(sid, kind, shape)
         self._acquired[kind] += 1
         self._hungry.add(sid)
         if kind is not SlaveKind.UNORDERED:
-            self._connected_ordered.append(sid)
+            self.news.connected_ordered.append(sid)
         return kind
 
     def leave(self, sid: str) -> list[Entry]:
@@ -568,8 +589,12 @@ class Scheduler:
         self._landed(slot, len(lost))
         self._orphan_all([(task, True) for task in lost] + [(task, False) for task in slot.ordered])
         if slot.kind is not SlaveKind.UNORDERED:
-            self._disconnected_ordered.append(sid)
+            self.news.disconnected_ordered.append(sid)
         return lost
+
+    def shape_demand(self) -> list[tuple[Resources, int, int]]:
+        """Per need: tasks not answered, and connected slaves that satisfy it (none while no task asked)."""
+        return self.shapes.report(slot.shape for slot in self._slots.values()) if self.shapes.active else []
 
     def slaves(self) -> dict[str, SlaveKind]:
         return {sid: slot.kind for sid, slot in self._slots.items()}
@@ -594,7 +619,7 @@ class Scheduler:
                 self._acquired[kind] += 1
                 self._unordered_running -= len(slot.in_flight)
                 slot.kind = kind
-                self._connected_ordered.append(slot.sid)
+                self.news.connected_ordered.append(slot.sid)
 
     def deallocate(self, amount: int, kind: SlaveKind) -> None:
         """Want ``amount`` fewer slaves of ``kind`` (never below zero); nobody is disconnected."""
@@ -625,36 +650,6 @@ class Scheduler:
         leftover, slot.ordered = slot.ordered, deque()
         self._orphan_all([(task, False) for task in leftover])
         self._hungry.add(slot.sid)
-
-    # ------------------------------------------------------------------ news for the master algorithm
-
-    def has_news(self) -> bool:
-        """Whether an unrunnable task or an ordered slave's arrival or departure waits to be drained."""
-        return bool(self._unrunnable or self._connected_ordered or self._disconnected_ordered)
-
-    def news_counts(self) -> tuple[int, int, int]:
-        """(unrunnable tasks, ordered slaves connected, ordered slaves disconnected) not yet drained."""
-        return len(self._unrunnable), len(self._connected_ordered), len(self._disconnected_ordered)
-
-    @property
-    def num_unrunnable(self) -> int:
-        """Unrunnable tasks not yet drained."""
-        return len(self._unrunnable)
-
-    def drain_unrunnable(self) -> list[Entry]:
-        """Tasks that became unrunnable since the last call, in order."""
-        tasks, self._unrunnable = self._unrunnable, []
-        return tasks
-
-    def drain_connected_ordered(self) -> list[str]:
-        """Ordered/intermingle slaves that joined (or were moved to those groups) since the last call."""
-        sids, self._connected_ordered = self._connected_ordered, []
-        return sids
-
-    def drain_disconnected_ordered(self) -> list[str]:
-        """Ordered/intermingle slaves that left since the last call."""
-        sids, self._disconnected_ordered = self._disconnected_ordered, []
-        return sids
 
     # ------------------------------------------------------------------ numbers
 

@@ -33,6 +33,7 @@ from mwpy.errors import ProtocolError
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
 from mwpy.net.spin import Spinner
 from mwpy.options import Options
+from mwpy.resources import Resources
 from mwpy.wire import protocol
 from mwpy.wire.protocol import ExitCode, Results
 from mwpy.wire.session import HandshakeReply, MasterState, Refused
@@ -163,7 +164,7 @@ class Engine:
         peer.sid = sid
         peer.max_out = peer.session.max_send
         self._by_sid[sid] = peer
-        kind = self._sched.join(sid)
+        kind = self._sched.join(sid, Resources(*hello.shape) if hello.shape else None)
         self._whom[sid] = (hello.host, hello.pid)
         self._net.queue(peer, data)
         job = hello.condor_job or None

@@ -157,6 +157,11 @@ def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
     )
 
 
+def _shapes_phrase(record: ResourceFile) -> str:
+    """``shapes memory 16384 MB: 12 tasks, 1 slave; ...``: demand and supply per need of the tasks."""
+    return safe_text.one_line("shapes " + "; ".join(shape.describe() for shape in record.shapes))
+
+
 def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float, idle_why: str | None) -> str:
     """``condor 2 idle · 8 running · 0 held (4 s old) · idle: why``: the schedd is asked every few seconds, not
     every frame; why idle jobs do not match comes from the schedd's job ads and may quote them: shown safe."""
@@ -179,6 +184,7 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         _tasks_phrase(record, extra.total, rate),
         *([f"ETA {eta}"] if eta else []),
         _slaves_phrase(record, extra.slave_limit),
+        *([_shapes_phrase(record)] if record.shapes else []),
     ]
     if extra.condor is not None:
         parts.append(_condor_phrase(extra.condor, extra.condor_at, now, extra.condor_idle))
@@ -222,6 +228,8 @@ def render(
         lines.append(bar)
     lines.append(Text(_tasks_phrase(record, None, rate)))
     lines.append(Text(_slaves_phrase(record, extra.slave_limit)))
+    if record.shapes:
+        lines.append(Text(_shapes_phrase(record)))
     if extra.condor is not None:
         lines.append(Text(_condor_phrase(extra.condor, extra.condor_at, now, extra.condor_idle)))
     elif extra.condor_problem:

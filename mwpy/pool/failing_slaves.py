@@ -5,9 +5,10 @@ script that does not import on the slave, a missing library) exits non-zero;
 batch systems and the local back end start it again, by design, so the same
 failure repeats for ever while the master waits. :class:`SetupFailures`
 watches the back end's jobs: a back end that counts each job's failed runs
-is read exactly (the local back end restarts a slave within half a second,
-so one that fails fast can fail and restart between two looks); for one that
-does not, each time a job is seen to have exited with a failure counts one,
+is read exactly (the local back end counts its restarts, which come within
+half a second, so a slave that fails fast can fail and restart between two
+looks; the Condor back end counts them from the jobs' user log); for one
+that does not (a Condor job without a user log), each time a job is seen to have exited with a failure counts one,
 and once ``limit`` runs have failed while the computation has not yet had a
 single result, :meth:`problem` names the failure (the job's last error line).
 Once a slave has connected, only runs that ended because the slave algorithm

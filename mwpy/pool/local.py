@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TextIO
 
@@ -34,6 +34,7 @@ from mwpy.names import AUDIT_FILE, EVENTS_FILE, SLAVE_STDERR
 from mwpy.observe.goodput import duration
 from mwpy.observe.statusview import Follower
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
+from mwpy.resources import Resources, own_shape
 
 #: Resource-file update interval used locally, so progress and counts stay fresh.
 LOCAL_UPDATE_INTERVAL = 1.0
@@ -152,8 +153,11 @@ def run_local(
     total: int | None = None,
     python: str | None = None,
     explains: Callable[[int], bool] | None = None,
+    shapes: Sequence[Resources] = (),
 ) -> int:
     """Run ``program`` as master with ``slaves`` local slaves; return the master's exit status.
+
+    ``shapes``: what the slaves offer to tasks' ``resources=`` (dealt among them; none: the machine's).
 
     ``explains(status)`` true: the program has said itself why it exits with that status (``mwpy jobs``:
     some jobs failed), so mwpy local adds no line and removes its own folder as after a success.
@@ -172,7 +176,9 @@ def run_local(
         )
     display = _Display(follower, Console(file=sys.stderr))
     interpreter = python or sys.executable
-    run = _LocalRun(program, slaves, args, work=work, display=display, interpreter=interpreter, explains=explains)
+    run = _LocalRun(
+        program, slaves, args, work=work, display=display, interpreter=interpreter, explains=explains, shapes=shapes
+    )
     return run.wait()
 
 
@@ -193,9 +199,13 @@ def _clean_up(work: WorkFolder, status: int, *, explained: bool = False) -> None
         print(f"mwpy local: master exited with status {status}; logs in {work.path}", file=sys.stderr)
 
 
-def _master_command(interpreter: str, program: str, slaves: int, work: WorkFolder, args: list[str]) -> list[str]:
-    """The master's command line: loopback only, a resource file rewritten every second, slaves like us, and
-    no more of them than ``--slaves``."""
+def _master_command(
+    interpreter: str, program: str, slaves: int, work: WorkFolder, args: list[str], *, shapes: Sequence[Resources]
+) -> list[str]:
+    """The master's command line: loopback only, a resource file rewritten every second, slaves like us, no
+    more of them than ``--slaves``, and their shapes on offer."""
+    offered = [own_shape(shape) for shape in shapes] or [own_shape()]  # what each slave will say it offers
+    offer = [argument for shape in offered for argument in ("--mw-slave-resources", str(shape))]
     return [
         interpreter,
         os.path.abspath(program),
@@ -214,6 +224,7 @@ def _master_command(interpreter: str, program: str, slaves: int, work: WorkFolde
         interpreter,
         "--mw-max-slaves",
         str(slaves),
+        *offer,
         *_default_events(work, args),
         *args,
     ]
@@ -250,12 +261,13 @@ class _LocalRun:
         display: _Display,
         interpreter: str,
         explains: Callable[[int], bool] | None = None,
+        shapes: Sequence[Resources] = (),
     ) -> None:
         self.slaves = slaves
         self.work = work
         self.display = display
         self.master = subprocess.Popen(
-            _master_command(interpreter, program, slaves, work, args),
+            _master_command(interpreter, program, slaves, work, args, shapes=shapes),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -268,7 +280,7 @@ class _LocalRun:
         ]
         for pump in self.pumps:
             pump.start()
-        self.backend = LocalBackend(work.path)
+        self.backend = LocalBackend(work.path, shapes=shapes)
         self.pool = SlavePool(work, self.backend, slaves, name=f"mwpy local {program}")
         self.gave_up = False  # slaves kept failing at set-up: the master was stopped
         self.explains = explains  # see run_local

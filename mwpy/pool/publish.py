@@ -21,6 +21,7 @@ from mwpy.core.scheduler import Scheduler
 from mwpy.job_ad import own_job_id
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import DEFAULT_CACHE_SIZE, Options
+from mwpy.resource_file import ShapeDemand
 
 #: Shortest time between two resource-file writes caused by a change.
 DEBOUNCE = 1.0
@@ -62,7 +63,7 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool, list[str], int, int | None] | None = None
+        self._key: tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand]] | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
         #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
@@ -75,7 +76,8 @@ class Publisher:
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._sched.slaves_needed, self._sched.connected()
-        key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total())
+        key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total(),
+               self._shapes())  # fmt: skip
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -84,8 +86,8 @@ class Publisher:
         """Write the file now (a failure is audited: the computation goes on without it)."""
         path = self._options.resource_file
         sched = self._sched
-        jobs, total = self._condor_jobs(), self._tasks_total()
-        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total)
+        jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -115,6 +117,7 @@ class Publisher:
             slaves_greeted=self._slaves_greeted(),
             master_condor_job=self._condor_job,
             task_board=board.snapshot(sched, now),
+            shapes=shapes,
         )
         try:
             resource_file.write(path, record)
@@ -122,6 +125,10 @@ class Publisher:
             self._facts(ResourceFileNotWritten(path, str(exc)))
             return
         self._facts(ResourceFileWritten(record))
+
+    def _shapes(self) -> list[ShapeDemand]:
+        """Demand and supply per need of the tasks (empty while no task asked for resources)."""
+        return [ShapeDemand(str(need), tasks, slaves) for need, tasks, slaves in self._sched.shape_demand()]
 
     def _build_bundle(self) -> str | None:
         if not self._options.slave_bundle:

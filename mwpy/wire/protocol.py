@@ -41,7 +41,8 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
-PROTOCOL_VERSION = 4
+#: 5: Hello carries the slave's shape (cpus, memory MB, disk MB, gpus, requirements) for tasks' resources=.
+PROTOCOL_VERSION = 5
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -94,6 +95,8 @@ class Hello:
     #: ``CLUSTER.PROC`` of the Condor job the slave runs as, "" outside Condor: the overseer matches
     #: connected slaves to its jobs with it (docs/condor.md).
     condor_job: str = ""
+    #: What the slave offers: (cpus, memory MB, disk MB, gpus, requirements), as mwpy.Resources' fields.
+    shape: tuple[Any, ...] = ()
 
 
 @attrs.frozen
@@ -281,8 +284,18 @@ def check_hello(msg: Hello) -> None:
         and msg.max_frame > 0
         and isinstance(msg.condor_job, str)
         and (msg.condor_job == "" or CONDOR_JOB_ID.fullmatch(msg.condor_job) is not None)
+        and _is_shape(msg.shape)
     ):
         raise ProtocolError("malformed Hello message")
+
+
+def _is_shape(shape: object) -> bool:
+    """A Hello's shape: four non-negative ints and a string, or () for a slave that does not say."""
+    if shape == ():
+        return True
+    if not isinstance(shape, tuple) or len(shape) != 5 or not isinstance(shape[4], str):
+        return False
+    return all(type(count) is int and count >= 0 for count in shape[:4])
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""Which slave may run which task: a task's needed resources against a slave's shape.
+
+A task that asks for nothing runs on any slave, and while no task has asked
+for anything the scheduler does not look here at all (:attr:`Shapes.active`),
+so the common path costs what it cost before shapes existed. The shapes *on
+offer* are those the master was told its slaves will have (``mwpy local
+--slave-resources``, an Executor's ``slave_resources=``, the master's
+``--mw-slave-resources``); a task none of them satisfies is unrunnable at
+once, with the reason, instead of waiting for ever. With no shapes on offer
+(a Condor overseer makes a slave job for each need) every task may yet run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from mwpy.resources import Resources
+
+
+def fits(shape: Resources | None, need: Resources | None) -> bool:
+    """Whether a slave of ``shape`` may run a task needing ``need`` (a slave of no known shape: only needless tasks)."""
+    return need is None or (shape is not None and shape.satisfies(need))
+
+
+class Shapes:
+    """The shapes on offer, and whether any task has asked for resources yet."""
+
+    def __init__(self) -> None:
+        self.offered: tuple[Resources, ...] = ()
+        #: True once a task with resources was submitted: from then on dispatch matches tasks to slaves.
+        self.active = False
+        #: Tasks not answered yet (queued or running), per need.
+        self.demand: Counter[Resources] = Counter()
+
+    def offer(self, shapes: Sequence[Resources]) -> None:
+        """The master's slaves will have these shapes (none: any need may yet be met by a slave to come)."""
+        self.offered = tuple(shapes)
+
+    def take(self, need: Resources) -> str | None:
+        """A task needing ``need`` arrived (counted until :meth:`settled`): why no slave on offer can ever run
+        it (one line), or None when one can."""
+        self.active = True
+        self.demand[need] += 1
+        if not self.offered or any(shape.satisfies(need) for shape in self.offered):
+            return None
+        offer = "; ".join(dict.fromkeys(shape.describe() for shape in self.offered))
+        return f"needs {need.describe()}, and no slave on offer has it (the slaves' shapes: {offer})"
+
+    def settled(self, need: Resources | None) -> None:
+        """A task needing ``need`` left the master's books (answered, cancelled, unrunnable)."""
+        if need is not None:
+            self.demand[need] -= 1
+            if not self.demand[need]:
+                del self.demand[need]
+
+    def report(self, slaves: Iterable[Resources | None]) -> list[tuple[Resources, int, int]]:
+        """(need, tasks not answered, connected slaves that satisfy it) for each need with tasks."""
+        shapes = list(slaves)
+        return [
+            (need, tasks, sum(fits(shape, need) for shape in shapes))
+            for need, tasks in sorted(self.demand.items(), key=lambda item: str(item[0]))
+        ]

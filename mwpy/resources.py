@@ -1,0 +1,211 @@
+"""What a task needs of a slave, and what a slave offers: :class:`Resources`.
+
+One record for both sides, in HTCondor's own terms (``request_cpus``,
+``request_memory``, ``request_disk``, ``request_gpus``, ``requirements``), so
+that a task's need can become a slave job's request as it is. A task says
+``@mwpy.task(resources=mwpy.Resources(memory="16GB"))``; a slave says what it
+has with ``--mw-slave-resources "cpus=4,memory=16GB"``, or learns it from its
+Condor slot, or else from the machine it runs on (:func:`own_shape`).
+
+Memory and disk are whole MB (HTCondor's unit for ``request_memory``; for disk
+too, where HTCondor's ``request_disk`` counts KB: one unit for both is less to
+get wrong). HTCondor's unit strings ("16GB", "512 MB", "2T") are accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from mwpy import safe_files
+from mwpy.errors import UnsafeFileError, UsageError
+from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE
+
+#: The keys of a resources dict or text, in the order they are shown.
+KEYS = ("cpus", "memory", "disk", "gpus", "requirements")
+_UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1 << 10, "T": 1 << 20, "P": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTP]?)(?:B|IB)?\s*$", re.IGNORECASE)
+#: HTCondor's machine-ad attributes of a slot, and a job ad's requests (Disk and RequestDisk in KB).
+_MACHINE_AD = {"Cpus": "cpus", "Memory": "memory", "Disk": "disk", "GPUs": "gpus"}
+_JOB_AD = {"RequestCpus": "cpus", "RequestMemory": "memory", "RequestDisk": "disk", "RequestGPUs": "gpus"}
+_AD_MAX_SIZE = 1 << 20
+
+
+def megabytes(value: object, name: str) -> int:
+    """``16384``, ``"16GB"``, ``"512 MB"``, ``"1.5G"`` as whole MB (rounded up); UsageError naming ``name``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    found = _SIZE.match(value) if isinstance(value, str) else None
+    if found is None:
+        raise UsageError(f"resources: {name} must be MB or a size such as '16GB', not {value!r}")
+    return math.ceil(float(found.group(1)) * _UNITS[found.group(2).upper()])
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UsageError(f"resources: {name} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _cpus(value: object) -> int:
+    return _count(value, "cpus")
+
+
+def _gpus(value: object) -> int:
+    return _count(value, "gpus")
+
+
+def _memory(value: object) -> int:
+    return megabytes(value, "memory")
+
+
+def _disk(value: object) -> int:
+    return megabytes(value, "disk")
+
+
+def _requirements(value: object) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"resources: requirements must be a ClassAd expression as text, not {value!r}")
+    return " ".join(value.split())
+
+
+@attrs.frozen
+class Resources:
+    """What a task needs (or a slave offers): cpus, memory and disk in MB, gpus, a Condor requirements expression.
+
+    Zero (and ``""``) means not asked. ``Resources(memory="16GB")`` holds
+    ``memory=16384``. A slave satisfies a need when it has at least as much of
+    each, and the need's requirements are the slave's (compared as text: a
+    slave job submitted for a shape carries that shape's requirements).
+    """
+
+    cpus: int = attrs.field(default=0, converter=_cpus)
+    memory: int = attrs.field(default=0, converter=_memory)
+    disk: int = attrs.field(default=0, converter=_disk)
+    gpus: int = attrs.field(default=0, converter=_gpus)
+    requirements: str = attrs.field(default="", converter=_requirements)
+
+    @classmethod
+    def of(cls, value: Resources | Mapping[str, Any] | str | None) -> Resources | None:
+        """``resources=`` as given to ``@mwpy.task``, ``with_policy`` or the Executor: a record, a dict, the
+        option's text (``"cpus=2,memory=16GB"``) or None.
+
+        An empty need is None: such a task runs anywhere, as a task without resources.
+        """
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = cls.parse(value)
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - set(KEYS), key=str)
+            if unknown:
+                raise UsageError(f"resources: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+            value = cls(**value)
+        if not isinstance(value, Resources):
+            raise UsageError(f"resources must be a mwpy.Resources or a dict, not {type(value).__name__}")
+        return None if value == cls() else value
+
+    @classmethod
+    def parse(cls, text: str) -> Resources:
+        """``"cpus=4,memory=16GB,gpus=1"`` (the option's form; ``requirements=`` last, as it may hold commas)."""
+        values: dict[str, str] = {}
+        rest = text.strip()
+        while rest:
+            key, equals, rest = rest.partition("=")
+            key = key.strip().lower()
+            if not equals or key not in KEYS:
+                raise UsageError(f"resources: expected KEY=VALUE with KEY one of {', '.join(KEYS)}: {text!r}")
+            if key == "requirements":
+                value, rest = rest, ""
+            else:
+                value, _, rest = rest.partition(",")
+            values[key] = value.strip()
+        return cls(**values)
+
+    def __str__(self) -> str:
+        """The option's form, with what is asked only: ``cpus=4,memory=16384`` (MB)."""
+        parts = [f"{key}={getattr(self, key)}" for key in KEYS if getattr(self, key)]
+        return ",".join(parts) or "cpus=0"
+
+    def describe(self) -> str:
+        """For people: ``cpus 4, memory 16384 MB, gpus 1``."""
+        units = {"memory": " MB", "disk": " MB"}
+        parts = [f"{key} {getattr(self, key)}{units.get(key, '')}" for key in KEYS if getattr(self, key)]
+        return ", ".join(parts) or "nothing"
+
+    def over(self, base: Resources) -> Resources:
+        """This shape, with what it leaves out (zero, ``""``) taken from ``base``."""
+        return Resources(*(getattr(self, key) or getattr(base, key) for key in KEYS))
+
+    def satisfies(self, need: Resources) -> bool:
+        """Whether a slave of this shape can run a task that needs ``need``."""
+        return (
+            self.cpus >= need.cpus
+            and self.memory >= need.memory
+            and self.disk >= need.disk
+            and self.gpus >= need.gpus
+            and (not need.requirements or need.requirements == self.requirements)
+        )
+
+
+def slave_shape(text: str) -> Resources:
+    """A ``--slave-resources`` value for argparse: its own one-line error (ArgumentTypeError) when wrong."""
+    try:
+        return Resources.parse(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("resources: ")) from None
+
+
+def own_shape(given: Resources | None = None) -> Resources:
+    """What a slave here offers: ``given`` (``--mw-slave-resources``), with what it leaves out taken from its
+    Condor job's requests, else its slot's machine ad, else this machine.
+
+    The job's requests come first: a site holds a job that uses more memory than it asked for (the slot may
+    have more, a static slot its whole share of the machine).
+    """
+    shape = machine_shape()
+    for variable, names in ((MACHINE_AD_VARIABLE, _MACHINE_AD), (JOB_AD_VARIABLE, _JOB_AD)):  # a later one wins
+        found = _from_ad(os.environ.get(variable, ""), names)
+        if found is not None:
+            shape = found.over(shape)
+    return shape if given is None else given.over(shape)
+
+
+def machine_shape() -> Resources:
+    """This machine: its usable cpus and its physical memory (no disk or gpus claimed)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    return Resources(cpus=cpus, memory=memory)
+
+
+def _from_ad(path: str, names: Mapping[str, str]) -> Resources | None:
+    """The integer-valued attributes ``names`` of the ClassAd file ``path``; None when it has none (or is unsafe)."""
+    if not path:
+        return None
+    try:
+        text = safe_files.read_bytes(path, max_size=_AD_MAX_SIZE).decode("utf-8", "replace")
+    except UnsafeFileError:
+        return None
+    lowered = {name.lower(): key for name, key in names.items()}
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        name, equals, value = line.partition("=")
+        key = lowered.get(name.strip().lower())
+        if equals and key is not None and value.strip().isdigit():
+            found[key] = int(value.strip())
+    if "cpus" not in found and "memory" not in found:
+        return None
+    if "disk" in found:
+        found["disk"] //= 1024  # KB in an ad
+    return Resources(**found)
