@@ -114,6 +114,19 @@ def test_a_board_that_leaves_tasks_out_does_not_call_an_unlisted_task_done(tmp_p
     )
     record = resource_record(timestamp=1000.0, slaves_connected={"unordered": 1}, task_board=board)
     assert explaining.explain(record, 25, now=1001.0)[1] == "waiting in the queue behind 8 tasks"
+    window = TaskBoard(
+        issued=9,
+        flights=[Flight(slave="slave-0", since=990.0, tasks=[1, 2])],
+        queued=[Waiting(slave="slave-2", runs=[5, 6])],
+    )
+    windowed = resource_record(timestamp=1000.0, task_board=window)
+    assert explaining.explain(windowed, 2, now=1001.0)[1].startswith("sent to slave-0, which runs 1 task before it")
+    assert explaining.explain(windowed, 6, now=1001.0)[1] == (
+        "waiting for its ordered slave slave-2, behind 1 of that slave's tasks"
+    )
+    assert (
+        explaining.explain(windowed, 3, now=1001.0)[1] == "done: its result (a value or its error) went to the program"
+    )
     # what the task asks of a slave, once tasks carry resources (issue 24 item 1), is said with why it waits
     assert explaining.explain(record, 25, need="16 GB of memory", now=1001.0)[2] == "it needs: 16 GB of memory"
     line = explaining.explain(record, 30_000, now=1001.0)[-1]
