@@ -21,7 +21,7 @@ import attrs
 from mwpy import backends, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
-from mwpy.errors import BackendError, ConfigurationError, ResourceFileError
+from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
@@ -31,6 +31,8 @@ from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
 DEFAULT_BACKEND = "condor"
+#: ``mwpy status --explain TASK`` for a task id the master never issued (docs/exit-codes.md).
+UNKNOWN_TASK = 3
 
 
 def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
@@ -151,10 +153,20 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     status.add_argument(
         "--collector", metavar="HOST:PORT", help="the collector that knows the schedd (default: the local pool)"
     )
+    status.add_argument(
+        "--explain",
+        type=positive_int,
+        metavar="TASK",
+        help="why task TASK (its id, as results and the event log give it) is not running; exit 3 for an unknown id",
+    )
     status.add_argument("--watch", action="store_true", help="a live view until the computation finishes")
     status.add_argument("--interval", type=positive_float, default=1.0, help="--watch: seconds between refreshes")
     status.add_argument("--total", type=positive_int, help="--watch: tasks in all, for the progress bar and ETA")
-    status.add_argument("--events", help="--watch: the master's event log (--mw-events), for failures and the total")
+    status.add_argument(
+        "--events",
+        help="the master's event log (--mw-events): --watch shows failures and the total from it, --explain how the "
+        "task ended and its failed runs",
+    )
 
     jobs_command.add_parser(commands)
     report = commands.add_parser(
@@ -306,6 +318,8 @@ def _status(options: argparse.Namespace) -> int:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
+    if options.explain is not None:
+        return _explain(record, options, listed, why if options.condor else None, gone)
     state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"
     report = {
         "status": state,
@@ -365,6 +379,30 @@ def _print_status(
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
         print(f"{name:<8} {safe_text.one_line(value)}")
+
+
+def _explain(
+    record: resource_file.ResourceFile,
+    options: argparse.Namespace,
+    listed: list[Job] | None,
+    why: str | None,
+    gone: str | None,
+) -> int:
+    """``mwpy status --explain TASK``: 0 with the lines, 3 for a task the master never issued, 1 without a board."""
+    from mwpy.observe import explain  # noqa: PLC0415 (only this option needs it)
+
+    try:
+        failures, problem = explain.failures_of(options.events, options.explain) if options.events else (None, None)
+        lines = explain.explain(
+            record, options.explain, jobs=listed, condor_problem=why, master_gone=gone, failures=failures
+        )
+    except MwpyError as exc:
+        print(f"mwpy status: error: {exc}", file=sys.stderr)
+        return UNKNOWN_TASK if isinstance(exc, explain.UnknownTaskError) else 1
+    lines += [f"event log: {problem}"] if problem else []
+    lines = [safe_text.one_line(line) for line in lines]  # job reasons, slave names, task errors: shown safe
+    print(json.dumps({"task": options.explain, "explanation": lines}, indent=2) if options.json else "\n".join(lines))
+    return 0
 
 
 def _condor_view(

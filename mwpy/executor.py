@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -59,7 +60,7 @@ import types
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import attrs
 
@@ -74,7 +75,7 @@ from mwpy.observe.audit import Audit
 from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.resources import Resources, own_shape
-from mwpy.streams import chunked
+from mwpy.streams import WINDOW_BYTES, chunked
 from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
 from mwpy.wire import codec
 
@@ -279,23 +280,12 @@ class Executor(concurrent.futures.Executor):
         self._service.hand_over([(future, name, payload, self._policy_of(fn), label)])
         return future
 
-    def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]]) -> list[Future[R]]:
-        """``map``'s submissions: a future per call, handed over ``SUBMIT_BATCH`` at a time (one lock, one wake)."""
+    def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]], window_bytes: int) -> _Feed[R]:
+        """``map``'s submissions, as many as ``window_bytes`` of pickled arguments allow now (:class:`_Feed`)."""
         policy = self._policy_of(fn)
-        service = self._service
-        futures: list[Future[R]] = []
-        batch: list[_Submission] = []
-        for args in calls:
-            name, payload, label = self._encode(fn, args, {})
-            future: Future[R] = Future(service)
-            futures.append(future)
-            batch.append((future, name, payload, policy, label))
-            if len(batch) == SUBMIT_BATCH:
-                service.hand_over(batch)
-                batch = []
-        if batch:
-            service.hand_over(batch)
-        return futures
+        feed: _Feed[R] = _Feed(self._encode, fn, policy, self._service, calls=calls, window_bytes=window_bytes)
+        feed.fill()
+        return feed
 
     def map(
         self,
@@ -303,23 +293,28 @@ class Executor(concurrent.futures.Executor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
+        window_bytes: int = WINDOW_BYTES,
         **kwargs: Any,
     ) -> Iterator[R]:
         """Like ``ProcessPoolExecutor.map``: values in input order; ``chunksize`` arguments per task.
 
         ``kwargs`` go to every call (as with dask's ``client.map``). Closing the
         iterator early (``break``, an exception) cancels every task not started.
+        Every input is submitted at once, as the standard executors do, until the
+        calls (chunks) not yet returned hold ``window_bytes`` of pickled arguments
+        (256 MiB by default); the rest are taken as values are returned.
         """
         if chunksize < 1:
             raise ValueError("chunksize must be at least 1")
+        if window_bytes < 1:
+            raise ValueError("window_bytes must be at least 1")
         if kwargs:  # what every call gets: a large one crosses to each slave once
             fn = functools.partial(_unwrap(fn), **self._service.intake.share_large(kwargs))
+        end = None if timeout is None else time.monotonic() + timeout
         if chunksize == 1:
-            end = None if timeout is None else time.monotonic() + timeout
-            return _in_order(self._submit_each(fn, zip(*iterables, strict=False)), end)
-        chunks = chunked(zip(*iterables, strict=False), chunksize)
-        results = super().map(calls.call_chunk, itertools.repeat(_unwrap(fn)), chunks, timeout=timeout)
-        return itertools.chain.from_iterable(results)
+            return _in_order(self._submit_each(fn, zip(*iterables, strict=False), window_bytes), end)
+        chunks = ((_unwrap(fn), chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
+        return itertools.chain.from_iterable(_in_order(self._submit_each(calls.call_chunk, chunks, window_bytes), end))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.
@@ -529,18 +524,67 @@ def _offer(namespace: argparse.Namespace, shapes: list[Resources]) -> list[str]:
     return [argument for shape in offered for argument in ("--mw-slave-resources", str(shape))]
 
 
-def _in_order(futures: list[Future[R]], end: float | None) -> Generator[R, None, None]:
+class _Feed(Generic[R]):
+    """``Executor.map``'s submissions in input order: inputs are taken (pickled, handed over ``SUBMIT_BATCH`` at
+    a time: one lock, one wake) only while the futures not yet returned hold less than ``window_bytes`` of
+    pickled arguments, or none is left; :func:`_in_order` takes futures out and fills again. It holds the
+    executor weakly (as CPython's ``map(buffersize=)`` does): a map left unread does not keep it from being
+    collected and shut down; what was not submitted then never is."""
+
+    def __init__(
+        self,
+        encode: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], tuple[str, bytes, str]],
+        fn: Callable[..., R],
+        policy: Policy,
+        service: _Service,
+        *,
+        calls: Iterator[tuple[Any, ...]],
+        window_bytes: int,
+    ) -> None:
+        self._encode = weakref.WeakMethod(encode)
+        self._fn, self._policy, self._service, self._calls = fn, policy, service, calls
+        self._limit = window_bytes
+        self.pending: collections.deque[tuple[Future[R], int]] = collections.deque()
+        self._held = 0  # bytes of the pending futures' arguments
+        self._exhausted = False
+
+    def fill(self) -> None:
+        batch: list[_Submission] = []
+        while not self._exhausted and (self._held < self._limit or not self.pending):
+            encode = self._encode()
+            args = None if encode is None else next(self._calls, None)
+            if encode is None or args is None:
+                self._exhausted = True
+                break
+            name, payload, label = encode(self._fn, args, {})
+            future: Future[R] = Future(self._service)
+            self.pending.append((future, len(payload)))
+            self._held += len(payload)
+            batch.append((future, name, payload, self._policy, label))
+            if len(batch) == SUBMIT_BATCH:
+                self._service.hand_over(batch)
+                batch = []
+        if batch:
+            self._service.hand_over(batch)
+
+    def take(self) -> Future[R]:
+        future, size = self.pending.popleft()
+        self._held -= size
+        return future
+
+
+def _in_order(feed: _Feed[R], end: float | None) -> Generator[R, None, None]:
     """``Executor.map``'s values, in input order, by ``end`` (monotonic) if given; closing it cancels the rest.
 
-    What ``concurrent.futures.Executor.map`` returns, over futures made by :meth:`Executor._submit_each`.
+    What ``concurrent.futures.Executor.map`` returns, over the futures of :meth:`Executor._submit_each`.
     """
-    futures.reverse()
     try:
-        while futures:
+        while feed.pending:
             # Neither the future nor its value stays bound here while the caller holds the value (issue 14406).
-            yield _result_or_cancel(futures.pop(), end)
+            yield _result_or_cancel(feed.take(), end)
+            feed.fill()
     finally:
-        for future in futures:
+        for future, _ in feed.pending:
             future.cancel()
 
 

@@ -87,13 +87,9 @@ class Master:
     def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str) -> None:
         self._options = options
         self._audit = audit
-        self._sched = Scheduler(
-            task_group=options.slave_task_group,
-            fixed_window=options.slave_window,
-            task_attempts=options.task_attempts,
-            black_hole_failures=options.slave_max_failures,
-            task_timeout=options.task_timeout,
-        )
+        self._sched = Scheduler(task_group=options.slave_task_group, fixed_window=options.slave_window,
+                                task_attempts=options.task_attempts, black_hole_failures=options.slave_max_failures,
+                                task_timeout=options.task_timeout)  # fmt: skip
         self._sched.shapes.offer(options.slave_resources)
         #: The total the algorithm declared (``mw.tasks_total = n``), or None.
         self._declared_total: int | None = None
@@ -121,15 +117,15 @@ class Master:
             #: The address it listens on ("" for every interface): a service beside the master listens alike.
             self.bind = self._engine.bind
             self._shared = SharedObjects(options, secret, self.host, self.bind)
+            self._engine.store = self._shared.address  # slaves are told it: their large results go there
             self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
             self.port_range = options.master_port_range
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
-                                        tls_fingerprint=self._engine.tls_fingerprint,
-                                        condor_jobs=self._engine.condor_jobs, leaving=self._engine.leaving_by,
-                                        tasks_total=lambda: self.tasks_total,
+                                        tls_fingerprint=self._engine.tls_fingerprint, leaving=self._engine.leaving_by,
+                                        condor_jobs=self._engine.condor_jobs, tasks_total=lambda: self.tasks_total,
                                         slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname()))
@@ -323,19 +319,20 @@ class Master:
         *iterables: Iterable[Any],
         window: int = 10_000,
         key: Callable[..., str] | None = None,
+        window_bytes: int = streams.WINDOW_BYTES,
         **kwargs: Any,
     ) -> Generator[Result, None, None]:
         """Run ``algorithm`` over the zipped ``iterables``; yield each Result as it arrives.
 
-        Input is consumed lazily, keeping at most ``window`` tasks in the
-        master, so an endless iterable streams with bounded memory. Results of
-        these tasks go only to this iterator, never to :meth:`results`.
-        Each result's ``tag`` is the position of its arguments in the input;
+        Input is consumed lazily, keeping at most ``window`` tasks and ``window_bytes`` of their pickled
+        arguments (beyond one task's) in the master, so an endless iterable streams with bounded memory.
+        Results of these tasks go only to this iterator, never to :meth:`results`. Each result's ``tag`` is
+        the position of its arguments in the input;
         ``key(*args)`` names each task for the journal (``--mw-journal``).
         ``kwargs`` go to every call, as with dask's ``client.map``. Closing the
         iterator (``break``) cancels every task that has not left for a slave.
         """
-        return streams.as_completed(self, algorithm, iterables, window=window, key=key, kwargs=kwargs)
+        return streams.as_completed(self, algorithm, iterables, window=(window, window_bytes), key=key, kwargs=kwargs)
 
     def map(
         self,
@@ -344,6 +341,7 @@ class Master:
         window: int = 10_000,
         key: Callable[..., str] | None = None,
         chunksize: int = 1,
+        window_bytes: int = streams.WINDOW_BYTES,
         **kwargs: Any,
     ) -> Generator[Any, None, None]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
@@ -355,9 +353,11 @@ class Master:
         ``chunksize`` (as ``ProcessPoolExecutor.map``'s): one task makes that many
         calls, so a tiny function pays the per-task cost once per chunk; the
         algorithm's policy (retries, timeout) then applies to the whole chunk,
-        ``window`` counts chunks, and ``key`` cannot be given (it names one call).
+        ``window`` counts chunks, and ``key`` cannot be given (it names one call); ``window_bytes`` as in
+        :meth:`as_completed`.
         """
-        return streams.in_order(self, algorithm, iterables, window=window, key=key, chunksize=chunksize, kwargs=kwargs)
+        window_ = (window, window_bytes)
+        return streams.in_order(self, algorithm, iterables, window=window_, key=key, chunksize=chunksize, kwargs=kwargs)
 
     # ------------------------------------------------------------------ objects shared once per slave
 

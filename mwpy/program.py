@@ -298,7 +298,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
         tls_fingerprint=endpoint.tls_fingerprint,
         client_timeout=options.client_timeout,
     )
-    _shared_objects(endpoint, options.cache_size)
+    cache_counts = _shared_objects(endpoint, options.cache_size)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     failed = _initialize(initializer, audit, endpoint.member_id)
     if failed is not None:
@@ -306,7 +306,15 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
     chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
     try:
         status = _connect_and_serve(
-            endpoint, stale, options=options, audit=audit, waited=waited, argv=argv, chirp=chirp, lifetime=lifetime
+            endpoint,
+            stale,
+            options=options,
+            audit=audit,
+            waited=waited,
+            argv=argv,
+            chirp=chirp,
+            cache=cache_counts,
+            lifetime=lifetime,
         )
         chirp.publish("draining", chirp.done)
         chirp.log(
@@ -326,9 +334,11 @@ def _connect_and_serve(
     waited: float,
     argv: list[str],
     chirp: Chirp,
+    cache: Callable[[], tuple[int, int, int, int]],
     lifetime: Lifetime | None,
 ) -> int:
-    """Connect, then run the slave algorithm (or serve until shutdown); the exit status."""
+    """Connect, then run the slave algorithm (or serve until shutdown); the exit status. ``cache``: the
+    counters of the slave's cache of shared objects, which its heartbeats carry."""
     chirp.publish("connecting", 0)
     try:
         worker = _connect(endpoint, stale, options, audit, waited, leave_at=lifetime.leave_at if lifetime else 0.0)
@@ -337,6 +347,7 @@ def _connect_and_serve(
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
         audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
         return 130
+    worker.cache_counts = cache
     chirp.log(f"mwpy slave {worker.slave_id} connected to master {endpoint.host}:{endpoint.port}")
     chirp.follow(worker.pilot_state)
     if lifetime is not None:
@@ -372,9 +383,9 @@ def _say_retired(why: str, chirp: Chirp) -> None:
     chirp.log(f"mwpy slave {line}")
 
 
-def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:
+def _shared_objects(endpoint: Endpoint, cache_size: int) -> Callable[[], tuple[int, int, int, int]]:
     """Install the slave's resolvers of shared objects and files (``mw.share``, ``mwpy.File``); the file
-    service's client loads with the first."""
+    service's client loads with the first. Returns what reads the cache's counters (all 0 before)."""
     shares = None
 
     def started() -> Any:
@@ -387,8 +398,11 @@ def _shared_objects(endpoint: Endpoint, cache_size: int) -> None:
         return shares
 
     codec.install_resolver(
-        lambda handle: started().resolve(handle), lambda handle, mode, name: started().resolve_file(handle, mode, name)
+        lambda handle: started().resolve(handle),
+        lambda handle, mode, name: started().resolve_file(handle, mode, name),
+        lambda address, source, size: started().store(address, source, size),
     )
+    return lambda: (0, 0, 0, 0) if shares is None else shares.counts()
 
 
 #: The statuses mwpy names (docs/exit-codes.md).

@@ -88,6 +88,49 @@ _non_empty: Callable[[Any, Any, Any], Any] = attrs.validators.min_len(1)
 _not_negative: Callable[[Any, Any, Any], Any] = attrs.validators.ge(0)
 
 
+def _runs(_: Any, attribute: Any, value: list[int]) -> None:
+    """A validator: ``[first, last, first, last, ...]``, task ids from 1 with ``first <= last`` in each pair."""
+    pairs = len(value) % 2 == 0 and all(a <= b for a, b in zip(value[::2], value[1::2], strict=True))
+    if not pairs or any(task < 1 for task in value):
+        raise ValueError(f"{attribute.name} must be pairs of task ids [first, last, ...] with first <= last")
+
+
+@attrs.frozen
+class Flight:
+    """Tasks one slave holds, in the order it runs them: the first runs now, since ``since`` (Unix time)."""
+
+    slave: str
+    since: float
+    tasks: list[int]
+
+
+@attrs.frozen
+class Waiting:
+    """Queued tasks in the order they will be sent, as runs of consecutive ids.
+
+    ``slave``: the ordered slave whose own queue this is, or "" for the shared queue.
+    """
+
+    slave: str
+    runs: list[int] = attrs.field(validator=_runs)
+
+
+@attrs.frozen
+class TaskBoard:
+    """Where each task stands, bounded: what ``mwpy status --explain TASK`` reads (docs/resource-file.md).
+
+    ``queued`` lists each queue's first tasks in the order they will be sent; ``queued_beyond`` counts those
+    past what is listed, and ``flights_complete`` is False when some slaves' tasks were left out: then a task
+    found nowhere may still be queued or running, not done.
+    """
+
+    issued: int = attrs.field(validator=_not_negative)
+    flights: list[Flight] = attrs.Factory(list)
+    flights_complete: bool = True
+    queued: list[Waiting] = attrs.Factory(list)
+    queued_beyond: int = attrs.field(default=0, validator=_not_negative)
+
+
 def _shape(_: Any, attribute: Any, value: str) -> None:
     """A validator: a need in ``--mw-slave-resources``' form (``cpus=2,memory=16384``)."""
     Resources.parse(value)  # its UsageError is a ValueError: one line, naming what is wrong
@@ -149,6 +192,8 @@ class ResourceFile:
     #: The master's own Condor job id (CLUSTER.PROC) when it runs as a Condor job (submit/master.sub), else None:
     #: the overseer removes the computation's slave jobs once that job has left the queue (docs/condor.md).
     master_condor_job: str | None = attrs.field(default=None, validator=attrs.validators.optional(_job_id))
+    #: Where each task stands (bounded), for ``mwpy status --explain``; None from a master before it wrote one.
+    task_board: TaskBoard | None = None
     #: Per need of the tasks (``resources=``): tasks not answered and connected slaves that satisfy it.
     shapes: list[ShapeDemand] = attrs.Factory(list)
     format: str = FORMAT
@@ -175,7 +220,7 @@ class ResourceFile:
         return not self.finished and self.overdue(now) > limit
 
 
-_converter = strict_json.converter(str)
+_converter = strict_json.converter(str, int)
 
 
 def dumps(record: ResourceFile) -> str:

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -133,6 +134,10 @@ class Slave:
         self.slave_id = welcome.slave_id
         self.result_group = welcome.result_group
         self._max_out = welcome.max_frame
+        self._store = (welcome.store_host, welcome.store_port)  # where a result too large for a frame goes
+        #: The counters of this process's cache of shared objects (hits, misses, bytes fetched, evictions),
+        #: sent with the heartbeats once they change (the program sets it: only it knows the cache).
+        self.cache_counts: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
         # Reads land in one buffer: recv(256 KiB) would mmap and munmap 256 KiB per call (see master.py).
         self._buffer = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buffer)
@@ -372,7 +377,7 @@ class Slave:
                 if printed.size or warned.size:
                     self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
-            out = codec.encode_value(value)
+            out = codec.encode_result(value, self._store)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)
@@ -568,13 +573,14 @@ class Slave:
         self._last_send = time.monotonic()
 
     def _beat(self, interval: float) -> None:
-        """Heartbeats when nothing else went out for ``interval``, and at once when the peak memory grew.
+        """Heartbeats when nothing else went out for ``interval``, and at once when the peak memory grew or the
+        cache's counters changed (within :data:`MEMORY_LOOK` s: the event log and the metrics show them).
 
         The master publishes the largest peak a slave reported, and the
         overseer asks Condor for that much memory for new slave jobs: a peak
         reached by a task that then gets the job held must be reported quickly.
         """
-        reported = 0
+        reported, cache_reported = 0, (0, 0, 0, 0)
         look = min(interval / 2, MEMORY_LOOK)
         next_look = time.monotonic() + look
         while not self._stop.is_set():
@@ -583,12 +589,12 @@ class Slave:
             if self._stop.is_set() or time.monotonic() < next_look:
                 continue
             next_look = time.monotonic() + look
-            peak = peak_memory()
-            grew = peak > reported * MEMORY_GROWTH
+            peak, cache = peak_memory(), self.cache_counts()
+            grew = peak > reported * MEMORY_GROWTH or cache != cache_reported
             if (grew or time.monotonic() - self._last_send >= interval) and self._lost is None:
                 with self._io_lock:
-                    self._write(self._session.send(protocol.Heartbeat(peak)))
-                reported = peak
+                    self._write(self._session.send(protocol.Heartbeat(peak, cache)))
+                reported, cache_reported = peak, cache
             if self._lost is not None and self._in_task and self._evicted is None:
                 _leave_lost_master(self._audit, self._lost)
 

@@ -1,8 +1,8 @@
 """``mw.map`` and ``mw.as_completed``: a task per input, submitted lazily within a window, results streamed back.
 
 Inputs are consumed only as the window has room (``window`` tasks at most in
-the master, and arguments of at most :data:`WINDOW_BYTES` bytes, pickled,
-beyond the first), so an endless iterable streams with bounded memory
+the master, and arguments of at most ``window_bytes`` bytes, pickled, beyond
+the first: :data:`WINDOW_BYTES` unless the caller says), so an endless iterable streams with bounded memory
 whatever the size of its items; a sized one
 says in advance how many tasks the run has (the progress bar's total). Each
 input's task reports to its own listener (:class:`_Item`), which puts the
@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Pickled arguments a stream keeps in the master at most (beyond one task's), besides its ``window`` in tasks:
-#: with 1 MB arguments, 10,000 tasks ahead grew a master to 6.2 GB before the first result (issue 22).
+#: Pickled arguments a stream keeps in the master at most (beyond one task's), besides its ``window`` in tasks,
+#: unless ``window_bytes`` says otherwise: with 1 MB arguments, 10,000 tasks ahead grew a master to 6.2 GB before
+#: the first result (issue 22). ``Executor.map`` takes the same default.
 WINDOW_BYTES = 256 << 20
+#: A stream's window: (tasks, bytes of pickled arguments).
+Window = tuple[int, int]
 
 
 def as_completed(
@@ -46,7 +49,7 @@ def as_completed(
     algorithm: TaskAlgorithm[..., Any],
     iterables: tuple[Iterable[Any], ...],
     *,
-    window: int,
+    window: Window,
     key: Callable[..., str] | None,
     kwargs: dict[str, Any],
 ) -> Generator[Result, None, None]:
@@ -62,7 +65,7 @@ def in_order(
     algorithm: TaskAlgorithm[..., Any],
     iterables: tuple[Iterable[Any], ...],
     *,
-    window: int,
+    window: Window,
     key: Callable[..., str] | None,
     chunksize: int,
     kwargs: dict[str, Any],
@@ -139,14 +142,18 @@ class _Item:
         return False  # a stream's results are its own, not mw.results()'s
 
 
-def _stream(master: Master, calls_: _Calls, window: int) -> Generator[tuple[int, Result], None, None]:
-    """Submit ``calls_`` lazily, at most ``window`` outstanding; yield (input position, result)."""
-    if window < 1:
+def _stream(master: Master, calls_: _Calls, window: Window) -> Generator[tuple[int, Result], None, None]:
+    """Submit ``calls_`` lazily, at most ``window`` (tasks, bytes) outstanding; yield (input position, result)."""
+    if window[0] < 1:
         raise ConfigurationError("window must be at least 1")
-    return _streaming(master, calls_, window)
+    if window[1] < 1:
+        raise ConfigurationError("window_bytes must be at least 1")
+    return _streaming(master, calls_, *window)
 
 
-def _streaming(master: Master, calls_: _Calls, window: int) -> Generator[tuple[int, Result], None, None]:
+def _streaming(
+    master: Master, calls_: _Calls, window: int, window_bytes: int
+) -> Generator[tuple[int, Result], None, None]:
     algorithm, policy, key, kwargs = calls_.algorithm, calls_.policy, calls_.key, calls_.kwargs
     intake = master._intake
     stream = _Stream()
@@ -159,7 +166,7 @@ def _streaming(master: Master, calls_: _Calls, window: int) -> Generator[tuple[i
     exhausted = False
     try:
         while True:
-            while not exhausted and outstanding < window and (held < WINDOW_BYTES or not outstanding):
+            while not exhausted and outstanding < window and (held < window_bytes or not outstanding):
                 item = next(items, None)
                 if item is None:
                     exhausted = True

@@ -142,6 +142,8 @@ def test_a_shared_object_crosses_once_per_slave_job_not_once_per_task(condor_poo
     assert 1 <= outcome["slaves"] <= 8, report
     assert outcome["counters"]["fetches"] == {outcome["digest"]: outcome["slaves"]}, report
     assert outcome["counters"]["bytes_sent"] == outcome["slaves"] * outcome["size"], report
+    assert outcome["large_result"], report  # 30 MB back through the file service, checked by hash
+    assert outcome["returned_file"], report
     print(f"{outcome['slaves']} slave jobs, {outcome['counters']['bytes_sent']} bytes sent")
 
 

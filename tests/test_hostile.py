@@ -308,6 +308,18 @@ def test_an_absurd_peak_memory_never_reaches_the_resource_file(live: Live) -> No
                 why = live.audit.slave_dropped(welcome.slave_id, DEADLINE)
                 assert "more than any machine has" in why
     assert resource_record_of(live).slave_peak_memory == plausible
+
+
+@pytest.mark.parametrize("cache", [(1, -1, 0, 0), (1, 2, 3), (1, 2, 3, "4"), [1, 2, 3, 4]])
+def test_malformed_cache_counters_in_a_heartbeat_drop_their_sender(live: Live, cache: Any) -> None:
+    """Guards: the cache counters a Heartbeat carries (issue 22) are four non-negative ints, or nothing is read."""
+    session = authenticate(live.port, live.secret)
+    with session.sock:
+        session.send(protocol.Hello(live.record.member_id, "insider", os.getpid(), "0", 1 << 20))
+        welcome = session.receive()
+        assert isinstance(welcome, protocol.Welcome)
+        session.send(protocol.Heartbeat(0, cache))
+        assert "its cache counters" in live.audit.slave_dropped(welcome.slave_id, DEADLINE)
     live.progresses()
     live.finish()
 

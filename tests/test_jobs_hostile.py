@@ -9,6 +9,7 @@ content that does not match its hash, more than its budget.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import socket
 from collections.abc import Iterator
@@ -307,3 +308,38 @@ def test_a_summary_removed_during_the_run_is_written_again_in_full(tmp_path: Pat
     lines = [json.loads(text) for text in (tmp_path / "jobs.sub.summary.jsonl").read_text().splitlines()]
     assert sorted(line["job"] for line in lines[:-1]) == ["1.0", "1.1", "1.2", "1.3"]
     assert lines[-1]["run"]["jobs"] == 4
+
+
+# ---------------------------------------------------------------------- large results (issue 22 item 2)
+
+
+def test_a_stored_result_is_kept_only_under_the_hash_of_its_content(server: FileServer, tmp_path: Path) -> None:
+    """A slave's large result lands under the SHA-256 the service computed; a lying hash keeps nothing."""
+    server.results = tmp_path / "received"
+    server.results.mkdir()
+    with socket.create_connection((server.host, server.port)) as sock:
+        link = filestore._client_handshake(sock, SECRET, MEMBER)
+        link.send_json(b"R", {"size": 4})
+        link.send(b"D", b"real")
+        link.send_json(b"E", {"sha256": hashlib.sha256(b"fake").hexdigest()})
+        kind, payload = link.receive()
+    assert kind == b"X"
+    assert "hash" in json.loads(payload)["error"]
+    assert list(server.results.iterdir()) == []
+    client = FileClient(server.host, server.port, SECRET, MEMBER)
+    try:
+        digest = client.store(io.BytesIO(b"honest result"), 13)
+    finally:
+        client.close()
+    assert [p.name for p in server.results.iterdir()] == [digest] == [hashlib.sha256(b"honest result").hexdigest()]
+
+
+def test_a_service_that_takes_no_results_refuses_them(server: FileServer) -> None:
+    """``mwpy jobs``' service (no results folder) takes no result, whatever a slave with the secret sends."""
+    client = FileClient(server.host, server.port, SECRET, MEMBER)
+    try:
+        with pytest.raises(FileServiceError, match="no result of 5 bytes is taken here"):
+            client.store(io.BytesIO(b"bytes"), 5)
+    finally:
+        client.close()
+    assert server.counters.refused == 1

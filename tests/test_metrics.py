@@ -69,6 +69,10 @@ def test_the_writer_feeds_the_exporter_and_prometheus_can_scrape_it(
     assert got[("mwpy_master_run", ())] == 1
     assert got[("mwpy_master_start_time_seconds", ())] == 1000.0
     assert got[("mwpy_master_finished", ())] == 1
+    assert got[("mwpy_slave_cache_hits", (("slave", "slave-1"),))] == 19
+    assert got[("mwpy_slave_cache_misses", (("slave", "slave-1"),))] == 1
+    assert got[("mwpy_slave_cache_fetched_bytes", (("slave", "slave-1"),))] == 16_000_512
+    assert got[("mwpy_slave_cache_evictions", (("slave", "slave-1"),))] == 0
 
 
 def test_a_subclass_of_a_kind_is_counted_as_that_kind(exporter: metrics.MetricsExporter) -> None:

@@ -53,8 +53,8 @@ def spec_tag(key: bytes, data: bytes) -> bytes:
 
 def test_the_handshake_proofs_and_keys_follow_the_documented_format() -> None:
     """HMAC-SHA256 of the secret over a label and both nonces; a peer of another build must agree."""
-    assert protocol.challenge(MASTER_NONCE) == struct.pack("!I", 37) + b"MWPY\x06" + MASTER_NONCE
-    assert protocol.parse_challenge(b"MWPY\x06" + MASTER_NONCE) == MASTER_NONCE
+    assert protocol.challenge(MASTER_NONCE) == struct.pack("!I", 37) + b"MWPY\x07" + MASTER_NONCE
+    assert protocol.parse_challenge(b"MWPY\x07" + MASTER_NONCE) == MASTER_NONCE
     nonces = MASTER_NONCE + SLAVE_NONCE
     assert protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE) == spec_mac(SECRET, b"mwpy slave proof" + nonces)
     assert protocol.master_proof(SECRET, MASTER_NONCE, SLAVE_NONCE) == spec_mac(SECRET, b"mwpy master proof" + nonces)
@@ -73,7 +73,7 @@ def test_every_frame_carries_a_tag_over_its_sequence_number_and_body() -> None:
     master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
     slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
     for seq in range(2):
-        body = bytes([Heartbeat.kind]) + pickle.dumps((0,), protocol.PICKLE_PROTOCOL)  # peak memory 0
+        body = bytes([Heartbeat.kind]) + pickle.dumps((0, (0, 0, 0, 0)), protocol.PICKLE_PROTOCOL)  # peak, cache
         tag = spec_tag(m2s, struct.pack("!Q", seq) + body)
         frame = master.seal(Heartbeat())
         assert frame == struct.pack("!I", len(body) + 16) + body + tag
@@ -107,12 +107,12 @@ def test_every_message_record_travels_as_itself() -> None:
 
 
 def test_a_challenge_from_something_else_is_refused_with_its_reason() -> None:
-    good = b"MWPY\x06" + MASTER_NONCE
-    for bad in (b"HTTP\x06" + MASTER_NONCE, good[:-1], good + b"x"):
+    good = b"MWPY\x07" + MASTER_NONCE
+    for bad in (b"HTTP\x07" + MASTER_NONCE, good[:-1], good + b"x"):
         with pytest.raises(ProtocolError, match=r"^the peer is not an mwpy master$"):
             protocol.parse_challenge(bad)
-    with pytest.raises(ProtocolError, match=r"^master speaks protocol 7, this slave speaks 6$"):
-        protocol.parse_challenge(b"MWPY\x07" + MASTER_NONCE)
+    with pytest.raises(ProtocolError, match=r"^master speaks protocol 8, this slave speaks 7$"):
+        protocol.parse_challenge(b"MWPY\x08" + MASTER_NONCE)
 
 
 def test_frames_at_the_size_limit_pass_and_one_byte_more_is_refused() -> None:

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+import mwpy
 from mwpy.errors import ConfigurationError
 from mwpy.net.filestore import FileServer
+from tests.programs import shared_work as work
 from tests.support import PROGRAMS, PYTHON, free_port, start_master
 
 GATED = PROGRAMS / "metrics_gated.py"
@@ -117,3 +119,16 @@ def test_the_file_service_listens_inside_the_range_and_says_when_it_is_full() ->
     low, high = free_range(2)
     with taken(low, high), pytest.raises(ConfigurationError, match=r"no free port left for the file service"):
         FileServer(b"s" * 32, "m", host="127.0.0.1", ports=(low, high))
+
+
+def test_the_file_service_for_results_listens_inside_the_range_or_the_master_goes_on_without_it() -> None:
+    """Issue 22: the master's own file service (large results, shared objects) takes a port of the range too;
+    with none left, slaves are welcomed without it and results come back in frames, as before."""
+    low, high = free_range(2)
+    with mwpy.Executor(max_workers=1, options=["--mw-master-port-range", f"{low}-{high}"]) as ex:
+        assert len(ex.submit(work.big_array, 20 << 17, 1).result(timeout=120)) == 20 << 17  # 20 MiB of floats
+        assert ex.file_counters()["results_stored"] == 1  # through the service, inside the range
+    low, high = free_range(1)
+    with mwpy.Executor(max_workers=1, options=["--mw-master-port-range", f"{low}-{high}"]) as ex:
+        assert len(ex.submit(work.big_array, 20 << 17, 1).result(timeout=120)) == 20 << 17
+        assert ex.file_counters()["results_stored"] == 0  # no port left for it: the result came in a frame

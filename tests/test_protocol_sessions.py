@@ -260,10 +260,10 @@ def test_the_master_learns_the_condor_job_id_the_slave_says_hello_with(job: str)
 
 
 def test_a_master_of_another_protocol_version_is_named_before_anything_is_sent() -> None:
-    """Guards: versions must match exactly (docs/design.md); protocol 5 added the slave's shape to Hello."""
+    """Guards: versions must match exactly (docs/design.md); protocol 6 added Welcome's file service."""
     slave = SlaveSession(b"s" * 32, hello())
-    older = protocol.frame(protocol.MAGIC + bytes([4]) + protocol.new_nonce())
-    with pytest.raises(ProtocolError, match=f"master speaks protocol 4, this slave speaks {protocol.PROTOCOL_VERSION}"):
+    older = protocol.frame(protocol.MAGIC + bytes([5]) + protocol.new_nonce())
+    with pytest.raises(ProtocolError, match=f"master speaks protocol 5, this slave speaks {protocol.PROTOCOL_VERSION}"):
         events(slave, older)
 
 

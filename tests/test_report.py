@@ -184,3 +184,20 @@ def test_the_report_says_which_slave_is_slow_and_which_fails(tmp_path: Path) -> 
     rows = re.findall(r"<tr><td>(slave-\d)</td><td class=num>(\d+)</td><td class=num>([\d.]+)</td>", table)
     assert rows == [("slave-2", "11", "0.900000"), ("slave-0", "20", "0.300000"), ("slave-1", "20", "0.300000")]
     assert re.search(r"<td>slave-2</td>(<td class=num>[^<]*</td>){4}<td class=num>1</td>", table)
+
+
+def test_the_report_shows_each_slave_s_cache_as_it_last_reported_it(tmp_path: Path) -> None:
+    """Issue 22 item 4: hits, misses, bytes fetched and evictions per slave, the one that fetched most first."""
+    records = [
+        *ONE_OF_EACH[:4],
+        ev.SlaveCache(t=1001.5, slave="slave-1", hits=1, misses=1, bytes_fetched=100, evictions=0),
+        ev.SlaveCache(t=1001.6, slave="slave-2", hits=7, misses=3, bytes_fetched=9000, evictions=2),
+        ev.SlaveCache(t=1001.7, slave="slave-1", hits=5, misses=1, bytes_fetched=100, evictions=0),
+    ]
+    page = report.build_report(write_log(tmp_path / "events.jsonl", records), tmp_path / "r.html").read_text()
+    table = page[page.index("<h2>Caches of shared objects per slave</h2>") :]
+    rows = re.findall(r"<tr><td>run 1: (slave-\d)</td>((?:<td class=num>\d+</td>){4})</tr>", table)
+    assert rows == [
+        ("slave-2", "<td class=num>7</td><td class=num>3</td><td class=num>9000</td><td class=num>2</td>"),
+        ("slave-1", "<td class=num>5</td><td class=num>1</td><td class=num>100</td><td class=num>0</td>"),
+    ]

@@ -8,10 +8,12 @@ object exactly once, whatever number of tasks named it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import pickle
 import socket
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,11 @@ import pytest
 import mwpy
 from mwpy import resource_file
 from mwpy.executor import _master_options
+from mwpy.observe import events as ev
+from mwpy.observe import report
 from mwpy.wire import codec, protocol
 from tests.programs import shared_work as work
-from tests.support import PROGRAMS, ROOT, run_local
+from tests.support import PROGRAMS, ROOT, free_port, run_local, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +148,36 @@ def test_a_stream_holds_its_window_in_bytes_too() -> None:
     assert "first 1048576" in done.stdout
 
 
+def test_mw_map_takes_a_bound_in_bytes_of_its_own() -> None:
+    """``window_bytes=8 MiB`` with 1 MiB arguments: at most 8 of them ahead (plus one) when the first value comes."""
+    done = run_local(PROGRAMS / "big_arguments.py", "window", str(8 << 20), slaves=1)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split("taken ")[1].split()[0]) <= 8 + 1
+    assert "first 1048576" in done.stdout
+
+
+@pytest.mark.parametrize("chunksize", [1, 2])
+def test_executor_map_submits_at_once_only_up_to_its_bound_in_bytes(tmp_path: Path, chunksize: int) -> None:
+    """As ProcessPoolExecutor.map, inputs are submitted when map() is called; past ``window_bytes`` of pickled
+    arguments they wait until values are returned (the default, 256 MiB, held 1 MB inputs down the same way)."""
+    taken = 0
+    gate = tmp_path / "open"
+
+    def inputs() -> Iterator[bytes]:
+        nonlocal taken
+        for i in range(40):
+            taken += 1
+            yield i.to_bytes(4, "big") * (1 << 18)  # 1 MiB each
+
+    with mwpy.Executor(max_workers=1) as ex:
+        gated = itertools.repeat(str(gate))
+        values = ex.map(work.length_once_open, inputs(), gated, window_bytes=4 << 20, chunksize=chunksize)
+        assert taken <= 4 + chunksize  # nothing returned yet: the tasks wait for the gate
+        gate.touch()
+        assert list(values) == [1 << 20] * 40
+    assert taken == 40
+
+
 def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
     options = _master_options(["--mw-max-write-buffer-size", "200000000"], Path("r.json"), "local", None)
     arguments = options.slave_arguments
@@ -224,3 +258,93 @@ def test_with_tls_the_shared_objects_travel_over_tls_with_the_master_s_certifica
             protocol.tls_client_context().wrap_socket(raw) as tls,
         ):
             assert protocol.certificate_matches(tls, fingerprint)
+
+
+# ---------------------------------------------------------------------- issue 22 item 2: large results
+
+
+def test_a_result_larger_than_a_frame_comes_back_through_the_file_service(executor: mwpy.Executor) -> None:
+    """Before, a task returning more than 64 MiB failed with ResultTooLarge; the master checks it by hash."""
+    before = executor.file_counters()
+    n = 100_000_000 // 8  # a 100 MB numpy array, above the 64 MiB frame limit
+    value = executor.submit(work.big_array, n, 7).result(timeout=300)
+    assert np.array_equal(value, np.random.default_rng(7).random(n))
+    assert value.flags.writeable  # the caller's own array, as from any future
+    after = executor.file_counters()
+    assert after["results_stored"] - before["results_stored"] == 1
+    assert after["result_bytes"] - before["result_bytes"] >= value.nbytes
+
+
+def test_a_100_mb_argument_and_result_both_travel_through_the_file_service() -> None:
+    data = os.urandom(100_000_000)
+    with mwpy.Executor(max_workers=1) as ex:
+        assert ex.submit(work.echo_bytes, data).result(timeout=300) == data
+        counters = ex.file_counters()
+    assert counters["bytes_sent"] >= len(data)  # the argument went out through the service
+    assert counters["result_bytes"] >= len(data)  # and came back through it
+
+
+# ---------------------------------------------------------------------- issue 22 item 3: files returned
+
+
+def test_a_file_a_task_returns_is_a_verified_copy_on_the_master(tmp_path: Path) -> None:
+    with mwpy.Executor(max_workers=1, workdir=tmp_path / "work") as ex:
+        answer = ex.submit(work.make_file, "out.txt", "made on the slave\n", 0o640).result(timeout=60)
+        returned = answer["file"]
+        assert isinstance(returned, mwpy.File)
+        assert os.path.basename(returned) == "out.txt"
+        assert Path(returned).read_text(encoding="utf-8") == "made on the slave\n"
+        assert os.stat(returned).st_mode & 0o777 == 0o640
+        digest = hashlib.sha256(b"made on the slave\n").hexdigest()
+        assert digest in os.fspath(returned)  # kept by its hash, which the master checked
+        assert ex.file_counters()["results_stored"] == 1
+    assert not os.path.exists(returned)  # kept until the master (here the Executor) finishes
+
+
+def test_a_stored_result_or_file_a_slave_names_badly_is_a_failure_not_a_path(tmp_path: Path) -> None:
+    """What a slave names is a hash, never a path: anything else fails that one result (ResultDecodeError)."""
+    for blob in (pickle.dumps(codec._Stored("../" * 20 + "etc/passwd", 10)), pickle.dumps(codec._Stored("0" * 64, 1))):
+        value, failure = codec.decode_outcome(True, blob)
+        assert value is None
+        assert failure is not None
+        assert failure[0] == "ResultDecodeError"
+        assert "no stored result has hash" in failure[1]
+
+
+def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:
+    """A replayed journal entry must not name a stored file that went once the result was read."""
+    value = np.arange(10)
+    kept = codec.journal_form(pickle.dumps(codec._Stored("0" * 64, 10_000)), value)
+    replayed, failure = codec.decode_outcome(True, kept)
+    assert failure is None
+    assert np.array_equal(replayed, value)
+    plain = codec.encode_value(value)
+    assert codec.journal_form(plain, value) is plain  # every other result is kept as it came
+
+
+# ---------------------------------------------------------------------- issue 22 item 4: the cache's counters
+
+
+def test_each_slave_s_cache_counters_reach_the_event_log_the_metrics_and_the_report(tmp_path: Path) -> None:
+    events, port = tmp_path / "events.jsonl", free_port()
+    options = ["--mw-events", str(events), "--mw-metrics-port", str(port)]
+    with mwpy.Executor(max_workers=1, options=options) as ex:
+        handle = ex.share(np.ones(500_000))  # 4 MB
+        assert [value for _, value, _, _ in ex.map(work.describe, [handle] * 10, range(10))] == [
+            500_000.0 + i for i in range(10)
+        ]
+
+        def counted() -> list[ev.SlaveCache]:
+            found = [e for e in ev.read_events(events) if isinstance(e, ev.SlaveCache)] if events.exists() else []
+            return found if found and found[-1].hits == 9 else []
+
+        last = wait_until(counted, 60, "the slave's heartbeat to bring its cache counters")[-1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            scraped = response.read().decode()
+    assert f'mwpy_slave_cache_hits{{slave="{last.slave}"}} 9.0' in scraped
+    assert f'mwpy_slave_cache_misses{{slave="{last.slave}"}} 1.0' in scraped
+    assert (last.hits, last.misses, last.evictions) == (9, 1, 0)
+    assert last.bytes_fetched == handle.size  # fetched once, all of it
+    page = report.build_report(events, tmp_path / "report.html").read_text(encoding="utf-8")
+    table = page[page.index("<h2>Caches of shared objects per slave</h2>") :]
+    assert f"<td class=num>9</td><td class=num>1</td><td class=num>{handle.size}</td>" in table

@@ -147,16 +147,20 @@ def test_rate_and_plain_line() -> None:
     assert "ETA 10.0 s" in line
 
 
-Answer = tuple[dict[str, int] | None, str | None]
+Answer = statusview.CondorAnswer
+WHY = "its Requirements match none of the pool's 2 slots"
 CONDOR_CASES: list[tuple[bool | None, Answer, int, str | None]] = [
-    (None, (None, "no Condor job counts: no schedd"), 1, None),
-    (True, (None, "no Condor job counts: no schedd"), 2, "no Condor job counts: no schedd"),
-    (None, ({"idle": 2, "running": 8, "held": 0}, None), 2, "condor 2 idle · 8 running · 0 held"),
-    (False, ({"idle": 2, "running": 8, "held": 0}, None), 0, None),
+    (None, (None, None, "no Condor job counts: no schedd"), 1, None),
+    (True, (None, None, "no Condor job counts: no schedd"), 2, "no Condor job counts: no schedd"),
+    (None, ({"idle": 2, "running": 8, "held": 0}, None, None), 2, "condor 2 idle · 8 running · 0 held"),
+    (False, ({"idle": 2, "running": 8, "held": 0}, None, None), 0, None),
+    (True, ({"idle": 2, "running": 0, "held": 0}, WHY, None), 2, f"0 held (0 s old) · idle: {WHY}"),
 ]
 
 
-@pytest.mark.parametrize("case", CONDOR_CASES, ids=["auto-no-schedd", "insist-no-schedd", "auto-schedd", "never"])
+@pytest.mark.parametrize(
+    "case", CONDOR_CASES, ids=["auto-no-schedd", "insist-no-schedd", "auto-schedd", "never", "idle-and-why"]
+)
 def test_condor_job_counts_are_asked_for_sparingly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[bool | None, Answer, int, str | None]
 ) -> None:

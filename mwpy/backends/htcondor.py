@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import classad2
 import htcondor2
 
 from mwpy import resource_file
-from mwpy.backends import Job, JobState, Launch
+from mwpy.backends import Job, JobState, Launch, condor_match
 from mwpy.backends.condor_log import FailedRuns
 from mwpy.errors import BackendError, ConfigurationError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SLAVES_LOG
@@ -302,6 +303,40 @@ class CondorBackend:
         )
         return departure(job_id, ads[0]) if ads else None
 
+    def explain_idle(self, jobs: Sequence[Job]) -> list[Job]:
+        """``jobs`` with why each idle one does not run (:func:`~mwpy.backends.condor_match.why_idle`).
+
+        One job is analysed per memory request (slave jobs differ in nothing else), with one collector query.
+        """
+        idle = {job.memory: job for job in jobs if job.state is JobState.IDLE}
+        if not idle:
+            return list(jobs)
+        try:
+            slots = self._slot_ads()
+        except CondorError as exc:
+            return [attrs.evolve(job, reason=str(exc)) if job.state is JobState.IDLE else job for job in jobs]
+        why: dict[int | None, str] = {}
+        for memory, job in idle.items():
+            ad = self._full_ad(job.job_id)
+            if ad is not None:
+                why[memory] = condor_match.why_idle(ad, slots)
+        return [_with_reason(job, why.get(job.memory)) if job.state is JobState.IDLE else job for job in jobs]
+
+    def _full_ad(self, job_id: str) -> Any:
+        """The whole ad of one of this computation's jobs (its Requirements may name any attribute), or None."""
+        cluster, _, proc = job_id.partition(".")
+        constraint = f"ClusterId == {int(cluster)} && ProcId == {int(proc)} && {slave_constraint(self.member_id)}"
+        ads = self._call("query the schedd", lambda schedd: schedd.query(constraint))
+        return ads[0] if ads else None
+
+    def _slot_ads(self) -> list[Any]:
+        """Every slot the pool's collector lists (``--collector``, else the local pool's)."""
+        try:
+            collector = htcondor2.Collector(self._collector) if self._collector else htcondor2.Collector()
+            return list(collector.query(htcondor2.AdType.Startd))
+        except (htcondor2.HTCondorException, ValueError) as exc:
+            raise CondorError(f"cannot ask the collector for the pool's slots: {explain(exc)}") from None
+
     def poll(self) -> None:
         """Condor restarts and moves jobs by itself: nothing to do."""
 
@@ -420,6 +455,13 @@ def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
     )  # fmt: skip
 
 
+def _with_reason(job: Job, why: str | None) -> Job:
+    """An idle job with why it does not match, after how its last run ended (if it ran)."""
+    if why is None:
+        return job
+    return attrs.evolve(job, reason=why if job.reason is None else f"{why}; its last run {job.reason}")
+
+
 def _requested_memory(ad: Mapping[str, Any]) -> int | None:
     """The job's RequestMemory in MB (an expression is evaluated in the ad), or None when it has none."""
     value = ad.get("RequestMemory")
@@ -437,12 +479,19 @@ def add_location_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def job_counts(member_id: str, *, schedd: str | None = None, collector: str | None = None) -> dict[str, int]:
-    """A computation's slave jobs in the schedd's queue: idle, running, held and total.
+def job_counts(
+    member_id: str, *, analyse: bool = True, schedd: str | None = None, collector: str | None = None
+) -> tuple[dict[str, int], str | None]:
+    """A computation's slave jobs in the schedd's queue (idle, running, held and total), and why the first
+    idle one does not run (None when none is idle, or when not ``analyse``: that costs a collector query).
 
     Raises :class:`CondorError` when there is no schedd to ask.
     """
-    return counts_of(CondorBackend(member_id, schedd=schedd, collector=collector).jobs())
+    backend = CondorBackend(member_id, schedd=schedd, collector=collector)
+    jobs = backend.jobs()
+    if analyse:
+        jobs = backend.explain_idle(jobs)
+    return counts_of(jobs), next((job.reason for job in jobs if job.state is JobState.IDLE and job.reason), None)
 
 
 def counts_of(jobs: Sequence[Job]) -> dict[str, int]:
@@ -455,9 +504,11 @@ def counts_of(jobs: Sequence[Job]) -> dict[str, int]:
 def queue_view(
     member_id: str, master_job: str | None, *, schedd: str | None = None, collector: str | None = None
 ) -> tuple[list[Job], str | None]:
-    """A computation's slave jobs, and how its master job left the queue (None: queued, or no master job named).
+    """A computation's slave jobs (idle ones with why they do not match), and how its master job left the queue
+    (None: queued, or no master job named).
 
     For ``mwpy status``: one schedd located once for both questions (raises :class:`CondorError` without one).
     """
     backend = CondorBackend(member_id, schedd=schedd, collector=collector)
-    return backend.jobs(), (backend.master_departure(master_job) if master_job else None)
+    jobs = backend.explain_idle(backend.jobs())
+    return jobs, (backend.master_departure(master_job) if master_job else None)

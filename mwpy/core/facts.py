@@ -133,6 +133,16 @@ class SlaveLeft(NamedTuple):
     unrunnable: int
 
 
+class SlaveCache(NamedTuple):
+    """``sid``'s cache of shared objects and files so far (its heartbeats carry the counters once they change)."""
+
+    sid: str
+    hits: int
+    misses: int
+    bytes_fetched: int
+    evictions: int
+
+
 class HandedBack(NamedTuple):
     """A slave leaving (``why``: on a soft-kill signal, by plan...) gave back ``n`` tasks it had not started
     (queued again first)."""
@@ -229,6 +239,7 @@ KINDS: Final[dict[type[Any], str]] = {
     Connected: "connected",
     PeerDropped: "peer_dropped",
     SlaveLeft: "slave_left",
+    SlaveCache: "slave_cache",
     HandedBack: "handed_back",
     CancelSent: "cancel_sent",
     CancelledBack: "cancelled_back",
@@ -275,6 +286,7 @@ class Observer:
     def connected(self, fact: Connected) -> None: ...
     def peer_dropped(self, fact: PeerDropped) -> None: ...
     def slave_left(self, fact: SlaveLeft) -> None: ...
+    def slave_cache(self, fact: SlaveCache) -> None: ...
     def handed_back(self, fact: HandedBack) -> None: ...
     def cancel_sent(self, fact: CancelSent) -> None: ...
     def cancelled_back(self, fact: CancelledBack) -> None: ...

@@ -131,18 +131,19 @@ class Outcomes:
                 if result.error is None:  # a failure's output goes with its exception, not to the screen
                     self._facts(TaskPrinted(sid, task_id, stdout, stderr))
             if result.error is None:
-                holes += self._succeeded(sid, entry, blob, compute_time)
+                holes += self._succeeded(sid, entry, blob, result)
             elif self._runs_again(sid, entry, result, now):
                 continue
             sched.complete(entry)
             self.deliver(entry, result)
         return holes
 
-    def _succeeded(self, sid: str, entry: Entry, blob: bytes, compute_time: float) -> list[str]:
+    def _succeeded(self, sid: str, entry: Entry, blob: bytes, result: Result) -> list[str]:
         """Book a success (journal, facts); the black holes it reveals."""
         holes = self._sched.succeeded(sid, entry)
+        compute_time = result.compute_time
         if entry.key is not None and self._journal is not None:
-            self._journal.record(entry.key, entry.algorithm, blob, sid, compute_time)
+            self._journal.record(entry.key, entry.algorithm, codec.journal_form(blob, result.value), sid, compute_time)
         finished = self._facts.task_finished
         if finished is not None:
             finished(sid, entry.label, "ok", compute_time, entry.sent_at - entry.queued_at)

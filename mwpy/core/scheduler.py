@@ -26,7 +26,8 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter, deque
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import attrs
 
@@ -200,7 +201,10 @@ def _failed_here(task: Entry, sid: str) -> bool:
 
 
 class Scheduler:
-    """Entry queues, slave groups and target numbers of one master."""
+    """Entry queues, slave groups and target numbers of one master (the task board reads them in place)."""
+
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board",),
+        "_unordered": ("mwpy.core.board",), "_next_id": ("mwpy.core.board",)}  # fmt: skip
 
     def __init__(
         self,

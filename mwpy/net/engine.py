@@ -76,9 +76,13 @@ class Engine:
         self._whom: dict[str, tuple[str, int]] = {}
         #: When (Unix time) each connected slave with a lifetime leaves by plan, as its Hello said.
         self._leaving: dict[str, float] = {}
+        #: The cache counters each connected slave last reported (hits, misses, bytes fetched, evictions).
+        self._caches: dict[str, tuple[int, int, int, int]] = {}
         #: condor_jobs() as last computed, None once a slave with a job came or went (read every tick).
         self._job_list: list[str] | None = None
         self._slave_numbers = itertools.count()
+        #: The master's file service (host, port), started when the first slave is welcomed (its large results).
+        self.store: Callable[[], tuple[str, int]] = lambda: ("", 0)
         #: Slaves that ever connected (proof that slaves can start: see mwpy/pool/failing_slaves.py).
         self.slaves_greeted = 0
         #: Bytes: the largest peak memory a slave reported (its Heartbeats), 0 while none did.
@@ -151,19 +155,29 @@ class Engine:
                     self._take_back(peer, event)
                 elif type(event) is protocol.HandBack:
                     self._handed_back(peer, event)
-                elif type(event) is protocol.Heartbeat and event.peak_memory > self.peak_memory:
-                    self.peak_memory = event.peak_memory  # the largest any slave needed is published
-                    self.tick_soon()
+                elif type(event) is protocol.Heartbeat:
+                    self._heard(peer, event)
                 # Heartbeat: hearing from the slave (last_heard) was the point
         except ProtocolError as exc:
             self._lose(peer, "error", f"protocol error: {exc}", blame=False)
+
+    def _heard(self, peer: Peer, beat: protocol.Heartbeat) -> None:
+        """A slave's heartbeat: hearing from it (last_heard) was the point; its peak memory and its cache's
+        counters, when they changed, are reported."""
+        if beat.peak_memory > self.peak_memory:
+            self.peak_memory = beat.peak_memory  # the largest any slave needed is published
+            self.tick_soon()
+        sid = peer.sid
+        if sid is not None and any(beat.cache) and self._caches.get(sid) != beat.cache:
+            self._caches[sid] = beat.cache
+            self._facts(facts.SlaveCache(sid, *beat.cache))
 
     def _greet(self, peer: Peer, hello: protocol.Hello) -> None:
         sid = f"slave-{next(self._slave_numbers)}"
         self.slaves_greeted += 1
         options = self._options
         welcome = protocol.Welcome(
-            sid, options.slave_result_group, options.client_timeout / 4, options.max_read_buffer_size
+            sid, options.slave_result_group, options.client_timeout / 4, options.max_read_buffer_size, *self.store()
         )
         data = peer.session.send(welcome)
         peer.sid = sid
@@ -318,6 +332,7 @@ class Engine:
             self._job_list = None
         self._whom.pop(sid, None)
         self._leaving.pop(sid, None)
+        self._caches.pop(sid, None)
         dropped_before = self._sched.unrunnable_total
         lost = len(self._sched.leave(sid))
         dropped = self._sched.unrunnable_total - dropped_before

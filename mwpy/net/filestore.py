@@ -28,6 +28,8 @@ handshake a body is a kind byte, a payload and a MAC tag)::
     K {}                             ─►     (or X {"error"})             upload
                                      ◄─     J {"job","usage"}            a running job's usage (mwpy jobs)
     K {"stop": null|"hold"|"remove"} ─►
+                                     ◄─     R {"size"}, D chunk..., E {"sha256"}
+    K {}                             ─►     (or X {"error"})             a task's large result
 
 When the master speaks TLS (``--mw-tls-cert``) the file service does too,
 with the same certificate: a slave checks it against the fingerprint it
@@ -61,12 +63,13 @@ import shutil
 import socket
 import ssl
 import stat
+import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import attrs
 
@@ -107,6 +110,8 @@ UPLOAD_PREFIX = ".mwpy-upload-"
 #: Default caps on what one job may send back (``mwpy jobs --max-output-bytes/--max-output-files``).
 MAX_OUTPUT_BYTES = 16 << 30
 MAX_OUTPUT_FILES = 10_000
+#: The largest task result a slave may store on the master (a pickled value; frames carry up to 64 MiB).
+MAX_RESULT_BYTES = 16 << 30
 
 
 class FileServiceError(MwpyError):
@@ -455,6 +460,9 @@ class Counters:
     uploads: int = 0
     bytes_received: int = 0
     refused: int = 0
+    #: Large task results stored by slaves (``results_stored``) and their bytes (also in ``bytes_received``).
+    results_stored: int = 0
+    result_bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -463,6 +471,8 @@ class Counters:
             "uploads": self.uploads,
             "bytes_received": self.bytes_received,
             "refused": self.refused,
+            "results_stored": self.results_stored,
+            "result_bytes": self.result_bytes,
         }
 
 
@@ -522,6 +532,8 @@ class FileServer:
         self.counters = Counters()
         #: Asked with a running job's token and usage (numbers): "hold"/"remove" stops the job (mwpy jobs' policy).
         self.checks: Callable[[str, dict[str, float]], str | None] | None = None
+        #: Where slaves' large results land, named by their hash once it matched (None: results not taken).
+        self.results: Path | None = None
         self._closed = False
         # The selector thread's own state (no lock: only that thread touches it).
         self._selector = selectors.DefaultSelector()
@@ -764,11 +776,13 @@ class FileServer:
         """Serve one request of a proven peer; whether its connection stays open for the next."""
         try:
             link.sock.settimeout(self._client_timeout)
-            kind, header = link.receive_json(b"G", b"P", b"J")
+            kind, header = link.receive_json(b"G", b"P", b"J", b"R")
             if kind == b"G":
                 self._send_file(link, str(header.get("sha256")))
             elif kind == b"J":
                 link.send_json(b"K", {"stop": self._check(header)})
+            elif kind == b"R":
+                self._receive_result(link, header)
             else:
                 self._receive_file(link, header)
             link.sock.setblocking(False)
@@ -817,16 +831,37 @@ class FileServer:
             if header.get("executable"):
                 path.chmod(0o755)
         except (OutputRefused, FileServiceError, OSError) as exc:
-            with self._lock:
-                self.counters.refused += 1
-            if not ending:
-                _drain(link)
-            link.send_json(b"X", {"error": str(exc)})
+            self._refuse(link, ending, exc)
             return
         with self._lock:
             self.counters.uploads += 1
             self.counters.bytes_received += size
         link.send_json(b"K", {})
+
+    def _receive_result(self, link: _Link, header: dict[str, Any]) -> None:
+        """A task's result too large for a frame: written under its hash once the hash matched, then answered."""
+        ending: dict[str, Any] = {}
+        size = header.get("size")
+        try:
+            if self.results is None or not isinstance(size, int) or not 0 <= size <= MAX_RESULT_BYTES:
+                raise OutputRefused(f"no result of {str(size)[:20]} bytes is taken here")
+            _keep_checked(self.results, _upload_chunks(link, size, ending), ending)
+        except (OutputRefused, FileServiceError, OSError) as exc:
+            self._refuse(link, ending, exc)
+            return
+        with self._lock:
+            self.counters.results_stored += 1
+            self.counters.result_bytes += size
+            self.counters.bytes_received += size
+        link.send_json(b"K", {})
+
+    def _refuse(self, link: _Link, ending: dict[str, Any], exc: Exception) -> None:
+        """An upload not taken: counted, the rest of it read (the conversation stays in step), the reason sent."""
+        with self._lock:
+            self.counters.refused += 1
+        if not ending:
+            _drain(link)
+        link.send_json(b"X", {"error": str(exc)})
 
     def _destination(self, header: dict[str, Any]) -> tuple[Destination, str, int]:
         """Where an upload may land, checked against what the job may produce and its budget; refuse the rest."""
@@ -889,6 +924,19 @@ def _checked(chunks: Iterator[bytes], ending: dict[str, Any]) -> Iterator[bytes]
         yield chunk
     if ending.get("sha256") != digest.hexdigest():
         raise FileServiceError("an output's content does not match its hash")
+
+
+def _keep_checked(folder: Path, chunks: Iterator[bytes], ending: dict[str, Any]) -> None:
+    """Write an upload into ``folder`` under the SHA-256 of its content, once it matched the announced one."""
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=UPLOAD_PREFIX)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in _checked(chunks, ending):
+                out.write(chunk)
+        os.replace(temporary, folder / str(ending["sha256"]))  # _checked matched it to the content
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def _drain(link: _Link) -> None:
@@ -1024,6 +1072,25 @@ class FileClient:
         except (ProtocolError, OSError) as exc:
             self.close()
             return [f"{name}: sending: {exc}" for name, _ in outputs]
+
+    def store(self, source: IO[bytes], size: int) -> str:
+        """Send ``source``'s ``size`` bytes (a task's result too large for a frame, a file it returned); their
+        SHA-256, under which the master keeps them once it checked them."""
+        try:
+            link = self._connected()
+            link.send_json(b"R", {"size": size})
+            digest = hashlib.sha256()
+            for chunk in iter(lambda: source.read(CHUNK), b""):
+                digest.update(chunk)
+                link.send(b"D", chunk)
+            link.send_json(b"E", {"sha256": digest.hexdigest()})
+            kind, answer = link.receive_json(b"K", b"X")
+        except (ProtocolError, OSError) as exc:
+            self.close()
+            raise FileServiceError(f"storing a result: {exc}") from None
+        if kind == b"X":
+            raise FileServiceError(str(answer.get("error")))
+        return digest.hexdigest()
 
     def _upload(self, token: str, name: str, path: Path) -> None:
         link = self._connected()

@@ -11,6 +11,14 @@ read-only, unpickled from the mapping (the array's data stays in the map,
 not copied) and kept, so every later task on that slave gets the same object
 with no transfer and no unpickling. Nothing goes through a shared file
 system: a Condor slave fetches exactly as a local one does.
+
+The other way, a task's value above :data:`~mwpy.wire.codec.SPILL_ABOVE`
+bytes pickled, and each ``mwpy.File`` in it, is sent by the slave to the same
+file service (:meth:`SlaveShares.store`), checked against its hash as it
+arrives and kept under it in the master's folder; the result's frame carries
+only the hash, and unpickling it on the master takes the value (its file then
+removed) or a ``File`` of the copy, kept until the master finishes
+(:class:`_Received`).
 """
 
 from __future__ import annotations
@@ -19,14 +27,16 @@ import logging
 import mmap
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import threading
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from mwpy.errors import ComputationFinishedError
+from mwpy import safe_text
+from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
 from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
@@ -34,6 +44,64 @@ from mwpy.wire.codec import Shared
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 log = logging.getLogger("mwpy.slave")
+master_log = safe_text.logger("mwpy.master")
+
+#: What a slave may name as a stored result's hash: a SHA-256 in hex, nothing that could be a path.
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+class _Received:
+    """What slaves stored on this process's masters' file services, taken by hash as results are unpickled.
+
+    One per process (a program and an Executor may each run a master): each
+    master's folder of received files is added while its file service runs.
+    A value's file goes once it is read; a returned file is hard-linked under
+    its own base name (``files/HASH.MODE/NAME``) and stays until its master
+    finishes.
+    """
+
+    def __init__(self) -> None:
+        self._folders: set[Path] = set()
+        self._lock = threading.Lock()
+
+    def add(self, folder: Path) -> None:
+        with self._lock:
+            self._folders.add(folder)
+
+    def discard(self, folder: Path) -> None:
+        with self._lock:
+            self._folders.discard(folder)
+
+    def _path(self, digest: str) -> Path:
+        if _DIGEST.fullmatch(digest):
+            with self._lock:
+                for folder in self._folders:
+                    if (folder / digest).is_file():
+                        return folder / digest
+        raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
+
+    def value(self, digest: str, size: int) -> Any:
+        path = self._path(digest)
+        data = path.read_bytes()
+        path.unlink()
+        if len(data) != size:
+            raise SharedObjectError(f"stored result {digest[:12]}: {len(data)} bytes, not {size}")
+        return pickle.loads(data)
+
+    def file(self, digest: str, mode: int, name: str) -> codec.File:
+        path = self._path(digest)
+        if name in ("", ".", "..") or "/" in name or not safe_text.is_plain(name):  # a name, not a path or a trap
+            raise SharedObjectError(f"a returned file may not be named {safe_text.one_line(name[:80])!r}")
+        named = path.parent / "files" / f"{digest}.{mode & 0o7777:o}" / name
+        if not named.exists():
+            named.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, named)
+            named.chmod(mode & 0o7777)
+        return codec.File(str(named))
+
+
+_received = _Received()
+codec.install_received(_received)
 
 
 class SharedObjects:
@@ -50,6 +118,7 @@ class SharedObjects:
         self._server: FileServer | None = None
         self._folder: Path | None = None
         self._closed = False
+        self._unavailable = False  # the file service could not start for results (address())
         self._lock = threading.Lock()
 
     def share(self, obj: Any) -> Shared:
@@ -67,6 +136,20 @@ class SharedObjects:
             if len(body) + sum(view.nbytes for view in views) >= codec.SHARE_ABOVE:
                 shared[name] = self._offer(body, views, keep=True)
         return shared
+
+    def address(self) -> tuple[str, int]:
+        """Where slaves send what a frame does not carry (large values, returned files): the file service,
+        started now if no share started it. ``("", 0)`` if it cannot start (no free port in
+        ``--mw-master-port-range``, no thread): said once, and such results fail as too large, as before."""
+        if self._unavailable or self._closed:
+            return "", 0
+        try:
+            server, _ = self._started()
+        except (MwpyError, OSError) as exc:
+            self._unavailable = True
+            master_log.warning("no file service for large results and returned files: %s", exc)
+            return "", 0
+        return server.host, server.port
 
     def publish_file(self, path: str) -> tuple[Shared, int]:
         """Offer the file at ``path`` (hashed once while unchanged) for the rest of the run; its handle and mode."""
@@ -103,8 +186,12 @@ class SharedObjects:
                     tls = protocol.tls_server_context(options.tls_cert, options.tls_key)[0]
                 self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
                 self._server = FileServer(
-                    secret, options.member_id, host=host, bind=bind, tls=tls, client_timeout=options.client_timeout
-                )
+                    secret, options.member_id, host, bind, options.master_port_range,
+                    tls=tls, client_timeout=options.client_timeout,
+                )  # fmt: skip
+                self._server.results = self._folder / "received"
+                self._server.results.mkdir()
+                _received.add(self._server.results)
             return self._server, self._folder
 
     def counters(self) -> dict[str, Any]:
@@ -116,6 +203,8 @@ class SharedObjects:
             self._closed = True
             if self._server is not None:
                 self._server.close()
+                if self._server.results is not None:
+                    _received.discard(self._server.results)
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
 
@@ -168,13 +257,27 @@ class SlaveShares:
 
     def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
         """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""
-        cached = self._cache(handle).get(handle.digest, mode)  # a clean copy if a task changed the last one
+        cache = self._cache(handle)
+        before = cache.fetched_bytes
+        cached = cache.get(handle.digest, mode)  # a clean copy if a task changed the last one
+        fetched = cache.fetched_bytes - before
+        self.counters["misses" if fetched else "hits"] += 1
+        self.counters["bytes_fetched"] += fetched
         named = self._folder / "files" / f"{handle.digest}.{mode:o}" / name
         if not (named.exists() and named.samefile(cached)):
             named.parent.mkdir(parents=True, exist_ok=True)
             named.unlink(missing_ok=True)
             os.link(cached, named)
         return codec.File(str(named))
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """Hits, misses, bytes fetched, evictions so far (what the slave's heartbeats carry)."""
+        c = self.counters
+        return c["hits"], c["misses"], c["bytes_fetched"], c["evictions"]
+
+    def store(self, address: tuple[str, int], source: IO[bytes], size: int) -> str:
+        """Send ``source`` (a task's large value, a file it returned) to the file service at ``address``."""
+        return self._cached(*address).client.store(source, size)
 
     def _evict(self) -> None:
         while self._held > self._max_bytes and len(self._objects) > 1:
@@ -184,11 +287,13 @@ class SlaveShares:
             self.counters["evictions"] += 1
 
     def _cache(self, handle: Shared) -> InputCache:
-        address = (handle.host, handle.port)
-        cache = self._caches.get(address)
+        return self._cached(handle.host, handle.port)
+
+    def _cached(self, host: str, port: int) -> InputCache:
+        cache = self._caches.get((host, port))
         if cache is None:
-            client = FileClient(handle.host, handle.port, self._secret, self._member_id, self._fingerprint)
-            cache = self._caches[address] = InputCache(self._folder / str(len(self._caches)), client)
+            client = FileClient(host, port, self._secret, self._member_id, self._fingerprint)
+            cache = self._caches[host, port] = InputCache(self._folder / str(len(self._caches)), client)
         return cache
 
     def remove(self) -> None:

@@ -1,7 +1,7 @@
 """The event log (``--mw-events FILE``): one JSON object per line for everything that matters.
 
 A public, versioned format (docs/observability.md documents it field by
-field). Every line is ``{"v": 1, "t": <unix time>, "kind": "<kind>", ...}``;
+field). Every line is ``{"v": 2, "t": <unix time>, "kind": "<kind>", ...}``;
 each kind is an attrs record below, and the reader checks every line against
 its record with strict types.
 
@@ -46,8 +46,10 @@ from mwpy.errors import EventLogError, UnsafeFileError
 from mwpy.names import EVENTS_FILE
 from mwpy.resource_file import ResourceFile
 
-#: The format version every line carries as ``"v"``; a reader refuses others.
-VERSION: Final = 1
+#: The format version every line this mwpy writes carries as ``"v"``; a reader refuses versions above it.
+#: 2 added the ``slave-cache`` kind (issue 22); a version-1 line reads as before (a log a restarted master of
+#: another mwpy appended to holds both).
+VERSION: Final = 2
 #: Longest line a reader accepts (a ``tasks-finished`` line of a huge pass, a long traceback).
 MAX_LINE: Final = 16 << 20
 #: Tracebacks and captured output are cut to this many characters in ``task-failed`` events.
@@ -123,6 +125,19 @@ class SlaveDisconnected(Event):
     cause: str = attrs.field(validator=_one_of(CAUSES))
     reason: str
     in_flight: int = attrs.field(default=0, validator=_not_negative)
+
+
+@attrs.frozen(kw_only=True)
+class SlaveCache(Event):
+    """``slave``'s cache of shared objects and files so far (``mw.share``, ``mwpy.File``, large arguments):
+    the counters since it connected, written when they change (its heartbeats carry them)."""
+
+    KIND: ClassVar[str] = "slave-cache"
+    slave: str
+    hits: int = attrs.field(validator=_not_negative)
+    misses: int = attrs.field(validator=_not_negative)
+    bytes_fetched: int = attrs.field(validator=_not_negative)
+    evictions: int = attrs.field(validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)
@@ -241,6 +256,7 @@ KINDS: Final[dict[str, type[Event]]] = {
         MasterStop,
         SlaveConnected,
         SlaveDisconnected,
+        SlaveCache,
         TasksDispatched,
         TasksFinished,
         TaskFailed,
@@ -526,6 +542,12 @@ class EventRenderer(Observer):
         if fact.unrunnable:
             writer.emit(TasksUnrunnable(t=now, n=fact.unrunnable, reason=f"{fact.sid} vanished", slave=fact.sid))
 
+    def slave_cache(self, fact: facts.SlaveCache) -> None:
+        self._writer.emit(
+            SlaveCache(t=self._writer.now(), slave=fact.sid, hits=fact.hits, misses=fact.misses,
+                       bytes_fetched=fact.bytes_fetched, evictions=fact.evictions)
+        )  # fmt: skip
+
     def handed_back(self, fact: facts.HandedBack) -> None:
         if fact.n:
             self._writer.emit(TasksRequeued(t=self._writer.now(), slave=fact.sid, n=fact.n))
@@ -607,8 +629,8 @@ def decode(line: str) -> Event:
         raise ValueError(f"not an mwpy event (a JSON {type(data).__name__}, not an object)")
     if "v" not in data or "kind" not in data:
         raise ValueError(f"not an mwpy event (no {'v' if 'v' not in data else 'kind'!r} key)")
-    if type(data["v"]) is not int or data["v"] != VERSION:
-        raise ValueError(f"event format version {_short(repr(data['v']))}, this mwpy reads version {VERSION}")
+    if type(data["v"]) is not int or not 1 <= data["v"] <= VERSION:
+        raise ValueError(f"event format version {_short(repr(data['v']))}, this mwpy reads versions 1 to {VERSION}")
     kind = data.pop("kind")
     cls = KINDS.get(kind) if type(kind) is str else None
     if cls is None:

@@ -85,6 +85,11 @@ class MetricsExporter:
         self.pending = g("mwpy_tasks_pending", "Tasks queued in the master")
         self.running = g("mwpy_tasks_running", "Tasks sent to slaves and not yet answered")
         self.condor = g("mwpy_condor_jobs", "The computation's slave jobs in the schedd, by state", ("state",))
+        self.cache = {
+            name: g(f"mwpy_slave_cache_{name}", f"{text} in a slave's cache of shared objects so far", ("slave",))
+            for name, text in (("hits", "Hits"), ("misses", "Misses"), ("fetched_bytes", "Bytes fetched"),
+                               ("evictions", "Evictions"))
+        }  # fmt: skip
         handler = importlib.import_module("prometheus_client.exposition").MetricsHandler.factory(registry)
 
         def serve(at: int) -> _BoundedServer:
@@ -126,6 +131,15 @@ class MetricsExporter:
     def _disconnected(self, event: ev.SlaveDisconnected) -> None:
         self.disconnections.labels(event.cause).inc()
 
+    def _slave_cache(self, event: ev.SlaveCache) -> None:
+        for name, value in (
+            ("hits", event.hits),
+            ("misses", event.misses),
+            ("fetched_bytes", event.bytes_fetched),
+            ("evictions", event.evictions),
+        ):
+            self.cache[name].labels(event.slave).set(value)  # fmt: skip
+
     def _failed(self, event: ev.TaskFailed) -> None:
         self.failures.labels(event.algorithm, event.error).inc()
 
@@ -157,6 +171,7 @@ class MetricsExporter:
         ev.ResourceFileWritten.KIND: _resource_file,
         ev.SlaveConnected.KIND: _connected,
         ev.SlaveDisconnected.KIND: _disconnected,
+        ev.SlaveCache.KIND: _slave_cache,
         ev.TaskFailed.KIND: _failed,
         ev.TasksRequeued.KIND: _requeued,
         ev.TasksUnrunnable.KIND: _unrunnable,

@@ -128,6 +128,8 @@ class Digest:
     per_slave: dict[str, RunTimes] = attrs.Factory(lambda: defaultdict(RunTimes))
     failures: list[ev.TaskFailed] = attrs.Factory(list)
     more_failures: int = 0
+    #: Each slave's cache of shared objects as it last reported it (by slave id, runs apart).
+    caches: dict[str, ev.SlaveCache] = attrs.Factory(dict)
     starts: list[ev.MasterStart] = attrs.Factory(list)
     stops: list[ev.MasterStop] = attrs.Factory(list)
     counts: Counter[str] = attrs.Factory(Counter)
@@ -199,6 +201,9 @@ class _Digester:
         d.causes[event.cause] += 1
         d.connected.append((t, len(self.live)))
 
+    def _slave_cache(self, event: ev.SlaveCache) -> None:
+        self.digest.caches[f"run {len(self.digest.starts)}: {event.slave}"] = event
+
     def _resource_file(self, event: ev.ResourceFileWritten) -> None:
         self.digest.needed.append((event.t, event.slaves_needed))
 
@@ -230,6 +235,7 @@ class _Digester:
         ev.TasksFinished.KIND: _finished,
         ev.SlaveConnected.KIND: _connected,
         ev.SlaveDisconnected.KIND: _disconnected,
+        ev.SlaveCache.KIND: _slave_cache,
         ev.ResourceFileWritten.KIND: _resource_file,
         ev.CondorJobs.KIND: _condor_jobs,
         ev.TaskFailed.KIND: _failed,
@@ -477,6 +483,17 @@ def _per_slave(d: Digest) -> str:
     return table + (f"<p class=note>... and {more} faster slaves (not listed).</p>" if more > 0 else "")
 
 
+def _caches(d: Digest) -> str:
+    """What each slave's cache of shared objects and files did: a slave that fetched much, or evicted, shows."""
+    if not d.caches:
+        return "<p class=note>No slave used shared objects or files.</p>"
+    by_fetched = sorted(d.caches.items(), key=lambda item: -item[1].bytes_fetched)[:MAX_SLAVE_ROWS]
+    rows = [(name, c.hits, c.misses, c.bytes_fetched, c.evictions) for name, c in by_fetched]
+    table = _table(["slave", "hits", "misses", "bytes fetched", "evictions"], rows, numeric=(1, 2, 3, 4))
+    more = len(d.caches) - len(rows)
+    return table + (f"<p class=note>... and {more} slaves that fetched less (not listed).</p>" if more > 0 else "")
+
+
 def _failures(d: Digest, origin: float) -> str:
     if not d.failures:
         return "<p>No task raised.</p>"
@@ -568,6 +585,8 @@ estimated from their last result to their disconnection.</p>
 {algorithms}
 <h2>Run time per slave</h2>
 {_per_slave(d)}
+<h2>Caches of shared objects per slave</h2>
+{_caches(d)}
 <p class=note>Percentiles are the upper edge of a histogram bucket ({BUCKETS_PER_DECADE} per decade).</p>
 <h2>Failures</h2>
 {_failures(d, origin)}

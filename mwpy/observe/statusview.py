@@ -51,6 +51,8 @@ MAX_FAILURES = 5
 SLOWEST_SLAVES = 3
 #: Seconds between two questions to the schedd (a schedd is shared; once a second would be rude).
 CONDOR_INTERVAL = 10.0
+#: Seconds between two analyses of why idle slave jobs do not match (each asks the collector for every slot).
+ANALYSIS_INTERVAL = 60.0
 #: Exit status on Ctrl-C, as a shell reports SIGINT.
 INTERRUPTED = 130
 #: Slave groups in the order slaves fill them (the resource file sorts its keys).
@@ -79,6 +81,8 @@ class Extra:
     interrupted: bool = False
     #: When (Unix time) the Condor counts were asked for: they are shown with their age.
     condor_at: float | None = None
+    #: Why idle slave jobs do not run, when some are idle (mwpy/backends/condor_match.py).
+    condor_idle: str | None = None
 
 
 class Rate:
@@ -158,11 +162,13 @@ def _shapes_phrase(record: ResourceFile) -> str:
     return safe_text.one_line("shapes " + "; ".join(shape.describe() for shape in record.shapes))
 
 
-def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float) -> str:
-    """``condor 2 idle · 8 running · 0 held (4 s old)``: the schedd is asked every few seconds, not every frame."""
+def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float, idle_why: str | None) -> str:
+    """``condor 2 idle · 8 running · 0 held (4 s old) · idle: why``: the schedd is asked every few seconds, not
+    every frame; why idle jobs do not match comes from the schedd's job ads and may quote them: shown safe."""
     age = "" if asked_at is None else f" ({max(0.0, now - asked_at):.0f} s old)"
     counts = f"{condor.get('idle', 0)} idle · {condor.get('running', 0)} running · {condor.get('held', 0)} held"
-    return f"condor {counts}{age}"
+    why = f" · idle: {safe_text.one_line(idle_why)[:300]}" if idle_why and condor.get("idle") else ""
+    return f"condor {counts}{age}{why}"
 
 
 def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: float, problem: str | None = None) -> str:
@@ -181,7 +187,7 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         *([_shapes_phrase(record)] if record.shapes else []),
     ]
     if extra.condor is not None:
-        parts.append(_condor_phrase(extra.condor, extra.condor_at, now))
+        parts.append(_condor_phrase(extra.condor, extra.condor_at, now, extra.condor_idle))
     if len(extra.slaves) > 1:
         parts.append("slowest " + runtimes.phrase(*slowest(extra.slaves, 1)[0]))
     if extra.failures:
@@ -225,7 +231,7 @@ def render(
     if record.shapes:
         lines.append(Text(_shapes_phrase(record)))
     if extra.condor is not None:
-        lines.append(Text(_condor_phrase(extra.condor, extra.condor_at, now)))
+        lines.append(Text(_condor_phrase(extra.condor, extra.condor_at, now, extra.condor_idle)))
     elif extra.condor_problem:
         lines.append(Text(extra.condor_problem, style="dim"))
     if len(extra.slaves) > 1:
@@ -303,16 +309,31 @@ class FailureTail:
             self.total = event.total
 
 
-def condor_counter(member_id: str) -> Callable[[], tuple[dict[str, int] | None, str | None]]:
-    """Ask the local schedd for the computation's jobs (imported lazily: the bindings are slow to load)."""
+#: What one look at the schedd gives: job counts by state, why idle jobs do not match, or why there are none.
+CondorAnswer = tuple[dict[str, int] | None, str | None, str | None]
 
-    def ask() -> tuple[dict[str, int] | None, str | None]:
+
+def condor_counter(member_id: str, clock: Callable[[], float] = time.monotonic) -> Callable[[], CondorAnswer]:
+    """Ask the local schedd for the computation's jobs (imported lazily: the bindings are slow to load).
+
+    Why idle jobs do not match costs a query of every slot in the pool: asked at most every
+    ``ANALYSIS_INTERVAL`` seconds, and the last answer kept in between while jobs stay idle.
+    """
+    analysed_at, said = float("-inf"), None  # the last analysis: when, and what it said
+
+    def ask() -> CondorAnswer:
+        nonlocal analysed_at, said
+        now = clock()
+        analyse = now - analysed_at >= ANALYSIS_INTERVAL
         try:
             from mwpy.backends.htcondor import job_counts  # noqa: PLC0415
 
-            return job_counts(member_id), None
+            counts, idle_why = job_counts(member_id, analyse=analyse)
         except (ImportError, RuntimeError) as exc:
-            return None, f"no Condor job counts: {exc}"[:200]
+            return None, None, f"no Condor job counts: {exc}"[:200]
+        if analyse:
+            analysed_at, said = now, idle_why
+        return counts, said if counts["idle"] else None, None
 
     return ask
 
@@ -347,7 +368,7 @@ class Follower:
         #: Why there is no record (the resource file's one-line problem), or None.
         self.problem: str | None = None
         self._total = total
-        self._ask: Callable[[], tuple[dict[str, int] | None, str | None]] | None = None
+        self._ask: Callable[[], CondorAnswer] | None = None
         self._condor_at = 0.0
 
     def sample(self) -> int | None:
@@ -377,7 +398,7 @@ class Follower:
         if self.condor is not False and self._ask is None:
             self._ask = condor_counter(record.member_id)
         if self._ask is not None and now >= self._condor_at:
-            extra.condor, extra.condor_problem = self._ask()
+            extra.condor, extra.condor_idle, extra.condor_problem = self._ask()
             extra.condor_at = now
             self._condor_at = now + CONDOR_INTERVAL
             if extra.condor is None and self.condor is None:  # auto, and no schedd here: stop asking, say nothing

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from mwpy import resource_file
+from mwpy.core import board
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
 from mwpy.job_ad import own_job_id
@@ -126,6 +127,7 @@ class Publisher:
             tasks_total=total,
             slaves_greeted=self._slaves_greeted(),
             master_condor_job=self._condor_job,
+            task_board=board.snapshot(sched, now),
             shapes=shapes,
         )
         try:

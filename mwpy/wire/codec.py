@@ -20,6 +20,9 @@ an object shared once       :func:`encode_shared`       :func:`decode_shared`
                             (master, into a file)       (slave, from its mapping)
 a file argument             :class:`File` (master,      :func:`shared_file`
                             in :func:`encode_with`)     (slave, its local copy)
+a large value, a file       :func:`encode_result`       :func:`stored_value`,
+returned                    (slave, to the file         :func:`stored_file`
+                            service)                    (master, its copy)
 ==========================  ==========================  =========================
 
 A change of format therefore cannot reach one side only (Parsl's
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import io
 import os
 import pickle
 import struct
@@ -208,15 +212,13 @@ class File:
     def __fspath__(self) -> str:
         return self.path
 
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[tuple[str, int, str, int], int, str]]:
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         publish = _publisher.get()
         if publish is None:
             raise SharedObjectError(
-                f"mwpy.File({self.path!r}) travels only in a task's arguments, from the master to a slave"
+                f"mwpy.File({self.path!r}) travels only in a task's arguments or its value, between master and slave"
             )
-        handle, mode = publish(self.path)
-        where = (handle.digest, handle.size, handle.host, handle.port)
-        return shared_file, (where, mode, os.path.basename(self.path))
+        return publish(self.path)
 
 
 class Store(Protocol):
@@ -231,17 +233,24 @@ class Store(Protocol):
         ...  # pragma: no cover
 
 
-#: While a task's arguments are pickled on the master: how a :class:`File` among them is published.
-_publisher: contextvars.ContextVar[Callable[[str], tuple[Shared, int]] | None] = contextvars.ContextVar(
-    "mwpy_file_publisher", default=None
+#: While a task's arguments (master) or value (slave) are pickled: how a :class:`File` among them travels,
+#: as what it pickles to (a call and its arguments).
+_publisher: contextvars.ContextVar[Callable[[str], tuple[Callable[..., Any], tuple[Any, ...]]] | None] = (
+    contextvars.ContextVar("mwpy_file_publisher", default=None)
 )
+
+
+def _argument_file(store: Store, path: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    handle, mode = store.publish_file(path)
+    where = (handle.digest, handle.size, handle.host, handle.port)
+    return shared_file, (where, mode, os.path.basename(path))
 
 
 def encode_with(
     store: Store, algorithm: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, as_itself: bool = False
 ) -> bytes:
     """:func:`encode_arguments` with ``store`` publishing the :class:`File` arguments and taking large ones."""
-    token = _publisher.set(store.publish_file)
+    token = _publisher.set(lambda path: _argument_file(store, path))
     try:
         payload = encode_arguments(algorithm, args, kwargs, as_itself=as_itself)
     finally:
@@ -249,15 +258,22 @@ def encode_with(
     return store.spill(payload) if len(payload) > SPILL_ABOVE else payload
 
 
+#: How a slave sends bytes to its master's file service: ``store((host, port), source, size)`` gives their SHA-256.
+Uploader = Callable[[tuple[str, int], IO[bytes], int], str]
+
 _resolver: Callable[[Shared], Any] | None = None
 _file_resolver: Callable[[Shared, int, str], File] | None = None
+_store: Uploader | None = None
 
 
-def install_resolver(resolve: Callable[[Shared], Any], resolve_file: Callable[[Shared, int, str], File]) -> None:
-    """Make ``resolve(handle)`` give the shared objects of this process's arguments, and ``resolve_file(handle,
-    mode, name)`` the local copies of its files (the slave, once it knows its master's secret)."""
-    global _resolver, _file_resolver  # one per process: the slave's
-    _resolver, _file_resolver = resolve, resolve_file
+def install_resolver(
+    resolve: Callable[[Shared], Any], resolve_file: Callable[[Shared, int, str], File], store: Uploader
+) -> None:
+    """Make ``resolve(handle)`` give the shared objects of this process's arguments, ``resolve_file(handle,
+    mode, name)`` the local copies of its files, and ``store`` send what its results do not carry in a frame
+    (the slave, once it knows its master's secret)."""
+    global _resolver, _file_resolver, _store  # one per process: the slave's
+    _resolver, _file_resolver, _store = resolve, resolve_file, store
 
 
 def shared_object(digest: str, size: int, host: str, port: int, keep: bool = True) -> Any:
@@ -347,6 +363,89 @@ def decode_shared(data: memoryview) -> Any:
 def encode_value(value: Any) -> bytes:
     """A task's return value on the wire (may raise whatever pickle raises)."""
     return pickle.dumps(value, PICKLE_PROTOCOL)
+
+
+def encode_result(value: Any, address: tuple[str, int]) -> bytes:
+    """:func:`encode_value` on a slave whose master's file service is at ``address``: each :class:`File` in the
+    value is sent there (by hash), and so is a value above :data:`SPILL_ABOVE` bytes pickled, the frame then
+    carrying only its hash (issue 22). A value with neither costs what :func:`encode_value` costs."""
+    store = _store
+    try:
+        out = encode_value(value)
+    except SharedObjectError:  # a File in the value (it refuses to pickle outside this): send it
+        if store is None or not address[1]:
+            raise
+        token = _publisher.set(lambda path: _returned_file(store, address, path))
+        try:
+            out = encode_value(value)
+        finally:
+            _publisher.reset(token)
+    if len(out) <= SPILL_ABOVE or store is None or not address[1]:
+        return out
+    digest = store(address, io.BytesIO(out), len(out))
+    return pickle.dumps(_Stored(digest, len(out)), PICKLE_PROTOCOL)
+
+
+def _returned_file(store: Uploader, address: tuple[str, int], path: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    with open(path, "rb") as source:
+        digest = store(address, source, os.fstat(source.fileno()).st_size)
+    return stored_file, (digest, os.stat(path).st_mode & 0o7777, os.path.basename(path))
+
+
+@attrs.frozen
+class _Stored:
+    """A value the slave stored on the master's file service: what the frame carries in its place."""
+
+    digest: str
+    size: int
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int]]:
+        return stored_value, (self.digest, self.size)
+
+
+def journal_form(blob: bytes, value: Any) -> bytes:
+    """What a journal keeps of a success: its bytes as they came, but the value itself for one a slave
+    stored on the master (only its hash came, and its file goes once read). A small value that merely
+    contains the name is pickled again: the same value either way."""
+    if len(blob) < 512 and b"stored_value" in blob:
+        return encode_value(value)
+    return blob
+
+
+class Received(Protocol):
+    """The master's side of :func:`encode_result`: what slaves stored, taken by hash (mwpy/net/shares.py)."""
+
+    def value(self, digest: str, size: int) -> Any:
+        """The value stored under ``digest`` (checked against it when it arrived), its file then removed."""
+        ...  # pragma: no cover
+
+    def file(self, digest: str, mode: int, name: str) -> File:
+        """A :class:`File` of the file stored under ``digest``, kept under ``name`` with ``mode``."""
+        ...  # pragma: no cover
+
+
+#: Installed by the master's file service (mwpy/net/shares.py) when it starts.
+_received: Received | None = None
+
+
+def install_received(received: Received) -> None:
+    """Make :func:`stored_value` and :func:`stored_file` take what slaves stored from ``received``."""
+    global _received  # one per process: the masters' registry
+    _received = received
+
+
+def stored_value(digest: str, size: int) -> Any:
+    """A value a slave stored on the master (what unpickling its result calls on the master)."""
+    if _received is None:
+        raise SharedObjectError(f"a stored result {digest[:12]} can only be read by its master")
+    return _received.value(digest, size)
+
+
+def stored_file(digest: str, mode: int, name: str) -> File:
+    """The master's verified copy of a :class:`File` a task returned (what unpickling it calls on the master)."""
+    if _received is None:
+        raise SharedObjectError(f"a returned file {name!r} can only be read by its master")
+    return _received.file(digest, mode, name)
 
 
 def encode_failure(kind: str, message: str, trace: str = "", exception: bytes | None = None) -> bytes:

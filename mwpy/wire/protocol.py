@@ -42,9 +42,11 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #:    HandBack (a slave leaving on a soft-kill signal), and a slave's Heartbeat carries its peak memory.
 #: 4: frames are tagged with keyed BLAKE2b instead of truncated HMAC-SHA256 (docs/security.md).
 #: 5: Hello carries the slave's shape (cpus, memory MB, disk MB, gpus, requirements) for tasks' resources=.
-#: 6: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
+#: 6: Welcome names the master's file service, where a slave sends a result too large for a frame and the
+#:    files a task returns; a slave's Heartbeat carries its cache's counters (issue 22).
+#: 7: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
 #:    the slave will leave by plan.
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -113,6 +115,9 @@ class Welcome:
     result_group: int
     heartbeat_interval: float
     max_frame: int
+    #: The master's file service (host, port): large results and returned files go there, by hash.
+    store_host: str = ""
+    store_port: int = 0
 
 
 @attrs.frozen
@@ -161,6 +166,8 @@ class Heartbeat:
     kind: ClassVar[int] = 6
     #: Bytes: the slave process's peak resident set size so far (0 from the master, or not known).
     peak_memory: int = 0
+    #: The slave's cache of shared objects and files so far: hits, misses, bytes fetched, evictions.
+    cache: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 @attrs.frozen
@@ -278,6 +285,9 @@ def check_heartbeat(msg: Heartbeat) -> None:
     """Reject a Heartbeat whose peak memory is not a non-negative int a slave could have (see MAX_PEAK_MEMORY)."""
     if type(msg.peak_memory) is not int or msg.peak_memory < 0:
         raise ProtocolError("malformed Heartbeat message")
+    cache = msg.cache
+    if type(cache) is not tuple or len(cache) != 4 or any(type(n) is not int or n < 0 for n in cache):
+        raise ProtocolError("malformed Heartbeat message (its cache counters)")
     if msg.peak_memory > MAX_PEAK_MEMORY:
         raise ProtocolError(f"Heartbeat: a peak memory of {msg.peak_memory} bytes is more than any machine has")
 

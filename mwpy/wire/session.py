@@ -392,5 +392,7 @@ def _check_welcome(msg: Welcome) -> None:
         and msg.heartbeat_interval > 0
         and type(msg.max_frame) is int
         and msg.max_frame > 0
+        and type(msg.store_host) is str
+        and type(msg.store_port) is int
     ):
         raise ProtocolError("malformed Welcome message")

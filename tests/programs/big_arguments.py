@@ -4,6 +4,7 @@ Master usage: ``big_arguments.py MODE``:
 
 * ``window``: ``mw.as_completed`` over 300 distinct 1 MiB arguments, from a generator that counts what it
   gave; prints how many inputs had been taken when the first result came back;
+* ``window BYTES``: the same through ``mw.map(..., window_bytes=BYTES)``;
 * ``kwargs``: ``mw.map`` over 40 inputs with a 4 MB array as a keyword argument; prints a JSON line with the
   values, the slaves that ran tasks and the file service's counters.
 """
@@ -43,6 +44,12 @@ def main(mw: mwpy.Master, argv: list[str]) -> int:
                 taken += 1
                 yield i.to_bytes(4, "big") * (MIB // 4)
 
+        if len(argv) > 1:
+            values = mw.map(length, inputs(), window_bytes=int(argv[1]))
+            first_value = next(values)
+            print(f"taken {taken} first {first_value}")
+            values.close()
+            return 0
         stream = mw.as_completed(length, inputs())
         first = next(stream)
         print(f"taken {taken} first {first.value}")

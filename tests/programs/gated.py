@@ -1,6 +1,7 @@
 """COUNT tasks that each wait for the release file, then return a square.
 
-Master usage: ``gated.py RELEASE COUNT`` (Condor tests: tests/test_condor_overseer.py).
+Master usage: ``gated.py RELEASE COUNT`` (Condor tests: tests/test_condor_overseer.py). Task ``i`` (from 0)
+is also released alone by a file ``RELEASE.i`` (tests/test_explain.py releases them one by one).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import mwpy
 
 @mwpy.task
 def gated(release: str, value: int) -> int:
-    while not os.path.exists(release):
+    while not (os.path.exists(release) or os.path.exists(f"{release}.{value}")):
         time.sleep(0.1)
     return value * value
 

@@ -2,7 +2,9 @@
 
 400 short tasks on up to 8 slave jobs name one shared 50 MB object; the
 script prints one JSON line: how many slaves ran tasks, the object's file
-size and the file service's counters (what the master sent).
+size and the file service's counters (what the master sent). Then a task
+returns 30 MB and a ``mwpy.File`` it wrote in its sandbox: both come back
+through the file service (``large_result``, ``returned_file``).
 
 Command line: ``shared_condor.py WORKDIR SLAVE_PYTHON MASTER_ADDRESS``.
 """
@@ -18,6 +20,16 @@ import time
 import mwpy
 
 SIZE = 50_000_000
+
+
+def large(seed: int) -> bytes:
+    return bytes([seed]) * 30_000_000
+
+
+def made_here(text: str) -> mwpy.File:
+    with open("made-on-the-slave.txt", "w", encoding="utf-8") as out:
+        out.write(text)
+    return mwpy.File("made-on-the-slave.txt")
 
 
 def probe(blob: bytes, i: int) -> tuple[str, int]:
@@ -38,4 +50,8 @@ if __name__ == "__main__":
             "digest": handle.digest,
             "counters": executor.file_counters(),
         }
+        report["large_result"] = executor.submit(large, 7).result(timeout=300) == bytes([7]) * 30_000_000
+        returned = executor.submit(made_here, "from a Condor job\n").result(timeout=300)
+        with open(returned, encoding="utf-8") as copy:
+            report["returned_file"] = copy.read() == "from a Condor job\n"
     print(json.dumps(report), flush=True)

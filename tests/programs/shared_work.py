@@ -49,3 +49,33 @@ def temporary_folder(_: int) -> str:
     import tempfile  # noqa: PLC0415
 
     return tempfile.gettempdir()
+
+
+def big_array(n: int, seed: int) -> np.ndarray[Any, Any]:
+    """A result far above the 64 MiB frame limit (``n`` float64s), the same for the same ``seed``."""
+    return np.random.default_rng(seed).random(n)
+
+
+def echo_bytes(data: bytes) -> bytes:
+    """A large argument sent back: both directions through the file service."""
+    return data
+
+
+def make_file(name: str, text: str, mode: int) -> Any:
+    """A task that writes a file in its working folder and returns it as a ``mwpy.File``."""
+    import mwpy  # noqa: PLC0415
+
+    with open(name, "w", encoding="utf-8") as sink:
+        sink.write(text)
+    os.chmod(name, mode)
+    return {"file": mwpy.File(name), "pid": os.getpid()}
+
+
+def length_once_open(data: bytes, gate: str) -> int:
+    """``len(data)`` once the file ``gate`` exists (a test decides when values start coming back)."""
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + 120
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(data)
