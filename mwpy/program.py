@@ -305,17 +305,8 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
         return failed
     chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
     try:
-        status = _connect_and_serve(
-            endpoint,
-            stale,
-            options=options,
-            audit=audit,
-            waited=waited,
-            argv=argv,
-            chirp=chirp,
-            cache=cache_counts,
-            lifetime=lifetime,
-        )
+        status = _connect_and_serve(endpoint, stale, options=options, audit=audit, waited=waited, argv=argv,
+                                    chirp=chirp, cache=cache_counts, lifetime=lifetime)  # fmt: skip
         chirp.publish("draining", chirp.done)
         chirp.log(
             f"mwpy slave leaving: exit status {status}" + (f" {ExitCode(status).name}" if status in _CODES else "")
