@@ -818,10 +818,12 @@ class FileServer:
             for chunk in iter(lambda: source.read(CHUNK), b""):
                 link.send(b"D", chunk)
                 sent += len(chunk)
+            # Counted before the end marker: once the slave has the whole file (and may answer its task), the
+            # counters say so — a reader right after that answer must not see the fetch missing.
+            with self._lock:
+                self.counters.fetches[digest] += 1
+                self.counters.bytes_sent += sent
             link.send(b"E")
-        with self._lock:
-            self.counters.fetches[digest] += 1
-            self.counters.bytes_sent += sent
 
     def _receive_file(self, link: _Link, header: dict[str, Any]) -> None:
         ending: dict[str, Any] = {}
