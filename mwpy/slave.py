@@ -73,6 +73,9 @@ MEMORY_GROWTH = 1.1
 
 #: Seconds finished results may wait on the slave for more to share their frame (while tasks run this short).
 RESULT_HOLD = 0.002
+#: Seconds between the heartbeat thread's looks at held results while holds keep beginning: a result behind a
+#: task that turns out long waits at most this much more than RESULT_HOLD.
+RESCUE_LOOK = 0.02
 
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
@@ -145,9 +148,15 @@ class Slave:
         self._results: list[ResultItem] = []
         self._outputs: dict[int, tuple[str, str]] = {}  # what the tasks in _results printed, if anything
         self._held_since = 0.0  # monotonic clock: when the oldest result in _results was ready
-        # Guards _results and _held_since: the heartbeat thread sends results held past RESULT_HOLD while the
-        # main thread runs a long task (a result never waits behind one); notified when a result starts a hold.
-        self._held = threading.Condition()
+        # Guards _results, _held_since and _watching: the heartbeat thread sends results held past RESULT_HOLD
+        # while the main thread runs a long task (a result never waits behind one); notified when a result starts
+        # a hold and the heartbeat thread is not already watching. A plain lock: the main thread takes it per
+        # result (a Condition's own ``with`` is a Python call, an RLock dearer still).
+        self._held_lock = threading.Lock()
+        self._held = threading.Condition(self._held_lock)
+        #: The heartbeat thread looks at the held results every RESCUE_LOOK (no wake-up from the main thread needed).
+        self._watching = False
+        self._looked_at = 0.0  # _held_since at the heartbeat thread's last look: a new value, a new hold since
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
@@ -321,7 +330,7 @@ class Slave:
         if self._retirement is not None:
             self._retirement.ran(item[1], result[3])
         now = time.monotonic()
-        with self._held:
+        with self._held_lock:
             results = self._results
             results.append(result)
             if len(results) == 1:
@@ -341,9 +350,15 @@ class Slave:
         if self._results and not self._queue:
             self._flush()  # the queue ran dry (the next wait reads whatever comes)
         elif len(self._results) == 1:  # a hold begins and the next task runs: the heartbeat thread watches it
-            with self._held:  # (once per hold, not per result: a wake-up per task cost a third of the latency)
-                self._held.notify()
+            self._hold_begins()
         return self._shutdown is None and self._lost is None
+
+    def _hold_begins(self) -> None:
+        """Wake the heartbeat thread for a new hold, unless it is watching already: a wake-up per hold (every
+        RESULT_HOLD under short tasks) cost a fifth of the throughput in GIL hand-overs."""
+        with self._held_lock:
+            if not self._watching:
+                self._held.notify()
 
     def _run(self, item: TaskItem) -> ResultItem:
         task_id = item[0]
@@ -456,7 +471,7 @@ class Slave:
         """Send the results held (from the main thread, or the heartbeat thread when they waited too long)."""
         if not self._results:
             return
-        with self._held:
+        with self._held_lock:
             results, self._results = self._results, []
             self._done += len(results)
         # Only these results' output: the main thread may be writing the next task's (no lock on that path).
@@ -599,11 +614,29 @@ class Slave:
                 _leave_lost_master(self._audit, self._lost)
 
     def _wait_for_held(self, until: float) -> bool:
-        """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case."""
+        """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case.
+
+        Woken as a hold begins, it waits for exactly that hold's end; while holds
+        keep beginning (short tasks, each flushed by the main thread itself) it
+        stays watching and looks every RESCUE_LOOK instead, so a stream of
+        tasks costs the main thread no wake-ups; it stops watching after a look
+        that finds nothing held and no hold begun since the last, and is woken
+        again by the next hold.
+        """
         with self._held:
-            wait = until - time.monotonic()
+            now = time.monotonic()
+            wait = until - now
             if self._results:
-                wait = min(wait, self._held_since + RESULT_HOLD - time.monotonic())
+                age = now - self._held_since
+                if age >= RESULT_HOLD:
+                    return True
+                wait = min(wait, RESCUE_LOOK if self._watching else RESULT_HOLD - age)
+                self._watching = True
+            elif self._watching and self._held_since != self._looked_at:  # holds began since the last look
+                wait = min(wait, RESCUE_LOOK)
+            else:
+                self._watching = False
+            self._looked_at = self._held_since
             if wait > 0:
                 self._held.wait(wait)
             return bool(self._results) and time.monotonic() - self._held_since >= RESULT_HOLD
