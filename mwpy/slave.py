@@ -85,6 +85,57 @@ class _Evicted(BaseException):
     """Raised into a running task by the soft-kill signal (a BaseException: tasks' ``except Exception`` let it by)."""
 
 
+class _HoldWatch:
+    """The heartbeat thread's watch over the results a slave holds for RESULT_HOLD (design.md "Results").
+
+    Woken as a hold begins, it waits for exactly that hold's end; while holds
+    keep beginning (short tasks, each flushed by the main thread itself) it
+    stays watching and looks every RESCUE_LOOK instead, so a stream of tasks
+    costs the main thread no wake-ups (a wake-up per hold, every RESULT_HOLD
+    under short tasks, cost a fifth of the throughput in GIL hand-overs); it
+    stops watching after a look that finds nothing held and no hold begun since
+    the last, and is woken again by the next hold. A plain lock: the main
+    thread takes it per result (a Condition's own ``with`` is a Python call).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._wakeup = threading.Condition(self.lock)
+        self._watching = False
+        self._looked_at = 0.0  # the hold's start at the last look: a new value, a new hold since
+
+    def begins(self) -> None:
+        """A hold begins: wake the heartbeat thread unless it is watching already."""
+        with self.lock:
+            if not self._watching:
+                self._wakeup.notify()
+
+    def wake(self) -> None:
+        with self.lock:
+            self._wakeup.notify()
+
+    def wait(self, until: float, held: Callable[[], tuple[bool, float]]) -> bool:
+        """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case."""
+        with self.lock:
+            now = time.monotonic()
+            wait = until - now
+            holding, since = held()
+            if holding:
+                if now - since >= RESULT_HOLD:
+                    return True
+                wait = min(wait, RESCUE_LOOK if self._watching else RESULT_HOLD - (now - since))
+                self._watching = True
+            elif self._watching and since != self._looked_at:  # holds began since the last look
+                wait = min(wait, RESCUE_LOOK)
+            else:
+                self._watching = False
+            self._looked_at = since
+            if wait > 0:
+                self._wakeup.wait(wait)
+            holding, since = held()
+            return holding and time.monotonic() - since >= RESULT_HOLD
+
+
 class SlaveExit(Exception):
     """The slave must stop with ``code``; ``reason`` says why in one line."""
 
@@ -148,15 +199,9 @@ class Slave:
         self._results: list[ResultItem] = []
         self._outputs: dict[int, tuple[str, str]] = {}  # what the tasks in _results printed, if anything
         self._held_since = 0.0  # monotonic clock: when the oldest result in _results was ready
-        # Guards _results, _held_since and _watching: the heartbeat thread sends results held past RESULT_HOLD
-        # while the main thread runs a long task (a result never waits behind one); notified when a result starts
-        # a hold and the heartbeat thread is not already watching. A plain lock: the main thread takes it per
-        # result (a Condition's own ``with`` is a Python call, an RLock dearer still).
-        self._held_lock = threading.Lock()
-        self._held = threading.Condition(self._held_lock)
-        #: The heartbeat thread looks at the held results every RESCUE_LOOK (no wake-up from the main thread needed).
-        self._watching = False
-        self._looked_at = 0.0  # _held_since at the heartbeat thread's last look: a new value, a new hold since
+        # The heartbeat thread sends results held past RESULT_HOLD while the main thread runs a long task (a
+        # result never waits behind one); the watch's lock guards _results and _held_since.
+        self._hold = _HoldWatch()
         self._done = 0
         self._shutdown: int | None = None
         self._lost: str | None = None
@@ -257,8 +302,7 @@ class Slave:
     def close(self) -> None:
         """Stop heartbeats and hang up."""
         self._stop.set()
-        with self._held:
-            self._held.notify()  # the heartbeat thread waits on it
+        self._hold.wake()  # the heartbeat thread waits on it
         with self._io_lock:
             self._sock.close()
         if self._previous_handler is not None:
@@ -330,7 +374,7 @@ class Slave:
         if self._retirement is not None:
             self._retirement.ran(item[1], result[3])
         now = time.monotonic()
-        with self._held_lock:
+        with self._hold.lock:
             results = self._results
             results.append(result)
             if len(results) == 1:
@@ -350,15 +394,8 @@ class Slave:
         if self._results and not self._queue:
             self._flush()  # the queue ran dry (the next wait reads whatever comes)
         elif len(self._results) == 1:  # a hold begins and the next task runs: the heartbeat thread watches it
-            self._hold_begins()
+            self._hold.begins()
         return self._shutdown is None and self._lost is None
-
-    def _hold_begins(self) -> None:
-        """Wake the heartbeat thread for a new hold, unless it is watching already: a wake-up per hold (every
-        RESULT_HOLD under short tasks) cost a fifth of the throughput in GIL hand-overs."""
-        with self._held_lock:
-            if not self._watching:
-                self._held.notify()
 
     def _run(self, item: TaskItem) -> ResultItem:
         task_id = item[0]
@@ -457,7 +494,7 @@ class Slave:
         except TaskTimeoutError as exc:
             failure = codec.encode_error(exc)
         # The main thread is stuck in the task: the results it held are finished work, and go along.
-        with self._held:
+        with self._hold.lock:
             self._results.append((task_id, False, failure, timeout + TIMEOUT_GRACE))
         with contextlib.suppress(Exception):
             self._flush()
@@ -471,7 +508,7 @@ class Slave:
         """Send the results held (from the main thread, or the heartbeat thread when they waited too long)."""
         if not self._results:
             return
-        with self._held_lock:
+        with self._hold.lock:
             results, self._results = self._results, []
             self._done += len(results)
         # Only these results' output: the main thread may be writing the next task's (no lock on that path).
@@ -599,7 +636,7 @@ class Slave:
         look = min(interval / 2, MEMORY_LOOK)
         next_look = time.monotonic() + look
         while not self._stop.is_set():
-            if self._wait_for_held(next_look):
+            if self._hold.wait(next_look, self._held_state):
                 self._flush()  # results held behind a task that runs long: they go now
             if self._stop.is_set() or time.monotonic() < next_look:
                 continue
@@ -613,33 +650,9 @@ class Slave:
             if self._lost is not None and self._in_task and self._evicted is None:
                 _leave_lost_master(self._audit, self._lost)
 
-    def _wait_for_held(self, until: float) -> bool:
-        """Wait until ``until`` (monotonic), or until results have been held RESULT_HOLD; True in that case.
-
-        Woken as a hold begins, it waits for exactly that hold's end; while holds
-        keep beginning (short tasks, each flushed by the main thread itself) it
-        stays watching and looks every RESCUE_LOOK instead, so a stream of
-        tasks costs the main thread no wake-ups; it stops watching after a look
-        that finds nothing held and no hold begun since the last, and is woken
-        again by the next hold.
-        """
-        with self._held:
-            now = time.monotonic()
-            wait = until - now
-            if self._results:
-                age = now - self._held_since
-                if age >= RESULT_HOLD:
-                    return True
-                wait = min(wait, RESCUE_LOOK if self._watching else RESULT_HOLD - age)
-                self._watching = True
-            elif self._watching and self._held_since != self._looked_at:  # holds began since the last look
-                wait = min(wait, RESCUE_LOOK)
-            else:
-                self._watching = False
-            self._looked_at = self._held_since
-            if wait > 0:
-                self._held.wait(wait)
-            return bool(self._results) and time.monotonic() - self._held_since >= RESULT_HOLD
+    def _held_state(self) -> tuple[bool, float]:
+        """Whether results are held, and since when (read under the watch's lock)."""
+        return bool(self._results), self._held_since
 
 
 def _leave_lost_master(audit: Audit, lost: str) -> None:
