@@ -104,16 +104,21 @@ def run_script(
         )
 
 
+def run_executor_script(pool: Pool, workdir: Path, name: str, *, timeout: float = 240) -> tuple[list[str], str]:
+    """Run ``tests/programs/NAME WORKDIR SLAVE_PYTHON MASTER_ADDRESS`` as the pool's user; it must exit 0.
+
+    Returns its stdout lines and a report of its exit status and output for the assertions' messages.
+    """
+    done = run_script(pool, workdir, name, str(workdir), pool.job_python, pool.facts["address"], timeout=timeout)
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    return done.stdout.splitlines(), report
+
+
 def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_leaves_no_job(
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
-    done = run_script(
-        condor_pool, condor_workdir, "executor_condor.py",
-        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"],
-    )  # fmt: skip
-    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
-    assert done.returncode == 0, report
-    lines = done.stdout.splitlines()
+    lines, report = run_executor_script(condor_pool, condor_workdir, "executor_condor.py")
     assert "submit 144" in lines, report
     assert f"map {[x * x for x in range(20)]}" in lines, report
     assert "raised Odd 3 is odd" in lines, report
@@ -131,13 +136,8 @@ def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_lea
 
 def test_a_shared_object_crosses_once_per_slave_job_not_once_per_task(condor_pool: Pool, condor_workdir: Path) -> None:
     """Issue 22: a 50 MB object, up to 8 slave jobs, 400 tasks: the master sends it once per slave job."""
-    done = run_script(
-        condor_pool, condor_workdir, "shared_condor.py",
-        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"], timeout=900,
-    )  # fmt: skip
-    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
-    assert done.returncode == 0, report
-    outcome = json.loads(done.stdout.splitlines()[-1])
+    lines, report = run_executor_script(condor_pool, condor_workdir, "shared_condor.py", timeout=900)
+    outcome = json.loads(lines[-1])
     assert outcome["right"], report
     assert 1 <= outcome["slaves"] <= 8, report
     assert outcome["counters"]["fetches"] == {outcome["digest"]: outcome["slaves"]}, report
@@ -151,13 +151,7 @@ def test_a_task_that_kills_its_condor_slave_fails_once_saying_how_from_condor_s_
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
     """Issue 21 item 1 on the condor back end: the error names the Condor job and how it ended (its user log)."""
-    done = run_script(
-        condor_pool, condor_workdir, "executor_condor_killed.py",
-        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"],
-    )  # fmt: skip
-    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
-    assert done.returncode == 0, report
-    lines = done.stdout.splitlines()
+    lines, report = run_executor_script(condor_pool, condor_workdir, "executor_condor_killed.py")
     error = next((line for line in lines if line.startswith("error ")), "")
     assert error.startswith("error KilledSlaveError doom killed 1 slaves"), report
     assert ", Condor job " in error, report  # the slave was found by its job, not by a local pid
@@ -171,13 +165,7 @@ def test_slave_jobs_that_cannot_start_break_the_executor_counted_from_their_user
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
     """Each failed run of a slave job counts, however fast Condor restarts it (read from the jobs' user log)."""
-    done = run_script(
-        condor_pool, condor_workdir, "executor_condor_broken.py",
-        str(condor_workdir), condor_pool.job_python, condor_pool.facts["address"], timeout=480,
-    )  # fmt: skip
-    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
-    assert done.returncode == 0, report
-    lines = done.stdout.splitlines()
+    lines, report = run_executor_script(condor_pool, condor_workdir, "executor_condor_broken.py", timeout=480)
     assert any(
         line.startswith("broken: ") and "slave runs failed before any task had a result" in line for line in lines
     ), report
