@@ -39,6 +39,14 @@ def read_ad(variable: str = JOB_AD_VARIABLE) -> dict[str, str]:
     return ad
 
 
+def ad_string(text: str | None) -> str:
+    """A ClassAd string literal of a raw ad line without its quotes and escapes ("" for anything else)."""
+    text = text or ""
+    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+        return ""
+    return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+
+
 def own_job_id() -> str:
     """``CLUSTER.PROC`` of the Condor job this process runs as, from its job ad; "" outside Condor."""
     ad = read_ad()

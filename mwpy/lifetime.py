@@ -26,7 +26,7 @@ import time
 
 import attrs
 
-from mwpy.job_ad import read_ad
+from mwpy.job_ad import ad_string, read_ad
 from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE
 
 #: OSPool's JobDurationCategory: the longest a job of each category may run (seconds), from the OSPool doc above.
@@ -64,7 +64,7 @@ def find(option: float | None, *, now: float | None = None, rng: random.Random |
     runtime = _number(job.get("maxruntime"))
     if runtime:
         ends.append((start + runtime, f"MaxRuntime {runtime:g} s"))
-    category = _string(job.get("jobdurationcategory"))
+    category = ad_string(job.get("jobdurationcategory"))
     if category.lower() in DURATION_CATEGORIES:
         hours = DURATION_CATEGORIES[category.lower()] / 3600
         ends.append((start + DURATION_CATEGORIES[category.lower()], f"JobDurationCategory {category} ({hours:g} h)"))
@@ -120,9 +120,3 @@ def _number(text: str | None) -> float:
     except ValueError:
         return 0.0
     return value if 0 < value < float("inf") else 0.0
-
-
-def _string(text: str | None) -> str:
-    """A ClassAd string literal without its quotes ("" for anything else)."""
-    text = text or ""
-    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else ""

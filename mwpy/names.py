@@ -65,6 +65,9 @@ MAP_CHUNK: Final = "mwpy.map_chunk"
 MEMBER_ATTRIBUTE: Final = "MwpyMemberId"
 #: The job attribute that says what a job is: "slave", "master" or "overseer".
 ROLE_ATTRIBUTE: Final = "MwpyRole"
+#: The job attribute naming the need a slave job was submitted for (``str(Resources)``): the overseer counts
+#: its jobs per shape by it, and the slave reports that need's requirements as its own (mwpy/resources.py).
+SHAPE_ATTRIBUTE: Final = "MwpyShape"
 #: A Condor job id as slaves report it and the resource file lists it: ``CLUSTER.PROC``.
 CONDOR_JOB_ID: Final = re.compile(r"[0-9]{1,10}\.[0-9]{1,10}")
 #: Bytes: more memory than a slave can have (64 TiB: the largest single machines hold 32 to 48 TiB, and

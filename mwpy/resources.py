@@ -24,8 +24,8 @@ from typing import Any
 import attrs
 
 from mwpy.errors import UsageError
-from mwpy.job_ad import read_ad
-from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE
+from mwpy.job_ad import ad_string, read_ad
+from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE, SHAPE_ATTRIBUTE
 
 #: The keys of a resources dict or text, in the order they are shown.
 KEYS = ("cpus", "memory", "disk", "gpus", "requirements")
@@ -168,14 +168,25 @@ def own_shape(given: Resources | None = None) -> Resources:
     Condor job's requests, else its slot's machine ad, else this machine.
 
     The job's requests come first: a site holds a job that uses more memory than it asked for (the slot may
-    have more, a static slot its whole share of the machine).
+    have more, a static slot its whole share of the machine). A job the overseer submitted for a need
+    (``MwpyShape`` in its ad) has that need's requirements: its slot met them.
     """
     shape = machine_shape()
     for variable, names in ((MACHINE_AD_VARIABLE, _MACHINE_AD), (JOB_AD_VARIABLE, _JOB_AD)):  # a later one wins
         found = _from_ad(variable, names)
         if found is not None:
             shape = found.over(shape)
+    shape = attrs.evolve(shape, requirements=_submitted_for().requirements or shape.requirements)
     return shape if given is None else given.over(shape)
+
+
+def _submitted_for() -> Resources:
+    """The need this Condor job was submitted for (its ``MwpyShape``), or no need (odd or absent)."""
+    text = ad_string(read_ad(JOB_AD_VARIABLE).get(SHAPE_ATTRIBUTE.lower()))
+    try:
+        return Resources.parse(text)
+    except UsageError:
+        return Resources()
 
 
 def machine_shape() -> Resources:

@@ -28,6 +28,7 @@ import attrs
 
 from mwpy.errors import BackendError, ConfigurationError
 from mwpy.resource_file import ResourceFile
+from mwpy.resources import Resources
 
 
 class JobState(enum.Enum):
@@ -58,6 +59,8 @@ class Job:
     #: How many of the job's runs have failed, when the batch system counts them; a watcher that looks
     #: now and then cannot otherwise tell one failure from several between two looks.
     failed_runs: int | None = None
+    #: The need the job was submitted for (``str(Resources)``, its ``MwpyShape``), None for a plain slave job.
+    shape: str | None = None
 
     def in_state_for(self, now: float | None = None) -> float | None:
         """Seconds the job has been in its current state (None when unknown)."""
@@ -77,9 +80,13 @@ class Launch:
     files: list[str]
     #: MB of memory a job should ask for at least (None: the back end's default or the user's submit file).
     memory: int | None = None
+    #: The need these slave jobs serve (their requests and requirements), None for plain slave jobs.
+    shape: Resources | None = None
 
     @classmethod
-    def of(cls, record: ResourceFile, resource_file: str, memory: int | None = None) -> Launch:
+    def of(
+        cls, record: ResourceFile, resource_file: str, memory: int | None = None, shape: Resources | None = None
+    ) -> Launch:
         return cls(
             member_id=record.member_id,
             resource_file=resource_file,
@@ -87,6 +94,7 @@ class Launch:
             arguments=list(record.slave_arguments),
             files=list(record.slave_files),
             memory=memory,
+            shape=shape,
         )
 
 
@@ -134,6 +142,21 @@ class MasterWatch(Protocol):
 
     def master_departure(self, job_id: str) -> str | None:
         """How the master's job left the queue, one line; None while it is queued or this system does not know it."""
+        ...
+
+
+@runtime_checkable
+class ShapedJobs(Protocol):
+    """A back end whose slave jobs can be made for one need (Condor: ``request_*``, ``requirements``).
+
+    Optional: only for such a back end does the overseer keep slave jobs per
+    need of the tasks (:attr:`Launch.shape` in, :attr:`Job.shape` out); any
+    other back end gets plain slave jobs, as before shapes existed (the local
+    back end gives its slaves the shapes of its own options).
+    """
+
+    def submit_shaped(self, launch: Launch, count: int) -> None:
+        """Queue ``count`` slave jobs for ``launch.shape``, each saying so in the listing (:attr:`Job.shape`)."""
         ...
 
 

@@ -31,7 +31,8 @@ from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch, condor_match
 from mwpy.backends.condor_log import FailedRuns
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SLAVES_LOG
+from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SHAPE_ATTRIBUTE, SLAVES_LOG
+from mwpy.resources import Resources
 
 ON_EXIT_REMOVE = "(ExitBySignal == False) && (ExitCode == 0)"
 #: Memory (MB) a slave job asks for, as in submit/slaves.sub. An explicit request keeps a
@@ -71,6 +72,7 @@ RESERVED = frozenset(
         "on_exit_remove",
         f"my.{MEMBER_ATTRIBUTE.lower()}",
         f"my.{ROLE_ATTRIBUTE.lower()}",
+        f"my.{SHAPE_ATTRIBUTE.lower()}",
     }
 )
 #: Commands whose user value is added to mwpy's with ``&&`` instead of replacing it.
@@ -111,7 +113,8 @@ def slave_description(launch: Launch, extra: Mapping[str, str] | None = None) ->
 
     ``extra`` commands replace mwpy's of the same name, except ``requirements``,
     which must hold as well as mwpy's; reserved commands are refused
-    (:func:`check_user_commands`).
+    (:func:`check_user_commands`). A launch for a need (:attr:`Launch.shape`)
+    adds that need on top: :func:`shape_commands`.
     """
     description = {
         **SLAVE_POLICY,
@@ -122,22 +125,44 @@ def slave_description(launch: Launch, extra: Mapping[str, str] | None = None) ->
         f"+{MEMBER_ATTRIBUTE}": classad2.quote(launch.member_id),
     }
     merged = merge_commands(description, check_user_commands(extra or {}))
+    if launch.shape is not None:
+        merged = shape_commands(merged, launch.shape)
     if launch.memory is not None:
-        raise_memory(merged, launch.memory)
+        raise_request(merged, "request_memory", launch.memory)
     return merged
 
 
-def raise_memory(description: dict[str, str], memory: int) -> None:
-    """Ask for at least ``memory`` MB: mwpy raises the request (its default's or the user's), never lowers it.
+def shape_commands(description: Mapping[str, str], shape: Resources) -> dict[str, str]:
+    """``description`` made to serve tasks that need ``shape``: its requests raised to the need's (never
+    lowered: a user's larger request stays), its requirements ``&&`` the need's, and ``+MwpyShape`` naming
+    the need, so the overseer counts the job for it and its slave reports the need's requirements."""
+    merged = dict(description)
+    for command, value in (
+        ("request_cpus", shape.cpus),
+        ("request_memory", shape.memory),
+        ("request_disk", shape.disk * 1024),  # KB, condor_submit's unit for a bare number
+        ("request_gpus", shape.gpus),
+    ):
+        if value:
+            raise_request(merged, command, value)
+    if shape.requirements:
+        merged = merge_commands(merged, {"requirements": shape.requirements})
+    merged[f"+{SHAPE_ATTRIBUTE}"] = classad2.quote(str(shape))
+    return merged
 
-    A user's value that is not a plain number of MB ("2 GB", an expression) cannot be compared and is
-    replaced: the overseer asks for more only after slaves needed more (or a job was held for memory).
+
+def raise_request(description: dict[str, str], command: str, amount: int) -> None:
+    """Ask for at least ``amount`` (``request_memory``: MB): mwpy raises a request (its default's or the
+    user's), never lowers it.
+
+    A user's value that is not a plain number ("2 GB", an expression) cannot be compared and is replaced:
+    the overseer asks for more only after slaves needed more (or a job was held for memory), or for a need.
     """
-    name = next((command for command in description if command_key(command) == "request_memory"), "request_memory")
+    name = next((given for given in description if command_key(given) == command), command)
     current = description.get(name, "").strip()
-    if not current.isdigit() or int(current) < memory:
+    if not current.isdigit() or int(current) < amount:
         description.pop(name, None)
-        description["request_memory"] = str(memory)
+        description[command] = str(amount)
 
 
 def merge_commands(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -276,6 +301,10 @@ class CondorBackend:
         description = htcondor2.Submit(slave_description(launch, self._extra))
         self._call("submit slave jobs", lambda schedd: schedd.submit(description, count=count), retry=False)
 
+    def submit_shaped(self, launch: Launch, count: int) -> None:
+        """Slave jobs for ``launch.shape`` (:func:`shape_commands`): the same submission, the need on top."""
+        self.submit(launch, count)
+
     def remove(self, job_ids: Sequence[str]) -> None:
         if job_ids:
             ids = list(job_ids)
@@ -399,6 +428,7 @@ _PROJECTION = [
     "EnteredCurrentStatus",
     "RequestMemory",
     "UserLog",
+    SHAPE_ATTRIBUTE,
 ]
 #: The attributes :func:`departure` reads, and the job states of a job on its way out (removed, completed).
 _DEPARTURE = ["JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus"]
@@ -452,6 +482,7 @@ def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
     return Job(
         _job_id(ad), state, exit_code=exit_code, reason=reason, since=since,
         memory=_requested_memory(ad), memory_hold=memory_hold, failed_runs=failed_runs,
+        shape=str(ad[SHAPE_ATTRIBUTE]) if isinstance(ad.get(SHAPE_ATTRIBUTE), str) else None,
     )  # fmt: skip
 
 

@@ -7,15 +7,19 @@ or removes, so repeated events never over-submit, and a restarted overseer
 picks up where the last one stopped.
 
 * wanted slaves = slaves connected + slaves needed (both from the file);
+  with a back end that makes slave jobs per need (Condor), each need of the
+  tasks (the file's ``shapes``) has its own jobs, sized by its own demand,
+  and plain jobs the rest (mwpy/pool/shape_plan.py);
 * serving jobs = idle + running; held jobs do not serve but count against
   the total cap, so a job held or removed behind the overseer's back is
   replaced while the caps hold;
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
-  ``max_idle`` (idle) and ``batch``;
+  ``max_idle`` (idle) and ``batch``, all shapes together, shared in turn;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
 * memory: a job held for using more memory than it asked for is removed, and
-  new jobs ask for double its request (up to ``max_memory``), and for the
-  slaves' published peak memory with a quarter more;
+  new jobs of its shape (its need, or plain) ask for double its request (up
+  to ``max_memory``); all ask for the slaves' published peak memory with a
+  quarter more;
 * finished: remove every remaining job of the computation (running slaves
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
   none is left;
@@ -69,9 +73,11 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from mwpy import resource_file
-from mwpy.backends import Backend, Job, JobState, Launch, MasterWatch
+from mwpy.backends import Backend, Job, JobState, Launch, MasterWatch, ShapedJobs
 from mwpy.errors import InvalidResourceFileError, ResourceFileError
 from mwpy.names import CONDOR_JOB_ID
+from mwpy.pool import shape_plan
+from mwpy.resources import Resources
 
 Log = Callable[[str], None]
 
@@ -173,8 +179,9 @@ class Overseer:
         self._log = log or (lambda text: None)
         self._last_note = ""
         self._wake = threading.Event()
-        #: MB new slave jobs ask for at least, raised each time one is held for exceeding its request.
-        self._memory_floor: int | None = None
+        #: MB new slave jobs of a shape (the need's text; None: plain jobs) ask for at least, raised each
+        #: time one of that shape is held for exceeding its request.
+        self._memory_floor: dict[str | None, int] = {}
 
     def reconcile(self) -> Decision:
         """Look at the file and the queue once, and act on the difference."""
@@ -199,74 +206,103 @@ class Overseer:
         unconfirmed = self._unconfirmed_master(record)
         jobs, replaced = self._replace_memory_holds(jobs)
         jobs, removed, why = self._replace_unconnected(record, jobs)
-        removed += replaced
-        idle = [j.job_id for j in jobs if j.state is JobState.IDLE]
-        counts = _counts(jobs)
-        running, held = counts["running"], counts["held"]
-        connected = sum(record.slaves_connected.values())
-        wanted = min(self.limits.max_jobs, max(self.limits.min_jobs, connected + record.slaves_needed))
-        serving = len(idle) + running
-        submit = min(
-            wanted - serving,
-            self.limits.max_jobs - len(jobs),
-            self.limits.max_idle - len(idle),
-            self.limits.batch,
+        groups = shape_plan.plan(
+            record,
+            jobs,
+            min_jobs=self.limits.min_jobs,
+            max_jobs=self.limits.max_jobs,
+            shaped=isinstance(self.backend, ShapedJobs),
         )
-        if submit > 0:
-            self.backend.submit(self._launch(record), submit)
-            why.append(f"submitted {submit}: {wanted} wanted, {serving} serving{_capped(submit, wanted - serving)}")
-        elif serving > wanted and idle and unconfirmed:
-            why.append(
-                f"kept {min(serving - wanted, len(idle))} idle although demand is lower: master {unconfirmed} "
-                f"has not stated its demand yet (waiting for its next file, at most {record.update_interval:g} s)"
-            )
-        elif serving > wanted and idle:
-            doomed = idle[-min(serving - wanted, len(idle)) :]
-            self.backend.remove(doomed)
-            removed += len(doomed)
-            why.append(f"removed {len(doomed)} idle: demand fell ({wanted} wanted, {serving} serving)")
-        elif wanted > serving:
-            why.append(f"{wanted - serving} short but at a cap ({self.limits})")
+        submitted, dropped = self._act(record, groups, len(jobs), unconfirmed, why)
+        removed += replaced + dropped
         why.extend(_explain_jobs(jobs))
-        submitted = max(0, submit)
+        counts = _counts(jobs)
+        wanted = sum(group.wanted for group in groups)
         self._note(
-            f"wanted {wanted} (connected {connected} + needed {record.slaves_needed}); "
-            f"jobs idle {len(idle)} running {running} held {held}{_held_because(jobs)}; "
+            f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}); "
+            f"jobs idle {counts['idle']} running {counts['running']} held {counts['held']}{_held_because(jobs)}; "
             f"submitted {submitted}, removed {removed}" + (f" -- {'; '.join(why)}" if why else "")
         )
         return Decision(Verdict.RUNNING, submitted, removed, wanted=wanted, **counts)
 
+    def _act(
+        self,
+        record: resource_file.ResourceFile,
+        groups: list[shape_plan.Group],
+        queued: int,
+        unconfirmed: str,
+        why: list[str],
+    ) -> tuple[int, int]:
+        """Submit each group's shortfall (the caps' room shared fairly) and remove idle jobs no group wants.
+
+        Returns how many were submitted and removed; ``why`` gets a line for each group acted on or held back.
+        """
+        idle = sum(len(group.idle) for group in groups)
+        room = min(self.limits.max_jobs - queued, self.limits.max_idle - idle, self.limits.batch)
+        grants = shape_plan.share([group.short for group in groups], room)
+        submitted = removed = 0
+        for group, grant in zip(groups, grants, strict=True):
+            label, tally = group.label(), f"{group.wanted} wanted, {group.serving} serving"
+            if grant > 0:
+                self._submit(record, group, grant)
+                submitted += grant
+                why.append(f"{label}submitted {grant}: {tally}{_capped(grant, group.short)}")
+            elif group.surplus and unconfirmed:
+                why.append(
+                    f"{label}kept {group.surplus} idle although demand is lower: master {unconfirmed} has "
+                    f"not stated its demand yet (waiting for its next file, at most {record.update_interval:g} s)"
+                )
+            elif group.surplus:
+                doomed = group.idle[-group.surplus :]
+                self.backend.remove(doomed)
+                removed += len(doomed)
+                why.append(f"{label}removed {len(doomed)} idle: demand fell ({tally})")
+            elif group.short:
+                why.append(f"{label}{group.short} short but at a cap ({self.limits})")
+        return submitted, removed
+
+    def _submit(self, record: resource_file.ResourceFile, group: shape_plan.Group, count: int) -> None:
+        """``count`` slave jobs for ``group``: plain ones, or jobs made for its need."""
+        launch = self._launch(record, group.need)
+        if launch.shape is not None and isinstance(self.backend, ShapedJobs):
+            self.backend.submit_shaped(launch, count)
+        else:
+            self.backend.submit(launch, count)
+
     def _replace_memory_holds(self, jobs: list[Job]) -> tuple[list[Job], int]:
-        """Remove slave jobs held for exceeding their memory request; new jobs ask for double.
+        """Remove slave jobs held for exceeding their memory request; new jobs of their shape ask for double.
 
         The doubled request (up to ``limits.max_memory`` MB) becomes the floor
-        for every job submitted from now on, so the shortfall the removal leaves
-        is filled by jobs that fit. A job that already asked for the cap stays
-        held, and says so: more memory is not to be had. Returns the jobs left
-        and how many were removed.
+        for every job of the same shape (the need it was submitted for, or
+        plain) submitted from now on, so the shortfall the removal leaves is
+        filled by jobs that fit; other shapes keep their requests. A job that
+        already asked for the cap stays held, and says so: more memory is not
+        to be had. Returns the jobs left and how many were removed.
         """
         cap = self.limits.max_memory
         doomed: list[Job] = []
         for job in jobs:
             if not job.memory_hold:
                 continue
-            asked = job.memory if job.memory is not None else self._memory_floor
+            floor = self._memory_floor.get(job.shape)
+            asked = job.memory if job.memory is not None else floor
             if asked is None or asked >= cap:
                 continue  # nothing to double, or no more to be had: left held (the decision line names it)
-            self._memory_floor = max(self._memory_floor or 0, min(cap, 2 * asked))
+            floor = self._memory_floor[job.shape] = max(floor or 0, min(cap, 2 * asked))
             doomed.append(job)
             self._log(
-                f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed, "
-                f"replaced by jobs asking for {self._memory_floor} MB (it asked for {asked} MB)"
+                f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed, replaced by "
+                f"{_shape_jobs(job.shape)} asking for {floor} MB (it asked for {asked} MB)"
             )
         if doomed:
             self.backend.remove([job.job_id for job in doomed])
         return [job for job in jobs if job not in doomed], len(doomed)
 
-    def _memory_request(self, record: resource_file.ResourceFile) -> int | None:
-        """MB a new slave job asks for at least: the held jobs' doubling, and the slaves' peak plus a quarter."""
+    def _memory_request(self, record: resource_file.ResourceFile, shape: str | None) -> int | None:
+        """MB a new slave job of ``shape`` asks for at least: its shape's held jobs' doubling, and the slaves'
+        peak plus a quarter (a need's own memory is added by the back end)."""
         peak = -(-record.slave_peak_memory * 5 // (4 * MIB)) if record.slave_peak_memory else 0
-        wanted = max(peak, self._memory_floor or 0)
+        wanted = max(peak, self._memory_floor.get(shape) or 0)
         return min(wanted, self.limits.max_memory) if wanted else None
 
     def _stale(self, record: resource_file.ResourceFile, jobs: list[Job], counts: dict[str, int]) -> Decision:
@@ -291,9 +327,11 @@ class Overseer:
             return None
         return self.backend.master_departure(record.master_condor_job)
 
-    def _launch(self, record: resource_file.ResourceFile) -> Launch:
-        """What new slave jobs run: the resource file's slave command line, with this overseer's lifetime."""
-        launch = Launch.of(record, str(self.path), self._memory_request(record))
+    def _launch(self, record: resource_file.ResourceFile, need: Resources | None = None) -> Launch:
+        """What new slave jobs (for ``need``, or plain) run: the resource file's slave command line, with this
+        overseer's lifetime."""
+        memory = self._memory_request(record, None if need is None else str(need))
+        launch = Launch.of(record, str(self.path), memory, need)
         if self.slave_lifetime is None:
             return launch
         return attrs.evolve(launch, arguments=[*launch.arguments, "--mw-slave-lifetime", str(self.slave_lifetime)])
@@ -482,6 +520,11 @@ def _held_because(jobs: list[Job]) -> str:
     """`` (REASON)`` of the first held job that has one, else "": held jobs serve nobody until someone acts."""
     reason = next((job.reason for job in jobs if job.state is JobState.HELD and job.reason), None)
     return f" ({reason})" if reason else ""
+
+
+def _shape_jobs(shape: str | None) -> str:
+    """``jobs`` (plain) or ``jobs for memory 16384 MB``: whose request a memory hold raises."""
+    return "jobs" if shape is None else f"jobs for {shape}"
 
 
 def _capped(submitted: int, short: int) -> str:
