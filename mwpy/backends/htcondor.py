@@ -335,21 +335,24 @@ class CondorBackend:
     def explain_idle(self, jobs: Sequence[Job]) -> list[Job]:
         """``jobs`` with why each idle one does not run (:func:`~mwpy.backends.condor_match.why_idle`).
 
-        One job is analysed per memory request (slave jobs differ in nothing else), with one collector query.
+        One job is analysed per shape and memory request (slave jobs differ in nothing else), with one
+        collector query.
         """
-        idle = {job.memory: job for job in jobs if job.state is JobState.IDLE}
+        idle = {(job.shape, job.memory): job for job in jobs if job.state is JobState.IDLE}
         if not idle:
             return list(jobs)
         try:
             slots = self._slot_ads()
         except CondorError as exc:
             return [attrs.evolve(job, reason=str(exc)) if job.state is JobState.IDLE else job for job in jobs]
-        why: dict[int | None, str] = {}
-        for memory, job in idle.items():
+        why: dict[tuple[str | None, int | None], str] = {}
+        for kind, job in idle.items():
             ad = self._full_ad(job.job_id)
             if ad is not None:
-                why[memory] = condor_match.why_idle(ad, slots)
-        return [_with_reason(job, why.get(job.memory)) if job.state is JobState.IDLE else job for job in jobs]
+                why[kind] = condor_match.why_idle(ad, slots)
+        return [
+            _with_reason(job, why.get((job.shape, job.memory))) if job.state is JobState.IDLE else job for job in jobs
+        ]
 
     def _full_ad(self, job_id: str) -> Any:
         """The whole ad of one of this computation's jobs (its Requirements may name any attribute), or None."""
