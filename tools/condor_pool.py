@@ -54,6 +54,10 @@ USER = "mwpy"
 DOMAIN = "mwpy.pool"
 DEFAULT_PORT = 9618
 DEFAULT_CPUS = 8
+#: MB each execute node of a two-node pool advertises (MEMORY), shared by its slots: node 2 has three times
+#: node 1's, so the two nodes differ in a resource as well as in their custom attribute (MwpyNode).
+NODE1_MEMORY = 16384
+NODE2_MEMORY = 49152
 FIRST_UID = 2000
 VENV = "/opt/mwpy/venv"
 JOB_PYTHON = "/opt/mwpy/bin/python"
@@ -935,10 +939,13 @@ def pool_config(port: int, cpus: int, nodes: int = 1, *, stock_cycles: bool = Fa
     node_attrs = (
         ""
         if nodes == 1
-        else """
+        else f"""
 # Two nodes: each startd says which node it is, so a test can send jobs to node 2.
 MwpyNode = 1
 STARTD_ATTRS = $(STARTD_ATTRS) MwpyNode
+# ... and the two differ in memory as well (MB advertised, split among the slots; node 2: NODE2_MEMORY),
+# so that a task needing much memory runs on node 2 only (tests/test_condor_nodes.py, slave shapes).
+MEMORY = {NODE1_MEMORY}
 # The submit host's name ("vm", say) is not in UID_DOMAIN: without this, jobs from the other
 # node's schedd run as "nobody" and cannot write the shared folders their owner can.
 TRUST_UID_DOMAIN = True
@@ -1277,6 +1284,7 @@ def node2_env() -> dict[str, str]:
             "_condor_NETWORK_HOSTNAME": NODE2_HOSTNAME,
             "_condor_LOCAL_DIR": NODE2_LOCAL_DIR,
             "_condor_MwpyNode": "2",
+            "_condor_MEMORY": str(NODE2_MEMORY),
         }
     )
 
