@@ -132,9 +132,8 @@ def run(options: argparse.Namespace) -> int:
             print("mwpy jobs: error: --cluster: on the pool $(Cluster) is the master job's cluster id", file=sys.stderr)
             return USAGE
 
-        _note_placement(description, "the overseer's slaves run every group until slave shapes per group (issue 24)")
-        return pool.run(options, master_arguments(options))
-    _note_placement(description, "local slaves run every job")
+        return pool.run(options, [*master_arguments(options), "--placement-shapes"])
+    _note_placement(description)
     args = [*master_arguments(options), *options.program_args]
     summary = args[args.index("--summary") + 1]
     started = time.time()
@@ -148,14 +147,15 @@ def run(options: argparse.Namespace) -> int:
     )
 
 
-def _note_placement(description: SubmitDescription, how: str) -> None:
-    """What the jobs ask of a machine, noted once: local slaves are all alike, and a pool's are not shaped per
-    placement group yet."""
+def _note_placement(description: SubmitDescription) -> None:
+    """What the jobs ask of a machine, noted once with local slaves, which are all alike (on a pool the
+    overseer keeps slave jobs of each placement's shape)."""
     placements = {placement for placement in description.placements() if placement.describe() != "cpus 1"}
     if placements:
         shown = "; ".join(sorted(placement.describe() for placement in placements)[:3])
         more = f" and {len(placements) - 3} more" if len(placements) > 3 else ""
-        print(f"mwpy jobs: note: placement ({shown}{more}) applies on a pool; {how}", file=sys.stderr)
+        note = f"placement ({shown}{more}) applies on a pool; local slaves run every job"
+        print(f"mwpy jobs: note: {note}", file=sys.stderr)
 
 
 def failed_jobs_summarised(summary: str, *, since: float) -> bool:

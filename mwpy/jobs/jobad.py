@@ -12,7 +12,8 @@ compares them with what ``condor_submit -dry-run`` writes.
 
 The placement commands (``requirements``, ``request_*``, ...) become a
 :class:`Placement`: what a job asks of the machine that runs it. Jobs are
-grouped by it; a pool's slaves are to be shaped per group (issue 24).
+grouped by it, and on a pool each group's jobs run on slave jobs of its
+shape (:meth:`Placement.need`, the overseer's slave jobs per need).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import re
 from collections.abc import Callable, Mapping
 
 import attrs
+
+from mwpy.resources import Resources
 
 #: HTCondor's DEFAULT_JOB_MAX_RETRIES: the retries a job gets when only success_exit_code or retry_until is set.
 DEFAULT_MAX_RETRIES = 2
@@ -44,6 +47,28 @@ class Placement:
     rank: str = ""
     #: ``+`` attributes that requirements or rank use, and the other request_/require_/gpus_ commands.
     others: tuple[tuple[str, str], ...] = ()
+
+    def need(self) -> Resources | None:
+        """What a slave must have to run the job (:class:`~mwpy.resources.Resources`), None for nothing.
+
+        The requests that are plain numbers (an expression cannot size a slave job) and the requirements;
+        one cpu is what every slave has. ``rank`` and ``+`` attributes stay the job's own: a slave job for
+        the need does not carry them, so requirements that name one are left out (they would match no slot).
+        """
+
+        def number(text: str) -> int:
+            return int(text) if text.strip().isdigit() else 0
+
+        cpus = number(self.cpus)
+        return Resources.of(
+            {
+                "cpus": cpus if cpus > 1 else 0,
+                "memory": number(self.memory),
+                "disk": math.ceil(number(self.disk) / 1024),  # KB in the ad, MB in a need
+                "gpus": number(self.gpus),
+                "requirements": "" if any(name.startswith("+") for name, _ in self.others) else self.requirements,
+            }
+        )
 
     def describe(self) -> str:
         """One line: ``cpus 1, memory 1024 MB, requirements (HAS_X)``."""

@@ -96,6 +96,11 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-output-bytes", type=int, default=filestore.MAX_OUTPUT_BYTES)
     parser.add_argument("--max-output-files", type=int, default=filestore.MAX_OUTPUT_FILES)
     parser.add_argument("--periodic-interval", type=float, default=PERIODIC_INTERVAL)
+    parser.add_argument(
+        "--placement-shapes",
+        action="store_true",
+        help="each job needs a slave of its placement's shape (on a pool: the overseer makes one per placement)",
+    )
     return parser.parse_args(argv)
 
 
@@ -405,8 +410,9 @@ def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
 class JobTag:
     """What each job's task carries on the master (its policy's tag): which job and run, and the job's placement.
 
-    The placement is what a job asks of the machine that runs it (requirements, request_*, ...); the pool
-    side's slave shapes (issue 24) are to send a task only to a slave of its placement's shape.
+    The placement is what a job asks of the machine that runs it (requirements, request_*, ...); on a pool
+    (``--placement-shapes``) the task also needs it of its slave (``resources=``), so it runs only on a
+    slave job of its placement's shape.
     """
 
     job_id: str
@@ -563,7 +569,8 @@ class _Run:
         job.started_logged, job.stopped = False, None
         task = prepare(job.spec, self.server, self.args)
         tag = JobTag(job.spec.job_id, task.token, job.spec.ad.placement)
-        policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=tag)
+        need = job.spec.ad.placement.need() if self.args.placement_shapes else None
+        policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=tag, resources=need)
         with self.lock:
             self.in_flight[task.token] = job
         policy.submit(task)
