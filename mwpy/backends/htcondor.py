@@ -30,7 +30,7 @@ import htcondor2
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch, condor_match
 from mwpy.backends.condor_log import FailedRuns
-from mwpy.errors import BackendError, ConfigurationError
+from mwpy.errors import BackendError, ConfigurationError, UsageError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SHAPE_ATTRIBUTE, SLAVES_LOG
 from mwpy.resources import Resources
 
@@ -485,8 +485,20 @@ def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
     return Job(
         _job_id(ad), state, exit_code=exit_code, reason=reason, since=since,
         memory=_requested_memory(ad), memory_hold=memory_hold, failed_runs=failed_runs,
-        shape=str(ad[SHAPE_ATTRIBUTE]) if isinstance(ad.get(SHAPE_ATTRIBUTE), str) else None,
+        shape=_shape(ad),
     )  # fmt: skip
+
+
+def _shape(ad: Mapping[str, Any]) -> str | None:
+    """The need a job was submitted for (its ``MwpyShape``, as ``str(Resources)``); None for a plain job, or
+    one whose attribute someone changed into what no need is (it is then counted as a plain job)."""
+    text = ad.get(SHAPE_ATTRIBUTE)
+    if not isinstance(text, str):
+        return None
+    try:
+        return str(Resources.parse(text))
+    except UsageError:
+        return None
 
 
 def _with_reason(job: Job, why: str | None) -> Job:
