@@ -98,9 +98,18 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         default=DEFAULT_BACKEND,
         help=f"batch system: {', '.join(backends.names())}, or package.module:attr (default {DEFAULT_BACKEND})",
     )
-    overseer.add_argument("--max-jobs", type=positive_int, default=Limits().max_jobs, help="cap on all slave jobs")
-    overseer.add_argument("--max-idle", type=positive_int, default=Limits().max_idle, help="cap on idle slave jobs")
-    overseer.add_argument("--batch", type=positive_int, default=Limits().batch, help="most jobs submitted at once")
+    overseer.add_argument(
+        "--max-jobs", type=positive_int, default=Limits().max_jobs, help="cap on all slave jobs, of every shape"
+    )
+    overseer.add_argument(
+        "--max-idle", type=positive_int, default=Limits().max_idle, help="cap on idle slave jobs, of every shape"
+    )
+    overseer.add_argument(
+        "--batch",
+        type=positive_int,
+        default=Limits().batch,
+        help="most jobs submitted at once (shared among shapes in turn)",
+    )
     overseer.add_argument(
         "--max-memory", type=positive_int, default=Limits().max_memory, metavar="MB",
         help="cap on the memory a slave job held for exceeding its request is replaced asking for",
