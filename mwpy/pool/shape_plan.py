@@ -70,17 +70,17 @@ def plan(record: ResourceFile, jobs: Sequence[Job], *, min_jobs: int, max_jobs: 
     if not shaped:
         return [_group(None, total, jobs)]
     demand = {shape.resources: shape for shape in record.shapes}
-    keys = sorted(set(demand) | {job.shape for job in jobs if job.shape is not None})
+    by_shape: dict[str | None, list[Job]] = {key: [] for key in demand}
+    for job in jobs:
+        by_shape.setdefault(job.shape, []).append(job)
     shapes: list[Group] = []
-    for key in keys:
-        mine = [job for job in jobs if job.shape == key]
-        running = sum(job.state is JobState.RUNNING for job in mine)
+    for key in sorted(key for key in by_shape if key is not None):
+        running = sum(job.state is JobState.RUNNING for job in by_shape[key])
         found = demand.get(key)
         wanted = min(found.tasks, running + max(0, found.tasks - found.slaves)) if found else 0
-        shapes.append(_group(key, wanted, mine))
+        shapes.append(_group(key, wanted, by_shape[key]))
     kept = sum(max(group.wanted, group.running) for group in shapes)
-    plain = _group(None, max(0, total - kept), [job for job in jobs if job.shape is None])
-    return [plain, *shapes]
+    return [_group(None, max(0, total - kept), by_shape.get(None, [])), *shapes]
 
 
 def _group(key: str | None, wanted: int, jobs: Sequence[Job]) -> Group:
