@@ -16,6 +16,7 @@ import pytest
 
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.htcondor import slave_description
+from mwpy.errors import ConfigurationError
 from mwpy.pool import shape_plan
 from mwpy.pool.overseer import Limits, Overseer
 from mwpy.resource_file import ShapeDemand
@@ -172,3 +173,9 @@ def test_a_slave_of_a_shape_s_job_offers_that_need_s_requirements(
     shape = own_shape()
     assert shape.satisfies(Resources(memory="8GB", requirements='Arch == "X86_64"'))
     assert not shape.satisfies(NODE1)
+
+
+def test_a_submit_file_may_not_set_the_attribute_the_overseer_counts_shapes_by(tmp_path: Path) -> None:
+    launch = Launch("mwpy:x", str(tmp_path / "r.json"), "/usr/bin/python3", ["p.py"], [])
+    with pytest.raises(ConfigurationError, match=r"\+MwpyShape is set by mwpy"):
+        slave_description(launch, {"+MwpyShape": '"memory=1"'})
