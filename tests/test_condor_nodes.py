@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 from mwpy.backends import JobState
 from mwpy.backends.htcondor import CondorBackend
 from mwpy.pool.overseer import Limits, Overseer, Verdict
+from mwpy.resources import Resources
 from tests.condor_support import (
     COMPLETED,
     HELD,
@@ -35,6 +37,7 @@ from tests.condor_support import (
     job_states,
     logs,
     member_id,
+    query,
     retried,
     setup_workdir,
     status_json,
@@ -229,3 +232,73 @@ def test_a_master_address_the_execute_node_cannot_reach_gives_a_clear_slave_erro
     assert "127.0.0.1" in err, err
     audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")
     assert "NEW-CLIENT" not in audit  # nobody got through
+
+
+#: MB the big tasks of two_needs.py need: more than node 1 has, less than node 2 (tools/condor_pool.py:
+#: NODE1_MEMORY, NODE2_MEMORY; a partitionable slot carves a job's slot from its node's memory).
+BIG_MB = 8192
+
+
+def test_the_overseer_keeps_a_slave_job_shape_per_need_and_each_task_runs_on_a_slave_of_its_shape(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """Issue 24, item 7: tasks of two needs (memory only node 2 has; ``MwpyNode == 1``) under master and
+    overseer. No slave of either shape is connected when the tasks are submitted: the master waits for the
+    overseer's jobs instead of refusing. Asserted from the results, the schedd's ads and ``condor_q -af``."""
+    import htcondor2  # noqa: PLC0415
+
+    slots = retried(
+        lambda: htcondor2.Collector().query(htcondor2.AdType.Startd, projection=["MwpyNode", "TotalMemory"])
+    )
+    node_memory = {int(ad["MwpyNode"]): int(ad["TotalMemory"]) for ad in slots if "MwpyNode" in ad}
+    assert node_memory[1] < BIG_MB <= node_memory[2], f"{node_memory}: a pool brought up before MEMORY was per node"
+    gate = condor_workdir / "gate"
+    setup_workdir(two_nodes, condor_workdir, ["two_needs.py"])
+    master = submit_master(
+        two_nodes,
+        condor_workdir,
+        "program=two_needs.py",
+        f"program_args={gate} {BIG_MB}",
+        f"master_options=--mw-master-host {two_nodes.facts['address']}",
+        f"slave_python={two_nodes.job_python}",
+    )
+    backend = CondorBackend(member_id(condor_workdir))
+    overseer = Overseer(condor_workdir / RESOURCE, backend, Limits(max_jobs=6, max_idle=6, batch=6))
+    stop = threading.Event()
+    verdict: list[Verdict] = []
+    watcher = threading.Thread(target=lambda: verdict.append(overseer.run(stop, interval=1.0)), daemon=True)
+    watcher.start()
+    try:
+        # While it runs: each slave publishes its state over Chirp; all six tasks answered, the slaves that
+        # ran them wait for the gate, connected and idle (a slave that came late may not have published yet).
+        def tasks_done() -> list[tuple[str, int]]:
+            shown = two_nodes.inside(
+                condor_workdir, "condor_q", "-constraint", computation(condor_workdir, "slave"),
+                "-af", "MwpyState", "MwpyTasksDone",
+            )  # fmt: skip
+            pairs = [line.split() for line in shown.stdout.splitlines()]
+            rows = [(pair[0], int(pair[1])) for pair in pairs if len(pair) == 2 and pair[1].isdigit() and int(pair[1])]
+            return rows if sum(count for _, count in rows) == 6 and {state for state, _ in rows} == {"idle"} else []
+
+        wait_until(tasks_done, 240, "condor_q -af to show six tasks done by idle slaves", interval=1.0)
+        ads = query(computation(condor_workdir, "slave"), ["ClusterId", "ProcId", "MwpyShape", "RequestMemory",
+                                                           "Requirements"])  # fmt: skip
+        gate.touch()
+        out = wait_master_done(condor_workdir, master)
+        wait_until(lambda: not watcher.is_alive(), 120, "the overseer to see the computation's jobs gone")
+    finally:
+        stop.set()
+        watcher.join(30)
+    assert verdict == [Verdict.FINISHED]
+    shapes = {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in ads}
+    big, node1 = str(Resources(memory=BIG_MB)), str(Resources(requirements="MwpyNode == 1"))
+    ran = [line.split() for line in out.splitlines() if line.startswith(("big ", "node1 "))]
+    assert len(ran) == 6, logs(condor_workdir)
+    for kind, job, node, memory in ran:
+        ad = shapes[job]  # the job that ran the task was the overseer's, of the task's shape
+        if kind == "big":
+            assert (ad["MwpyShape"], ad["RequestMemory"], node) == (big, BIG_MB, "2"), (ad, node)
+            assert int(memory) >= BIG_MB
+        else:
+            assert (ad["MwpyShape"], node) == (node1, "1"), (ad, node)
+            assert "MwpyNode == 1" in str(ad["Requirements"]), ad

@@ -54,10 +54,11 @@ USER = "mwpy"
 DOMAIN = "mwpy.pool"
 DEFAULT_PORT = 9618
 DEFAULT_CPUS = 8
-#: MB each execute node of a two-node pool advertises (MEMORY), shared by its slots: node 2 has three times
-#: node 1's, so the two nodes differ in a resource as well as in their custom attribute (MwpyNode).
-NODE1_MEMORY = 16384
-NODE2_MEMORY = 49152
+#: MB each execute node of a two-node pool advertises (MEMORY), shared by its slots (a job's dynamic slot is
+#: carved from it): node 2 has four times node 1's, so the two nodes differ in a resource as well as in their
+#: custom attribute (MwpyNode). Node 1's is 512 MB (a slave job's default request) for each of its cpus.
+NODE1_MEMORY = 4096
+NODE2_MEMORY = 16384
 FIRST_UID = 2000
 VENV = "/opt/mwpy/venv"
 JOB_PYTHON = "/opt/mwpy/bin/python"
@@ -943,7 +944,7 @@ def pool_config(port: int, cpus: int, nodes: int = 1, *, stock_cycles: bool = Fa
 # Two nodes: each startd says which node it is, so a test can send jobs to node 2.
 MwpyNode = 1
 STARTD_ATTRS = $(STARTD_ATTRS) MwpyNode
-# ... and the two differ in memory as well (MB advertised, split among the slots; node 2: NODE2_MEMORY),
+# ... and the two differ in memory as well (MB advertised, shared by the slots; node 2: {NODE2_MEMORY}),
 # so that a task needing much memory runs on node 2 only (tests/test_condor_nodes.py, slave shapes).
 MEMORY = {NODE1_MEMORY}
 # The submit host's name ("vm", say) is not in UID_DOMAIN: without this, jobs from the other
