@@ -16,11 +16,14 @@ import pytest
 
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.htcondor import slave_description
+from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ConfigurationError
 from mwpy.pool import shape_plan
 from mwpy.pool.overseer import Limits, Overseer
 from mwpy.resource_file import ShapeDemand
 from mwpy.resources import Resources, own_shape
+from mwpy.task import Policy
+from tests.support import Quiet
 from tests.test_overseer import FakeBackend, write_resource
 
 BIG = Resources(memory="4GB")
@@ -179,3 +182,24 @@ def test_a_submit_file_may_not_set_the_attribute_the_overseer_counts_shapes_by(t
     launch = Launch("mwpy:x", str(tmp_path / "r.json"), "/usr/bin/python3", ["p.py"], [])
     with pytest.raises(ConfigurationError, match=r"\+MwpyShape is set by mwpy"):
         slave_description(launch, {"+MwpyShape": '"memory=1"'})
+
+
+def test_a_master_offered_no_shapes_keeps_a_need_no_slave_has_yet_for_the_overseer_s_job() -> None:
+    """Item 2: a Condor master is given no shapes (``--mw-slave-resources``): a need no connected slave has is
+    queued and stated as demand (what the overseer sizes the need's jobs by), not refused; the slave of the
+    job made for it then runs it."""
+    sched = Scheduler()
+    told: list[str | None] = []
+
+    class Listener(Quiet):
+        def unrunnable(self, reason: str | None = None) -> bool:
+            told.append(reason)
+            return True
+
+    sched.join("plain", Resources(cpus=1, memory=512))
+    task = Entry(sched.new_id(), "f", b"", Policy(resources=BIG), Listener(), label="fit")
+    sched.add(task)
+    assert (told, sched.take("plain", 0.0)) == ([], [])
+    assert sched.shape_demand() == [(BIG, 1, 0)]
+    sched.join("shaped", Resources(cpus=1, memory=4096))
+    assert sched.take("shaped", 0.0) == [task]
