@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,9 @@ from tests.condor_support import (
     FS_BINDING,
     POOL_TOOL,
     Pool,
+    computation,
     finished_jobs,
+    history,
     job_states,
     logs,
     remove_computation_jobs,
@@ -135,3 +138,41 @@ def _run_restart_and_resume(pool: Pool, folder: Path, work: Path, command: list[
         assert runs.count(job.rpartition(".")[2]) == 1
     wait = pool.inside(folder, "condor_wait", "-wait", "60", "jobs.log")  # HTCondor's own reader
     assert (wait.returncode, wait.stdout.strip()) == (0, "All jobs done."), wait.stdout + wait.stderr
+
+
+def test_mwpy_jobs_pool_runs_each_placement_group_on_slave_jobs_of_its_shape(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Issue 23, item 3: jobs asking for different memory (``request_memory`` per job, from the queue's items)
+    run on the overseer's slave jobs made for each request, and all complete."""
+    ran = condor_workdir / "ran.log"
+    shutil.copy(PROGRAMS / "jobs" / "record_run.sh", condor_workdir / "record_run.sh")
+    (condor_workdir / "jobs.sub").write_text(
+        f"executable = record_run.sh\narguments = $(Process) {ran} 0\nshould_transfer_files = YES\n"
+        "request_memory = $(mb)\nlog = jobs.log\nqueue mb in (600, 600, 700, 700)\n"
+    )
+    condor_pool.give(condor_workdir)
+    command = [
+        sys.executable, str(POOL_TOOL), "exec", "--base", condor_pool.facts["base"], "--cwd", str(condor_workdir),
+        "--env", FS_BINDING, "--", "mwpy", "jobs", "jobs.sub", "--pool", "--slaves", "4",
+    ]  # fmt: skip
+    work = condor_workdir / "jobs.sub.mwpy"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr + logs(work)
+        assert re.search(r"4 jobs in [\d.]+ s: 4 ok, 0 failed", done.stdout + done.stderr), done.stdout + done.stderr
+
+        def both_shapes() -> list[Any]:
+            ads = history(computation(work, "slave"), ["MwpyShape", "RequestMemory"])
+            return ads if {ad.get("MwpyShape") for ad in ads} >= SHAPES else []
+
+        ads = wait_until(both_shapes, 60, "slave jobs of both requests in the schedd's history", interval=1.0)
+        for ad in ads:
+            if ad.get("MwpyShape") in SHAPES:
+                assert ad["RequestMemory"] == int(ad["MwpyShape"].removeprefix("memory=")), ad
+    finally:
+        remove_computation_jobs(work)
+
+
+#: The shapes the placement test expects slave jobs made for.
+SHAPES = {"memory=600", "memory=700"}
