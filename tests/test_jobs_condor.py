@@ -86,35 +86,26 @@ def test_mwpy_jobs_pool_runs_a_submit_file_in_one_command_and_a_restarted_master
     brings the master back from the queue; it answers the finished jobs from its journal and says so.
     """
     ran = condor_workdir / "ran.log"
-    shutil.copy(PROGRAMS / "jobs" / "record_run.sh", condor_workdir / "record_run.sh")
-    (condor_workdir / "jobs.sub").write_text(
-        f"executable = record_run.sh\narguments = $(Process) {ran} 1\nshould_transfer_files = YES\n"
-        "output = out.$(Process)\nlog = jobs.log\nqueue 12\n"
-    )
-    condor_pool.give(condor_workdir)
-    command = [
-        sys.executable,
-        str(POOL_TOOL),
-        "exec",
-        "--base",
-        condor_pool.facts["base"],
-        "--cwd",
-        str(condor_workdir),
-        "--env",
-        FS_BINDING,
-        "--",
-        "mwpy",
-        "jobs",
-        "jobs.sub",
-        "--pool",
-        "--slaves",
-        "2",
-    ]
-    work = condor_workdir / "jobs.sub.mwpy"
+    command, work = record_runs(condor_pool, condor_workdir, f"{ran} 1", "output = out.$(Process)\nqueue 12", "2")
     try:
         _run_restart_and_resume(condor_pool, condor_workdir, work, command, ran)
     finally:
         remove_computation_jobs(work)
+
+
+def record_runs(pool: Pool, folder: Path, arguments: str, queue: str, slaves: str) -> tuple[list[str], Path]:
+    """``jobs.sub`` in ``folder``: record_run.sh's jobs (``$(Process) ARGUMENTS``) with ``queue`` last, given to
+    the pool's user; the command that runs it as the user types it (``mwpy jobs jobs.sub --pool --slaves N``,
+    inside the pool) and its work folder."""
+    shutil.copy(PROGRAMS / "jobs" / "record_run.sh", folder / "record_run.sh")
+    (folder / "jobs.sub").write_text(
+        f"executable = record_run.sh\narguments = $(Process) {arguments}\nshould_transfer_files = YES\n"
+        f"log = jobs.log\n{queue}\n"
+    )
+    pool.give(folder)
+    tool = [sys.executable, str(POOL_TOOL), "exec", "--base", pool.facts["base"], "--cwd", str(folder)]
+    command = [*tool, "--env", FS_BINDING, "--", "mwpy", "jobs", "jobs.sub", "--pool", "--slaves", slaves]
+    return command, folder / "jobs.sub.mwpy"
 
 
 def _run_restart_and_resume(pool: Pool, folder: Path, work: Path, command: list[str], ran: Path) -> None:
@@ -146,17 +137,8 @@ def test_mwpy_jobs_pool_runs_each_placement_group_on_slave_jobs_of_its_shape(
     """Issue 23, item 3: jobs asking for different memory (``request_memory`` per job, from the queue's items)
     run on the overseer's slave jobs made for each request, and all complete."""
     ran = condor_workdir / "ran.log"
-    shutil.copy(PROGRAMS / "jobs" / "record_run.sh", condor_workdir / "record_run.sh")
-    (condor_workdir / "jobs.sub").write_text(
-        f"executable = record_run.sh\narguments = $(Process) {ran} 0\nshould_transfer_files = YES\n"
-        "request_memory = $(mb)\nlog = jobs.log\nqueue mb in (600, 600, 700, 700)\n"
-    )
-    condor_pool.give(condor_workdir)
-    command = [
-        sys.executable, str(POOL_TOOL), "exec", "--base", condor_pool.facts["base"], "--cwd", str(condor_workdir),
-        "--env", FS_BINDING, "--", "mwpy", "jobs", "jobs.sub", "--pool", "--slaves", "4",
-    ]  # fmt: skip
-    work = condor_workdir / "jobs.sub.mwpy"
+    queue = "request_memory = $(mb)\nqueue mb in (600, 600, 700, 700)"
+    command, work = record_runs(condor_pool, condor_workdir, f"{ran} 0", queue, "4")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
         assert done.returncode == 0, done.stdout + done.stderr + logs(work)
