@@ -28,6 +28,7 @@ from mwpy import backends, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
+from mwpy.pool import overseer_state
 from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend, write_job
@@ -650,3 +651,28 @@ def test_register_names_a_back_end_in_process() -> None:
     backends.register("spool-test", SpoolBackend)
     assert backends.lookup("spool-test") is SpoolBackend
     assert "spool-test" in backends.names()
+
+
+def test_status_bounds_the_demand_by_the_running_overseer_s_max_jobs(tmp_path: Path) -> None:
+    """Issue 24 item 6: 1,999 queued tasks under ``mwpy overseer --max-jobs 8`` show "8 more needed", said why."""
+    rf, spool = tmp_path / "resource.json", tmp_path / "spool"
+    spool.mkdir()
+    write_resource(rf, needed=1999)
+    script = Path(sys.executable).parent / "mwpy"
+    command = [str(script), "overseer", str(rf), "--backend", SPOOL_PATH, "--spool", str(spool), "--max-jobs", "8"]
+    process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: overseer_state.path_of(rf).exists(), 30, "the overseer's state file")
+        shown = mwpy_cli("status", str(rf), "--no-condor")
+        assert "slaves   0 connected, 8 more needed (overseer cap: --max-jobs 8)" in shown.stdout, shown.stdout
+        assert json.loads(mwpy_cli("status", str(rf), "--json", "--no-condor").stdout)["overseer_max_jobs"] == 8
+        write_resource(rf, computation_status="finished")
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, out
+    assert not overseer_state.path_of(rf).exists()  # gone with its overseer: the demand is the master's word again
+    write_resource(rf, needed=1999)
+    assert "0 connected, 1,999 more needed\n" in mwpy_cli("status", str(rf), "--no-condor").stdout
