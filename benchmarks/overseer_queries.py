@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -98,6 +99,7 @@ def _arm(
         kept = [job.job_id for job in backend.jobs()]
         backend.remove(kept)
         backend.close()
+        shutil.rmtree(workdir, ignore_errors=True)
     figures = {
         "jobs": len(kept),
         "queries": queries,
