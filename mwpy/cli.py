@@ -302,7 +302,9 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
     started = time.monotonic()
     try:
-        overseer_state.write(options.resource_file, limits.max_jobs, backend.name)
+        problem = overseer_state.write(options.resource_file, limits.max_jobs, backend.name)
+        if problem is not None:
+            _log(problem)
         verdict = overseer.run(threading.Event(), interval=options.interval)
     except KeyboardInterrupt:
         verdict = Verdict.RUNNING

@@ -10,6 +10,7 @@ host (killed) is ignored; one written on another host is believed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -26,14 +27,20 @@ def path_of(resource: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(resource)}{SUFFIX}")
 
 
-def write(resource: str | os.PathLike[str], max_jobs: int, backend: str) -> None:
-    """Say that this process oversees ``resource`` with at most ``max_jobs`` slave jobs."""
+def write(resource: str | os.PathLike[str], max_jobs: int, backend: str) -> str | None:
+    """Say that this process oversees ``resource`` with at most ``max_jobs`` slave jobs; None, or why it could
+    not (a folder it may not write in): the overseer works on without it, status shows the master's demand."""
     state = {"pid": os.getpid(), "host": socket.gethostname(), "max_jobs": max_jobs, "backend": backend}
-    safe_files.write_atomically(path_of(resource), json.dumps(state).encode(), mode=0o644)
+    try:
+        safe_files.write_atomically(path_of(resource), json.dumps(state).encode(), mode=0o644)
+    except (OSError, MwpyError) as exc:
+        return f"cannot write {path_of(resource)}: {exc}; mwpy status will show the master's demand uncapped"
+    return None
 
 
 def remove(resource: str | os.PathLike[str]) -> None:
-    path_of(resource).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path_of(resource).unlink(missing_ok=True)
 
 
 def max_jobs(resource: str | os.PathLike[str]) -> int | None:
