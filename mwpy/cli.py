@@ -18,14 +18,14 @@ from typing import Any
 
 import attrs
 
-from mwpy import backends, resource_file, safe_text
+from mwpy import backends, overseer_state, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import positive_float, positive_int
-from mwpy.pool import bundle, overseer_state
+from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.resources import slave_shape
 

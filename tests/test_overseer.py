@@ -25,11 +25,10 @@ from typing import Any
 import attrs
 import pytest
 
-from mwpy import backends, resource_file
+from mwpy import backends, overseer_state, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.pool import overseer_state
 from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend, write_job

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mwpy import resource_file
+from mwpy import overseer_state, resource_file
 from mwpy.observe import events as ev
 from mwpy.observe import statusview
 from mwpy.observe.statusview import INTERRUPTED, Extra, Rate, plain
-from mwpy.pool import overseer_state
 from mwpy.resource_file import ResourceFile
 from tests.obs_support import ONE_OF_EACH, Terminal, finished, write_log
 
@@ -248,7 +247,7 @@ def test_the_demand_shown_is_bounded_by_the_slave_limit() -> None:
 
 
 def test_the_watch_bounds_the_demand_by_the_overseer_s_max_jobs_while_that_overseer_runs(tmp_path: Path) -> None:
-    """Issue 24 item 6: ``mwpy status --watch`` reads the running overseer's cap (mwpy/pool/overseer_state.py)."""
+    """Issue 24 item 6: ``mwpy status --watch`` reads the running overseer's cap (mwpy/overseer_state.py)."""
     rf = tmp_path / "resource.json"
     resource_file.write(rf, _record(slaves_needed=1999, slaves_connected={"unordered": 2}))
     overseer_state.write(rf, 8, "condor")  # this process stands for the overseer: it runs

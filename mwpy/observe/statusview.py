@@ -35,13 +35,12 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mwpy import resource_file, safe_files, safe_text
+from mwpy import overseer_state, resource_file, safe_files, safe_text
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.observe import events as ev
 from mwpy.observe import runtimes
 from mwpy.observe.goodput import duration
 from mwpy.observe.runtimes import RunTimes, slowest
-from mwpy.pool import overseer_state
 from mwpy.resource_file import ResourceFile
 
 #: Seconds of samples the rate is averaged over (long enough to be steady, short enough to follow changes).
@@ -73,7 +72,7 @@ class Extra:
     total: int | None = None
     #: Slaves that may run at most (``mwpy local --slaves N``), shown as ``slaves 2/N``.
     slave_limit: int | None = None
-    #: The running overseer's ``--max-jobs`` (mwpy/pool/overseer_state.py): the demand it can meet.
+    #: The running overseer's ``--max-jobs`` (mwpy/overseer_state.py): the demand it can meet.
     overseer_cap: int | None = None
     failures: Sequence[str] = ()
     #: Run times per slave, from the event log (shown when more than one slave has finished tasks).
