@@ -14,8 +14,8 @@ keeps is 100 jobs either way. It reconciles every ``INTERVAL`` seconds (as
 
 Reported: the job-table queries (``CondorBackend.queries["jobs"]``) per minute
 of each arm, and their ratio. These are counts, not timings: a loaded machine
-does not change them. The file names no master job, so the overseer's look for
-the master's job (one query per reconciliation in both arms) is not in them.
+does not change them. The file names no master job, so the overseer's look at
+the master's job (followed in its own user log the same way) is not in them.
 
 Needs the pool that ``tools/condor_pool.py up`` builds, root and the
 ``htcondor2`` bindings (else "skipped"); run it under the pool's lock:

@@ -242,6 +242,7 @@ class CondorBackend:
         self._schedd = self._locate()
         self._reconcile_every = reconcile_every
         self._log = JobLog()
+        self._master_log = JobLog()  # the master's own job, from its user log (master_departure)
         if resource_file is not None:  # the log slaves.sub names, followed from the first look on
             self._log.watch(str(Path(resource_file).parent / SLAVES_LOG))
         #: Schedd queries so far, by purpose: "jobs" (the job table), "master" (its job), "explain" (idle jobs).
@@ -318,15 +319,26 @@ class CondorBackend:
 
         None while it is queued (running, idle or held: a held master may be
         released) and when this schedd has never known it (a master submitted
-        through another schedd is not taken for gone).
+        through another schedd is not taken for gone). Once the queue has shown
+        it, its own user log is followed as the slaves' is: the schedd is asked
+        again when the log says it terminated or was aborted, or leaves a doubt,
+        and every ``reconcile_every`` seconds.
         """
+        self._master_log.follow()
+        now = time.monotonic()
+        if not self._master_log.needs_query(now, self._reconcile_every) and any(
+            _job_id(ad) == job_id for ad in self._master_log.ads
+        ):
+            return None
         cluster, _, proc = job_id.partition(".")
         constraint = (
             f"ClusterId == {int(cluster)} && ProcId == {int(proc)} && "
             f'{MEMBER_ATTRIBUTE} == {classad2.quote(self.member_id)} && {ROLE_ATTRIBUTE} == "master"'
         )
-        queued = self._query("master", constraint, _DEPARTURE)
+        queued = self._query("master", constraint, _MASTER_PROJECTION)
         if queued and int(queued[0].get("JobStatus", 0)) not in _GONE:
+            self._master_log.reconciled([_record(queued[0])], now)
+            self._master_log.follow()  # its log from the start: what happened since is applied
             return None
         if not queued:
             self.queries["master"] += 1
@@ -375,6 +387,7 @@ class CondorBackend:
     def close(self) -> None:
         """The schedd connection needs no closing; the user logs followed are closed."""
         self._log.close()
+        self._master_log.close()
 
     def _query(self, purpose: str, constraint: str, projection: list[str] | None = None) -> list[Any]:
         """Ask the schedd for the ads that match (whole ads without ``projection``), counted in :attr:`queries`."""
@@ -440,6 +453,8 @@ _PROJECTION = [
 #: The attributes :func:`departure` reads, and the job states of a job on its way out (removed, completed).
 _DEPARTURE = ["JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus"]
 _GONE = (int(htcondor2.JobStatus.REMOVED), int(htcondor2.JobStatus.COMPLETED))
+#: What the master job's query asks: how it left, and what following its log needs.
+_MASTER_PROJECTION = sorted({*_DEPARTURE, *_PROJECTION})
 
 
 def departure(job_id: str, ad: Mapping[str, Any]) -> str:
