@@ -22,6 +22,7 @@ has one event for every run that ended, so
 from __future__ import annotations
 
 import collections
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -93,7 +94,7 @@ class JobLog:
 
     def followed(self, ad: Mapping[str, Any]) -> bool:
         """Whether the job's user log is followed (so its failed runs are counted)."""
-        return str(ad.get("UserLog") or "") in self._logs
+        return _key(ad.get("UserLog")) in self._logs
 
     def needs_query(self, now: float, every: float) -> bool:
         """Whether the schedd must be asked: nothing known yet, the logs left a doubt, or ``every`` s passed."""
@@ -110,7 +111,7 @@ class JobLog:
 
     def watch(self, path: str) -> None:
         """Follow ``path`` too (from its start), whether or not a job writes it yet."""
-        self._logs.setdefault(path, None)
+        self._logs.setdefault(_key(path), None)
 
     def reconciled(self, ads: Iterable[Ad], now: float) -> None:
         """The schedd's answer replaces the table (call :meth:`follow` just before the query)."""
@@ -160,7 +161,7 @@ class JobLog:
         return followed
 
     def _uses(self, path: str) -> bool:
-        return any(str(ad.get("UserLog") or "") == path for ad in self._ads.values())
+        return any(_key(ad.get("UserLog")) == path for ad in self._ads.values())
 
     def _drop(self, path: str) -> None:
         followed = self._logs.get(path)
@@ -198,6 +199,12 @@ class JobLog:
             if followed is not None:
                 followed.reader.close()
         self._logs.clear()
+
+
+@functools.lru_cache(maxsize=256)
+def _key(path: object) -> str:
+    """A log's path as the table keys it: one file named two ways (the job ad's, slaves.sub's) is read once."""
+    return os.path.realpath(str(path)) if path else ""
 
 
 def _id(ad: Mapping[str, Any]) -> str:
