@@ -185,3 +185,19 @@ def test_a_log_lost_or_truncated_falls_back_to_a_query(tmp_path: Path) -> None:
     table.follow()
     assert table.needs_query(2.0, RECONCILE_EVERY)
     table.close()
+
+
+def test_one_log_named_two_ways_is_read_once(tmp_path: Path) -> None:
+    """slaves.sub's log beside the resource file and the job ad's UserLog may spell one file differently."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    log = real / "slaves.log"
+    log.write_text((EXECUTE + REQUEUED_AFTER_EXIT_3).format(job="9.000.000"))
+    table = JobLog()
+    table.watch(str(tmp_path / "link" / "slaves.log"))
+    table.reconciled([{"ClusterId": 9, "ProcId": 0, "JobStatus": 1, "UserLog": str(log)}], now=0.0)
+    table.follow()
+    assert table.counts == {"9.0": 1}
+    assert table.followed({"UserLog": str(log)})
+    table.close()
