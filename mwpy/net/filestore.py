@@ -3,8 +3,8 @@
 Why a second connection rather than files inside task messages: a task frame
 is held whole in memory on both sides, and a file shared by many jobs would
 cross the wire once per job. Here an input is named by its SHA-256; a slave
-fetches it once, keeps it in its :class:`InputCache` for the life of the slave
-and checks the hash of every byte it received. Uploads travel in frames of
+fetches it once, keeps it in its cache (:mod:`mwpy.net.cache`) and checks
+the hash of every byte it received. Uploads travel in frames of
 :data:`CHUNK` bytes; a fetched file's content travels unframed, right after
 its sealed size (``sendfile`` on plain TCP: the kernel copies the file to the
 socket), and the slave hashes it as it lands in the file, one pass, so a
@@ -65,7 +65,6 @@ import json
 import os
 import queue
 import selectors
-import shutil
 import socket
 import ssl
 import stat
@@ -1145,56 +1144,3 @@ class FileClient:
             digest.update(chunk)
             link.send(b"D", chunk)
         link.send_json(b"E", {"sha256": digest.hexdigest()})
-
-
-class InputCache:
-    """A slave's inputs by hash, each fetched once and kept until the slave ends.
-
-    Condor delivers an input with its permission bits (an executable script
-    stays executable, a ``0640`` file stays ``0640``); jobs get hard links to
-    the cached file, so each ``(hash, mode)`` has its own cached copy (made
-    from one already here, not fetched again). A job that writes to its input
-    or changes its mode changes the cached file: the next job that needs it
-    sees the size, time or mode differ and gets a clean copy.
-    """
-
-    def __init__(self, folder: Path, client: FileClient) -> None:
-        self.folder = folder
-        self.client = client
-        folder.mkdir(parents=True, exist_ok=True)
-        self._known: dict[Path, tuple[int, int, int]] = {}  # cached file -> (size, mtime, mode) as cached
-        self._copies: dict[str, list[Path]] = {}  # hash -> its cached files (one per mode)
-        self.fetched_bytes = 0  # what crossed the wire into this cache
-
-    def get(self, digest: str, mode: int = 0o444) -> Path:
-        """The cached file with hash ``digest`` and permission bits ``mode`` (fetched if no intact copy is here)."""
-        path = self.folder / f"{digest}.{mode & 0o7777:o}"
-        if self._intact(path):
-            return path
-        with contextlib.suppress(OSError):
-            path.unlink()  # a job wrote to its copy: make a clean one
-        other = next((copy for copy in self._copies.get(digest, ()) if copy != path and self._intact(copy)), None)
-        if other is None:
-            self.fetched_bytes += self.client.fetch(digest, path)
-        else:
-            with safe_files.replacing(path, mode=None, prefix=UPLOAD_PREFIX) as out, other.open("rb") as source:
-                shutil.copyfileobj(source, out)
-        path.chmod(mode & 0o7777)
-        info = path.stat()
-        self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)
-        if path not in self._copies.setdefault(digest, []):
-            self._copies[digest].append(path)
-        return path
-
-    def _intact(self, path: Path) -> bool:
-        known = self._known.get(path)
-        if known is None:
-            return False
-        try:
-            info = path.stat()
-        except OSError:
-            return False
-        return (info.st_size, info.st_mtime_ns, info.st_mode) == known
-
-    def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
