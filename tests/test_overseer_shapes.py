@@ -15,6 +15,7 @@ import htcondor2
 import pytest
 
 from mwpy.backends import Job, JobState, Launch
+from mwpy.backends.condor_log import JobLog
 from mwpy.backends.htcondor import slave_description
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ConfigurationError
@@ -203,3 +204,12 @@ def test_a_master_offered_no_shapes_keeps_a_need_no_slave_has_yet_for_the_overse
     assert sched.shape_demand() == [(BIG, 1, 0)]
     sched.join("shaped", Resources(cpus=1, memory=4096))
     assert sched.take("shaped", 0.0) == [task]
+
+
+def test_slave_jobs_just_submitted_for_a_need_count_for_it_before_the_schedd_is_asked_again(tmp_path: Path) -> None:
+    """The Condor back end's job table knows its new jobs from the submission (mwpy/backends/condor_log.py):
+    they must count for their need at once, or the next reconciliation would submit for it again."""
+    table = JobLog()
+    table.expect(7, range(2), 4096, str(tmp_path / "slaves.log"), now=0.0, shape=str(BIG))
+    table.expect(8, range(1), 512, str(tmp_path / "slaves.log"), now=0.0)
+    assert sorted((ad["ClusterId"], ad["MwpyShape"]) for ad in table.ads) == [(7, str(BIG)), (7, str(BIG)), (8, None)]
