@@ -1,0 +1,243 @@
+"""``Executor.map``'s calls as one stream: no future per input, results handed to the caller in input order.
+
+A future per input cost the caller's thread and the engine's thread a
+Condition or a lock per task, and the two share the GIL, so ``Executor.map``
+ran at half the master algorithm API's rate (docs/performance.md, scenario 6).
+A :class:`MapStream` is what ``mw.map`` does for a master (mwpy/streams.py)
+with a thread between them: the caller pickles inputs and hands them to the
+engine's thread ``SUBMIT_BATCH`` at a time (one lock, at most one wake-up);
+the engine's thread queues a small listener per input (:class:`_Item`) and
+files each result by its input's position; the caller takes them in order
+and sleeps only when the next one has not come, woken once by that one.
+
+What ``concurrent.futures.Executor.map`` promises still holds: inputs are
+submitted at once (up to ``window_bytes`` of pickled arguments not yet
+returned), a value is not kept once yielded (issue 14406), a timeout raises
+``TimeoutError`` and closing the iterator cancels every call not started
+(those waiting in a slave's window are pulled back), ``shutdown(cancel_futures=
+True)`` makes the calls not started raise ``CancelledError``, a broken executor
+raises ``BrokenExecutor``.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from mwpy.core.scheduler import Entry
+from mwpy.task import Policy, Result, task_exception, unrunnable_error
+
+if TYPE_CHECKING:
+    from mwpy.executor import _Service
+    from mwpy.intake import Intake
+
+R = TypeVar("R")
+
+#: Inputs ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
+SUBMIT_BATCH = 1024
+#: What a task's exception is raised as by ``map``, as by the executor's futures (``SystemExit`` too).
+RAISED_AS_ITSELF = (Exception, SystemExit)
+
+#: How ``Executor._encode`` pickles one call: (task name, pickled arguments, label).
+Encode = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], tuple[str, bytes, str]]
+
+
+class MapStream(Generic[R]):
+    """One ``Executor.map`` call: inputs in (caller's thread), results out in input order (engine's thread in).
+
+    It holds the executor weakly, through its ``encode`` (as CPython's
+    ``map(buffersize=)`` does): a map left unread does not keep the executor
+    from being collected and shut down; what was not submitted then never is.
+    """
+
+    def __init__(
+        self,
+        encode: Encode,
+        fn: Callable[..., R],
+        policy: Policy,
+        service: _Service,
+        *,
+        calls: Iterator[tuple[Any, ...]],
+        window_bytes: int,
+    ) -> None:
+        self._encode = weakref.WeakMethod(encode)
+        self._fn, self._policy, self._calls, self._limit = fn, policy, calls, window_bytes
+        self.service = service
+        # The caller's side.
+        self._sizes: collections.deque[int] = collections.deque()  # pickled bytes of each input not yet returned
+        self._held = 0
+        self._submitted = 0  # inputs handed over
+        self._returned = 0  # inputs whose value was taken
+        self._exhausted = False
+        # Shared: written by the engine's thread, taken by the caller's (one dict operation each, under the GIL).
+        self._arrived: dict[int, Result | BaseException] = {}
+        self._wakeup = threading.Condition(threading.Lock())
+        self._awaited = -1  # the input the caller sleeps on (set under _wakeup)
+        self._broken: BaseException | None = None
+        #: Cleared when the caller closes the iterator: its calls not started are dropped.
+        self.open = True
+        #: Set by ``shutdown(cancel_futures=True)``: calls not started end with ``CancelledError``.
+        self.cancelling = False
+        #: The engine's side: the listener of each call queued and not resolved, by task id.
+        self.live: dict[int, _Item] = {}
+
+    # ------------------------------------------------------------------ the caller's thread
+
+    def fill(self) -> None:
+        """Pickle and hand over inputs while those not returned hold less than ``window_bytes`` (or none)."""
+        encode = self._encode()
+        if encode is None:  # the executor was collected: what was not submitted never is
+            self._exhausted = True
+        batch: list[tuple[int, bytes]] = []
+        name = label = ""
+        while not self._exhausted and (self._held < self._limit or self._submitted == self._returned):
+            args = next(self._calls, None)
+            if args is None or encode is None:
+                self._exhausted = True
+                break
+            name, payload, label = encode(self._fn, args, {})
+            self._sizes.append(len(payload))
+            self._held += len(payload)
+            batch.append((self._submitted, payload))
+            self._submitted += 1
+            if len(batch) == SUBMIT_BATCH:
+                self.service.hand_over(MapBatch(self, name, label, batch))
+                batch = []
+        if batch:
+            self.service.hand_over(MapBatch(self, name, label, batch))
+
+    def values(self, end: float | None) -> Generator[R, None, None]:
+        """The values in input order, each by ``end`` (monotonic) if given; closing it cancels the rest."""
+        try:
+            while self._returned < self._submitted:
+                # Nothing here keeps a value or its result once yielded (issue 14406).
+                yield _value(self._take(end))
+                self.fill()
+        finally:
+            self.close()
+
+    def _take(self, end: float | None) -> Result | BaseException:
+        index = self._returned
+        got = self._arrived.pop(index, None)
+        if got is None:
+            got = self._wait(index, end)
+        self._returned += 1
+        self._held -= self._sizes.popleft()
+        return got
+
+    def _wait(self, index: int, end: float | None) -> Result | BaseException:
+        with self._wakeup:
+            self._awaited = index
+            while index not in self._arrived:
+                if self._broken is not None:
+                    raise self._broken
+                wait = None if end is None else end - time.monotonic()
+                if wait is not None and wait <= 0:
+                    raise TimeoutError
+                self._wakeup.wait(wait)
+            self._awaited = -1
+        return self._arrived.pop(index)
+
+    def close(self) -> None:
+        """The caller is done (or gave up): calls not started are dropped, or pulled back from slaves' windows."""
+        if self.open:
+            self.open = False
+            self.service.withdraw(self)
+
+    def cancel(self) -> None:
+        """``shutdown(cancel_futures=True)``: calls not started end with ``CancelledError`` (any thread)."""
+        self.cancelling = True
+        self.service.withdraw(self)
+
+    def break_with(self, error: BaseException) -> None:
+        """The executor broke: the caller's wait for a value not come raises ``error`` (any thread)."""
+        with self._wakeup:
+            self._broken = error
+            self._wakeup.notify()
+
+    # ------------------------------------------------------------------ the engine's thread
+
+    def arrive(self, item: _Item, outcome: Result | BaseException) -> None:
+        """``item``'s call is resolved: file its outcome, wake the caller if it sleeps on it."""
+        if self.live.pop(item.task_id, None) is None:
+            return  # resolved already (pulled back, then its result came anyway)
+        self.service.map_resolved += 1
+        if self.open:
+            self._arrived[item.index] = outcome
+            if self._awaited == item.index:
+                with self._wakeup:
+                    self._wakeup.notify()
+
+    def pull_back(self, intake: Intake) -> None:
+        """Calls not started: those in slaves' windows are asked back and end as cancelled."""
+        waiting = [task_id for task_id, item in self.live.items() if not item.running]
+        for task_id in intake.cancel(waiting):
+            item = self.live.get(task_id)
+            if item is not None:
+                self.arrive(item, concurrent.futures.CancelledError())
+
+
+class _Item:
+    """The scheduler's listener (mwpy/core/scheduler.py) of one input's call."""
+
+    __slots__ = ("stream", "index", "task_id", "running")
+
+    def __init__(self, stream: MapStream[Any], index: int) -> None:
+        self.stream = stream
+        self.index = index
+        self.task_id = 0  # known once queued
+        self.running = False
+
+    def may_start(self) -> bool:
+        stream = self.stream
+        if stream.open and not stream.cancelling:
+            return True
+        stream.arrive(self, concurrent.futures.CancelledError())
+        return False
+
+    def began(self) -> None:
+        self.running = True
+
+    def unrunnable(self, reason: str | None = None) -> bool:
+        self.stream.arrive(self, unrunnable_error(self.task_id, reason))
+        return False
+
+    def settle(self, result: Result) -> bool:
+        self.stream.arrive(self, result)
+        return False  # an executor's results are its callers', not mw.results()'s
+
+
+class MapBatch:
+    """Inputs of one stream handed to the engine's thread at once: (position, pickled arguments) each."""
+
+    __slots__ = ("stream", "name", "label", "inputs")
+
+    def __init__(self, stream: MapStream[Any], name: str, label: str, inputs: list[tuple[int, bytes]]) -> None:
+        self.stream, self.name, self.label, self.inputs = stream, name, label, inputs
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def queue_in(self, intake: Intake) -> None:
+        """Queue each input's call (engine's thread); one the caller gave up on meanwhile is dropped unsent."""
+        stream, name, label, policy = self.stream, self.name, self.label, self.stream._policy
+        live = stream.live
+        for index, payload in self.inputs:
+            item = _Item(stream, index)
+            item.task_id = intake.new_id()
+            live[item.task_id] = item
+            intake.enqueue(Entry(item.task_id, name, payload, policy, item, label=label))
+
+
+def _value(outcome: Result | BaseException) -> Any:
+    """A call's value, or its exception raised as a future would raise it."""
+    if isinstance(outcome, BaseException):
+        raise outcome
+    if outcome.error is None:
+        return outcome.value
+    raise task_exception(outcome, RAISED_AS_ITSELF)
