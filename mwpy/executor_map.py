@@ -93,7 +93,7 @@ class MapStream(Generic[R]):
         encode = self._encode()
         if encode is None:  # the executor was collected: what was not submitted never is
             self._exhausted = True
-        batch: list[tuple[int, bytes]] = []
+        first, batch = self._submitted, []  # pickled arguments of inputs first, first + 1, ...
         name = label = ""
         while not self._exhausted and (self._held < self._limit or self._submitted == self._returned):
             args = next(self._calls, None)
@@ -103,13 +103,13 @@ class MapStream(Generic[R]):
             name, payload, label = encode(self._fn, args, {})
             self._sizes.append(len(payload))
             self._held += len(payload)
-            batch.append((self._submitted, payload))
+            batch.append(payload)
             self._submitted += 1
             if len(batch) == SUBMIT_BATCH:
-                self.service.hand_over(MapBatch(self, name, label, batch))
-                batch = []
+                self.service.hand_over(MapBatch(self, name, label, first, batch))
+                first, batch = self._submitted, []
         if batch:
-            self.service.hand_over(MapBatch(self, name, label, batch))
+            self.service.hand_over(MapBatch(self, name, label, first, batch))
 
     def values(self, end: float | None) -> Generator[R, None, None]:
         """The values in input order, each by ``end`` (monotonic) if given; closing it cancels the rest."""
@@ -117,7 +117,8 @@ class MapStream(Generic[R]):
             while self._returned < self._submitted:
                 # Nothing here keeps a value or its result once yielded (issue 14406).
                 yield _value(self._take(end))
-                self.fill()
+                if not self._exhausted:
+                    self.fill()
         finally:
             self.close()
 
@@ -213,12 +214,13 @@ class _Item:
 
 
 class MapBatch:
-    """Inputs of one stream handed to the engine's thread at once: (position, pickled arguments) each."""
+    """Inputs of one stream handed to the engine's thread at once: the pickled arguments of inputs ``first``,
+    ``first + 1``, ... (a list of bytes, which the collector does not track, rather than a tuple per input)."""
 
-    __slots__ = ("stream", "name", "label", "inputs")
+    __slots__ = ("stream", "name", "label", "first", "inputs")
 
-    def __init__(self, stream: MapStream[Any], name: str, label: str, inputs: list[tuple[int, bytes]]) -> None:
-        self.stream, self.name, self.label, self.inputs = stream, name, label, inputs
+    def __init__(self, stream: MapStream[Any], name: str, label: str, first: int, inputs: list[bytes]) -> None:
+        self.stream, self.name, self.label, self.first, self.inputs = stream, name, label, first, inputs
 
     def __len__(self) -> int:
         return len(self.inputs)
@@ -227,7 +229,7 @@ class MapBatch:
         """Queue each input's call (engine's thread); one the caller gave up on meanwhile is dropped unsent."""
         stream, name, label, policy = self.stream, self.name, self.label, self.stream._policy
         live = stream.live
-        for index, payload in self.inputs:
+        for index, payload in enumerate(self.inputs, self.first):
             item = _Item(stream, index)
             item.task_id = intake.new_id()
             live[item.task_id] = item
