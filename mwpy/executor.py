@@ -402,6 +402,8 @@ class _Service:
         self.intake = master._intake
         self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
         self._lock = threading.Lock()
+        #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
+        self._taken = threading.Condition(self._lock)
         self._incoming: list[_Call | MapBatch] = []  # guarded by _lock: the engine's thread takes it all at once
         self._cancelled: list[Future[Any]] = []  # cancelled futures whose tasks may sit in a slave's window
         self._waiting: set[Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
@@ -435,6 +437,19 @@ class _Service:
             self._incoming.append(submission)
         if wake:
             self.intake.wake()
+        if isinstance(submission, MapBatch):
+            self._keep_pace()
+
+    def _keep_pace(self) -> None:
+        """A map's caller stays at most one batch ahead of the engine's thread.
+
+        Pickling 10^5 inputs in one go held the GIL for most of it: the engine's
+        thread regained it only at the switch interval and lost it again at its
+        next system call, so the slaves idled while the caller pickled.
+        """
+        with self._taken:
+            while len(self._incoming) > 1 and self._broken is None and self._thread.is_alive():
+                self._taken.wait(TICK)
 
     def withdraw(self, stream: MapStream[Any]) -> None:
         """A map stream closed or cancelled: its calls in slaves' windows are asked back (engine's thread)."""
@@ -524,6 +539,7 @@ class _Service:
     def _take_submissions(self) -> None:
         with self._lock:
             incoming, self._incoming = self._incoming, []
+            self._taken.notify_all()
         for submission in incoming:
             submission.queue_in(self.intake)
 
