@@ -59,7 +59,7 @@ import types
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
@@ -67,6 +67,7 @@ from mwpy import backends, calls, safe_text
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream
+from mwpy.intake import Intake
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
@@ -78,9 +79,6 @@ from mwpy.resources import Resources, own_shape
 from mwpy.streams import WINDOW_BYTES, chunked
 from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
 from mwpy.wire import codec
-
-if TYPE_CHECKING:
-    from mwpy.intake import Intake
 
 __all__ = ["Executor"]
 

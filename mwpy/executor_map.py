@@ -27,14 +27,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from mwpy.core.scheduler import Entry
+from mwpy.intake import Intake
 from mwpy.task import Policy, Result, task_exception, unrunnable_error
-
-if TYPE_CHECKING:
-    from mwpy.executor import _Service
-    from mwpy.intake import Intake
 
 R = TypeVar("R")
 
@@ -45,6 +42,19 @@ RAISED_AS_ITSELF = (Exception, SystemExit)
 
 #: How ``Executor._encode`` pickles one call: (task name, pickled arguments, label).
 Encode = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], tuple[str, bytes, str]]
+
+
+class Service(Protocol):
+    """What a stream needs of its executor's service (mwpy/executor.py ``_Service``)."""
+
+    #: Calls of map streams resolved; counted by the engine's thread alone (shutdown waits for them).
+    map_resolved: int
+
+    def hand_over(self, submission: MapBatch) -> None:
+        """Queue a batch for the engine's thread (raises if the executor is shut down or broken)."""
+
+    def withdraw(self, stream: MapStream[Any]) -> None:
+        """Have the engine's thread call :meth:`MapStream.pull_back`."""
 
 
 class MapStream(Generic[R]):
@@ -60,7 +70,7 @@ class MapStream(Generic[R]):
         encode: Encode,
         fn: Callable[..., R],
         policy: Policy,
-        service: _Service,
+        service: Service,
         *,
         calls: Iterator[tuple[Any, ...]],
         window_bytes: int,
