@@ -185,12 +185,13 @@ class MapStream(Generic[R]):
                     self._wakeup.notify()
 
     def pull_back(self, intake: Intake) -> None:
-        """Calls not started: those in slaves' windows are asked back and end as cancelled."""
-        waiting = [task_id for task_id, item in self.live.items() if not item.running]
-        for task_id in intake.cancel(waiting):
-            item = self.live.get(task_id)
-            if item is not None:
-                self.arrive(item, concurrent.futures.CancelledError())
+        """Calls not started end as cancelled now, as cancelled futures do: those in slaves' windows are asked
+        back, those still queued here are dropped unsent when the scheduler reaches them (no slave need come
+        for shutdown to see them resolved)."""
+        waiting = [item for item in self.live.values() if not item.running]
+        intake.cancel([item.task_id for item in waiting])
+        for item in waiting:
+            self.arrive(item, concurrent.futures.CancelledError())
 
 
 class _Item:
