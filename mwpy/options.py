@@ -20,7 +20,8 @@ from mwpy.resources import Resources
 #: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
 #: slave's or master's share of a no-op round trip on a woken, cold CPU, so an answer on its way is caught.
 DEFAULT_SPIN_US = 200
-#: Bytes of shared objects (``mw.share``) a slave keeps at most (``--mw-cache-size``): memory maps of files on its disk.
+#: Bytes a slave's one cache keeps at most (``--mw-cache-size``): shared objects (memory maps of files on its disk),
+#: ``mwpy.File`` arguments and ``mwpy jobs``' inputs.
 DEFAULT_CACHE_SIZE = 4 << 30
 #: The levels ``--mw-log-level`` (and ``MWPY_LOG_LEVEL``) accept.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -201,8 +202,9 @@ _SPECS: dict[str, _Spec] = {
     "--mw-cache-size": _Spec(
         "cache_size",
         "BYTES",
-        "mwpy: most bytes of shared objects (mw.share) a slave keeps, mapped from its disk; past it the least "
-        "recently used go, and are fetched again if named again (the newest is always kept). Default 4 GiB.",
+        "mwpy: most bytes a slave's one cache keeps (shared objects, mwpy.File arguments, mwpy jobs' inputs), on "
+        "its disk; past it the least recently used go, and are fetched again if named again (the newest is always "
+        "kept). Default 4 GiB.",
         positive_int,
         "a positive number of bytes",
     ),

@@ -26,6 +26,7 @@ from mwpy.errors import (
     EventLogError,
     InvalidResourceFileError,
     JournalError,
+    MwpyError,
     ResourceFileError,
     UnsafeFileError,
     UsageError,
@@ -44,6 +45,8 @@ from mwpy.wire.protocol import ExitCode
 
 if TYPE_CHECKING:  # the master's parts load only in a master (a slave never needs them)
     from mwpy.master import Master
+    from mwpy.net.cache import SlaveCache
+    from mwpy.net.shares import SlaveShares
 
 MasterAlgorithm = Callable[["Master", list[str]], Any]
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
@@ -80,6 +83,16 @@ class Membership:
 
 #: Set once this process's side knows it (the master at start, a slave once it has read its endpoint).
 _membership: Membership | None = None
+#: How this slave gets its one cache (made on first use), once it knows its master (:func:`slave_cache`).
+_slave_cache: Callable[[], SlaveCache] | None = None
+
+
+def slave_cache() -> SlaveCache:
+    """This slave's one content-addressed cache, made on first use: shared objects, ``mwpy.File`` arguments and
+    ``mwpy jobs``' inputs, fetched once per slave whichever needs them first (mwpy/net/cache.py)."""
+    if _slave_cache is None:
+        raise MwpyError("no slave cache: this process is not an mwpy slave")
+    return _slave_cache()
 
 
 def membership() -> Membership | None:
@@ -298,7 +311,7 @@ def _run_slave(options: Options, argv: list[str], audit: Audit, initializer: Ini
         tls_fingerprint=endpoint.tls_fingerprint,
         client_timeout=options.client_timeout,
     )
-    cache_counts = _shared_objects(endpoint, options.cache_size)
+    cache_counts = _slave_data(endpoint, options.cache_size)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     failed = _initialize(initializer, audit, endpoint.member_id)
     if failed is not None:
@@ -374,26 +387,39 @@ def _say_retired(why: str, chirp: Chirp) -> None:
     chirp.log(f"mwpy slave {line}")
 
 
-def _shared_objects(endpoint: Endpoint, cache_size: int) -> Callable[[], tuple[int, int, int, int]]:
-    """Install the slave's resolvers of shared objects and files (``mw.share``, ``mwpy.File``); the file
-    service's client loads with the first. Returns what reads the cache's counters (all 0 before)."""
-    shares = None
+def _slave_data(endpoint: Endpoint, cache_size: int) -> Callable[[], tuple[int, int, int, int]]:
+    """Install the slave's one cache (:func:`slave_cache`) and its resolvers of shared objects and files
+    (``mw.share``, ``mwpy.File``); both load with their first use. Returns what reads the cache's counters
+    (all 0 before)."""
+    global _slave_cache  # this process's, for slave_cache()
+    cache: SlaveCache | None = None
+    shares: SlaveShares | None = None
 
-    def started() -> Any:
+    def cached() -> SlaveCache:
+        nonlocal cache
+        if cache is None:
+            from mwpy.net.cache import SlaveCache  # noqa: PLC0415 (only a slave given a file needs it)
+
+            cache = SlaveCache(endpoint.secret, endpoint.member_id, endpoint.tls_fingerprint, cache_size)
+            atexit.register(cache.remove)
+        return cache
+
+    def started() -> SlaveShares:
         nonlocal shares
         if shares is None:
             from mwpy.net.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
 
-            shares = SlaveShares(endpoint.secret, endpoint.member_id, cache_size, endpoint.tls_fingerprint)
+            shares = SlaveShares(cached())
             atexit.register(shares.remove)
         return shares
 
+    _slave_cache = cached
     codec.install_resolver(
         lambda handle: started().resolve(handle),
         lambda handle, mode, name: started().resolve_file(handle, mode, name),
         lambda address, source, size: started().store(address, source, size),
     )
-    return lambda: (0, 0, 0, 0) if shares is None else shares.counts()
+    return lambda: (0, 0, 0, 0) if cache is None else cache.counts()
 
 
 #: The statuses mwpy names (docs/exit-codes.md).

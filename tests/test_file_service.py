@@ -312,3 +312,50 @@ def test_mwpy_jobs_with_tls_serves_its_files_over_tls_with_the_master_s_certific
     assert master.wait(DEADLINE) == 0, master.err()
     slave.wait(DEADLINE)
     assert (tmp_path / "out.txt").read_text() == "input over TLS\n"
+
+
+def test_a_file_changed_after_it_was_offered_is_never_taken_for_its_hash(tmp_path: Path) -> None:
+    """Guards: a fetched file's unframed content (protocol 8) is used only once the whole matches the hash the
+    slave asked for; content that differs (same size, or cut short) fails that fetch with one line, leaves
+    nothing at the target, and the service goes on serving."""
+    server = FileServer(SECRET, MEMBER, client_timeout=CLIENT_TIMEOUT)
+    data, kept = tmp_path / "data", tmp_path / "kept"
+    data.write_bytes(CONTENT)
+    kept.write_bytes(CONTENT + b"kept")
+    digest, size = server.publish(str(data))
+    kept_digest, _ = server.publish(str(kept))
+    client = FileClient("127.0.0.1", server.port, SECRET, MEMBER)
+    try:
+        data.write_bytes(CONTENT[:-1] + b"!")  # same size, other bytes
+        with pytest.raises(FileServiceError, match="does not match its hash"):
+            client.fetch(digest, tmp_path / "changed")
+        data.write_bytes(CONTENT[: size // 2])  # cut short: the service hangs up rather than leave the slave waiting
+        with pytest.raises(FileServiceError, match=digest[:16]):
+            client.fetch(digest, tmp_path / "short")
+        assert not (tmp_path / "changed").exists()
+        assert not (tmp_path / "short").exists()
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(filestore.UPLOAD_PREFIX)] == []
+        client.fetch(kept_digest, tmp_path / "got")
+        assert (tmp_path / "got").read_bytes() == CONTENT + b"kept"
+    finally:
+        client.close()
+        server.close()
+
+
+def test_with_tls_a_file_of_many_reads_arrives_whole(tmp_path: Path) -> None:
+    """Under TLS the content cannot be sendfile'd: it is sent in pieces, and a file longer than several
+    of them arrives intact, twice on one connection (the conversation stays in step after the raw bytes)."""
+    context, fingerprint = protocol.tls_server_context(str(CERT), str(KEY))
+    server = FileServer(SECRET, MEMBER, tls=context, client_timeout=CLIENT_TIMEOUT)
+    data = tmp_path / "data"
+    content = os.urandom(2 * filestore.RAW_CHUNK + 12345)
+    data.write_bytes(content)
+    digest, _ = server.publish(str(data))
+    client = FileClient("127.0.0.1", server.port, SECRET, MEMBER, fingerprint)
+    try:
+        for name in ("first", "second"):
+            assert client.fetch(digest, tmp_path / name) == len(content)
+            assert (tmp_path / name).read_bytes() == content
+    finally:
+        client.close()
+        server.close()

@@ -24,6 +24,8 @@ import pytest
 import mwpy
 from mwpy import resource_file
 from mwpy.executor import _master_options
+from mwpy.jobs.program import run_job
+from mwpy.jobs.runner import JobTask
 from mwpy.observe import events as ev
 from mwpy.observe import report
 from mwpy.wire import codec, protocol
@@ -219,6 +221,35 @@ def test_a_file_argument_arrives_as_a_verified_local_copy_once_per_slave(tmp_pat
         assert path != str(data)  # the slave's own copy, not the master's file
     assert list(counters["fetches"].values()) == [1]
     assert counters["bytes_sent"] == data.stat().st_size
+
+
+def test_a_slave_fetches_a_file_once_whether_a_task_or_a_job_needs_it(tmp_path: Path) -> None:
+    """Issue 22 item 3: ``mwpy jobs``' inputs come from the slave's one cache, the one that holds shared objects
+    and ``mwpy.File`` arguments, under one set of counters: a job that needs files a task already brought to
+    its slave fetches nothing, and the master's file service sends each file once."""
+    script = tmp_path / "check.sh"
+    script.write_text("#!/bin/sh\nexec test -s data\n", encoding="utf-8")
+    script.chmod(0o755)
+    with mwpy.Executor(max_workers=1) as ex:
+        handle = ex.share(np.arange(100_000))
+        pid, first = ex.submit(work.cache_counts, mwpy.File(script), handle).result(timeout=60)
+        digest = hashlib.sha256(script.read_bytes()).hexdigest()
+        job = JobTask(
+            job_id="1.0", token="job-1", service=(handle.host, handle.port), executable="check.sh",
+            arguments=(), environment=(), inputs=(("check.sh", digest, 0o755), ("data", handle.digest, 0o444)),
+            stdin=None, stdout=False, stderr=False, transfer_outputs=(), transfer=True,
+            outputs_on_success_only=False, initialdir=str(tmp_path),
+        )  # fmt: skip
+        outcome = ex.submit(run_job, job).result(timeout=60)
+        again, after = ex.submit(work.cache_counts, mwpy.File(script), handle).result(timeout=60)
+        counters = ex.file_counters()
+    assert outcome.exit_code == 0, outcome  # the job read the object's file as its input "data"
+    assert outcome.fetched_bytes == 0
+    assert again == pid
+    hits, misses, fetched, evictions = first
+    assert (misses, fetched, evictions) == (2, script.stat().st_size + handle.size, 0)
+    assert after == (hits + 4, misses, fetched, 0)  # the job's two inputs and the second task's two arguments
+    assert counters["fetches"] == {digest: 1, handle.digest: 1}
 
 
 def test_a_task_that_writes_to_its_file_does_not_change_the_next_task_s(tmp_path: Path) -> None:

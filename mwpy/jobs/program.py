@@ -79,8 +79,8 @@ def membership() -> Membership:
 @task(name="mwpy.jobs.run_job")
 def run_job(task: runner.JobTask) -> runner.JobOutcome:
     """Run one job on this slave (see :mod:`mwpy.jobs.runner`)."""
-    me = membership()
-    return runner.run(task, me.secret, me.member_id, me.tls_fingerprint)
+    membership()  # refuses outside an mwpy program
+    return runner.run(task, program.slave_cache())
 
 
 # ---------------------------------------------------------------------- the master

@@ -2,9 +2,10 @@
 
 The master sends a :class:`JobTask` (everything already expanded and every
 input named by its hash and mode); :func:`run` places the inputs from the
-slave's :class:`~mwpy.net.filestore.InputCache` (hard links to cached files
+slave's one :class:`~mwpy.net.cache.SlaveCache` (hard links to cached files
 with the submit side's permission bits, so a shared database is neither
-fetched nor copied again), runs the executable with stdin/stdout/stderr as
+fetched nor copied again, and a file a Python task shared is not fetched for
+a job either), runs the executable with stdin/stdout/stderr as
 declared, sends the outputs back through the file service and answers a
 :class:`JobOutcome`. While a job whose policy has periodic expressions runs,
 the slave tells the master what it has used every ``check_interval`` seconds
@@ -35,7 +36,8 @@ from pathlib import Path
 import attrs
 
 from mwpy.errors import MwpyError
-from mwpy.net.filestore import FileClient, FileServiceError, InputCache, output_upload_name
+from mwpy.net.cache import SlaveCache
+from mwpy.net.filestore import FileClient, FileServiceError, output_upload_name
 
 #: Scratch names of the job's streams (Condor's own), sent back under the submit file's names.
 STDOUT_NAME = "_condor_stdout"
@@ -123,31 +125,25 @@ class JobOutcome:
 
 
 class _SlaveState:
-    """What a slave keeps between jobs: its file-service connection and its input cache."""
+    """What a slave keeps between jobs of one master: its file service's connection, the slave's cache, the
+    folder the jobs' scratch folders are made in."""
 
-    def __init__(
-        self, service: tuple[str, int], secret: bytes, member_id: str, tls_fingerprint: str | None = None
-    ) -> None:
+    def __init__(self, service: tuple[str, int], cache: SlaveCache) -> None:
         self.workspace = Path(tempfile.mkdtemp(prefix="mwpy-jobs-"))
-        atexit.register(shutil.rmtree, self.workspace, ignore_errors=True)  # the cache lives as long as the slave
-        self.client = FileClient(service[0], service[1], secret, member_id, tls_fingerprint)
-        self.cache = InputCache(self.workspace / "cache", self.client)
+        atexit.register(shutil.rmtree, self.workspace, ignore_errors=True)
+        self.cache = cache
+        self.client = cache.client(service)
         self.host = socket.gethostname()
 
 
 _state: _SlaveState | None = None
 
 
-def run(task: JobTask, secret: bytes, member_id: str, tls_fingerprint: str | None = None) -> JobOutcome:
-    """Run ``task`` on this slave (the slave's cache and connection are made on the first job).
-
-    ``tls_fingerprint``: the master's, when it speaks TLS (its file service then does too).
-    """
-    global _state  # one cache per slave process, for its life
+def run(task: JobTask, cache: SlaveCache) -> JobOutcome:
+    """Run ``task`` on this slave, its inputs from ``cache`` (the slave's one cache, kept for its life)."""
+    global _state  # the connection to this master's file service, kept between jobs
     if _state is None or _state.client.address != task.service:  # the first job, or a restarted master
-        if _state is not None:
-            _state.client.close()
-        _state = _SlaveState(task.service, secret, member_id, tls_fingerprint)
+        _state = _SlaveState(task.service, cache)
     if task.shared is not None and task.in_place is not None and _shares(*task.shared):
         executable, stdin, stdout, stderr = task.in_place
         task = attrs.evolve(task, transfer=False, executable=executable, stdin=stdin, stdout=stdout, stderr=stderr)
@@ -189,20 +185,20 @@ def _environment(folder: Path, task: JobTask) -> dict[str, str]:
     return environment | dict(task.environment)
 
 
-def _place_inputs(task: JobTask, cache: InputCache, scratch: Path) -> int:
-    before = cache.fetched_bytes
+def _place_inputs(task: JobTask, cache: SlaveCache, scratch: Path) -> int:
+    before = cache.counters["bytes_fetched"]
     for name, digest, mode in task.inputs:
         target = scratch / name
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            cached = cache.get(digest, mode)
+            cached = cache.get(digest, task.service, mode)
         except FileServiceError as exc:
             raise JobSetupError(f"job {task.job_id}: input {name}: {exc}") from None
         try:
             os.link(cached, target)  # the cached file itself, with the submit side's mode: no copy of a large input
         except OSError:
             shutil.copy2(cached, target)
-    return cache.fetched_bytes - before
+    return cache.counters["bytes_fetched"] - before
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:

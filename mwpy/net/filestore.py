@@ -3,9 +3,15 @@
 Why a second connection rather than files inside task messages: a task frame
 is held whole in memory on both sides, and a file shared by many jobs would
 cross the wire once per job. Here an input is named by its SHA-256; a slave
-fetches it once, keeps it in its :class:`InputCache` for the life of the slave
-and checks the hash of every byte it received. Files travel in chunks of
-:data:`CHUNK` bytes: neither side ever holds a whole file.
+fetches it once, keeps it in its cache (:mod:`mwpy.net.cache`) and checks
+the hash of every byte it received. Uploads travel in frames of
+:data:`CHUNK` bytes; a fetched file's content travels unframed, right after
+its sealed size (``sendfile`` on plain TCP: the kernel copies the file to the
+socket), and the slave hashes it as it lands in the file, one pass, so a
+local transfer runs near memory speed. That content needs no per-chunk tag:
+the slave asked for it by hash on the authenticated channel and uses none of
+it before the whole matches that hash; the end frame after it is sealed as
+every frame is. Neither side ever holds a whole file.
 
 Authentication reuses :mod:`mwpy.wire.protocol` unchanged: the same challenge,
 proofs (HMAC-SHA256 over both nonces under the computation's secret) and
@@ -23,7 +29,7 @@ handshake a body is a kind byte, a payload and a MAC tag)::
                                      ◄─     H {"member_id"}
     then, any number of times:
                                      ◄─     G {"sha256"}                 fetch
-    S {"size"}, D chunk..., E        ─►     (or X {"error"})
+    S {"size"}, size raw bytes, E    ─►     (or X {"error"})
                                      ◄─     P {"job","name","size","executable"}, D chunk..., E {"sha256"}
     K {}                             ─►     (or X {"error"})             upload
                                      ◄─     J {"job","usage"}            a running job's usage (mwpy jobs)
@@ -59,7 +65,6 @@ import json
 import os
 import queue
 import selectors
-import shutil
 import socket
 import ssl
 import stat
@@ -82,6 +87,8 @@ log = safe_text.logger(__name__)
 
 #: Bytes per data frame.
 CHUNK = 1 << 20
+#: Bytes per read (and per send under TLS) of a fetched file's unframed content.
+RAW_CHUNK = 4 << 20
 #: The largest frame either side accepts once authenticated (a chunk, its kind byte, its tag).
 MAX_FRAME = CHUNK + 64
 #: Seconds a slave waits for the file service to answer.
@@ -154,6 +161,22 @@ class _Link:
             raise ProtocolError(f"frame of {size} bytes exceeds the limit of {MAX_FRAME}")
         data = self._channel.verify_body(self._read_exact(size))
         return data[:1], data[1:]
+
+    def receive_raw(self, size: int) -> Iterator[memoryview]:
+        """The next ``size`` bytes as they arrive, unframed (a fetched file's content): views of one buffer,
+        each valid until the next is taken, so the bytes are received in place and copied nowhere else."""
+        if self._buffered:
+            ahead = bytes(self._buffered[:size])
+            del self._buffered[:size]
+            size -= len(ahead)
+            yield memoryview(ahead)
+        buffer = memoryview(bytearray(min(size, RAW_CHUNK)))
+        while size:
+            got = self.sock.recv_into(buffer, min(size, RAW_CHUNK))
+            if not got:
+                raise ProtocolError("connection closed")
+            size -= got
+            yield buffer[:got]
 
     def receive_json(self, *kinds: bytes) -> tuple[bytes, dict[str, Any]]:
         kind, payload = self.receive()
@@ -814,10 +837,9 @@ class FileServer:
             return
         with source:
             link.send_json(b"S", {"size": size})
-            sent = 0
-            for chunk in iter(lambda: source.read(CHUNK), b""):
-                link.send(b"D", chunk)
-                sent += len(chunk)
+            sent = _send_raw(link.sock, source, size)
+            if sent != size:  # changed since it was offered: the slave must not wait for bytes that never come
+                raise FileServiceError(f"{path}: {sent} bytes, not {size}")
             # Counted before the end marker: once the slave has the whole file (and may answer its task), the
             # counters say so — a reader right after that answer must not see the fetch missing.
             with self._lock:
@@ -900,6 +922,18 @@ _LISTENER = object()
 _WAKE = object()
 #: accept() errors that mean "out of descriptors or memory", not "this one caller went away".
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _send_raw(sock: socket.socket, source: BinaryIO, size: int) -> int:
+    """Send ``size`` bytes of ``source`` unframed; how many went. On plain TCP ``sendfile`` (the kernel copies
+    from the page cache to the socket); under TLS, whose records need the bytes in this process, large reads."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return sock.sendfile(source, 0, size)
+    sent = 0
+    while sent < size and (chunk := source.read(min(RAW_CHUNK, size - sent))):
+        sock.sendall(chunk)
+        sent += len(chunk)
+    return sent
 
 
 def _upload_chunks(link: _Link, size: int, ending: dict[str, Any]) -> Iterator[bytes]:
@@ -1009,21 +1043,18 @@ class FileClient:
         kind, header = link.receive_json(b"S", b"X")
         if kind == b"X":
             raise FileServiceError(str(header.get("error")))
+        size = header.get("size")
+        if not isinstance(size, int) or size < 0:
+            raise ProtocolError("malformed fetch header")
         check = hashlib.sha256()
-        received = 0
         with safe_files.replacing(target, mode=None, prefix=UPLOAD_PREFIX) as out:
-            while True:
-                kind, payload = link.receive()
-                if kind == b"E":
-                    break
-                if kind != b"D":
-                    raise ProtocolError(f"unexpected frame {kind!r}")
-                check.update(payload)
-                out.write(payload)
-                received += len(payload)
+            for piece in link.receive_raw(size):
+                check.update(piece)
+                out.write(piece)
+            link.receive_json(b"E")
             if check.hexdigest() != digest:
                 raise FileServiceError(f"{digest[:16]}: the content received does not match its hash")
-        return received
+        return size
 
     def check(self, token: str, usage: dict[str, float]) -> str | None:
         """Report a running job's usage; the master's answer: ``"hold"``/``"remove"`` to stop it, else None.
@@ -1113,56 +1144,3 @@ class FileClient:
             digest.update(chunk)
             link.send(b"D", chunk)
         link.send_json(b"E", {"sha256": digest.hexdigest()})
-
-
-class InputCache:
-    """A slave's inputs by hash, each fetched once and kept until the slave ends.
-
-    Condor delivers an input with its permission bits (an executable script
-    stays executable, a ``0640`` file stays ``0640``); jobs get hard links to
-    the cached file, so each ``(hash, mode)`` has its own cached copy (made
-    from one already here, not fetched again). A job that writes to its input
-    or changes its mode changes the cached file: the next job that needs it
-    sees the size, time or mode differ and gets a clean copy.
-    """
-
-    def __init__(self, folder: Path, client: FileClient) -> None:
-        self.folder = folder
-        self.client = client
-        folder.mkdir(parents=True, exist_ok=True)
-        self._known: dict[Path, tuple[int, int, int]] = {}  # cached file -> (size, mtime, mode) as cached
-        self._copies: dict[str, list[Path]] = {}  # hash -> its cached files (one per mode)
-        self.fetched_bytes = 0  # what crossed the wire into this cache
-
-    def get(self, digest: str, mode: int = 0o444) -> Path:
-        """The cached file with hash ``digest`` and permission bits ``mode`` (fetched if no intact copy is here)."""
-        path = self.folder / f"{digest}.{mode & 0o7777:o}"
-        if self._intact(path):
-            return path
-        with contextlib.suppress(OSError):
-            path.unlink()  # a job wrote to its copy: make a clean one
-        other = next((copy for copy in self._copies.get(digest, ()) if copy != path and self._intact(copy)), None)
-        if other is None:
-            self.fetched_bytes += self.client.fetch(digest, path)
-        else:
-            with safe_files.replacing(path, mode=None, prefix=UPLOAD_PREFIX) as out, other.open("rb") as source:
-                shutil.copyfileobj(source, out)
-        path.chmod(mode & 0o7777)
-        info = path.stat()
-        self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)
-        if path not in self._copies.setdefault(digest, []):
-            self._copies[digest].append(path)
-        return path
-
-    def _intact(self, path: Path) -> bool:
-        known = self._known.get(path)
-        if known is None:
-            return False
-        try:
-            info = path.stat()
-        except OSError:
-            return False
-        return (info.st_size, info.st_mtime_ns, info.st_mode) == known
-
-    def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)

@@ -6,7 +6,7 @@ written from its own memory) named by its SHA-256, and offers that file on a
 :class:`~mwpy.net.filestore.FileServer`; the handle it returns is what tasks
 carry. On a slave, :class:`SlaveShares` resolves a handle the first time a
 task's arguments name it: the file is fetched by hash into the slave's
-:class:`~mwpy.net.filestore.InputCache` (checked against its hash), mapped
+:class:`~mwpy.net.cache.SlaveCache` (checked against its hash), mapped
 read-only, unpickled from the mapping (the array's data stays in the map,
 not copied) and kept, so every later task on that slave gets the same object
 with no transfer and no unpickling. Nothing goes through a shared file
@@ -31,13 +31,13 @@ import re
 import shutil
 import tempfile
 import threading
-from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import IO, Any
 
 from mwpy import safe_text
 from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
-from mwpy.net.filestore import Counters, FileClient, FileServer, InputCache
+from mwpy.net.cache import SlaveCache
+from mwpy.net.filestore import Counters, FileServer
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
 from mwpy.wire.codec import Shared
@@ -210,59 +210,40 @@ class SharedObjects:
 
 
 class SlaveShares:
-    """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept while it fits.
+    """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept while it is cached.
 
-    At most ``max_bytes`` of objects' files are kept (``--mw-cache-size``),
-    least recently used first out: an object evicted loses this slave's
-    reference and its file, so it is fetched again if a later task names it
-    (a task still holding it keeps its mapping). The newest object always
-    stays, whatever its size. ``counters`` say what happened (hits, misses,
-    bytes fetched, evictions).
+    The files come from the slave's one :class:`~mwpy.net.cache.SlaveCache`
+    (``mwpy jobs``' inputs use it too), which bounds them (``--mw-cache-size``)
+    and counts what happened; an object whose file the cache evicts loses this
+    slave's reference, so it is fetched again if a later task names it (a task
+    still holding it keeps its mapping).
     """
 
-    def __init__(self, secret: bytes, member_id: str, max_bytes: int, tls_fingerprint: str | None) -> None:
-        self._secret = secret
-        self._member_id = member_id
-        self._fingerprint = tls_fingerprint  # the master's: its file service has the same certificate
-        self._max_bytes = max_bytes
-        self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
-        self._caches: dict[tuple[str, int], InputCache] = {}  # one per file service (a restarted master: another)
-        self._objects: OrderedDict[str, tuple[Any, Path, int]] = OrderedDict()  # digest -> (object, file, size)
-        self._held = 0  # bytes of the files of the objects kept
-        self.counters: Counter[str] = Counter()
+    def __init__(self, cache: SlaveCache) -> None:
+        self._cache = cache
+        self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))  # mwpy.File arguments under their own names
+        self._objects: dict[str, Any] = {}  # digest -> the object unpickled from its cached file
+        cache.on_evict(lambda digest: self._objects.pop(digest, None))
 
     def resolve(self, handle: Shared) -> Any:
         """The object ``handle`` names: from memory after its first use here, while it stays in the cache."""
         kept = self._objects.get(handle.digest)
-        if kept is not None:
-            self._objects.move_to_end(handle.digest)
-            self.counters["hits"] += 1
-            return kept[0]
-        self.counters["misses"] += 1
-        cache = self._cache(handle)
-        before = cache.fetched_bytes
-        path = cache.get(handle.digest)
-        self.counters["bytes_fetched"] += cache.fetched_bytes - before
+        if kept is not None and self._cache.touch(handle.digest):
+            return kept
+        path = self._cache.get(handle.digest, (handle.host, handle.port))
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
         obj = codec.decode_shared(memoryview(mapped))
         if handle.keep:
-            self._objects[handle.digest] = (obj, path, handle.size)
-            self._held += handle.size
-            self._evict()
+            self._objects[handle.digest] = obj
         else:  # one task's arguments: unpickled (copied) out of the map, which goes with the file
             del mapped
-            path.unlink()
+            self._cache.discard(handle.digest)
         return obj
 
     def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
         """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""
-        cache = self._cache(handle)
-        before = cache.fetched_bytes
-        cached = cache.get(handle.digest, mode)  # a clean copy if a task changed the last one
-        fetched = cache.fetched_bytes - before
-        self.counters["misses" if fetched else "hits"] += 1
-        self.counters["bytes_fetched"] += fetched
+        cached = self._cache.get(handle.digest, (handle.host, handle.port), mode)  # clean if a task changed it
         named = self._folder / "files" / f"{handle.digest}.{mode:o}" / name
         if not (named.exists() and named.samefile(cached)):
             named.parent.mkdir(parents=True, exist_ok=True)
@@ -270,40 +251,10 @@ class SlaveShares:
             os.link(cached, named)
         return codec.File(str(named))
 
-    def counts(self) -> tuple[int, int, int, int]:
-        """Hits, misses, bytes fetched, evictions so far (what the slave's heartbeats carry)."""
-        c = self.counters
-        return c["hits"], c["misses"], c["bytes_fetched"], c["evictions"]
-
     def store(self, address: tuple[str, int], source: IO[bytes], size: int) -> str:
         """Send ``source`` (a task's large value, a file it returned) to the file service at ``address``."""
-        return self._cached(*address).client.store(source, size)
-
-    def _evict(self) -> None:
-        while self._held > self._max_bytes and len(self._objects) > 1:
-            _, (_, path, size) = self._objects.popitem(last=False)
-            self._held -= size
-            path.unlink(missing_ok=True)
-            self.counters["evictions"] += 1
-
-    def _cache(self, handle: Shared) -> InputCache:
-        return self._cached(handle.host, handle.port)
-
-    def _cached(self, host: str, port: int) -> InputCache:
-        cache = self._caches.get((host, port))
-        if cache is None:
-            client = FileClient(host, port, self._secret, self._member_id, self._fingerprint)
-            cache = self._caches[host, port] = InputCache(self._folder / str(len(self._caches)), client)
-        return cache
+        return self._cache.client(address).store(source, size)
 
     def remove(self) -> None:
-        """The slave ends: say what the cache did, close its connections, remove its files (the mapped objects
-        stay valid until dropped)."""
-        counts = self.counters
-        log.info(
-            "shared objects: %d hits, %d misses, %d bytes fetched, %d evicted",
-            counts["hits"], counts["misses"], counts["bytes_fetched"], counts["evictions"],
-        )  # fmt: skip
-        for cache in self._caches.values():
-            cache.client.close()
+        """The slave ends: remove the named links (the cache removes its own files)."""
         shutil.rmtree(self._folder, ignore_errors=True)

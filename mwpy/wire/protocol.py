@@ -46,7 +46,8 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #:    files a task returns; a slave's Heartbeat carries its cache's counters (issue 22).
 #: 7: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
 #:    the slave will leave by plan.
-PROTOCOL_VERSION = 7
+#: 8: the file service sends a fetched file's content unframed after its size (sendfile), checked by its hash.
+PROTOCOL_VERSION = 8
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"

@@ -79,3 +79,12 @@ def length_once_open(data: bytes, gate: str) -> int:
     while not os.path.exists(gate) and time.monotonic() < deadline:
         time.sleep(0.01)
     return len(data)
+
+
+def cache_counts(script: Any, obj: Any) -> tuple[int, tuple[int, int, int, int]]:
+    """(pid, this slave's cache counters: hits, misses, bytes fetched, evictions) once both arguments resolved."""
+    from mwpy import program  # noqa: PLC0415 (the slave's own, as mwpy.run() set it up)
+
+    assert os.path.getsize(script) > 0
+    assert obj is not None
+    return os.getpid(), program.slave_cache().counts()
