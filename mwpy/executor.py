@@ -66,7 +66,7 @@ import attrs
 from mwpy import backends, calls, safe_text
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream
+from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.intake import Intake
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
@@ -298,7 +298,7 @@ class Executor(concurrent.futures.Executor):
     ) -> Generator[R, None, None]:
         """``map``'s values: its calls submitted now, as many as ``window_bytes`` of pickled arguments allow."""
         policy = self._policy_of(fn)
-        stream: MapStream[R] = MapStream(self._encode, fn, policy, self._service, calls=calls,
+        stream: MapStream[R] = MapStream(self._encoder, fn, policy, self._service, calls=calls,
                                          window_bytes=window_bytes)  # fmt: skip
         stream.fill()
         return stream.values(end)
@@ -358,20 +358,37 @@ class Executor(concurrent.futures.Executor):
 
         Checked here: an argument that cannot be pickled raises pickle's own error now.
         """
+        name, label, one = self._encoder(fn)
+        return name, one(args, kwargs), label
+
+    def _encoder(self, fn: Callable[..., Any]) -> tuple[str, str, OneCall]:
+        """The task name and label for calls of ``fn``, and what pickles one call's arguments: ``map`` pickles
+        many calls of one function, and what they share (its reference, its label) is looked up once.
+
+        The pickler holds no reference to this executor (a map left unread must not keep it alive).
+        """
         limit, store = self._limit, self._service.intake.store
         if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
             # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
-            if isinstance(fn, TaskAlgorithm):
-                fn.check_arguments(args, kwargs)
+            check = fn.check_arguments if isinstance(fn, TaskAlgorithm) else None
             reference, label = self._references.get(fn) or self._reference(fn)
-            payload = calls.call_function.encode((reference, args, kwargs), {}, limit, store, caller=label)
-            return calls.call_function.name, payload, label
+            encode = calls.call_function.encode
+
+            def one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+                if check is not None:
+                    check(args, kwargs)
+                return encode((reference, args, kwargs), {}, limit, store, caller=label)
+
+            return calls.call_function.name, label, one
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        label = _label(fn)
-        payload = calls.call.encode((_unwrap(fn), args, kwargs), {}, limit, store, caller=label)
-        return calls.call.name, payload, label
+        label, travelling, encode_call = _label(fn), _unwrap(fn), calls.call.encode
+
+        def one_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+            return encode_call((travelling, args, kwargs), {}, limit, store, caller=label)
+
+        return calls.call.name, label, one_call
 
     def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
         """``fn`` pickled and its label, kept for its next calls: by reference, or by value (cloudpickle) if

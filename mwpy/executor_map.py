@@ -40,8 +40,10 @@ SUBMIT_BATCH = 1024
 #: What a task's exception is raised as by ``map``, as by the executor's futures (``SystemExit`` too).
 RAISED_AS_ITSELF = (Exception, SystemExit)
 
-#: How ``Executor._encode`` pickles one call: (task name, pickled arguments, label).
-Encode = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], tuple[str, bytes, str]]
+#: Pickles one call's arguments (and keyword arguments) for one function: what ``Executor._encoder`` gives.
+OneCall = Callable[[tuple[Any, ...], dict[str, Any]], bytes]
+#: ``Executor._encoder``: for a function, its task name, label and :data:`OneCall`.
+Encoder = Callable[[Callable[..., Any]], tuple[str, str, OneCall]]
 
 
 class Service(Protocol):
@@ -67,7 +69,7 @@ class MapStream(Generic[R]):
 
     def __init__(
         self,
-        encode: Encode,
+        encoder: Encoder,
         fn: Callable[..., R],
         policy: Policy,
         service: Service,
@@ -75,7 +77,8 @@ class MapStream(Generic[R]):
         calls: Iterator[tuple[Any, ...]],
         window_bytes: int,
     ) -> None:
-        self._encode = weakref.WeakMethod(encode)
+        self._encoder = weakref.WeakMethod(encoder)
+        self._one: tuple[str, str, OneCall] | None = None  # made with the first input: (name, label, pickler)
         self._fn, self._policy, self._calls, self._limit = fn, policy, calls, window_bytes
         self.service = service
         # The caller's side.
@@ -100,26 +103,32 @@ class MapStream(Generic[R]):
 
     def fill(self) -> None:
         """Pickle and hand over inputs while those not returned hold less than ``window_bytes`` (or none)."""
-        encode = self._encode()
-        if encode is None:  # the executor was collected: what was not submitted never is
+        encoder = self._encoder()
+        if encoder is None:  # the executor was collected: what was not submitted never is
             self._exhausted = True
         first, batch = self._submitted, []  # pickled arguments of inputs first, first + 1, ...
-        name = label = ""
         while not self._exhausted and (self._held < self._limit or self._submitted == self._returned):
             args = next(self._calls, None)
-            if args is None or encode is None:
+            if args is None or encoder is None:
                 self._exhausted = True
                 break
-            name, payload, label = encode(self._fn, args, {})
+            if self._one is None:  # what every call shares, looked up once (the function's reference, say)
+                self._one = encoder(self._fn)
+            payload = self._one[2](args, {})
             self._sizes.append(len(payload))
             self._held += len(payload)
             batch.append(payload)
             self._submitted += 1
             if len(batch) == SUBMIT_BATCH:
-                self.service.hand_over(MapBatch(self, name, label, first, batch))
+                self._hand_over(first, batch)
                 first, batch = self._submitted, []
         if batch:
-            self.service.hand_over(MapBatch(self, name, label, first, batch))
+            self._hand_over(first, batch)
+
+    def _hand_over(self, first: int, batch: list[bytes]) -> None:
+        assert self._one is not None  # made with the batch's first input
+        name, label, _ = self._one
+        self.service.hand_over(MapBatch(self, name, label, first, batch))
 
     def values(self, end: float | None) -> Generator[R, None, None]:
         """The values in input order, each by ``end`` (monotonic) if given; closing it cancels the rest."""
