@@ -187,6 +187,9 @@ class Sizes:
     kwargs_tasks: int = 200
     #: Scenario 9 (issue 22): distinct arguments of 1 MB through ``mw.map``.
     large_argument_tasks: int = 100_000
+    #: Scenario overseer-queries (issue 24): slave jobs the overseer keeps, and seconds each arm runs.
+    overseer_jobs: int = 100
+    overseer_seconds: float = 180.0
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -208,6 +211,8 @@ class Sizes:
             kwargs_megabytes=2,
             kwargs_tasks=20,
             large_argument_tasks=200,
+            overseer_jobs=20,
+            overseer_seconds=30.0,
         )
 
     def scaled(self, factor: float) -> Sizes:

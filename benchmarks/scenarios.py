@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import condor, peers
+from benchmarks import condor, overseer_queries, peers
 from benchmarks.common import (
     BenchError,
     Check,
@@ -730,6 +730,7 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "fanin-curve": fanin_curve,
     "fanin-tree": fanin_tree,
     "condor": _once(condor.run),
+    "overseer-queries": _once(overseer_queries.run),
     "events": event_log,
     "baseline": baseline,
     "executor": executor,
@@ -742,4 +743,4 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
 NEEDS_OPTION = {"baseline": "--baseline"}
 #: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round;
 #: scenarios 8 and 9 move hundreds of MiB, even 100 GB).
-ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared", "large-arguments"})
+ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared", "large-arguments", "overseer-queries"})

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from mwpy import backends, resource_file, safe_text
+from mwpy import backends, overseer_state, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job
 from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
@@ -300,15 +300,29 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         slave_lifetime=options.slave_lifetime,
     )
     _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
+    started = time.monotonic()
     try:
+        problem = overseer_state.write(options.resource_file, limits.max_jobs, backend.name)
+        if problem is not None:
+            _log(problem)
         verdict = overseer.run(threading.Event(), interval=options.interval)
     except KeyboardInterrupt:
         verdict = Verdict.RUNNING
     finally:
+        overseer_state.remove(options.resource_file)
         backend.close()
+        _log_queries(backend, time.monotonic() - started)
     if verdict in (Verdict.INVALID, Verdict.ABANDONED):
         print(f"mwpy overseer: error: {overseer.problem}", file=sys.stderr)
     return 0 if verdict is Verdict.FINISHED else 1
+
+
+def _log_queries(backend: Backend, seconds: float) -> None:
+    """``schedd queries: 4 in 12.0 min (jobs 3, master 1)``, for a back end that counts them (Condor's)."""
+    queries = getattr(backend, "queries", None)
+    if isinstance(queries, dict) and queries:
+        parts = ", ".join(f"{purpose} {count}" for purpose, count in sorted(queries.items()))
+        _log(f"schedd queries: {sum(queries.values())} in {seconds / 60:.1f} min ({parts})")
 
 
 def _status(options: argparse.Namespace) -> int:
@@ -327,6 +341,7 @@ def _status(options: argparse.Namespace) -> int:
         "master": f"{record.master_host}:{record.master_port}",
         "member_id": record.member_id,
         "slaves_needed": record.slaves_needed,
+        "overseer_max_jobs": overseer_state.max_jobs(options.resource_file),
         "slaves_connected": record.slaves_connected,
         "condor_jobs_connected": record.condor_jobs_connected,
         "tasks_done": record.tasks_done,
@@ -356,15 +371,22 @@ def _print_status(
     """``mwpy status`` as rows of text: the report, and each slave job with its reason."""
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{k} {v}" for k, v in record.slaves_connected.items() if v)
+    cap = report["overseer_max_jobs"]
+    needed = overseer_state.needed_within(record.slaves_needed, connected, cap)
+    capped = f" (overseer cap: --max-jobs {cap})" if needed < record.slaves_needed else ""
+    # An mwpy jobs run's counts (RESOURCE.jobs, written every second) replace the resource file's task counts
+    # (written every update interval): two sources at different rates disagree.
+    tasks = jobs_command.status_rows(report) or [
+        ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued")
+    ]
     rows = [
         ("status", f"{report['status']} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
         ("master", f"{report['master']}  member id {record.member_id!r}"),
-        ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {record.slaves_needed} more needed"),
-        ("tasks", f"{record.tasks_done} done, {record.tasks_running} running, {record.tasks_pending} queued"),
-        *jobs_command.status_rows(report),
+        ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {needed:,} more needed{capped}"),
+        *tasks,
     ]
     if record.shapes:
-        rows.insert(4, ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
+        rows.insert(3 + len(tasks), ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:

@@ -95,6 +95,11 @@ def _runs(_: Any, attribute: Any, value: list[int]) -> None:
         raise ValueError(f"{attribute.name} must be pairs of task ids [first, last, ...] with first <= last")
 
 
+def _shape(_: Any, attribute: Any, value: str) -> None:
+    """A validator: a need in ``--mw-slave-resources``' form (``cpus=2,memory=16384``)."""
+    Resources.parse(value)  # its UsageError is a ValueError: one line, naming what is wrong
+
+
 @attrs.frozen
 class Flight:
     """Tasks one slave holds, in the order it runs them: the first runs now, since ``since`` (Unix time)."""
@@ -116,6 +121,14 @@ class Waiting:
 
 
 @attrs.frozen
+class Need:
+    """Listed queued tasks that ask a slave for ``resources`` (``--mw-slave-resources``' form), as runs of ids."""
+
+    resources: str = attrs.field(validator=_shape)
+    runs: list[int] = attrs.field(validator=_runs)
+
+
+@attrs.frozen
 class TaskBoard:
     """Where each task stands, bounded: what ``mwpy status --explain TASK`` reads (docs/resource-file.md).
 
@@ -129,11 +142,12 @@ class TaskBoard:
     flights_complete: bool = True
     queued: list[Waiting] = attrs.Factory(list)
     queued_beyond: int = attrs.field(default=0, validator=_not_negative)
-
-
-def _shape(_: Any, attribute: Any, value: str) -> None:
-    """A validator: a need in ``--mw-slave-resources``' form (``cpus=2,memory=16384``)."""
-    Resources.parse(value)  # its UsageError is a ValueError: one line, naming what is wrong
+    #: What the listed queued tasks ask of a slave, for those that ask anything.
+    needs: list[Need] = attrs.Factory(list)
+    #: Seconds the connected slaves' tasks have taken (the longest of their mean run times; 0: none measured),
+    #: and how many connected slaves leave by plan (their lifetime) before a task that long would end.
+    task_seconds: float = attrs.field(default=0.0, validator=_not_negative)
+    slaves_leaving: int = attrs.field(default=0, validator=_not_negative)
 
 
 @attrs.frozen

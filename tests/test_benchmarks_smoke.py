@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import condor, scenarios
+from benchmarks import condor, overseer_queries, scenarios
 from benchmarks.__main__ import table, targets
 from benchmarks.common import Check, Row, Series, Settings, Sizes, percentile
 
@@ -220,6 +220,16 @@ def test_condor_is_skipped_with_a_reason_without_a_pool(tmp_path: Path, monkeypa
     assert rows
     assert all(row.skipped and "no HTCondor pool" in row.skipped for row in rows)
     assert all(check.ok is None for check in checks)
+
+
+def test_overseer_queries_is_skipped_with_a_reason_without_a_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(condor, "POOL_BASE", tmp_path)
+    rows, checks = overseer_queries.run(Settings(workers=2, sizes=Sizes.quick(), peers=frozenset()))
+    assert [row.system for row in rows] == ["event log", "polling"]
+    assert all(row.skipped and "no HTCondor pool" in row.skipped for row in rows)
+    assert checks == []
 
 
 def test_the_quick_run_skips_condor_with_its_reason(quick_report: dict[str, Any]) -> None:

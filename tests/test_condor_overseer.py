@@ -239,6 +239,9 @@ def test_overseer_sub_runs_the_overseer_under_condor(condor_pool: Pool, condor_w
     overseer_log = (condor_workdir / f"overseer.{overseer}.0.out").read_text()
     assert "computation finished" in overseer_log, logs(condor_workdir)
     assert re.search(r"jobs idle \d+ running \d+ held 0; submitted [1-3]", overseer_log), overseer_log
+    # It followed the slaves' user log: the job table's queries are counted and logged when it exits (issue 24).
+    assert re.search(r"schedd queries: \d+ in [\d.]+ min \(jobs \d+, master \d+\)", overseer_log), overseer_log
+    assert not (condor_workdir / "resource.json.overseer").exists()  # its state file left with it
     (ad,) = finished_jobs(condor_workdir, "overseer", expected=1).values()
     assert ad["ExitCode"] == 0, ad
     assert job_states(condor_workdir) == {}

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import classad2
 import pytest
 
@@ -39,6 +40,7 @@ from tests.support import (
 )
 
 GATED = PROGRAMS / "gated.py"
+SHAPED = PROGRAMS / "shaped.py"
 
 
 @pytest.fixture(autouse=True)
@@ -221,3 +223,49 @@ def test_with_the_event_log_a_task_says_how_it_ended_and_how_often_it_failed(tmp
     failures, problem = explaining.failures_of(path, 4)
     assert len(failures) == 2
     assert problem is not None
+
+
+def test_a_task_whose_shape_no_connected_slave_has_says_so_and_the_board_records_its_need(tmp_path: Path) -> None:
+    """Issue 24 item 4: a master offered no shapes (as under Condor) and a slave of 1 GB: the 8 GB tasks wait for
+    a slave of their shape, and ``--explain`` says so; the small ones run. tests/programs/shaped.py submits the
+    six 8 GB tasks first (ids 1 to 6), then six small ones."""
+    spawn_master(SHAPED, tmp_path, "--mw-resource-file-update-interval", "1")
+    spawn_slave(SHAPED, tmp_path, "--mw-slave-resources", "memory=1GB")
+    text = wait_until(lambda: says(tmp_path, 2, "no slave of its shape"), 60, "task 2 waiting for its shape")
+    assert "no slave of its shape is connected: it needs memory 8192 MB (" in text, text
+    assert "1 slave connected" in text, text
+    record = resource_file.read(tmp_path / "resource.json")
+    assert record.task_board is not None
+    assert [need.resources for need in record.task_board.needs] == ["memory=8192", "cpus=2,memory=65536"]
+
+
+def test_a_task_no_connected_slave_would_live_to_finish_says_slave_lifetime_too_short() -> None:
+    """Issue 24 item 4: tasks of 40 s, and every connected slave leaves by plan (mwpy/lifetime.py) before one
+    would end: the board says how many leave; the task waits for a fresh slave, and ``--explain`` says why."""
+    board = TaskBoard(issued=9, queued=[Waiting(slave="", runs=[5, 9])], task_seconds=40.0, slaves_leaving=2)
+    record = resource_record(timestamp=1000.0, slaves_connected={"unordered": 2}, task_board=board)
+    lines = explaining.explain(record, 6, now=1001.0)
+    assert lines[2] == (
+        "slave lifetime too short: tasks have taken up to 40.0 s on the connected slaves, and all 2 leave by plan "
+        "before one that long would end; it waits for a fresh slave"
+    )
+    one_stays = attrs.evolve(record, task_board=attrs.evolve(board, slaves_leaving=1))
+    assert not any("lifetime" in line for line in explaining.explain(one_stays, 6, now=1001.0))
+
+
+def test_the_board_records_how_many_slaves_leave_before_a_task_would_end() -> None:
+    """The master's side of the lifetime line: measured run times and the slaves' planned leave (their Hello)."""
+    sched = Scheduler()
+    sched.add(Entry(sched.new_id(), "work", b"", DEFAULT_POLICY, QUIET))
+    sched.join("slave-0")
+    assert [task.task_id for task in sched.take("slave-0", now=1.0)] == [1]
+    sched.finish("slave-0", 1, 40.0, now=41.0)  # the slave measured a run of 40 s
+    leaving_at: list[float] = []
+
+    def leaving(when: float) -> int:
+        leaving_at.append(when)
+        return 1
+
+    shown = board.snapshot(sched, 0.0, leaving=leaving)
+    assert (shown.task_seconds, shown.slaves_leaving) == (40.0, 1)
+    assert leaving_at[0] >= time.time() + 40.0  # asked about the end of a task that long, from now

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -101,6 +102,9 @@ def test_exit_codes_and_signals_are_recorded_and_the_command_names_the_failed_jo
     jobs, run = summary(tmp_path)
     status = mwpy_status(tmp_path / "work")
     assert "run      4 of 4 jobs finished (3 failed), 0 to run" in status.stdout
+    # One set of task counts, from the file that says it (issue 24 item 6): not the resource file's as well.
+    assert re.search(r"summary .*\(from resource\.json\.jobs, written \d+ s ago\)\n", status.stdout), status.stdout
+    assert "\ntasks " not in status.stdout
     assert [(jobs[j]["exit_code"], jobs[j]["signal"]) for j in ("1.0", "1.1", "1.2", "1.3")] == [
         (0, None),
         (3, None),

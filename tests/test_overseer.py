@@ -8,6 +8,7 @@ follow Condor's on_exit_remove contract.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -17,14 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
-from mwpy import backends, resource_file
+from mwpy import backends, overseer_state, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
@@ -554,13 +555,15 @@ def spool_jobs(spool: Path) -> dict[str, dict[str, Any]]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(spool.glob("job.*.json"))}
 
 
-def oversee_with_the_spool(rf: Path, spool: Path, backend: str, env: dict[str, str] | None = None) -> str:
-    """Run ``mwpy overseer --backend BACKEND --spool SPOOL`` through a computation: grow, a held job, finish."""
-    write_resource(rf, needed=3)
+@contextlib.contextmanager
+def spool_overseer(
+    rf: Path, spool: Path, backend: str, *options: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """``mwpy overseer RF --backend BACKEND --spool SPOOL OPTIONS`` running; killed on the way out if still there."""
     script = Path(sys.executable).parent / "mwpy"  # the console script: no `python -m`, which imports from cwd
     assert script.is_file(), f"{script}: install the project (pip install -e .) to get the mwpy command"
     process = subprocess.Popen(
-        [str(script), "overseer", str(rf), "--backend", backend, "--spool", str(spool), "--interval", "0.2"],
+        [str(script), "overseer", str(rf), "--backend", backend, "--spool", str(spool), "--interval", "0.2", *options],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -569,18 +572,31 @@ def oversee_with_the_spool(rf: Path, spool: Path, backend: str, env: dict[str, s
         text=True,
     )
     try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def finish(process: subprocess.Popen[str], rf: Path) -> str:
+    """The computation finishes (the file says so): the overseer removes what is left and exits 0; its output."""
+    write_resource(rf, computation_status="finished")
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, out
+    return out
+
+
+def oversee_with_the_spool(rf: Path, spool: Path, backend: str, env: dict[str, str] | None = None) -> str:
+    """Run ``mwpy overseer --backend BACKEND --spool SPOOL`` through a computation: grow, a held job, finish."""
+    write_resource(rf, needed=3)
+    with spool_overseer(rf, spool, backend, env=env) as process:
         wait_until(lambda: len(spool_jobs(spool)) == 3, 30, "3 job files from the overseer")
         first = spool / "job.0.json"
         write_job(first, {**json.loads(first.read_text()), "state": "held"})  # the batch system holds one
         wait_until(lambda: len(spool_jobs(spool)) == 4, 30, "a job submitted in place of the held one")
         assert {job["member_id"] for job in spool_jobs(spool).values()} == {"mwpy:test"}
-        write_resource(rf, computation_status="finished")
-        out, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 0, out
+        out = finish(process, rf)
     assert spool_jobs(spool) == {}  # every job removed at the end
     return out
 
@@ -650,3 +666,19 @@ def test_register_names_a_back_end_in_process() -> None:
     backends.register("spool-test", SpoolBackend)
     assert backends.lookup("spool-test") is SpoolBackend
     assert "spool-test" in backends.names()
+
+
+def test_status_bounds_the_demand_by_the_running_overseer_s_max_jobs(tmp_path: Path) -> None:
+    """Issue 24 item 6: 1,999 queued tasks under ``mwpy overseer --max-jobs 8`` show "8 more needed", said why."""
+    rf, spool = tmp_path / "resource.json", tmp_path / "spool"
+    spool.mkdir()
+    write_resource(rf, needed=1999)
+    with spool_overseer(rf, spool, SPOOL_PATH, "--max-jobs", "8") as process:
+        wait_until(lambda: overseer_state.path_of(rf).exists(), 30, "the overseer's state file")
+        shown = mwpy_cli("status", str(rf), "--no-condor")
+        assert "slaves   0 connected, 8 more needed (overseer cap: --max-jobs 8)" in shown.stdout, shown.stdout
+        assert json.loads(mwpy_cli("status", str(rf), "--json", "--no-condor").stdout)["overseer_max_jobs"] == 8
+        finish(process, rf)
+    assert not overseer_state.path_of(rf).exists()  # gone with its overseer: the demand is the master's word again
+    write_resource(rf, needed=1999)
+    assert "0 connected, 1,999 more needed\n" in mwpy_cli("status", str(rf), "--no-condor").stdout

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mwpy import resource_file
+from mwpy import overseer_state, resource_file
 from mwpy.observe import events as ev
 from mwpy.observe import statusview
 from mwpy.observe.statusview import INTERRUPTED, Extra, Rate, plain
@@ -244,6 +244,19 @@ def test_the_demand_shown_is_bounded_by_the_slave_limit() -> None:
     assert "slaves 2/8 connected (unordered 2) · 6 more needed (capped by the limit of 8)" in line
     assert "1,999" not in line
     assert "· 1,999 more needed" in plain(record, Extra(), None, now=record.timestamp)  # no limit: the demand
+
+
+def test_the_watch_bounds_the_demand_by_the_overseer_s_max_jobs_while_that_overseer_runs(tmp_path: Path) -> None:
+    """Issue 24 item 6: ``mwpy status --watch`` reads the running overseer's cap (mwpy/overseer_state.py)."""
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record(slaves_needed=1999, slaves_connected={"unordered": 2}))
+    overseer_state.write(rf, 8, "condor")  # this process stands for the overseer: it runs
+    follower = statusview.Follower(rf, condor=False)
+    follower.sample()
+    assert "slaves 2 connected (unordered 2) · 6 more needed (overseer cap: --max-jobs 8)" in follower.line()
+    overseer_state.remove(rf)
+    follower.sample()
+    assert "· 1,999 more needed" in follower.line()
 
 
 def test_condor_counts_are_shown_with_their_age() -> None:

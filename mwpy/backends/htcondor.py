@@ -16,6 +16,7 @@ commands, but may not change those mwpy's bookkeeping relies on
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import re
 import time
@@ -29,7 +30,7 @@ import htcondor2
 
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch, condor_match
-from mwpy.backends.condor_log import FailedRuns
+from mwpy.backends.condor_log import RECONCILE_EVERY, JobLog
 from mwpy.errors import BackendError, ConfigurationError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SLAVES_LOG
 
@@ -213,6 +214,10 @@ class CondorBackend:
     on its cached security sessions (docs/condor-pool.md, surprise 2). A
     submit is not retried blindly (it may have gone through); the overseer's
     next reconciliation counts the queue again instead.
+
+    The job table comes from the slave jobs' user log (:class:`~mwpy.backends.condor_log.JobLog`): the schedd
+    is queried to reconcile at the start, every ``reconcile_every`` seconds and when the log leaves a doubt
+    (0: every :meth:`jobs`, as polling). :attr:`queries` counts the schedd queries by purpose.
     """
 
     name = "condor"
@@ -225,6 +230,7 @@ class CondorBackend:
         extra: Mapping[str, str] | None = None,
         schedd: str | None = None,
         collector: str | None = None,
+        reconcile_every: float = RECONCILE_EVERY,
     ) -> None:
         if member_id is None and resource_file is None:
             raise ConfigurationError("CondorBackend needs a member id or a resource file")
@@ -234,13 +240,27 @@ class CondorBackend:
         self._schedd_name = schedd
         self._collector = collector
         self._schedd = self._locate()
-        self._failed_runs = FailedRuns()
+        self._reconcile_every = reconcile_every
+        self._log = JobLog()
+        self._master_log = JobLog()  # the master's own job, from its user log (master_departure)
+        if resource_file is not None:  # the log slaves.sub names, followed from the first look on
+            self._log.watch(str(Path(resource_file).parent / SLAVES_LOG))
+        #: Schedd queries so far, by purpose: "jobs" (the job table), "master" (its job), "explain" (idle jobs).
+        self.queries: collections.Counter[str] = collections.Counter()
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """``mwpy overseer --backend condor`` options."""
         parser.add_argument(
             "--submit-file", help="condor back end: extra submit commands for slave jobs (one 'command = value' a line)"
+        )
+        parser.add_argument(
+            "--reconcile-every",
+            type=float,
+            default=RECONCILE_EVERY,
+            metavar="SECONDS",
+            help="condor back end: query the schedd to check the job table followed from the slaves' user log "
+            f"this often (default {RECONCILE_EVERY:g}; 0 queries at every reconciliation)",
         )
         add_location_arguments(parser)
 
@@ -253,6 +273,7 @@ class CondorBackend:
             extra=extra,
             schedd=options.schedd,
             collector=options.collector,
+            reconcile_every=options.reconcile_every,
         )
 
     @property
@@ -264,17 +285,27 @@ class CondorBackend:
         return self._member_id
 
     def jobs(self) -> list[Job]:
-        constraint = slave_constraint(self.member_id)
-        ads = self._call("query the schedd", lambda schedd: schedd.query(constraint, projection=_PROJECTION))
-        # Each job's failed runs from its user log: a job that failed and restarted between two queries
-        # looks running at both (mwpy/backends/condor_log.py).
-        self._failed_runs.follow({str(ad["UserLog"]) for ad in ads if ad.get("UserLog")})
-        jobs = (_job(ad, self._failed_runs.counts[_job_id(ad)] if ad.get("UserLog") else None) for ad in ads)
+        """The slave jobs as their user log tells (the schedd is asked when :class:`JobLog` says so).
+
+        Each job carries its failed runs from the log: a job that failed and restarted between two looks
+        looks running at both.
+        """
+        self._log.follow()
+        if self._log.needs_query(time.monotonic(), self._reconcile_every):
+            ads = self._query("jobs", slave_constraint(self.member_id), _PROJECTION)
+            self._log.reconciled([_record(ad) for ad in ads], time.monotonic())
+            self._log.follow()  # a log named for the first time: its failed runs
+        jobs = (_job(ad, self._log.counts[_job_id(ad)] if self._log.followed(ad) else None) for ad in self._log.ads)
         return [job for job in jobs if job is not None]
 
     def submit(self, launch: Launch, count: int) -> None:
-        description = htcondor2.Submit(slave_description(launch, self._extra))
-        self._call("submit slave jobs", lambda schedd: schedd.submit(description, count=count), retry=False)
+        commands = slave_description(launch, self._extra)
+        description = htcondor2.Submit(commands)
+        result = self._call("submit slave jobs", lambda schedd: schedd.submit(description, count=count), retry=False)
+        self._log.expect(
+            int(result.cluster()), range(result.first_proc(), result.first_proc() + result.num_procs()),
+            _command(commands, "request_memory"), _log_path(commands), time.time(),
+        )  # fmt: skip
 
     def remove(self, job_ids: Sequence[str]) -> None:
         if job_ids:
@@ -288,16 +319,29 @@ class CondorBackend:
 
         None while it is queued (running, idle or held: a held master may be
         released) and when this schedd has never known it (a master submitted
-        through another schedd is not taken for gone).
+        through another schedd is not taken for gone). Once the queue has shown
+        it, its own user log is followed as the slaves' is: the schedd is asked
+        again when the log says it terminated or was aborted, or leaves a doubt,
+        and every ``reconcile_every`` seconds.
         """
+        self._master_log.follow()
+        now = time.monotonic()
+        if not self._master_log.needs_query(now, self._reconcile_every) and any(
+            _job_id(ad) == job_id for ad in self._master_log.ads
+        ):
+            return None
         cluster, _, proc = job_id.partition(".")
         constraint = (
             f"ClusterId == {int(cluster)} && ProcId == {int(proc)} && "
             f'{MEMBER_ATTRIBUTE} == {classad2.quote(self.member_id)} && {ROLE_ATTRIBUTE} == "master"'
         )
-        queued = self._call("query the schedd", lambda schedd: schedd.query(constraint, projection=_DEPARTURE))
+        queued = self._query("master", constraint, _MASTER_PROJECTION)
         if queued and int(queued[0].get("JobStatus", 0)) not in _GONE:
+            self._master_log.reconciled([_record(queued[0])], now)
+            self._master_log.follow()  # its log from the start: what happened since is applied
             return None
+        if not queued:
+            self.queries["master"] += 1
         ads = queued or self._call(
             "read the schedd's history", lambda schedd: schedd.history(constraint, projection=_DEPARTURE, match=1)
         )
@@ -326,7 +370,7 @@ class CondorBackend:
         """The whole ad of one of this computation's jobs (its Requirements may name any attribute), or None."""
         cluster, _, proc = job_id.partition(".")
         constraint = f"ClusterId == {int(cluster)} && ProcId == {int(proc)} && {slave_constraint(self.member_id)}"
-        ads = self._call("query the schedd", lambda schedd: schedd.query(constraint))
+        ads = self._query("explain", constraint)
         return ads[0] if ads else None
 
     def _slot_ads(self) -> list[Any]:
@@ -342,7 +386,13 @@ class CondorBackend:
 
     def close(self) -> None:
         """The schedd connection needs no closing; the user logs followed are closed."""
-        self._failed_runs.close()
+        self._log.close()
+        self._master_log.close()
+
+    def _query(self, purpose: str, constraint: str, projection: list[str] | None = None) -> list[Any]:
+        """Ask the schedd for the ads that match (whole ads without ``projection``), counted in :attr:`queries`."""
+        self.queries[purpose] += 1
+        return self._call("query the schedd", lambda schedd: schedd.query(constraint, projection=projection or []))
 
     def _call(self, what: str, call: Callable[[Any], T], *, retry: bool = True) -> T:
         """Call the bindings; on failure locate the schedd afresh and, if ``retry``, try twice more.
@@ -403,6 +453,8 @@ _PROJECTION = [
 #: The attributes :func:`departure` reads, and the job states of a job on its way out (removed, completed).
 _DEPARTURE = ["JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus"]
 _GONE = (int(htcondor2.JobStatus.REMOVED), int(htcondor2.JobStatus.COMPLETED))
+#: What the master job's query asks: how it left, and what following its log needs.
+_MASTER_PROJECTION = sorted({*_DEPARTURE, *_PROJECTION})
 
 
 def departure(job_id: str, ad: Mapping[str, Any]) -> str:
@@ -453,6 +505,23 @@ def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
         _job_id(ad), state, exit_code=exit_code, reason=reason, since=since,
         memory=_requested_memory(ad), memory_hold=memory_hold, failed_runs=failed_runs,
     )  # fmt: skip
+
+
+def _record(ad: Mapping[str, Any]) -> dict[str, Any]:
+    """A queried ad as the job table keeps it: the projection, with RequestMemory as a number of MB."""
+    return {**{name: ad.get(name) for name in _PROJECTION}, "RequestMemory": _requested_memory(ad)}
+
+
+def _command(description: Mapping[str, str], name: str) -> int | None:
+    """A submit command's value as a whole number (``request_memory = 2048``), None when absent or not one."""
+    value = next((value for command, value in description.items() if command_key(command) == name), "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _log_path(description: Mapping[str, str]) -> str:
+    """The user log a slave job writes: its ``log`` (slaves.sub's unless a --submit-file changed it), in its folder."""
+    log = next(value for command, value in description.items() if command_key(command) == "log").strip().strip('"')
+    return str(Path(description["initialdir"]) / log)
 
 
 def _with_reason(job: Job, why: str | None) -> Job:

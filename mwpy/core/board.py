@@ -18,12 +18,14 @@ not in :class:`~mwpy.core.scheduler.Scheduler`, whose class is at its size limit
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mwpy.core.scheduler import Entry, Scheduler
-from mwpy.resource_file import Flight, TaskBoard, Waiting
+from mwpy.lifetime import SAFETY
+from mwpy.resource_file import Flight, Need, TaskBoard, Waiting
 
 #: Queued tasks walked at most, all queues together.
 MAX_WALK = 10_000
@@ -68,10 +70,36 @@ def _flights(sched: Scheduler, now: float) -> tuple[list[Flight], bool]:
     return flights, True
 
 
-def snapshot(sched: Scheduler, now: float) -> TaskBoard:
-    """The board as of ``now`` (the master's monotonic clock)."""
+def _needs(listed: Iterable[Entry]) -> list[Need]:
+    """What the listed queued tasks ask of a slave, per need (tasks that ask nothing are left out)."""
+    by_need: dict[str, list[Entry]] = collections.defaultdict(list)
+    for entry in listed:
+        if entry.policy.resources is not None:
+            by_need[str(entry.policy.resources)].append(entry)
+    needs = []
+    for need, entries in by_need.items():
+        entries.sort(key=lambda entry: entry.task_id)
+        needs.append(Need(need, _runs(entries, len(entries), MAX_RUNS)[0]))
+    return needs
+
+
+def _lifetimes(sched: Scheduler, leaving: Callable[[float], int] | None) -> tuple[float, int]:
+    """How long the connected slaves' tasks take (the longest mean), and how many slaves leave by plan before
+    a task that long (times the lifetime's ``SAFETY``) would end, if started now."""
+    seconds = max((slot.compute_time or 0.0 for slot in sched._slots.values()), default=0.0)
+    if not seconds or leaving is None:
+        return seconds, 0
+    return seconds, leaving(time.time() + seconds * SAFETY)
+
+
+def snapshot(sched: Scheduler, now: float, leaving: Callable[[float], int] | None = None) -> TaskBoard:
+    """The board as of ``now`` (the master's monotonic clock).
+
+    ``leaving(when)``: how many connected slaves leave by plan before ``when`` (Unix time), when known.
+    """
     budget, most = MAX_WALK, MAX_RUNS
     queues: list[Waiting] = []
+    listed: list[Iterable[Entry]] = []
     beyond = 0
     shared = sched._unordered
     lines = [("", shared)] + [(sid, slot.ordered) for sid, slot in sched._slots.items() if slot.ordered]
@@ -79,13 +107,18 @@ def snapshot(sched: Scheduler, now: float) -> TaskBoard:
         runs, covered = _runs(queue, budget, most)
         budget, most = budget - covered, most - len(runs) // 2
         beyond += len(queue) - covered
+        listed.append(itertools.islice(queue, covered))
         if runs:
             queues.append(Waiting(slave=sid, runs=runs))
     flights, complete = _flights(sched, now)
+    seconds, leaving_soon = _lifetimes(sched, leaving)
     return TaskBoard(
         issued=sched._next_id,
         flights=flights,
         flights_complete=complete,
         queued=queues,
         queued_beyond=beyond,
+        needs=_needs(itertools.chain.from_iterable(listed)) if sched.shapes.active else [],
+        task_seconds=round(seconds, 3),
+        slaves_leaving=leaving_soon,
     )

@@ -182,7 +182,8 @@ def status_report(resource: str) -> dict[str, Any]:
     """
     try:
         counts = json.loads(safe_files.read_bytes(resource + ".jobs", max_size=1 << 16))
-    except (MwpyError, ValueError):
+        age = max(0.0, time.time() - os.stat(resource + ".jobs").st_mtime)
+    except (MwpyError, ValueError, OSError):
         return {}
     keys = ("total", "finished", "failed")
     if not isinstance(counts, dict) or not all(isinstance(counts.get(key), int) for key in keys):
@@ -193,11 +194,14 @@ def status_report(resource: str) -> dict[str, Any]:
     reasons = counts.get("hold_reasons")
     found["hold_reasons"] = {str(k): str(v) for k, v in reasons.items()} if isinstance(reasons, dict) else {}
     found["batch"] = str(counts.get("batch") or "")
+    found["source"] = os.path.basename(resource) + ".jobs"
+    found["age_seconds"] = round(age, 1)
     return {"jobs": found}
 
 
 def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """The ``run`` line of ``mwpy status``: jobs finished, failed, held, still to run, journal answers, summary.
+    """The ``run`` line of ``mwpy status``: jobs finished, failed, held, still to run, journal answers, summary,
+    and which file says so (it replaces the resource file's task counts: one source, the fresher).
 
     Then one ``held`` line per held job (the first few) with its hold reason, as ``condor_q -hold`` shows it.
     Text in a hold reason comes from the job's own expressions: it is shown printable only.
@@ -214,7 +218,8 @@ def status_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "run",
             f"{batch}{jobs['finished']} of {jobs['total']} jobs finished ({jobs['failed']} failed){held}, "
-            f"{left} to run{journal}; summary {jobs['summary']}",
+            f"{left} to run{journal}; summary {jobs['summary']} "
+            f"(from {jobs['source']}, written {jobs['age_seconds']:.0f} s ago)",
         )
     ]
     # a hold reason may quote the job (a file name it made): one safe line

@@ -24,6 +24,7 @@ from mwpy.errors import EventLogError, MwpyError
 from mwpy.observe import events as ev
 from mwpy.observe.goodput import duration
 from mwpy.resource_file import ResourceFile, TaskBoard, Waiting
+from mwpy.resources import Resources
 
 #: Slave jobs quoted at most, per state, in the lines about them.
 MAX_JOBS_QUOTED = 3
@@ -124,6 +125,33 @@ def _job_lines(jobs: Sequence[Job], state: JobState) -> list[str]:
     return lines
 
 
+def _need_of(board: TaskBoard, task: int) -> str | None:
+    """What ``task`` asks of a slave (``--mw-slave-resources``' form), when the board lists it with a need."""
+    return next((need.resources for need in board.needs if _position(Waiting("", need.runs), task) is not None), None)
+
+
+def _shape_lines(record: ResourceFile, need: str) -> list[str]:
+    """``no slave of its shape is connected (...)``, or how many connected slaves have its shape."""
+    described = Resources.parse(need).describe()
+    shape = next((shape for shape in record.shapes if shape.resources == need), None)
+    if shape is None:
+        return [f"it needs: {described}"]
+    if not shape.slaves:
+        return [f"no slave of its shape is connected: it needs {described} ({_count(shape.tasks, 'task')} need it)"]
+    return [f"it needs: {described}; {_count(shape.slaves, 'connected slave')} of that shape"]
+
+
+def _lifetime_lines(record: ResourceFile, board: TaskBoard) -> list[str]:
+    """``slave lifetime too short``: when every connected slave leaves by plan before a task would end."""
+    connected = sum(record.slaves_connected.values())
+    if not connected or not board.task_seconds or board.slaves_leaving < connected:
+        return []
+    return [
+        f"slave lifetime too short: tasks have taken up to {duration(board.task_seconds)} on the connected slaves, "
+        f"and all {connected} leave by plan before one that long would end; it waits for a fresh slave"
+    ]
+
+
 def _why_waiting(record: ResourceFile, jobs: Sequence[Job] | None, condor_problem: str | None) -> list[str]:
     """Why queued tasks do not move: no slave, busy slaves, and what the slave jobs are doing."""
     connected = sum(record.slaves_connected.values())
@@ -158,7 +186,9 @@ def explain(
     """Why ``task`` is not running, one fact a line; :class:`UnknownTaskError` when no such task was issued.
 
     ``need``: what the task asks of a slave (its resources, in words), when tasks carry one; it is said
-    with the reasons a queued task waits. ``master_gone``: how the master's Condor job left the queue.
+    with the reasons a queued task waits. Without it, the board's need of the task (if any) is said, with
+    whether a connected slave has that shape; and a task that no connected slave would live to finish
+    (mwpy/lifetime.py) says "slave lifetime too short". ``master_gone``: how the master's Condor job left the queue.
     ``failures``: the task's ``task-failed`` events (:func:`failures_of`), None without an event log.
     """
     now = time.time() if now is None else now
@@ -178,7 +208,9 @@ def explain(
         line, queued = where
         lines += [line, *_history(failures or ())]
         if queued:
-            lines += ([f"it needs: {need}"] if need else []) + _why_waiting(record, jobs, condor_problem)
+            shaped = _need_of(board, task)
+            lines += [f"it needs: {need}"] if need else _shape_lines(record, shaped) if shaped else []
+            lines += _lifetime_lines(record, board) + _why_waiting(record, jobs, condor_problem)
         return lines
     if record.finished and failures is None:
         return [*lines, "done: the computation has finished"]

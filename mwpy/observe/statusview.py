@@ -35,7 +35,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from mwpy import resource_file, safe_files, safe_text
+from mwpy import overseer_state, resource_file, safe_files, safe_text
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
 from mwpy.observe import events as ev
 from mwpy.observe import runtimes
@@ -72,6 +72,8 @@ class Extra:
     total: int | None = None
     #: Slaves that may run at most (``mwpy local --slaves N``), shown as ``slaves 2/N``.
     slave_limit: int | None = None
+    #: The running overseer's ``--max-jobs`` (mwpy/overseer_state.py): the demand it can meet.
+    overseer_cap: int | None = None
     failures: Sequence[str] = ()
     #: Run times per slave, from the event log (shown when more than one slave has finished tasks).
     slaves: Mapping[str, RunTimes] = attrs.Factory(dict)
@@ -141,16 +143,18 @@ def _tasks_phrase(record: ResourceFile, total: int | None, rate: float | None) -
     return f"{done} · {record.tasks_running:,} running · {record.tasks_pending:,} queued"
 
 
-def _slaves_phrase(record: ResourceFile, limit: int | None) -> str:
+def _slaves_phrase(record: ResourceFile, limit: int | None, cap: int | None = None) -> str:
     """``slaves 2/8 connected (unordered 2) · 6 more needed``: per group that has any, and the master's demand.
 
-    With a slave limit the demand shown is what may still be started (a computation that can use 8 slaves
-    does not need "1,999 more"), and the line says it was capped.
+    With a slave limit, or an overseer's cap on slave jobs, the demand shown is what may still be started (a
+    computation that can use 8 slaves does not need "1,999 more"), and the line says it was capped.
     """
     connected = sum(record.slaves_connected.values())
     groups = ", ".join(f"{kind} {count}" for kind, count in _groups(record) if count)
-    needed = record.slaves_needed if not limit else min(record.slaves_needed, max(0, limit - connected))
-    capped = f" (capped by the limit of {limit})" if needed < record.slaves_needed else ""
+    needed = overseer_state.needed_within(record.slaves_needed, connected, limit or cap)
+    capped = ""
+    if needed < record.slaves_needed:
+        capped = f" (capped by the limit of {limit})" if limit else f" (overseer cap: --max-jobs {cap})"
     return safe_text.one_line(  # group names come from the file
         f"slaves {connected}{f'/{limit}' if limit else ''} connected{f' ({groups})' if groups else ''}"
         f" · {needed:,} more needed{capped}"
@@ -183,7 +187,7 @@ def plain(record: ResourceFile | None, extra: Extra, rate: float | None, now: fl
         f"[mwpy] {state}",
         _tasks_phrase(record, extra.total, rate),
         *([f"ETA {eta}"] if eta else []),
-        _slaves_phrase(record, extra.slave_limit),
+        _slaves_phrase(record, extra.slave_limit, extra.overseer_cap),
         *([_shapes_phrase(record)] if record.shapes else []),
     ]
     if extra.condor is not None:
@@ -227,7 +231,7 @@ def render(
         )
         lines.append(bar)
     lines.append(Text(_tasks_phrase(record, None, rate)))
-    lines.append(Text(_slaves_phrase(record, extra.slave_limit)))
+    lines.append(Text(_slaves_phrase(record, extra.slave_limit, extra.overseer_cap)))
     if record.shapes:
         lines.append(Text(_shapes_phrase(record)))
     if extra.condor is not None:
@@ -395,6 +399,8 @@ class Follower:
                 announced = tail.total
         if self._total is None and announced is not None:
             extra.total = announced
+        if extra.slave_limit is None:
+            extra.overseer_cap = overseer_state.max_jobs(self.resource_path)
         if self.condor is not False and self._ask is None:
             self._ask = condor_counter(record.member_id)
         if self._ask is not None and now >= self._condor_at:

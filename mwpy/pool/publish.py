@@ -127,7 +127,7 @@ class Publisher:
             tasks_total=total,
             slaves_greeted=self._slaves_greeted(),
             master_condor_job=self._condor_job,
-            task_board=board.snapshot(sched, now),
+            task_board=board.snapshot(sched, now, self._leaving),
             shapes=shapes,
         )
         try:
