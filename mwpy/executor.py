@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -60,13 +59,15 @@ import types
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
 from mwpy import backends, calls, safe_text
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
+from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
+from mwpy.intake import Intake
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
 from mwpy.net.engine import TICK
@@ -88,8 +89,6 @@ R = TypeVar("R")
 SPAWN_PROGRAM = str(Path(__file__).with_name("_spawn.py"))
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
-#: Submissions ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
-SUBMIT_BATCH = 1024
 
 _numbers = itertools.count()
 #: One slave shape as ``slave_resources=`` takes it.
@@ -108,7 +107,7 @@ class Future(LightFuture[R]):
     """
 
     #: A task's ``SystemExit`` comes back as itself, as the standard executors give it.
-    RAISED_AS_ITSELF = (Exception, SystemExit)
+    RAISED_AS_ITSELF = RAISED_AS_ITSELF
 
     def __init__(self, service: _Service) -> None:  # no super().__init__(): LightFuture's does nothing
         self._service = service
@@ -157,8 +156,22 @@ class Future(LightFuture[R]):
             self._service.one_done(self)
 
 
-#: What ``submit()`` hands the engine's thread: (future, task name, pickled arguments, policy, label).
-_Submission = tuple[Future[Any], str, bytes, Policy, str]
+@attrs.frozen
+class _Call:
+    """What ``submit()`` hands the engine's thread: one call and its future."""
+
+    future: Future[Any]
+    name: str
+    payload: bytes
+    policy: Policy
+    label: str
+
+    def queue_in(self, intake: Intake) -> None:
+        """Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
+        scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds."""
+        future = self.future
+        future._task_id = intake.enqueue(Entry(intake.new_id(), self.name, self.payload, self.policy, future,
+                                               label=self.label))  # fmt: skip
 
 
 class Executor(concurrent.futures.Executor):
@@ -277,15 +290,18 @@ class Executor(concurrent.futures.Executor):
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         name, payload, label = self._encode(fn, args, kwargs)
         future: Future[R] = Future(self._service)
-        self._service.hand_over([(future, name, payload, self._policy_of(fn), label)])
+        self._service.hand_over(_Call(future, name, payload, self._policy_of(fn), label))
         return future
 
-    def _submit_each(self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]], window_bytes: int) -> _Feed[R]:
-        """``map``'s submissions, as many as ``window_bytes`` of pickled arguments allow now (:class:`_Feed`)."""
+    def _stream(
+        self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]], window_bytes: int, end: float | None
+    ) -> Generator[R, None, None]:
+        """``map``'s values: its calls submitted now, as many as ``window_bytes`` of pickled arguments allow."""
         policy = self._policy_of(fn)
-        feed: _Feed[R] = _Feed(self._encode, fn, policy, self._service, calls=calls, window_bytes=window_bytes)
-        feed.fill()
-        return feed
+        stream: MapStream[R] = MapStream(self._encoder, fn, policy, self._service, calls=calls,
+                                         window_bytes=window_bytes)  # fmt: skip
+        stream.fill()
+        return stream.values(end)
 
     def map(
         self,
@@ -312,9 +328,9 @@ class Executor(concurrent.futures.Executor):
             fn = functools.partial(_unwrap(fn), **self._service.intake.share_large(kwargs))
         end = None if timeout is None else time.monotonic() + timeout
         if chunksize == 1:
-            return _in_order(self._submit_each(fn, zip(*iterables, strict=False), window_bytes), end)
+            return self._stream(fn, zip(*iterables, strict=False), window_bytes, end)
         chunks = ((_unwrap(fn), chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
-        return itertools.chain.from_iterable(_in_order(self._submit_each(calls.call_chunk, chunks, window_bytes), end))
+        return itertools.chain.from_iterable(self._stream(calls.call_chunk, chunks, window_bytes, end))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.
@@ -342,20 +358,37 @@ class Executor(concurrent.futures.Executor):
 
         Checked here: an argument that cannot be pickled raises pickle's own error now.
         """
+        name, label, one = self._encoder(fn)
+        return name, one(args, kwargs), label
+
+    def _encoder(self, fn: Callable[..., Any]) -> tuple[str, str, OneCall]:
+        """The task name and label for calls of ``fn``, and what pickles one call's arguments: ``map`` pickles
+        many calls of one function, and what they share (its reference, its label) is looked up once.
+
+        The pickler holds no reference to this executor (a map left unread must not keep it alive).
+        """
         limit, store = self._limit, self._service.intake.store
         if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
             # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
-            if isinstance(fn, TaskAlgorithm):
-                fn.check_arguments(args, kwargs)
+            check = fn.check_arguments if isinstance(fn, TaskAlgorithm) else None
             reference, label = self._references.get(fn) or self._reference(fn)
-            payload = calls.call_function.encode((reference, args, kwargs), {}, limit, store, caller=label)
-            return calls.call_function.name, payload, label
+            encode = calls.call_function.encode
+
+            def one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+                if check is not None:
+                    check(args, kwargs)
+                return encode((reference, args, kwargs), {}, limit, store, caller=label)
+
+            return calls.call_function.name, label, one
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        label = _label(fn)
-        payload = calls.call.encode((_unwrap(fn), args, kwargs), {}, limit, store, caller=label)
-        return calls.call.name, payload, label
+        label, travelling, encode_call = _label(fn), _unwrap(fn), calls.call.encode
+
+        def one_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+            return encode_call((travelling, args, kwargs), {}, limit, store, caller=label)
+
+        return calls.call.name, label, one_call
 
     def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
         """``fn`` pickled and its label, kept for its next calls: by reference, or by value (cloudpickle) if
@@ -384,28 +417,60 @@ class _Service:
         self.intake = master._intake
         self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
         self._lock = threading.Lock()
-        self._incoming: list[_Submission] = []  # guarded by _lock: the engine's thread takes it all at once
+        #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
+        self._taken = threading.Condition(self._lock)
+        self._incoming: list[_Call | MapBatch] = []  # guarded by _lock: the engine's thread takes it all at once
         self._cancelled: list[Future[Any]] = []  # cancelled futures whose tasks may sit in a slave's window
         self._waiting: set[Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
+        self._streams: weakref.WeakSet[MapStream[Any]] = weakref.WeakSet()  # map streams (to cancel or break)
+        self._withdrawn: list[MapStream[Any]] = []  # streams closed or cancelled: pull back what slaves hold
+        #: Calls of map streams handed over (under _lock) and resolved (by the engine's thread alone).
+        self._map_submitted = 0
+        self.map_resolved = 0
         self._closing = False
         self._broken: BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
         self._thread.start()
         atexit.register(self.shutdown)
 
-    def hand_over(self, submissions: list[_Submission]) -> None:
-        """Queue ``submissions`` for the engine's thread; wake it if its queue was empty."""
+    def hand_over(self, submission: _Call | MapBatch) -> None:
+        """Queue ``submission`` (a call, or a batch of a map's) for the engine's thread; wake it if its queue
+        was empty."""
         with self._lock:
             if self._broken is not None:
                 raise _broken_executor(self._broken)
             if self._closing:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            self._waiting.update(submission[0] for submission in submissions)
+            if isinstance(submission, _Call):
+                self._waiting.add(submission.future)
+            else:
+                self._streams.add(submission.stream)
+                self._map_submitted += len(submission)
             # The engine's thread takes the whole list under this lock before it waits: only the first
             # submission after that must wake it (a system call per submit was a fifth of its cost).
             wake = not self._incoming
-            self._incoming += submissions
+            self._incoming.append(submission)
         if wake:
+            self.intake.wake()
+        if isinstance(submission, MapBatch):
+            self._keep_pace()
+
+    def _keep_pace(self) -> None:
+        """A map's caller stays at most one batch ahead of the engine's thread.
+
+        Pickling 10^5 inputs in one go held the GIL for most of it: the engine's
+        thread regained it only at the switch interval and lost it again at its
+        next system call, so the slaves idled while the caller pickled.
+        """
+        with self._taken:
+            while len(self._incoming) > 1 and self._broken is None and self._thread.is_alive():
+                self._taken.wait(TICK)
+
+    def withdraw(self, stream: MapStream[Any]) -> None:
+        """A map stream closed or cancelled: its calls in slaves' windows are asked back (engine's thread)."""
+        with self._lock:
+            self._withdrawn.append(stream)
+        with contextlib.suppress(OSError):  # the engine may be closed already
             self.intake.wake()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -413,8 +478,11 @@ class _Service:
         with self._lock:
             self._closing = True
             doomed = list(self._waiting) if cancel_futures else []
+            streams = list(self._streams) if cancel_futures else []
         for future in doomed:
             future.cancel()
+        for stream in streams:
+            stream.cancel()
         with contextlib.suppress(OSError):  # the engine may be closed already
             self.intake.wake()
         if wait:
@@ -451,7 +519,7 @@ class _Service:
                     self._take_submissions()
                     self._pull_back()
                     with self._lock:
-                        if self._closing and not self._waiting and not self._incoming:
+                        if self._closing and self._idle():
                             break
                     intake.step(TICK)
                     problem = self._pool.setup_problem(intake.tasks_done, slaves_connected=intake.slaves_greeted)
@@ -465,10 +533,18 @@ class _Service:
             self._audit.close()
             self._pool.work.remove()
 
+    def _idle(self) -> bool:
+        """Nothing submitted is left to run (under _lock)."""
+        return not self._waiting and not self._incoming and self.map_resolved == self._map_submitted
+
     def _pull_back(self) -> None:
-        """Cancelled futures: ask their slaves to give back tasks waiting in their windows (engine thread)."""
+        """Cancelled futures and withdrawn streams: ask their slaves to give back tasks waiting in their windows
+        (engine thread)."""
         with self._lock:
             futures, self._cancelled = self._cancelled, []
+            streams, self._withdrawn = self._withdrawn, []
+        for stream in streams:
+            stream.pull_back(self.intake)
         if futures:
             held = set(self.intake.cancel([future._task_id for future in futures if future._task_id is not None]))
             for future in futures:
@@ -478,18 +554,19 @@ class _Service:
     def _take_submissions(self) -> None:
         with self._lock:
             incoming, self._incoming = self._incoming, []
-        intake = self.intake
-        for future, name, payload, policy, label in incoming:
-            # Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
-            # scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds.
-            future._task_id = intake.enqueue(Entry(intake.new_id(), name, payload, policy, future, label=label))
+            self._taken.notify_all()
+        for submission in incoming:
+            submission.queue_in(self.intake)
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:
             self._broken = exc
             doomed = list(self._waiting)
+            streams = list(self._streams)
         for future in doomed:
             future._end(None, _broken_executor(exc))
+        for stream in streams:
+            stream.break_with(_broken_executor(exc))
 
 
 def _broken_executor(cause: BaseException) -> concurrent.futures.BrokenExecutor:
@@ -522,78 +599,6 @@ def _offer(namespace: argparse.Namespace, shapes: list[Resources]) -> list[str]:
     namespace.slave_resources = shapes or namespace.slave_resources
     offered = [own_shape(shape) for shape in namespace.slave_resources] or [own_shape()]
     return [argument for shape in offered for argument in ("--mw-slave-resources", str(shape))]
-
-
-class _Feed(Generic[R]):
-    """``Executor.map``'s submissions in input order: inputs are taken (pickled, handed over ``SUBMIT_BATCH`` at
-    a time: one lock, one wake) only while the futures not yet returned hold less than ``window_bytes`` of
-    pickled arguments, or none is left; :func:`_in_order` takes futures out and fills again. It holds the
-    executor weakly (as CPython's ``map(buffersize=)`` does): a map left unread does not keep it from being
-    collected and shut down; what was not submitted then never is."""
-
-    def __init__(
-        self,
-        encode: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], tuple[str, bytes, str]],
-        fn: Callable[..., R],
-        policy: Policy,
-        service: _Service,
-        *,
-        calls: Iterator[tuple[Any, ...]],
-        window_bytes: int,
-    ) -> None:
-        self._encode = weakref.WeakMethod(encode)
-        self._fn, self._policy, self._service, self._calls = fn, policy, service, calls
-        self._limit = window_bytes
-        self.pending: collections.deque[tuple[Future[R], int]] = collections.deque()
-        self._held = 0  # bytes of the pending futures' arguments
-        self._exhausted = False
-
-    def fill(self) -> None:
-        batch: list[_Submission] = []
-        while not self._exhausted and (self._held < self._limit or not self.pending):
-            encode = self._encode()
-            args = None if encode is None else next(self._calls, None)
-            if encode is None or args is None:
-                self._exhausted = True
-                break
-            name, payload, label = encode(self._fn, args, {})
-            future: Future[R] = Future(self._service)
-            self.pending.append((future, len(payload)))
-            self._held += len(payload)
-            batch.append((future, name, payload, self._policy, label))
-            if len(batch) == SUBMIT_BATCH:
-                self._service.hand_over(batch)
-                batch = []
-        if batch:
-            self._service.hand_over(batch)
-
-    def take(self) -> Future[R]:
-        future, size = self.pending.popleft()
-        self._held -= size
-        return future
-
-
-def _in_order(feed: _Feed[R], end: float | None) -> Generator[R, None, None]:
-    """``Executor.map``'s values, in input order, by ``end`` (monotonic) if given; closing it cancels the rest.
-
-    What ``concurrent.futures.Executor.map`` returns, over the futures of :meth:`Executor._submit_each`.
-    """
-    try:
-        while feed.pending:
-            # Neither the future nor its value stays bound here while the caller holds the value (issue 14406).
-            yield _result_or_cancel(feed.take(), end)
-            feed.fill()
-    finally:
-        for future, _ in feed.pending:
-            future.cancel()
-
-
-def _result_or_cancel(future: Future[R], end: float | None) -> R:
-    """``future``'s value by ``end``; after a timeout it is cancelled too (a no-op once it is done)."""
-    try:
-        return future.result(None if end is None else end - time.monotonic())
-    finally:
-        future.cancel()
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -150,6 +150,8 @@ def test_the_executor_is_measured_beside_the_master_api(quick_report: dict[str, 
     assert all(_median(row, "tasks_per_s") > 0 for row in rows)
     check = next(c for c in quick_report["checks"] if c["target"].startswith("6."))
     assert check["measured"] is not None
+    cpu = next(c for c in quick_report["checks"] if c["target"].startswith("6. master CPU per task"))
+    assert cpu["measured"] > 0  # the executor's process CPU per task over the master API's, same round
 
 
 def test_a_short_script_is_timed_with_both_executors(quick_report: dict[str, Any]) -> None:

@@ -389,7 +389,7 @@ def test_a_slave_that_dies_blames_the_task_it_ran_not_the_ones_queued_behind_it(
     s.outcomes.slave_died(Death("a", "h", 1), NOW)
     s.sched.leave("a")
     assert [d.sid for d in running.deaths] == ["a"]
-    assert queued.deaths == []
+    assert queued.deaths == ()
     assert (s.sched.pending_total, s.sched.done_total) == (4, 0)  # one death is allowed: both run again
     assert running in s.sched.take("b", NOW)  # first in the queue again
 

@@ -169,6 +169,44 @@ def test_closing_map_early_cancels_what_has_not_started(tmp_path: Path) -> None:
     # shutdown(wait=True) returned: nothing was left running for ever.
 
 
+def test_shutdown_cancel_futures_ends_a_map_s_calls_not_started_with_cancelled_error(tmp_path: Path) -> None:
+    """As CPython's map over cancelled futures: the running call's value comes, the next raises CancelledError."""
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    ex = gated_executor(tmp_path)
+    values = ex.map(work.touch_then_wait, [started] * 4, [release] * 4, range(4))
+    wait_until(Path(started).exists, 60, "the first call to start")
+    ex.shutdown(wait=False, cancel_futures=True)
+    Path(release).touch()
+    assert next(values) == 0
+    with pytest.raises(cf.CancelledError):
+        next(values)
+    ex.shutdown(wait=True)  # returns: no call of the map was left behind
+
+
+def test_shutdown_cancel_futures_ends_a_queued_map_at_once_while_its_slave_is_busy(tmp_path: Path) -> None:
+    """Cancelled calls still queued in the master are resolved now, as cancelled futures are, not when a slave
+    would next take work (which may be never)."""
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    ex = gated_executor(tmp_path)
+    blocker = ex.submit(work.touch_then_wait, started, release, 7)
+    wait_until(blocker.running, 60, "the blocking task to start")
+    values = ex.map(work.square, range(3), timeout=60)
+    ex.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(cf.CancelledError):
+        next(values)  # the slave still runs the blocker
+    Path(release).touch()
+    assert blocker.result(timeout=60) == 7
+    ex.shutdown(wait=True)
+
+
+def test_a_map_of_a_broken_executor_raises_broken_executor() -> None:
+    with mwpy.Executor(max_workers=1, initializer=work.fail_to_initialize, initargs=("no model",)) as ex:
+        values = ex.map(work.square, range(3))
+        with pytest.raises(cf.BrokenExecutor) as caught:
+            next(values)
+    assert "RuntimeError: no model" in str(caught.value)
+
+
 def test_shutdown_waits_for_every_future(tmp_path: Path) -> None:
     ex = mwpy.Executor(max_workers=2, workdir=tmp_path / "work")
     futures = [ex.submit(work.square, x) for x in range(20)]

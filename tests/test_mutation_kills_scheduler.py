@@ -102,7 +102,7 @@ def test_a_failed_task_runs_again_later_until_its_attempts_are_spent() -> None:
     assert sched.failed("b", task, NOW + 5.0)
     assert task.retry_after == NOW + 5.0 + 2 * RETRY_DELAY  # backs off
     assert not sched.failed("c", task, NOW)  # third failure of 3 attempts: handed over
-    assert task.failed_on == [("a", 0), ("b", 0), ("c", 0)]
+    assert task.failed_on == (("a", 0), ("b", 0), ("c", 0))
     once = Scheduler(task_attempts=1)
     once.join("a")
     assert not once.failed("a", new_task(once), NOW)  # 1 attempt: the first failure is handed over

@@ -218,7 +218,7 @@ class Outcomes:
         entry = sched.running_on(death.sid)
         if entry is None:
             return
-        entry.deaths.append(death)
+        entry.deaths += (death,)
         allowed = entry.policy.allowed_failures
         if len(entry.deaths) <= (self._allowed_failures if allowed is None else allowed):
             return

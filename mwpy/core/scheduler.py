@@ -117,7 +117,7 @@ class Entry:
         #: Times the task was sent to a slave.
         self.attempts = 0
         #: (slave id, that slave's failure streak) for each run that raised; see Scheduler.succeeded.
-        self.failed_on: list[tuple[str, int]] = []
+        self.failed_on: tuple[tuple[str, int], ...] = ()  # a tuple: no list per task (the collector's work)
         #: A slave it failed on may take it again only after this (monotonic clock).
         self.retry_after = 0.0
         #: When the task last left for a slave: with the slave's last result, when it started.
@@ -126,7 +126,7 @@ class Entry:
         #: ``sent_at - queued_at``.
         self.queued_at = 0.0
         #: The slaves that died while running it (mwpy/core/outcomes.py fails it past its allowed failures).
-        self.deaths: list[Death] = []
+        self.deaths: tuple[Death, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Entry task {self.task_id} {self.algorithm!r}>"
@@ -343,7 +343,7 @@ class Scheduler:
         """A run of ``task`` on ``sid`` raised (known at ``now``). True: queued to run again; False: hand it over."""
         slot = self._slots.get(sid)
         if slot is not None:
-            task.failed_on.append((sid, slot.streak))
+            task.failed_on += ((sid, slot.streak),)
         if len(task.failed_on) >= task.policy.attempts(self.task_attempts) or task.policy.sid is not None:
             return False
         task.retry_after = now + RETRY_DELAY * len(task.failed_on)

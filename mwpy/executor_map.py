@@ -1,0 +1,265 @@
+"""``Executor.map``'s calls as one stream: no future per input, results handed to the caller in input order.
+
+A future per input cost the caller's thread and the engine's thread a
+Condition or a lock per task, and the two share the GIL, so ``Executor.map``
+ran at half the master algorithm API's rate (docs/performance.md, scenario 6).
+A :class:`MapStream` is what ``mw.map`` does for a master (mwpy/streams.py)
+with a thread between them: the caller pickles inputs and hands them to the
+engine's thread ``SUBMIT_BATCH`` at a time (one lock, at most one wake-up);
+the engine's thread queues a small listener per input (:class:`_Item`) and
+files each result by its input's position; the caller takes them in order
+and sleeps only when the next one has not come, woken once by that one.
+
+What ``concurrent.futures.Executor.map`` promises still holds: inputs are
+submitted at once (up to ``window_bytes`` of pickled arguments not yet
+returned), a value is not kept once yielded (issue 14406), a timeout raises
+``TimeoutError`` and closing the iterator cancels every call not started
+(those waiting in a slave's window are pulled back), ``shutdown(cancel_futures=
+True)`` makes the calls not started raise ``CancelledError``, a broken executor
+raises ``BrokenExecutor``.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+import time
+import weakref
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+from mwpy.core.scheduler import Entry
+from mwpy.intake import Intake
+from mwpy.task import Policy, Result, task_exception, unrunnable_error
+
+R = TypeVar("R")
+
+#: Inputs ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
+SUBMIT_BATCH = 1024
+#: What a task's exception is raised as by ``map``, as by the executor's futures (``SystemExit`` too).
+RAISED_AS_ITSELF = (Exception, SystemExit)
+
+#: Pickles one call's arguments (and keyword arguments) for one function: what ``Executor._encoder`` gives.
+OneCall = Callable[[tuple[Any, ...], dict[str, Any]], bytes]
+#: ``Executor._encoder``: for a function, its task name, label and :data:`OneCall`.
+Encoder = Callable[[Callable[..., Any]], tuple[str, str, OneCall]]
+
+
+class Service(Protocol):
+    """What a stream needs of its executor's service (mwpy/executor.py ``_Service``)."""
+
+    #: Calls of map streams resolved; counted by the engine's thread alone (shutdown waits for them).
+    map_resolved: int
+
+    def hand_over(self, submission: MapBatch) -> None:
+        """Queue a batch for the engine's thread (raises if the executor is shut down or broken)."""
+
+    def withdraw(self, stream: MapStream[Any]) -> None:
+        """Have the engine's thread call :meth:`MapStream.pull_back`."""
+
+
+class MapStream(Generic[R]):
+    """One ``Executor.map`` call: inputs in (caller's thread), results out in input order (engine's thread in).
+
+    It holds the executor weakly, through its ``encode`` (as CPython's
+    ``map(buffersize=)`` does): a map left unread does not keep the executor
+    from being collected and shut down; what was not submitted then never is.
+    """
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        fn: Callable[..., R],
+        policy: Policy,
+        service: Service,
+        *,
+        calls: Iterator[tuple[Any, ...]],
+        window_bytes: int,
+    ) -> None:
+        self._encoder = weakref.WeakMethod(encoder)
+        self._one: tuple[str, str, OneCall] | None = None  # made with the first input: (name, label, pickler)
+        self._fn, self._policy, self._calls, self._limit = fn, policy, calls, window_bytes
+        self.service = service
+        # The caller's side.
+        self._sizes: collections.deque[int] = collections.deque()  # pickled bytes of each input not yet returned
+        self._held = 0
+        self._submitted = 0  # inputs handed over
+        self._returned = 0  # inputs whose value was taken
+        self._exhausted = False
+        # Shared: written by the engine's thread, taken by the caller's (one dict operation each, under the GIL).
+        self._arrived: dict[int, Result | BaseException] = {}
+        self._wakeup = threading.Condition(threading.Lock())
+        self._awaited = -1  # the input the caller sleeps on (set under _wakeup)
+        self._broken: BaseException | None = None
+        #: Cleared when the caller closes the iterator: its calls not started are dropped.
+        self.open = True
+        #: Set by ``shutdown(cancel_futures=True)``: calls not started end with ``CancelledError``.
+        self.cancelling = False
+        #: The engine's side: the listener of each call queued and not resolved, by task id.
+        self.live: dict[int, _Item] = {}
+
+    # ------------------------------------------------------------------ the caller's thread
+
+    def fill(self) -> None:
+        """Pickle and hand over inputs while those not returned hold less than ``window_bytes`` (or none)."""
+        encoder = self._encoder()
+        if encoder is None:  # the executor was collected: what was not submitted never is
+            self._exhausted = True
+        first, batch = self._submitted, []  # pickled arguments of inputs first, first + 1, ...
+        while not self._exhausted and (self._held < self._limit or self._submitted == self._returned):
+            args = next(self._calls, None)
+            if args is None or encoder is None:
+                self._exhausted = True
+                break
+            if self._one is None:  # what every call shares, looked up once (the function's reference, say)
+                self._one = encoder(self._fn)
+            payload = self._one[2](args, {})
+            self._sizes.append(len(payload))
+            self._held += len(payload)
+            batch.append(payload)
+            self._submitted += 1
+            if len(batch) == SUBMIT_BATCH:
+                self._hand_over(first, batch)
+                first, batch = self._submitted, []
+        if batch:
+            self._hand_over(first, batch)
+
+    def _hand_over(self, first: int, batch: list[bytes]) -> None:
+        assert self._one is not None  # made with the batch's first input
+        name, label, _ = self._one
+        self.service.hand_over(MapBatch(self, name, label, first, batch))
+
+    def values(self, end: float | None) -> Generator[R, None, None]:
+        """The values in input order, each by ``end`` (monotonic) if given; closing it cancels the rest."""
+        try:
+            while self._returned < self._submitted:
+                # Nothing here keeps a value or its result once yielded (issue 14406).
+                yield _value(self._take(end))
+                if not self._exhausted:
+                    self.fill()
+        finally:
+            self.close()
+
+    def _take(self, end: float | None) -> Result | BaseException:
+        index = self._returned
+        got = self._arrived.pop(index, None)
+        if got is None:
+            got = self._wait(index, end)
+        self._returned += 1
+        self._held -= self._sizes.popleft()
+        return got
+
+    def _wait(self, index: int, end: float | None) -> Result | BaseException:
+        with self._wakeup:
+            self._awaited = index
+            while index not in self._arrived:
+                if self._broken is not None:
+                    raise self._broken
+                wait = None if end is None else end - time.monotonic()
+                if wait is not None and wait <= 0:
+                    raise TimeoutError
+                self._wakeup.wait(wait)
+            self._awaited = -1
+        return self._arrived.pop(index)
+
+    def close(self) -> None:
+        """The caller is done (or gave up): calls not started are dropped, or pulled back from slaves' windows."""
+        if self.open:
+            self.open = False
+            self.service.withdraw(self)
+
+    def cancel(self) -> None:
+        """``shutdown(cancel_futures=True)``: calls not started end with ``CancelledError`` (any thread)."""
+        self.cancelling = True
+        self.service.withdraw(self)
+
+    def break_with(self, error: BaseException) -> None:
+        """The executor broke: the caller's wait for a value not come raises ``error`` (any thread)."""
+        with self._wakeup:
+            self._broken = error
+            self._wakeup.notify()
+
+    # ------------------------------------------------------------------ the engine's thread
+
+    def arrive(self, item: _Item, outcome: Result | BaseException) -> None:
+        """``item``'s call is resolved: file its outcome, wake the caller if it sleeps on it."""
+        if self.live.pop(item.task_id, None) is None:
+            return  # resolved already (pulled back, then its result came anyway)
+        self.service.map_resolved += 1
+        if self.open:
+            self._arrived[item.index] = outcome
+            if self._awaited == item.index:
+                with self._wakeup:
+                    self._wakeup.notify()
+
+    def pull_back(self, intake: Intake) -> None:
+        """Calls not started end as cancelled now, as cancelled futures do: those in slaves' windows are asked
+        back, those still queued here are dropped unsent when the scheduler reaches them (no slave need come
+        for shutdown to see them resolved)."""
+        waiting = [item for item in self.live.values() if not item.running]
+        intake.cancel([item.task_id for item in waiting])
+        for item in waiting:
+            self.arrive(item, concurrent.futures.CancelledError())
+
+
+class _Item:
+    """The scheduler's listener (mwpy/core/scheduler.py) of one input's call."""
+
+    __slots__ = ("stream", "index", "task_id", "running")
+
+    def __init__(self, stream: MapStream[Any], index: int) -> None:
+        self.stream = stream
+        self.index = index
+        self.task_id = 0  # known once queued
+        self.running = False
+
+    def may_start(self) -> bool:
+        stream = self.stream
+        if stream.open and not stream.cancelling:
+            return True
+        stream.arrive(self, concurrent.futures.CancelledError())
+        return False
+
+    def began(self) -> None:
+        self.running = True
+
+    def unrunnable(self, reason: str | None = None) -> bool:
+        self.stream.arrive(self, unrunnable_error(self.task_id, reason))
+        return False
+
+    def settle(self, result: Result) -> bool:
+        self.stream.arrive(self, result)
+        return False  # an executor's results are its callers', not mw.results()'s
+
+
+class MapBatch:
+    """Inputs of one stream handed to the engine's thread at once: the pickled arguments of inputs ``first``,
+    ``first + 1``, ... (a list of bytes, which the collector does not track, rather than a tuple per input)."""
+
+    __slots__ = ("stream", "name", "label", "first", "inputs")
+
+    def __init__(self, stream: MapStream[Any], name: str, label: str, first: int, inputs: list[bytes]) -> None:
+        self.stream, self.name, self.label, self.first, self.inputs = stream, name, label, first, inputs
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def queue_in(self, intake: Intake) -> None:
+        """Queue each input's call (engine's thread); one the caller gave up on meanwhile is dropped unsent."""
+        stream, name, label, policy = self.stream, self.name, self.label, self.stream._policy
+        live = stream.live
+        for index, payload in enumerate(self.inputs, self.first):
+            item = _Item(stream, index)
+            item.task_id = intake.new_id()
+            live[item.task_id] = item
+            intake.enqueue(Entry(item.task_id, name, payload, policy, item, label=label))
+
+
+def _value(outcome: Result | BaseException) -> Any:
+    """A call's value, or its exception raised as a future would raise it."""
+    if isinstance(outcome, BaseException):
+        raise outcome
+    if outcome.error is None:
+        return outcome.value
+    raise task_exception(outcome, RAISED_AS_ITSELF)
