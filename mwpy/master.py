@@ -163,20 +163,20 @@ class Master:
         timeout).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        sched = self._sched
-        results = self._outcomes.results
-        step = self._engine.step
+        sched, outcomes, step = self._sched, self._outcomes, self._engine.step
+        if outcomes.results or sched.news.pending():
+            step(0.0)  # undrained reports (futures saw them) are answered at once, but never without I/O
+            return self._events()
         while True:
-            # Plain truth tests first: a LoopEvents record is built only when it is returned.
-            if results or sched.news.pending():
-                return self._events()
             wait = TICK
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
                     return self._events()
             step(wait)
-            results = self._outcomes.results
+            # Plain truth tests: a LoopEvents record is built only when it is returned.
+            if outcomes.results or sched.news.pending():
+                return self._events()
 
     def loop_once(self, timeout: float = 0.05) -> LoopEvents:
         """One pass of network I/O (waiting at most ``timeout`` seconds); reports as :meth:`loop`."""

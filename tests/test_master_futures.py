@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,22 @@ def test_submit_returns_a_future_whose_result_drives_the_loop(lm: LocalMaster) -
     assert future.result(timeout=60) == 49  # nobody called mw.loop(): result() did
     [result] = lm.mw.results()  # ... and the loop API still sees the result
     assert (result.task_id, result.value) == (future.task_id, 49)
+
+
+def test_loop_serves_the_slaves_while_undrained_results_wait(lm: LocalMaster) -> None:
+    # Found on the pool (tests/programs/two_needs.py's first version): results collected through futures
+    # stay in mw.results() too; a loop() that then returned at once, before any I/O, never answered the
+    # next task, and `while not future.done(): mw.loop()` spun for ever.
+    lm.start_slave()
+    assert square.submit(2).result(timeout=60) == 4  # its result now waits in mw.results(), undrained
+    later = square.submit(5)
+    deadline = time.monotonic() + 60
+    while not later.done():
+        assert time.monotonic() < deadline, "loop() did no I/O while an earlier result waited undrained"
+        events = lm.mw.loop(timeout=1.0)
+        assert events.results >= 1  # it still reports the waiting results at once, as CL-MW's loop does
+    assert later.result() == 25
+    assert sorted(result.value for result in lm.mw.results()) == [4, 25]
 
 
 def test_a_failed_task_s_future_raises_its_own_exception(lm: LocalMaster) -> None:
