@@ -411,11 +411,12 @@ def _slave_data(endpoint: Endpoint, cache_size: int) -> Callable[[], tuple[int, 
 
             shares = SlaveShares(cached())
             atexit.register(shares.remove)
+            codec.install_resolver(shares.resolve, shares.resolve_file, shares.store)  # later tasks: no detour
         return shares
 
     _slave_cache = cached
     codec.install_resolver(
-        lambda handle: started().resolve(handle),
+        lambda key: started().resolve(key),
         lambda handle, mode, name: started().resolve_file(handle, mode, name),
         lambda address, source, size: started().store(address, source, size),
     )

@@ -222,24 +222,32 @@ class SlaveShares:
     def __init__(self, cache: SlaveCache) -> None:
         self._cache = cache
         self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))  # mwpy.File arguments under their own names
-        self._objects: dict[str, Any] = {}  # digest -> the object unpickled from its cached file
-        cache.on_evict(lambda digest: self._objects.pop(digest, None))
+        self._held: dict[bytes, tuple[str, Any]] = {}  # handle's key -> (digest, the object from its cached file)
+        cache.on_evict(self._forget)
 
-    def resolve(self, handle: Shared) -> Any:
-        """The object ``handle`` names: from memory after its first use here, while it stays in the cache."""
-        kept = self._objects.get(handle.digest)
-        if kept is not None and self._cache.touch(handle.digest):
-            return kept
+    def resolve(self, key: bytes) -> Any:
+        """The object the handle of ``key`` names: after its first use here, one dictionary lookup (its file
+        was checked against its hash when fetched) while it stays in the cache."""
+        held = self._held.get(key)
+        if held is not None and self._cache.touch(held[0]):
+            return held[1]
+        handle = Shared.from_key(key)
         path = self._cache.get(handle.digest, (handle.host, handle.port))
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
         obj = codec.decode_shared(memoryview(mapped))
         if handle.keep:
-            self._objects[handle.digest] = obj
+            self._held[key] = (handle.digest, obj)
         else:  # one task's arguments: unpickled (copied) out of the map, which goes with the file
             del mapped
             self._cache.discard(handle.digest)
         return obj
+
+    def _forget(self, digest: str) -> None:
+        """``digest``'s file was evicted: let its objects go (every handle naming it; a restarted master's file
+        service has another address)."""
+        for key in [key for key, (named, _) in self._held.items() if named == digest]:
+            del self._held[key]
 
     def resolve_file(self, handle: Shared, mode: int, name: str) -> codec.File:
         """A ``mwpy.File`` argument's local copy: the cached file (fetched once), under its own base name."""

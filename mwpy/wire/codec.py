@@ -35,19 +35,23 @@ Functions no slave can import (a notebook's or a REPL's ``__main__``, a
 lambda, a closure) travel by value, with cloudpickle, master to slave only
 (:func:`function_reference`, and :func:`encode_arguments` for one inside the
 arguments); slaves never send code. An object shared once per slave travels as
-a :class:`Shared` handle, which pickles as a call of :func:`shared_object`: the
-slave's resolver (installed by the slave, :func:`install_resolver`) gives the
-object it fetched and mapped once, so :func:`decode_arguments` stays
-``pickle.loads``. Its file (:func:`encode_shared`) is pickle protocol 5 with
-the out-of-band buffers (a numpy array's data) laid out after the pickle, each
-aligned, so that the slave unpickles straight from a memory map, no copy.
+a :class:`Shared` handle, which pickles as a call of :func:`shared_object` with
+the handle's few bytes, made once (a copyreg extension code stands for the
+function): the slave's resolver (installed by the slave,
+:func:`install_resolver`) gives the object it fetched and mapped once, looked
+up by those bytes, so :func:`decode_arguments` stays ``pickle.loads``. Its
+file (:func:`encode_shared`) is pickle protocol 5 with the out-of-band buffers
+(a numpy array's data) laid out after the pickle, each aligned, so that the
+slave unpickles straight from a memory map, no copy.
 """
 
 from __future__ import annotations
 
 import contextvars
+import copyreg
 import hashlib
 import io
+import operator
 import os
 import pickle
 import struct
@@ -169,13 +173,33 @@ _SHARED_HEAD: Final = struct.Struct("<8sQQ")
 _SHARED_MAGIC: Final = b"mwpyshr1"
 
 
+#: A handle's pickled form, after the call: its hash (32 bytes), size, port and ``keep``, then its host (UTF-8).
+_HANDLE_KEY: Final = struct.Struct("<32sQH?")
+#: :func:`shared_object`'s code in copyreg's extension registry (unassigned by Python past 255): a handle pickles
+#: as these 3 bytes, not a module and a name, and a slave unpickling one takes the function from copyreg's
+#: cache instead of importing and auditing per task. Both ends register it when they import this module.
+SHARED_OBJECT_CODE: Final = 0x6D77
+
+
+def _handle_key(handle: Shared) -> bytes:
+    fields = _HANDLE_KEY.pack(bytes.fromhex(handle.digest), handle.size, handle.port, handle.keep)
+    return fields + handle.host.encode()
+
+
+def _handle_reduced(handle: Shared) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+    return shared_object, (handle.key,)
+
+
 @attrs.frozen
 class Shared:
     """A handle to an object shared once per slave (``mw.share(obj)``): small, passed as an argument at any depth.
 
     It names the object's file by its SHA-256 (``digest``) and ``size``, and the
     file service it is fetched from; it pickles as a call of
-    :func:`shared_object`, so a slave unpickling the arguments gets the object.
+    :func:`shared_object` with one bytes argument, its ``key``, so a slave
+    unpickling the arguments gets the object. The pickled form is made once,
+    with the handle (a task carries it every time: pickling it costs one
+    call of copyreg's reducer, no hashing, no formatting).
     """
 
     digest: str
@@ -184,12 +208,27 @@ class Shared:
     port: int
     #: False for a task's arguments too large for a frame (:data:`SPILL_ABOVE`): used once, not kept.
     keep: bool = True
+    #: All of the above in a few bytes: what the handle pickles to, and the slave's key to the object it holds.
+    key: bytes = attrs.field(init=False, eq=False, repr=False, default=attrs.Factory(_handle_key, takes_self=True))
+    _reduced: tuple[Callable[[bytes], Any], tuple[bytes]] = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_handle_reduced, takes_self=True)
+    )
 
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int, str, int, bool]]:
-        return shared_object, (self.digest, self.size, self.host, self.port, self.keep)
+    @classmethod
+    def from_key(cls, key: bytes) -> Shared:
+        """The handle whose :attr:`key` is ``key`` (on the slave, the first time a task names it)."""
+        try:
+            digest, size, port, keep = _HANDLE_KEY.unpack_from(key)
+            host = key[_HANDLE_KEY.size :].decode()
+        except (struct.error, UnicodeDecodeError):
+            raise SharedObjectError(f"not a shared object's handle: {key[:80]!r}") from None
+        return cls(digest.hex(), size, host, port, keep)
 
     def __repr__(self) -> str:
         return f"<mwpy.Shared {self.digest[:12]} {self.size} bytes>"
+
+
+copyreg.pickle(Shared, operator.attrgetter("_reduced"))
 
 
 def _path_text(path: str | os.PathLike[str]) -> str:
@@ -242,8 +281,7 @@ _publisher: contextvars.ContextVar[Callable[[str], tuple[Callable[..., Any], tup
 
 def _argument_file(store: Store, path: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     handle, mode = store.publish_file(path)
-    where = (handle.digest, handle.size, handle.host, handle.port)
-    return shared_file, (where, mode, os.path.basename(path))
+    return shared_file, (handle.key, mode, os.path.basename(path))
 
 
 def encode_with(
@@ -270,34 +308,38 @@ def encode_with(
 #: How a slave sends bytes to its master's file service: ``store((host, port), source, size)`` gives their SHA-256.
 Uploader = Callable[[tuple[str, int], IO[bytes], int], str]
 
-_resolver: Callable[[Shared], Any] | None = None
+_resolver: Callable[[bytes], Any] | None = None
 _file_resolver: Callable[[Shared, int, str], File] | None = None
 _store: Uploader | None = None
 
 
 def install_resolver(
-    resolve: Callable[[Shared], Any], resolve_file: Callable[[Shared, int, str], File], store: Uploader
+    resolve: Callable[[bytes], Any], resolve_file: Callable[[Shared, int, str], File], store: Uploader
 ) -> None:
-    """Make ``resolve(handle)`` give the shared objects of this process's arguments, ``resolve_file(handle,
-    mode, name)`` the local copies of its files, and ``store`` send what its results do not carry in a frame
-    (the slave, once it knows its master's secret)."""
+    """Make ``resolve(key)`` give the shared objects of this process's arguments (``key``: a handle's
+    :attr:`Shared.key`), ``resolve_file(handle, mode, name)`` the local copies of its files, and ``store`` send
+    what its results do not carry in a frame (the slave, once it knows its master's secret)."""
     global _resolver, _file_resolver, _store  # one per process: the slave's
     _resolver, _file_resolver, _store = resolve, resolve_file, store
 
 
-def shared_object(digest: str, size: int, host: str, port: int, keep: bool = True) -> Any:
-    """The object a :class:`Shared` handle names (what unpickling the handle calls): the resolver's answer."""
+def shared_object(key: bytes) -> Any:
+    """The object the :class:`Shared` handle of ``key`` names (what unpickling the handle calls): the resolver's
+    answer, looked up by ``key`` itself once the slave holds the object."""
     if _resolver is None:
-        raise SharedObjectError(f"shared object {digest[:12]} can only be used in a task on a slave")
-    return _resolver(Shared(digest, size, host, port, keep))
+        raise SharedObjectError(f"shared object {key[:6].hex()} can only be used in a task on a slave")
+    return _resolver(key)
 
 
-def shared_file(where: tuple[str, int, str, int], mode: int, name: str) -> File:
-    """The local copy of a :class:`File` argument (what unpickling one calls on the slave); ``where`` is its
-    :class:`Shared` handle's fields."""
+copyreg.add_extension(__name__, shared_object.__name__, SHARED_OBJECT_CODE)
+
+
+def shared_file(key: bytes, mode: int, name: str) -> File:
+    """The local copy of a :class:`File` argument (what unpickling one calls on the slave); ``key`` is its
+    :class:`Shared` handle's."""
     if _file_resolver is None:
         raise SharedObjectError(f"file {name!r} can only be used in a task on a slave")
-    return _file_resolver(Shared(*where), mode, name)
+    return _file_resolver(Shared.from_key(key), mode, name)
 
 
 def _padding(offset: int) -> bytes:

@@ -47,7 +47,8 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 7: HandBack says why the slave leaves (a soft-kill signal, its lifetime, its algorithm raised); Hello says when
 #:    the slave will leave by plan.
 #: 8: the file service sends a fetched file's content unframed after its size (sendfile), checked by its hash.
-PROTOCOL_VERSION = 8
+#: 9: a shared object's handle pickles as copyreg extension code 0x6D77 (codec.shared_object) with one bytes key.
+PROTOCOL_VERSION = 9
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
