@@ -684,11 +684,13 @@ def test_an_executor_works_when_no_inotify_instance_is_left(tmp_path: Path) -> N
         """
     )
     limit = "echo 0 > /proc/sys/user/max_inotify_instances"
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", limit], capture_output=True)
+    command = ["unshare", "--user", "--map-root-user", "sh", "-c"]
+    probe = subprocess.run([*command, limit], check=False, capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"no user namespace here to take inotify away in: {probe.stderr.decode(errors='replace')}")
     done = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "sh", "-c", f'{limit} && exec "$0" -c "$1"', PYTHON, script],
+        [*command, f'{limit} && exec "$0" -c "$1"', PYTHON, script],
+        check=False,
         cwd=ROOT,
         capture_output=True,
         text=True,
