@@ -71,6 +71,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
 
 from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch, MasterWatch, ShapedJobs
@@ -457,9 +458,7 @@ class Overseer:
         restarting, say) is logged and tried again after ``RETRY_DELAY`` seconds:
         the overseer outlives its batch system's hiccups.
         """
-        observer = Observer()
-        observer.schedule(_Wake(self.path, self._wake), str(self.path.parent), recursive=False)
-        observer.start()
+        observer = self._watch(poll)
         try:
             next_at = 0.0
             while not stop.is_set():
@@ -483,6 +482,23 @@ class Overseer:
             return Verdict.RUNNING
         finally:
             _stop_quietly(observer)
+
+    def _watch(self, poll: float) -> BaseObserver:
+        """Watch the file's folder: with inotify, else (no inotify instance left: a busy host) by polling it.
+
+        Without a watcher at all the overseer thread died and an Executor waited for slaves for ever.
+        """
+        handler, folder = _Wake(self.path, self._wake), str(self.path.parent)
+        try:
+            observer: BaseObserver = Observer()
+            observer.schedule(handler, folder, recursive=False)
+            observer.start()
+        except OSError as exc:
+            self._log(f"cannot watch {folder} with inotify ({exc}); polling it every {poll:g} s instead")
+            observer = PollingObserver(timeout=poll)
+            observer.schedule(handler, folder, recursive=False)
+            observer.start()
+        return observer
 
     def _note(self, text: str) -> None:
         """Log a line, but not the same line over and over."""
