@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
-import cattrs
+if TYPE_CHECKING:
+    import cattrs
 
 #: How a problem names the items of a list of each type.
 _ITEMS = {str: "strings", int: "integers"}
@@ -69,7 +70,13 @@ def _int_dict(value: Any, _: Any) -> dict[str, int]:
 def converter(*list_items: type) -> cattrs.Converter:
     """A converter for attrs records read from JSON: str, int, bool, finite numbers, ``dict[str, int]``
     and ``list[T]`` for each ``T`` in ``list_items`` (str or int), each exactly; extra keys are ignored
-    (a newer writer may add some)."""
+    (a newer writer may add some).
+
+    cattrs is imported here, not with this module: a process that only writes JSON (a master writing its
+    resource file) or reads peers' headers (:func:`loads`) does not wait for it.
+    """
+    import cattrs  # noqa: PLC0415 - see above
+
     strict = cattrs.Converter(forbid_extra_keys=False)
     strict.register_structure_hook(str, _exactly(str))
     strict.register_structure_hook(int, _exactly(int))

@@ -110,3 +110,11 @@ def test_a_master_loads_its_optional_parts_only_with_their_options(tmp_path: Pat
     assert OPTIONAL.isdisjoint(plain)
     everything = master_with("--mw-journal", str(tmp_path / "j.db"), "--mw-events", str(tmp_path / "e.jsonl"))
     assert {"mwpy.core.journal", "sqlite3", "mwpy.observe.events", "mwpy.observe.goodput"} <= everything
+
+
+def test_an_executor_master_imports_neither_the_file_watcher_nor_cattrs() -> None:
+    """A short script waits for ``import mwpy`` and the Executor's constructor before its first slave starts
+    (issue 21 item 4): the overseer's thread imports watchdog after it started the slaves, and cattrs with
+    the first read of the resource file; the master only writes the file."""
+    loaded = loaded_after("import mwpy.executor")
+    assert not {name for name in loaded if name.split(".")[0] in ("watchdog", "cattrs")}
