@@ -424,6 +424,7 @@ class _Service:
         self._waiting: set[Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
         self._streams: weakref.WeakSet[MapStream[Any]] = weakref.WeakSet()  # map streams (to cancel or break)
         self._withdrawn: list[MapStream[Any]] = []  # streams closed or cancelled: pull back what slaves hold
+        self._to_wake: list[MapStream[Any]] = []  # streams whose caller sleeps on a value come this pass (engine's)
         #: Calls of map streams handed over (under _lock) and resolved (by the engine's thread alone).
         self._map_submitted = 0
         self.map_resolved = 0
@@ -465,6 +466,10 @@ class _Service:
         with self._taken:
             while len(self._incoming) > 1 and self._broken is None and self._thread.is_alive():
                 self._taken.wait(TICK)
+
+    def wake_later(self, stream: MapStream[Any]) -> None:
+        """``stream``'s caller sleeps on a value that came: wake it once this pass is over (engine's thread)."""
+        self._to_wake.append(stream)
 
     def withdraw(self, stream: MapStream[Any]) -> None:
         """A map stream closed or cancelled: its calls in slaves' windows are asked back (engine's thread)."""
@@ -518,6 +523,7 @@ class _Service:
                 while True:
                     self._take_submissions()
                     self._pull_back()
+                    self._wake_callers()
                     with self._lock:
                         if self._closing and self._idle():
                             break
@@ -550,6 +556,12 @@ class _Service:
             for future in futures:
                 if future._task_id in held:  # out of the master's queue: nothing else will reach it here
                     future._notify_cancelled()
+
+    def _wake_callers(self) -> None:
+        """Wake the map callers whose awaited value came in the last pass (engine's thread)."""
+        streams, self._to_wake = self._to_wake, []
+        for stream in streams:
+            stream.wake()
 
     def _take_submissions(self) -> None:
         with self._lock:

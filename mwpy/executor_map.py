@@ -58,6 +58,9 @@ class Service(Protocol):
     def withdraw(self, stream: MapStream[Any]) -> None:
         """Have the engine's thread call :meth:`MapStream.pull_back`."""
 
+    def wake_later(self, stream: MapStream[Any]) -> None:
+        """Have the engine's thread call :meth:`MapStream.wake` once its pass is over (engine's thread)."""
+
 
 class MapStream(Generic[R]):
     """One ``Executor.map`` call: inputs in (caller's thread), results out in input order (engine's thread in).
@@ -190,8 +193,17 @@ class MapStream(Generic[R]):
         if self.open:
             self._arrived[item.index] = outcome
             if self._awaited == item.index:
-                with self._wakeup:
-                    self._wakeup.notify()
+                self.service.wake_later(self)
+
+    def wake(self) -> None:
+        """Wake the caller, asleep on a value that came in the engine's last pass (engine's thread).
+
+        Not as the value comes: a frame brings many results, and a caller woken
+        by the first took the GIL from the engine's thread while it filed the
+        rest, then slept again on the next: a hand-over per value, not per pass.
+        """
+        with self._wakeup:
+            self._wakeup.notify()
 
     def pull_back(self, intake: Intake) -> None:
         """Calls not started end as cancelled now, as cancelled futures do: those in slaves' windows are asked

@@ -669,3 +669,32 @@ def test_the_slaves_start_with_the_executor_not_with_its_first_call() -> None:
     for the master's next resource file (debounced, 1 s) and then for a slave to start."""
     with mwpy.Executor(max_workers=2) as ex:
         wait_until(lambda: ex._master._sched.connected()["unordered"] == 2, 60, "both slaves to connect, unasked")
+
+
+def test_an_executor_works_when_no_inotify_instance_is_left(tmp_path: Path) -> None:
+    # Seen on a busy machine (this session's benchmark runs): watchdog's inotify observer could not start
+    # ("inotify instance limit reached"), the overseer thread died, and map() waited for slaves for ever.
+    # A user namespace whose limit is 0 gives this process no inotify instance, touching nobody else's limit.
+    script = textwrap.dedent(
+        """
+        import mwpy
+        from tests.programs import executor_work as work
+        with mwpy.Executor(max_workers=2) as ex:
+            print(sum(ex.map(work.square, range(100))))
+        """
+    )
+    limit = "echo 0 > /proc/sys/user/max_inotify_instances"
+    command = ["unshare", "--user", "--map-root-user", "sh", "-c"]
+    probe = subprocess.run([*command, limit], check=False, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no user namespace here to take inotify away in: {probe.stderr.decode(errors='replace')}")
+    done = subprocess.run(
+        [*command, f'{limit} && exec "$0" -c "$1"', PYTHON, script],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (0, f"{sum(x * x for x in range(100))}\n"), done.stderr
+    assert "Traceback" not in done.stderr

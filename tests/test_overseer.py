@@ -29,7 +29,6 @@ from mwpy import backends, overseer_state, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.pool import watch
 from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend, write_job
@@ -499,34 +498,6 @@ def test_a_rewrite_during_the_first_reconciliation_is_not_missed(rf: Path) -> No
     finally:
         stop.set()
         thread.join()
-
-
-def test_an_overseer_whose_file_watcher_cannot_start_says_so_and_still_reconciles(
-    rf: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """inotify instances are a per-user limit (128 by default) that other programs can use up: the overseer
-    then reconciles on its timer alone, and an Executor's slaves still start. (Simulated: exhausting the real
-    limit would break every other user's watchers on the machine.)"""
-
-    def no_instance_left() -> None:
-        raise OSError(24, "inotify instance limit reached")
-
-    monkeypatch.setattr(watch, "Observer", no_instance_left)
-    write_resource(rf, needed=0)
-    backend = FakeBackend()
-    lines: list[str] = []
-    stop = threading.Event()
-    watcher = Overseer(rf, backend, Limits(), log=lines.append)
-    thread = threading.Thread(target=watcher.run, args=(stop,), kwargs={"interval": 0.1, "poll": 0.02})
-    thread.start()
-    try:
-        wait_until(lambda: any("cannot watch the resource file" in line for line in lines), 10, "the overseer to say")
-        write_resource(rf, needed=2)
-        wait_until(lambda: backend.submitted == [2], 10, "a reconciliation on the timer")
-    finally:
-        stop.set()
-        thread.join()
-    assert thread.is_alive() is False
 
 
 # ---------------------------------------------------------------------- the local back end

@@ -51,7 +51,6 @@ are held, and why jobs were submitted or removed.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
 import threading
@@ -449,8 +448,7 @@ class Overseer:
         The first reconciliation comes before the file watcher starts: it starts
         the first slaves, which a short script waits for, while watchdog is
         imported and its threads start; a rewrite in between wakes the loop.
-        A watcher that cannot start (no inotify instance left: a per-user limit)
-        is said once, and the overseer reconciles every ``interval`` only.
+        With no inotify instance left (a busy host) the folder is polled instead.
         """
         before = _stamp(self.path)
         if stop.is_set():
@@ -460,11 +458,7 @@ class Overseer:
             return verdict or Verdict.RUNNING
         from mwpy.pool.watch import watching  # noqa: PLC0415 - see above: after the first slaves started
 
-        with contextlib.ExitStack() as watch:
-            try:
-                watch.enter_context(watching(self.path, self._wake))
-            except OSError as exc:
-                self._note(f"cannot watch the resource file ({exc}): reconciling every {interval:g} s only")
+        with watching(self.path, self._wake, poll=poll, log=self._log):
             if _stamp(self.path) != before:
                 self._wake.set()
             while True:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from watchdog.events import (
@@ -24,16 +24,29 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
 
 _CHANGES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED, EVENT_TYPE_DELETED})
 
 
 @contextlib.contextmanager
-def watching(path: Path, wake: threading.Event) -> Iterator[None]:
-    """Set ``wake`` whenever the file at ``path`` (a real path) is written or renamed into place, until the end."""
-    observer = Observer()
-    observer.schedule(_Wake(path, wake), str(path.parent), recursive=False)
-    observer.start()
+def watching(path: Path, wake: threading.Event, *, poll: float, log: Callable[[str], None]) -> Iterator[None]:
+    """Set ``wake`` whenever the file at ``path`` (a real path) is written or renamed into place, until the end.
+
+    With inotify, else (no inotify instance left: a busy host; said through ``log``) by polling the folder
+    every ``poll`` seconds: without a watcher at all the overseer's thread died and an Executor waited for
+    slaves for ever.
+    """
+    handler, folder = _Wake(path, wake), str(path.parent)
+    try:
+        observer: BaseObserver = Observer()
+        observer.schedule(handler, folder, recursive=False)
+        observer.start()
+    except OSError as exc:
+        log(f"cannot watch {folder} with inotify ({exc}); polling it every {poll:g} s instead")
+        observer = PollingObserver(timeout=poll)
+        observer.schedule(handler, folder, recursive=False)
+        observer.start()
     try:
         yield
     finally:
