@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import attrs
-import cattrs
 
 from mwpy import safe_files, strict_json
 from mwpy.errors import InvalidResourceFileError, ResourceFileError, UnsafeFileError
@@ -234,11 +233,9 @@ class ResourceFile:
         return not self.finished and self.overdue(now) > limit
 
 
-_converter = strict_json.converter(str, int)
-
-
 def dumps(record: ResourceFile) -> str:
-    return json.dumps(_converter.unstructure(record), indent=2, sort_keys=True) + "\n"
+    """The file's text (plain attrs: every value is already JSON's, so no converter is needed to write it)."""
+    return json.dumps(attrs.asdict(record), indent=2, sort_keys=True) + "\n"
 
 
 def _one_line(text: object) -> str:
@@ -303,15 +300,9 @@ def loads(text: str, source: str = "resource file") -> ResourceFile:
     if data.get("version") != VERSION or type(data.get("version")) is not int:
         raise _invalid(source, f"resource file version {data.get('version')!r}, this mwpy reads version {VERSION}")
     try:
-        record = _converter.structure(data, ResourceFile)
-    except Exception as exc:
-        problems = (
-            "; ".join(cattrs.transform_error(exc, format_exception=strict_json.describe))
-            if isinstance(exc, cattrs.BaseValidationError)
-            else exc
-        )
+        return strict_json.structure(data, ResourceFile)
+    except strict_json.Problems as problems:
         raise _invalid(source, problems) from None
-    return record
 
 
 def read(path: str | os.PathLike[str]) -> ResourceFile:

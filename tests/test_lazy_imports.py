@@ -89,6 +89,7 @@ def test_a_slave_loads_no_part_of_the_master(tmp_path: Path) -> None:
     assert "mwpy.slave" in modules
     assert "mwpy.calls" in modules  # the built-in task algorithms are there for an Executor's tasks
     assert (MASTER_ONLY | OPTIONAL).isdisjoint(modules)
+    assert "cattrs" not in modules  # the resource file is read without it: a slave connects sooner
 
 
 def test_a_master_loads_its_optional_parts_only_with_their_options(tmp_path: Path) -> None:
@@ -110,3 +111,11 @@ def test_a_master_loads_its_optional_parts_only_with_their_options(tmp_path: Pat
     assert OPTIONAL.isdisjoint(plain)
     everything = master_with("--mw-journal", str(tmp_path / "j.db"), "--mw-events", str(tmp_path / "e.jsonl"))
     assert {"mwpy.core.journal", "sqlite3", "mwpy.observe.events", "mwpy.observe.goodput"} <= everything
+
+
+def test_an_executor_master_imports_neither_the_file_watcher_nor_cattrs() -> None:
+    """A short script waits for ``import mwpy`` and the Executor's constructor before its first slave starts
+    (issue 21 item 4): the overseer's thread imports watchdog after it started the slaves, and the resource
+    file is written and read without cattrs."""
+    loaded = loaded_after("import mwpy.executor")
+    assert not {name for name in loaded if name.split(".")[0] in ("watchdog", "cattrs")}

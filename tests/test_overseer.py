@@ -471,6 +471,35 @@ def test_the_watcher_wakes_on_rewrites_of_the_file_and_not_on_the_overseer_s_own
         thread.join()
 
 
+@attrs.define
+class RewritingBackend(FakeBackend):
+    """Rewrites the resource file the first time the overseer looks at the queue: a master writing its next
+    file while the overseer makes its first reconciliation, before its file watcher has started."""
+
+    path: Path | None = None
+
+    def jobs(self) -> list[Job]:
+        if self.path is not None:
+            write_resource(self.path, needed=2)
+            self.path = None
+        return super().jobs()
+
+
+def test_a_rewrite_during_the_first_reconciliation_is_not_missed(rf: Path) -> None:
+    """The watcher starts after the first reconciliation (the first slaves start sooner): a file written in
+    between must still wake the overseer, not wait for the next interval (an hour here)."""
+    write_resource(rf, needed=0)
+    backend = RewritingBackend(path=rf)
+    stop = threading.Event()
+    thread = threading.Thread(target=overseer(rf, backend).run, args=(stop,), kwargs={"interval": 3600.0, "poll": 0.02})
+    thread.start()
+    try:
+        wait_until(lambda: backend.submitted == [2], 10, "a reconciliation of the file written during the first")
+    finally:
+        stop.set()
+        thread.join()
+
+
 # ---------------------------------------------------------------------- the local back end
 
 

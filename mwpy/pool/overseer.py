@@ -1,6 +1,6 @@
 """The overseer: keeps a batch system's slave jobs matched to what the master asks for.
 
-It watches the resource file (watchdog: it reacts within moments of a rewrite)
+It watches the resource file (watchdog, mwpy/pool/watch.py: it reacts within moments of a rewrite)
 and also reconciles on a timer. Each reconciliation is idempotent: it compares
 the jobs in the queue with the slaves the master wants and only then submits
 or removes, so repeated events never over-submit, and a restarted overseer
@@ -52,7 +52,6 @@ are held, and why jobs were submitted or removed.
 from __future__ import annotations
 
 import enum
-import logging
 import os
 import threading
 import time
@@ -60,18 +59,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-from watchdog.events import (
-    EVENT_TYPE_CLOSED,
-    EVENT_TYPE_CREATED,
-    EVENT_TYPE_DELETED,
-    EVENT_TYPE_MODIFIED,
-    EVENT_TYPE_MOVED,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
-from watchdog.observers.polling import PollingObserver
 
 from mwpy import resource_file
 from mwpy.backends import Backend, Job, JobState, Launch, MasterWatch, ShapedJobs
@@ -457,48 +444,53 @@ class Overseer:
         found none of its jobs left. A failing reconciliation (the schedd is
         restarting, say) is logged and tried again after ``RETRY_DELAY`` seconds:
         the overseer outlives its batch system's hiccups.
+
+        The first reconciliation comes before the file watcher starts: it starts
+        the first slaves, which a short script waits for, while watchdog is
+        imported and its threads start; a rewrite in between wakes the loop.
+        With no inotify instance left (a busy host) the folder is polled instead.
         """
-        observer = self._watch(poll)
-        try:
-            next_at = 0.0
-            while not stop.is_set():
-                now = time.monotonic()
-                try:
-                    self.backend.poll()
-                    if self._wake.is_set() or now >= next_at:
-                        self._wake.clear()
-                        next_at = now + interval
-                        decision = self.reconcile()
-                        if decision.verdict in (Verdict.INVALID, Verdict.ABANDONED):
-                            return decision.verdict
-                        if decision.verdict is Verdict.FINISHED:
-                            if not decision.idle + decision.running + decision.held:
-                                return Verdict.FINISHED
-                            next_at = now + min(interval, RETRY_DELAY)  # see that they are gone
-                except Exception as exc:
-                    self._note(f"reconciliation failed: {exc} (trying again in {min(interval, RETRY_DELAY):g} s)")
-                    next_at = now + min(interval, RETRY_DELAY)
-                self._wake.wait(poll)
+        before = _stamp(self.path)
+        if stop.is_set():
             return Verdict.RUNNING
-        finally:
-            _stop_quietly(observer)
+        verdict, next_at = self._turn(0.0, interval)
+        if verdict is not None or stop.is_set():
+            return verdict or Verdict.RUNNING
+        from mwpy.pool.watch import watching  # noqa: PLC0415 - see above: after the first slaves started
 
-    def _watch(self, poll: float) -> BaseObserver:
-        """Watch the file's folder: with inotify, else (no inotify instance left: a busy host) by polling it.
+        with watching(self.path, self._wake, poll=poll, log=self._log):
+            if _stamp(self.path) != before:
+                self._wake.set()
+            while True:
+                self._wake.wait(poll)
+                if stop.is_set():
+                    return Verdict.RUNNING
+                verdict, next_at = self._turn(next_at, interval)
+                if verdict is not None:
+                    return verdict
 
-        Without a watcher at all the overseer thread died and an Executor waited for slaves for ever.
+    def _turn(self, next_at: float, interval: float) -> tuple[Verdict | None, float]:
+        """One turn of :meth:`run`: poll the back end, and reconcile if woken or due (at ``next_at``).
+
+        Returns the verdict that ends the run (None: go on) and when the next reconciliation is due.
         """
-        handler, folder = _Wake(self.path, self._wake), str(self.path.parent)
+        now = time.monotonic()
         try:
-            observer: BaseObserver = Observer()
-            observer.schedule(handler, folder, recursive=False)
-            observer.start()
-        except OSError as exc:
-            self._log(f"cannot watch {folder} with inotify ({exc}); polling it every {poll:g} s instead")
-            observer = PollingObserver(timeout=poll)
-            observer.schedule(handler, folder, recursive=False)
-            observer.start()
-        return observer
+            self.backend.poll()
+            if self._wake.is_set() or now >= next_at:
+                self._wake.clear()
+                next_at = now + interval
+                decision = self.reconcile()
+                if decision.verdict in (Verdict.INVALID, Verdict.ABANDONED):
+                    return decision.verdict, next_at
+                if decision.verdict is Verdict.FINISHED:
+                    if not decision.idle + decision.running + decision.held:
+                        return Verdict.FINISHED, next_at
+                    next_at = now + min(interval, RETRY_DELAY)  # see that they are gone
+        except Exception as exc:
+            self._note(f"reconciliation failed: {exc} (trying again in {min(interval, RETRY_DELAY):g} s)")
+            next_at = now + min(interval, RETRY_DELAY)
+        return None, next_at
 
     def _note(self, text: str) -> None:
         """Log a line, but not the same line over and over."""
@@ -517,6 +509,16 @@ def _real_path(path: Path) -> Path:
         return path.resolve()
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop on Python < 3.13
         return Path(os.path.abspath(path))
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of the file from the next (inode, size, modification time), or None if absent:
+    the master renames each version into place."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _counts(jobs: list[Job]) -> dict[str, int]:
@@ -572,36 +574,3 @@ def _explain_jobs(jobs: list[Job], now: float | None = None) -> list[str]:
     if len(held) > HELD_NAMED:
         reasons.append(f"{len(held) - HELD_NAMED} more held")
     return reasons
-
-
-def _stop_quietly(observer: BaseObserver) -> None:
-    """Stop the watcher without watchdog's harmless "called when the thread is inactive" error.
-
-    Stopping races the inotify reader thread, which then logs an ERROR (watchdog
-    PR 963) that a user of ``mwpy local`` would take for a failure.
-    """
-    log = logging.getLogger("watchdog.observers.inotify")
-    level = log.level
-    log.setLevel(logging.CRITICAL)
-    try:
-        observer.stop()
-        observer.join()
-    finally:
-        log.setLevel(level)
-
-
-class _Wake(FileSystemEventHandler):
-    """Sets an event when the resource file is written or renamed into place."""
-
-    def __init__(self, path: Path, wake: threading.Event) -> None:
-        self._path = str(path)
-        self._wake = wake
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        # Only changes wake the overseer: watchdog also reports opens and reads, and the overseer's
-        # own reading of the file would otherwise wake it again, forever (a core spent spinning).
-        if event.event_type in _CHANGES and self._path in (event.src_path, getattr(event, "dest_path", "")):
-            self._wake.set()
-
-
-_CHANGES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED, EVENT_TYPE_DELETED})
