@@ -96,23 +96,6 @@ def test_every_wrong_key_is_named_in_the_one_line() -> None:
     )
 
 
-def test_problems_inside_the_task_board_and_shapes_name_their_path() -> None:
-    flight = {"slave": "a", "since": 1, "tasks": ["x"]}
-    assert fields_problem(task_board={"issued": 1, "flights": [flight]}) == (
-        "expected a list of integers, it holds a value of type str @ $.task_board.flights[0].tasks"
-    )
-    assert fields_problem(task_board={"issued": -1}) == "'issued' must be >= 0: -1 @ $.task_board"
-    assert fields_problem(task_board=[1]) == "expected an object, got list @ $.task_board"
-    assert fields_problem(task_board={"issued": 1, "flights": 5}) == "expected a list, got int @ $.task_board.flights"
-    assert fields_problem(task_board={"flights": []}) == "required key missing @ $.task_board.issued"
-    assert fields_problem(shapes=[{"resources": "cpus=2", "tasks": 1, "slaves": 0}, {"tasks": "1"}]) == (
-        "required key missing @ $.shapes[1].resources; expected int, got str @ $.shapes[1].tasks; "
-        "required key missing @ $.shapes[1].slaves"
-    )
-    record = resource_file.loads(json.dumps(resource_fields(task_board=None, computation_status="finished")))
-    assert (record.task_board, record.finished) == (None, True)
-
-
 def test_a_missing_key_is_named() -> None:
     fields = resource_fields()
     del fields["master_port"]
