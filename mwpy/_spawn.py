@@ -27,6 +27,10 @@ import types
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
+#: Set in the user's script module while a slave runs it: see mwpy.executor's check of it.
+LOADING = "__mwpy_slave_loading__"
+
+
 def _load_script(path: str) -> None:
     """Run the user's script as module ``__mp_main__``, also known as ``__main__``."""
     module = types.ModuleType("__mp_main__")
@@ -35,7 +39,9 @@ def _load_script(path: str) -> None:
     sys.modules["__main__"] = module
     with open(path, "rb") as source:
         code = compile(source.read(), path, "exec")
+    module.__dict__[LOADING] = True  # mwpy.Executor() refuses to start while this is set (no spawn loop)
     exec(code, module.__dict__)
+    del module.__dict__[LOADING]
 
 
 def _main() -> int:

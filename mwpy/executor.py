@@ -219,6 +219,12 @@ class Executor(concurrent.futures.Executor):
         resources: Shape | None = None,
         slave_resources: Shape | Sequence[Shape] | None = None,
     ) -> None:
+        if getattr(sys.modules.get("__main__"), "__mwpy_slave_loading__", False):  # set by mwpy/_spawn.py
+            # multiprocessing's spawn refuses the same way: else every slave starts slaves, without end.
+            raise ConfigurationError(
+                "mwpy.Executor() was called while a slave loaded the script: "
+                'guard its work with `if __name__ == "__main__":`'
+            )
         if max_workers is None:
             max_workers = os.cpu_count() or 1
         if max_workers <= 0:

@@ -698,3 +698,29 @@ def test_an_executor_works_when_no_inotify_instance_is_left(tmp_path: Path) -> N
     )
     assert (done.returncode, done.stdout) == (0, f"{sum(x * x for x in range(100))}\n"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_script_without_a_main_guard_breaks_the_executor_at_once(tmp_path: Path) -> None:
+    # Slaves load the script as multiprocessing's spawn does. Without the guard its Executor ran again in
+    # every slave, whose slaves ran it again: processes without end and a map that never returned. The
+    # standard library refuses the same mistake with a RuntimeError; mwpy breaks the executor and says why.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import mwpy
+
+            def square(x):
+                return x * x
+
+            with mwpy.Executor(max_workers=2) as ex:
+                print(ex.submit(square, 3).result(timeout=60))
+            """
+        )
+    )
+    done = subprocess.run([PYTHON, str(script)], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("concurrent.futures._base.BrokenExecutor: the mwpy executor stopped"), done.stderr
+    assert 'guard its work with `if __name__ == "__main__":`' in last
