@@ -27,21 +27,19 @@ import types
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-#: Set in the user's script module while a slave runs it: see mwpy.executor's check of it.
-LOADING = "__mwpy_slave_loading__"
-
-
 def _load_script(path: str) -> None:
     """Run the user's script as module ``__mp_main__``, also known as ``__main__``."""
+    from mwpy.names import SLAVE_LOADING_MARK  # noqa: PLC0415 (sys.path is fixed by now)
+
     module = types.ModuleType("__mp_main__")
     module.__file__ = path
     sys.modules["__mp_main__"] = module
     sys.modules["__main__"] = module
     with open(path, "rb") as source:
         code = compile(source.read(), path, "exec")
-    module.__dict__[LOADING] = True  # mwpy.Executor() refuses to start while this is set (no spawn loop)
+    module.__dict__[SLAVE_LOADING_MARK] = True  # mwpy.Executor() refuses to start while this is set
     exec(code, module.__dict__)
-    del module.__dict__[LOADING]
+    del module.__dict__[SLAVE_LOADING_MARK]
 
 
 def _main() -> int:

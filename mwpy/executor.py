@@ -69,7 +69,7 @@ from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.intake import Intake
 from mwpy.master import Master
-from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
+from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SLAVE_LOADING_MARK, SPAWN_COPY
 from mwpy.net.engine import TICK
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
@@ -219,7 +219,7 @@ class Executor(concurrent.futures.Executor):
         resources: Shape | None = None,
         slave_resources: Shape | Sequence[Shape] | None = None,
     ) -> None:
-        if getattr(sys.modules.get("__main__"), "__mwpy_slave_loading__", False):  # set by mwpy/_spawn.py
+        if getattr(sys.modules.get("__main__"), SLAVE_LOADING_MARK, False):  # set by mwpy/_spawn.py
             # multiprocessing's spawn refuses the same way: else every slave starts slaves, without end.
             raise ConfigurationError(
                 "mwpy.Executor() was called while a slave loaded the script: "

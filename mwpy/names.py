@@ -29,6 +29,9 @@ SPAWN_COPY: Final = "mwpy_spawn.py"
 INITIALIZER_FILE: Final = "mwpy_initializer.pickle"
 #: Files SQLite keeps next to the journal (``--mw-journal``) in WAL mode: the journal's suffix and these.
 JOURNAL_SIDE_FILES: Final = ("-wal", "-shm")
+#: Set in the user's script module while an Executor's slave loads it (mwpy/_spawn.py): mwpy.Executor() refuses
+#: to start then, as multiprocessing's spawn does, or every slave would start slaves without end.
+SLAVE_LOADING_MARK: Final = "__mwpy_slave_loading__"
 #: What a local slave wrote on its stdout and stderr, in its sandbox.
 SLAVE_STDOUT: Final = "slave.out"
 SLAVE_STDERR: Final = "slave.err"
