@@ -47,7 +47,7 @@ from mwpy import (
 )
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError
-from mwpy.job_ad import own_job_id
+from mwpy.job_ad import machine_ad_text, own_job_id
 from mwpy.lifetime import Lifetime, Retirement
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
@@ -778,7 +778,9 @@ def _handshake(
     local = "{}:{}".format(*sock.getsockname()[:2])
     offer = () if shape is None else attrs.astuple(shape)
     host, pid = socket.gethostname(), os.getpid()
-    hello = protocol.Hello(endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), offer, leave_at)
+    hello = protocol.Hello(
+        endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), offer, leave_at, machine_ad_text()
+    )
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:

@@ -34,6 +34,7 @@ import attrs
 from mwpy.core.news import News
 from mwpy.core.shapes import Shapes, fits
 from mwpy.errors import ConfigurationError
+from mwpy.matching import Offer
 from mwpy.resources import Resources
 from mwpy.task import Policy, Result, Task
 
@@ -165,7 +166,7 @@ class _Slot:
         "sid", "kind", "shape", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven",
     )  # fmt: skip
 
-    def __init__(self, sid: str, kind: SlaveKind, shape: Resources | None) -> None:
+    def __init__(self, sid: str, kind: SlaveKind, shape: Offer | None) -> None:
         self.sid = sid
         self.kind = kind
         self.shape = shape  # what it offers, as its Hello said (mwpy/core/shapes.py)
@@ -563,14 +564,15 @@ class Scheduler:
 
     # ------------------------------------------------------------------ slaves
 
-    def join(self, sid: str, shape: Resources | None = None) -> SlaveKind:
-        """A slave connected (offering ``shape``): put it in the first group that still needs slaves."""
+    def join(self, sid: str, shape: Offer | Resources | None = None) -> SlaveKind:
+        """A slave connected (offering ``shape``, a bare shape or with its slot's ad): put it in the first group
+        that still needs slaves."""
         kind = SlaveKind.UNORDERED
         for wanted in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
             if self._acquired[wanted] < self._desired[wanted]:
                 kind = wanted
                 break
-        self._slots[sid] = _Slot(sid, kind, shape)
+        self._slots[sid] = _Slot(sid, kind, Offer(shape) if isinstance(shape, Resources) else shape)
         self._acquired[kind] += 1
         self._hungry.add(sid)
         if kind is not SlaveKind.UNORDERED:

@@ -15,19 +15,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from mwpy.matching import Offer
 from mwpy.resources import Resources
 
 
-def fits(shape: Resources | None, need: Resources | None) -> bool:
-    """Whether a slave of ``shape`` may run a task needing ``need`` (a slave of no known shape: only needless tasks)."""
-    return need is None or (shape is not None and shape.satisfies(need))
+def fits(offer: Offer | None, need: Resources | None) -> bool:
+    """Whether a slave offering ``offer`` may run a task needing ``need`` (a slave of no known shape: only
+    needless tasks). Requirements are evaluated against the slave's slot (mwpy/matching.py)."""
+    return need is None or (offer is not None and offer.serves(need))
 
 
 class Shapes:
     """The shapes on offer, and whether any task has asked for resources yet."""
 
     def __init__(self) -> None:
-        self.offered: tuple[Resources, ...] = ()
+        self.offered: tuple[Offer, ...] = ()
         #: True once a task with resources was submitted: from then on dispatch matches tasks to slaves.
         self.active = False
         #: Tasks not answered yet (queued or running), per need.
@@ -35,16 +37,16 @@ class Shapes:
 
     def offer(self, shapes: Sequence[Resources]) -> None:
         """The master's slaves will have these shapes (none: any need may yet be met by a slave to come)."""
-        self.offered = tuple(shapes)
+        self.offered = tuple(Offer(shape) for shape in shapes)
 
     def take(self, need: Resources) -> str | None:
         """A task needing ``need`` arrived (counted until :meth:`settled`): why no slave on offer can ever run
         it (one line), or None when one can."""
         self.active = True
         self.demand[need] += 1
-        if not self.offered or any(shape.satisfies(need) for shape in self.offered):
+        if not self.offered or any(offer.serves(need) for offer in self.offered):
             return None
-        offer = "; ".join(dict.fromkeys(shape.describe() for shape in self.offered))
+        offer = "; ".join(dict.fromkeys(offer.shape.describe() for offer in self.offered))
         return f"needs {need.describe()}, and no slave on offer has it (the slaves' shapes: {offer})"
 
     def settled(self, need: Resources | None) -> None:
@@ -54,10 +56,10 @@ class Shapes:
             if not self.demand[need]:
                 del self.demand[need]
 
-    def report(self, slaves: Iterable[Resources | None]) -> list[tuple[Resources, int, int]]:
+    def report(self, slaves: Iterable[Offer | None]) -> list[tuple[Resources, int, int]]:
         """(need, tasks not answered, connected slaves that satisfy it) for each need with tasks."""
-        shapes = list(slaves)
+        offers = list(slaves)
         return [
-            (need, tasks, sum(fits(shape, need) for shape in shapes))
+            (need, tasks, sum(fits(offer, need) for offer in offers))
             for need, tasks in sorted(self.demand.items(), key=lambda item: str(item[0]))
         ]

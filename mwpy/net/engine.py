@@ -31,6 +31,7 @@ from mwpy.core.facts import Cause, Facts
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import ProtocolError
+from mwpy.matching import Offer
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
 from mwpy.net.spin import Spinner
 from mwpy.options import Options
@@ -183,7 +184,7 @@ class Engine:
         peer.sid = sid
         peer.max_out = peer.session.max_send
         self._by_sid[sid] = peer
-        kind = self._sched.join(sid, Resources(*hello.shape) if hello.shape else None)
+        kind = self._sched.join(sid, Offer(Resources(*hello.shape), hello.machine_ad) if hello.shape else None)
         self._whom[sid] = (hello.host, hello.pid)
         self._net.queue(peer, data)
         if hello.leave_at:
