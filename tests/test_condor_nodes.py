@@ -302,3 +302,35 @@ def test_the_overseer_keeps_a_slave_job_shape_per_need_and_each_task_runs_on_a_s
         else:
             assert (ad["MwpyShape"], node) == (node1, "1"), (ad, node)
             assert "MwpyNode == 1" in str(ad["Requirements"]), ad
+
+
+def test_slaves_no_overseer_made_serve_the_tasks_their_slot_s_machine_ad_satisfies(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """Issue 24: a task's requirements are evaluated against the slave's slot (its machine ad), not compared
+    with the slave's own as text. Two slaves.sub clusters, neither made for a need (no ``MwpyShape``): one on
+    node 1, one on node 2 asking for the memory the big tasks need. The ``MwpyNode == 1`` tasks run on the
+    node-1 slave (before, they waited for ever: no slave offered that text), the big ones on node 2."""
+    gate = condor_workdir / "gate"
+    gate.touch()  # the master returns once its six tasks are answered
+    setup_workdir(two_nodes, condor_workdir, ["two_needs.py"])
+    master = submit_master(
+        two_nodes,
+        condor_workdir,
+        "program=two_needs.py",
+        f"program_args={gate} {BIG_MB}",
+        f"master_options=--mw-master-host {two_nodes.facts['address']}",
+        f"slave_python={two_nodes.job_python}",
+    )
+    node1 = two_nodes.condor_submit(
+        condor_workdir, "submit/slaves.sub", "program=two_needs.py", "slaves=1", "requirements = (MwpyNode =?= 1)",
+        f"slave_python={two_nodes.job_python}",
+    )  # fmt: skip
+    big = two_nodes.condor_submit(
+        condor_workdir, "submit/slaves.sub", "program=two_needs.py", "slaves=1", f"slave_memory={BIG_MB}",
+        "requirements = (MwpyNode =?= 2)", f"slave_python={two_nodes.job_python}",
+    )  # fmt: skip
+    out = wait_master_done(condor_workdir, master)
+    lines = [line.split() for line in out.splitlines() if line.startswith(("big ", "node1 "))]
+    ran = sorted((kind, job.split(".")[0], node) for kind, job, node, _ in lines)
+    assert ran == [("big", str(big), "2")] * 3 + [("node1", str(node1), "1")] * 3, logs(condor_workdir)
