@@ -132,6 +132,17 @@ class Need:
 
 
 @attrs.frozen
+class TooLong:
+    """Listed queued tasks of ``algorithm`` that no connected slave would start: each leaves by plan (its
+    lifetime) before the longest run of that algorithm it measured (``seconds``, the longest of them; of any
+    algorithm where it ran none), times the slaves' margin, would end (mwpy/lifetime.py's rule)."""
+
+    algorithm: str
+    seconds: float = attrs.field(validator=_not_negative)
+    runs: list[int] = attrs.field(validator=_runs)
+
+
+@attrs.frozen
 class TaskBoard:
     """Where each task stands, bounded: what ``mwpy status --explain TASK`` reads (docs/resource-file.md).
 
@@ -147,10 +158,8 @@ class TaskBoard:
     queued_beyond: int = attrs.field(default=0, validator=_not_negative)
     #: What the listed queued tasks ask of a slave, for those that ask anything.
     needs: list[Need] = attrs.Factory(list)
-    #: Seconds the connected slaves' tasks have taken (the longest of their mean run times; 0: none measured),
-    #: and how many connected slaves leave by plan (their lifetime) before a task that long would end.
-    task_seconds: float = attrs.field(default=0.0, validator=_not_negative)
-    slaves_leaving: int = attrs.field(default=0, validator=_not_negative)
+    #: Listed queued tasks, per algorithm, that every connected slave would refuse for its lifetime.
+    too_long: list[TooLong] = attrs.Factory(list)
 
 
 @attrs.frozen

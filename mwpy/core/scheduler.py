@@ -34,6 +34,7 @@ import attrs
 from mwpy.core.news import News
 from mwpy.core.shapes import Shapes, fits
 from mwpy.errors import ConfigurationError
+from mwpy.lifetime import RunTimes
 from mwpy.matching import Offer
 from mwpy.resources import Resources
 from mwpy.task import Policy, Result, Task
@@ -163,7 +164,8 @@ class _Slot:
     """The scheduler's view of one connected slave."""
 
     __slots__ = (
-        "sid", "kind", "shape", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven",
+        "sid", "kind", "shape", "ordered", "in_flight", "freeing", "compute_time", "run_times", "last_result_at",
+        "streak", "proven",
     )  # fmt: skip
 
     def __init__(self, sid: str, kind: SlaveKind, shape: Offer | None) -> None:
@@ -174,6 +176,7 @@ class _Slot:
         self.in_flight: dict[int, Entry] = {}
         self.freeing = False
         self.compute_time: float | None = None  # moving average, seconds per task
+        self.run_times = RunTimes()  # the longest run per algorithm, as the slave judges its lifetime by
         self.last_result_at = 0.0  # the next task in flight started no earlier
         self.streak = 0  # numbers this slave's runs of failures; a success starts a new one
         self.proven = 0  # failures of the current streak that later succeeded elsewhere
@@ -335,6 +338,7 @@ class Scheduler:
             next(iter(slot.in_flight.values())).listener.began()  # the next task in flight is the one it runs now
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
+        slot.run_times.ran(task.algorithm, compute_time)
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
             self._become_unordered(slot)
         self._hungry.add(sid)

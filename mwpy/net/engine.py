@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import selectors
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mwpy import safe_text
 from mwpy.core import facts
@@ -239,9 +239,10 @@ class Engine:
         self._facts(facts.CancelSent(sid, len(task_ids)))
         self._net.queue(peer, peer.session.send(protocol.Cancel(task_ids)))
 
-    def leaving_by(self, when: float) -> int:
-        """How many connected slaves leave by plan before ``when`` (Unix time; their Hello said when)."""
-        return sum(at <= when for at in self._leaving.values())
+    @property
+    def leave_at(self) -> Mapping[str, float]:
+        """When (Unix time) each connected slave with a lifetime leaves by plan, as its Hello said (read only)."""
+        return self._leaving
 
     def condor_jobs(self) -> list[str]:
         """The Condor job ids of the connected slaves (sorted): the resource file publishes them."""

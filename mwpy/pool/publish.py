@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mwpy import resource_file
 from mwpy.core import board
@@ -48,7 +48,7 @@ class Publisher:
         condor_jobs: Callable[[], list[str]] | None = None,
         tasks_total: Callable[[], int | None] | None = None,
         slaves_greeted: Callable[[], int] | None = None,
-        leaving: Callable[[float], int] | None = None,
+        leave_at: Mapping[str, float] | None = None,
     ) -> None:
         self._options = options
         #: Tasks in all when the master knows (for progress bars), else None.
@@ -57,8 +57,8 @@ class Publisher:
         self._condor_jobs = condor_jobs or list
         #: Slaves that ever connected (written with whatever else changed: an arrival changes the counts).
         self._slaves_greeted = slaves_greeted or int
-        #: How many connected slaves leave by plan before a time (Unix): each is replaced ahead of time.
-        self._leaving = leaving or (lambda when: 0)
+        #: When (Unix time) each connected slave with a lifetime leaves by plan: each is replaced ahead of time.
+        self._leave_at: Mapping[str, float] = {} if leave_at is None else leave_at
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -91,7 +91,10 @@ class Publisher:
         """Slaves wanted beyond those connected, plus a replacement for each that leaves by plan within
         ``REPLACE_AHEAD`` while tasks remain: a batch system takes a while to start a job."""
         sched = self._sched
-        return sched.slaves_needed + (self._leaving(time.time() + REPLACE_AHEAD) if sched.pending_total else 0)
+        if not sched.pending_total:
+            return sched.slaves_needed
+        soon = time.time() + REPLACE_AHEAD
+        return sched.slaves_needed + sum(at <= soon for at in self._leave_at.values())
 
     def write(self, now: float, needed: int, connected: dict[str, int], *, finished: bool) -> None:
         """Write the file now (a failure is audited: the computation goes on without it)."""
@@ -127,7 +130,7 @@ class Publisher:
             tasks_total=total,
             slaves_greeted=self._slaves_greeted(),
             master_condor_job=self._condor_job,
-            task_board=board.snapshot(sched, now, self._leaving),
+            task_board=board.snapshot(sched, now, self._leave_at),
             shapes=shapes,
         )
         try:
