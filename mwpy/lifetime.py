@@ -38,6 +38,8 @@ LEAVE_MARGIN = 0.05
 MAX_LEAVE_MARGIN = 60.0
 #: A task's expected run time: the longest run of its algorithm seen so far, times this.
 SAFETY = 1.25
+#: How a slave's leave by plan starts its reason (its HandBack's ``why``): the master tells it from a loss by it.
+PLANNED_LEAVE = "by plan: "
 
 
 @attrs.frozen

@@ -98,6 +98,12 @@ def _runs(_: Any, attribute: Any, value: list[int]) -> None:
         raise ValueError(f"{attribute.name} must be pairs of task ids [first, last, ...] with first <= last")
 
 
+def _learned(_: Any, attribute: Any, value: dict[str, int] | None) -> None:
+    """A validator: algorithm names and whole MB above zero (or None)."""
+    if value is not None and not all(name and memory > 0 for name, memory in value.items()):
+        raise ValueError(f"{attribute.name} must map algorithm names to MB above zero")
+
+
 def _shape(_: Any, attribute: Any, value: str) -> None:
     """A validator: a need in ``--mw-slave-resources``' form (``cpus=2,memory=16384``)."""
     Resources.parse(value)  # its UsageError is a ValueError: one line, naming what is wrong
@@ -178,6 +184,11 @@ class ShapeDemand:
         return f"{Resources.parse(self.resources).describe()}: {tasks}, {slaves}"
 
 
+def describe_learned(learned: dict[str, int]) -> str:
+    """``grow 263 MB; fit 4096 MB``: the memory each task algorithm was learned to need (``mwpy status``)."""
+    return "; ".join(f"{algorithm} {memory} MB" for algorithm, memory in sorted(learned.items()))
+
+
 @attrs.frozen
 class ResourceFile:
     """Everything in one resource file; see docs/resource-file.md for each key."""
@@ -222,6 +233,10 @@ class ResourceFile:
     task_board: TaskBoard | None = None
     #: Per need of the tasks (``resources=``): tasks not answered and connected slaves that satisfy it.
     shapes: list[ShapeDemand] = attrs.Factory(list)
+    #: MB each task algorithm was learned to need, from Condor slaves lost near their memory limit
+    #: (mwpy/core/memory.py); None from a master that does not learn it (the overseer then raises a held
+    #: job's whole shape instead).
+    learned_memory: dict[str, int] | None = attrs.field(default=None, validator=_learned)
     format: str = FORMAT
     version: int = VERSION
 

@@ -207,8 +207,8 @@ def _failed_here(task: Entry, sid: str) -> bool:
 class Scheduler:
     """Entry queues, slave groups and target numbers of one master (the task board reads them in place)."""
 
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board",),
-        "_unordered": ("mwpy.core.board",), "_next_id": ("mwpy.core.board",)}  # fmt: skip
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board", "mwpy.core.memory"),
+        "_unordered": ("mwpy.core.board", "mwpy.core.memory"), "_next_id": ("mwpy.core.board",)}  # fmt: skip
 
     def __init__(
         self,
@@ -265,7 +265,7 @@ class Scheduler:
             self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
-        need = task.policy.resources
+        need = self.shapes.need_of(task) if self.shapes.learned else task.policy.resources
         if need is not None and (reason := self.shapes.take(need)) is not None:
             self._drop(task, f"task {task.task_id} {task.label}: {reason}")
             return

@@ -14,9 +14,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import attrs
 
 from mwpy.matching import Offer
 from mwpy.resources import Resources
+from mwpy.task import Policy
+
+
+class _Task(Protocol):
+    """What a queued task is to this module (the scheduler's Entry)."""
+
+    algorithm: str
+    policy: Policy
 
 
 def fits(offer: Offer | None, need: Resources | None) -> bool:
@@ -34,6 +45,8 @@ class Shapes:
         self.active = False
         #: Tasks not answered yet (queued or running), per need.
         self.demand: Counter[Resources] = Counter()
+        #: MB each task algorithm was learned to need (mwpy/core/memory.py): its tasks need at least that much.
+        self.learned: dict[str, int] = {}
 
     def offer(self, shapes: Sequence[Resources]) -> None:
         """The master's slaves will have these shapes (none: any need may yet be met by a slave to come)."""
@@ -44,10 +57,23 @@ class Shapes:
         it (one line), or None when one can."""
         self.active = True
         self.demand[need] += 1
-        if not self.offered or any(offer.serves(need) for offer in self.offered):
+        if self.attainable(need):
             return None
         offer = "; ".join(dict.fromkeys(offer.shape.describe() for offer in self.offered))
         return f"needs {need.describe()}, and no slave on offer has it (the slaves' shapes: {offer})"
+
+    def attainable(self, need: Resources) -> bool:
+        """Whether a slave on offer has ``need`` (no shapes on offer: a slave of any shape may yet come)."""
+        return not self.offered or any(offer.serves(need) for offer in self.offered)
+
+    def need_of(self, task: _Task) -> Resources | None:
+        """``task``'s need, raised to the memory its algorithm was learned to need (its policy changed to say so)."""
+        need, memory = task.policy.resources, self.learned.get(task.algorithm, 0)
+        if memory <= (0 if need is None else need.memory):
+            return need
+        raised = attrs.evolve(need or Resources(), memory=memory)
+        task.policy = attrs.evolve(task.policy, resources=raised)
+        return raised
 
     def settled(self, need: Resources | None) -> None:
         """A task needing ``need`` left the master's books (answered, cancelled, unrunnable)."""

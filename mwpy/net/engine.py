@@ -28,9 +28,11 @@ from collections.abc import Callable, Mapping
 from mwpy import safe_text
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
+from mwpy.core.memory import MemoryLearning
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import ProtocolError
+from mwpy.lifetime import PLANNED_LEAVE
 from mwpy.matching import Offer
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
 from mwpy.net.spin import Spinner
@@ -47,6 +49,7 @@ TICK = 0.25
 SOON_TICK = 0.05
 #: How long the master waits for slaves to acknowledge a shutdown.
 SHUTDOWN_GRACE = 5.0
+log = safe_text.logger("mwpy.master")
 #: Characters of a leaving slave's reason (HandBack) kept for the logs.
 MAX_WHY = 300
 
@@ -88,6 +91,7 @@ class Engine:
         self.slaves_greeted = 0
         #: Bytes: the largest peak memory a slave reported (its Heartbeats), 0 while none did.
         self.peak_memory = 0
+        self.memory = MemoryLearning(sched)  # what a Condor slave lost near its memory limit teaches
         self._next_tick = 0.0
         self._last_tick = float("-inf")
         self._spinner = Spinner(options.spin_us)
@@ -169,6 +173,8 @@ class Engine:
             self.peak_memory = beat.peak_memory  # the largest any slave needed is published
             self.tick_soon()
         sid = peer.sid
+        if sid in self._jobs:
+            self.memory.heard(sid, beat.peak_memory)
         if sid is not None and any(beat.cache) and self._caches.get(sid) != beat.cache:
             self._caches[sid] = beat.cache
             self._facts(facts.SlaveCache(sid, *beat.cache))
@@ -330,13 +336,17 @@ class Engine:
 
     def _leave(self, sid: str, cause: Cause, why: str, peer: Peer) -> None:
         """``sid`` is no longer this master's slave: its tasks follow their policies, and that is reported."""
-        if self._jobs.pop(sid, None) is not None:
+        condor = self._jobs.pop(sid, None) is not None
+        if condor:
             self._job_list = None
         self._whom.pop(sid, None)
         self._leaving.pop(sid, None)
         self._caches.pop(sid, None)
         dropped_before = self._sched.unrunnable_total
         lost = len(self._sched.leave(sid))
+        planned = why.startswith(f"left {PLANNED_LEAVE}")
+        if learned := self.memory.lost(sid, suspect=condor and cause in ("eof", "error") and not planned):
+            log.warning(learned)
         dropped = self._sched.unrunnable_total - dropped_before
         requeued = max(0, lost - dropped)
         self._facts(facts.SlaveLeft(sid, cause, why, peer.tasks_out, peer.results_in, lost, requeued, dropped))

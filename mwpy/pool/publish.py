@@ -31,6 +31,11 @@ REPLACE_AHEAD = 300.0
 DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 
 
+#: What a rewrite compares with the last written: slaves needed and connected, demand stated, Condor jobs, peak
+#: memory, tasks in all, demand per need, learned memory per algorithm.
+_Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]]
+
+
 class Publisher:
     """Writes one master's resource file; builds its slave bundle once, at creation."""
 
@@ -68,7 +73,10 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand]] | None = None
+        self._key: (
+            tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]] | None
+        )
+        self._key = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
         #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
@@ -82,7 +90,7 @@ class Publisher:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._needed(), self._sched.connected()
         key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total(),
-               self._shapes())  # fmt: skip
+               self._shapes(), dict(self._sched.shapes.learned))  # fmt: skip
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -101,7 +109,8 @@ class Publisher:
         path = self._options.resource_file
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
-        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes)
+        learned = dict(sched.shapes.learned)
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes, learned)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -132,6 +141,7 @@ class Publisher:
             master_condor_job=self._condor_job,
             task_board=board.snapshot(sched, now, self._leave_at),
             shapes=shapes,
+            learned_memory=learned,
         )
         try:
             resource_file.write(path, record)
