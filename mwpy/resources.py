@@ -79,7 +79,7 @@ def _requirements(value: object) -> str:
     return " ".join(value.split())
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of every slave's verdicts (mwpy/matching.py), looked up per dispatch
 class Resources:
     """What a task needs (or a slave offers): cpus, memory and disk in MB, gpus, a Condor requirements expression.
 
