@@ -16,9 +16,12 @@ picks up where the last one stopped.
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
   ``max_idle`` (idle) and ``batch``, all shapes together, shared in turn;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
-* memory: a job held for using more memory than it asked for is removed, and
-  new jobs of its shape (its need, or plain) ask for double its request (up
-  to ``max_memory``); all ask for the slaves' published peak memory with a
+* memory: a job held for using more memory than it asked for is removed; the
+  master learns which task algorithm ran out and gives its tasks a need of
+  their own (mwpy/core/memory.py), made into jobs like any need. For a master
+  from before (no ``learned_memory`` in its file), new jobs of the held job's
+  shape (its need, or plain) ask for double its request (up to
+  ``max_memory``), and all ask for the slaves' published peak memory with a
   quarter more;
 * finished: remove every remaining job of the computation (running slaves
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
