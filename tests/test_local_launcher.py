@@ -76,13 +76,13 @@ def test_a_mwpy_jobs_master_leaves_when_its_launcher_is_killed(folder: Path) -> 
         stderr=subprocess.DEVNULL,
     )
     try:
-        running = wait_until(
-            lambda: (r := record(work / "resource.json")) is not None and r.tasks_running == 1 and r,
+        wait_until(
+            lambda: (r := record(work / "resource.json")) is not None and r.tasks_running == 1,
             60,
             "the master to hand a job to its slave",
             interval=0.1,
         )
-        master = running.master_pid
+        master = resource_file.read(work / "resource.json").master_pid
         assert alive(master)
     finally:
         launcher.kill()  # SIGKILL: the launcher cleans nothing up

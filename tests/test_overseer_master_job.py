@@ -124,4 +124,3 @@ def test_master_job_is_a_condor_job_id_in_the_help_and_anything_else_is_a_usage_
     assert wrong.returncode == 2, wrong.stderr
     assert "--master-job: invalid condor_job_id value: '52'" in wrong.stderr, wrong.stderr
     assert "Traceback" not in wrong.stderr
-
