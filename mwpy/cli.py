@@ -20,7 +20,7 @@ import attrs
 
 from mwpy import backends, overseer_state, resource_file, safe_text
 from mwpy._version import __version__
-from mwpy.backends import Backend, BackendFactory, Job
+from mwpy.backends import Backend, BackendFactory, Job, MasterWatch
 from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
@@ -304,6 +304,11 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     except (OSError, BackendError, ResourceFileError) as exc:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
+    if options.master_job and not isinstance(backend, MasterWatch):
+        backend.close()
+        blind = f"--master-job: the {backend.name} back end cannot see a master job"
+        print(f"mwpy overseer: error: {blind}", file=sys.stderr)
+        return 2
     limits = Limits(
         max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch, max_memory=options.max_memory
     )

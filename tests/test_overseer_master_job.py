@@ -124,3 +124,8 @@ def test_master_job_is_a_condor_job_id_in_the_help_and_anything_else_is_a_usage_
     assert wrong.returncode == 2, wrong.stderr
     assert "--master-job: invalid condor_job_id value: '52'" in wrong.stderr, wrong.stderr
     assert "Traceback" not in wrong.stderr
+    blind = mwpy_cli("overseer", str(tmp_path / "resource.json"), "--backend", "local", "--master-job", "52.0")
+    assert (blind.returncode, blind.stderr) == (
+        2,
+        "mwpy overseer: error: --master-job: the local back end cannot see a master job\n",
+    )
