@@ -4,7 +4,8 @@ The launcher runs the master as a child and the local overseer and slaves
 itself: killed with SIGKILL, it can clean nothing up, and its master would
 wait for ever for slaves that no one starts again (three such masters were
 found 36 minutes later). On Linux the master gets SIGTERM when its launcher
-dies (``PR_SET_PDEATHSIG``). Real processes throughout.
+dies (``PR_SET_PDEATHSIG``), and a job gets SIGKILL when its slave dies, as
+Condor's starter would kill it. Real processes throughout.
 """
 
 from __future__ import annotations
@@ -88,3 +89,15 @@ def test_a_mwpy_jobs_master_leaves_when_its_launcher_is_killed(folder: Path) -> 
         launcher.kill()  # SIGKILL: the launcher cleans nothing up
         launcher.wait()
     wait_until(lambda: not alive(master), 30, "the master to leave with its launcher", interval=0.1)
+    # Its slave, its master lost while the job ran, leaves by os._exit: the job (in its own session) goes too.
+    wait_until(lambda: not jobs_running(folder), 30, "the job to end with its slave", interval=0.1)
+
+
+def jobs_running(folder: Path) -> list[int]:
+    """The ``sleep 300`` job processes still alive below ``folder``."""
+    running = []
+    for pid in below(folder):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"/bin/sleep", b"300"] and alive(pid):
+                running.append(pid)
+    return running

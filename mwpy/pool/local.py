@@ -15,7 +15,6 @@ it print the view's plain lines there).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -37,6 +36,7 @@ from mwpy.errors import ResourceFileError
 from mwpy.names import AUDIT_FILE, EVENTS_FILE, SLAVE_STDERR
 from mwpy.observe.goodput import duration
 from mwpy.observe.statusview import Follower
+from mwpy.parent_death import ends_with_this_process
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.resources import Resources, own_shape
 
@@ -44,8 +44,6 @@ from mwpy.resources import Resources, own_shape
 LOCAL_UPDATE_INTERVAL = 1.0
 #: Seconds slaves get to leave on their own after the master has finished.
 SLAVE_EXIT_GRACE = 5.0
-#: prctl(2)'s option: the signal a process gets when its parent dies (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
 
 
 #: Output held back at most while waiting for the end of its line (a program printing without newlines).
@@ -277,7 +275,7 @@ class _LocalRun:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            preexec_fn=_ends_with_launcher(),  # noqa: PLW1509 (one system call, before exec)
+            preexec_fn=ends_with_this_process(signal.SIGTERM),  # noqa: PLW1509 (one system call, before exec)
         )
         assert self.master.stdout is not None
         assert self.master.stderr is not None
@@ -370,25 +368,6 @@ class _LocalRun:
         if not quiet:
             status = self.master.returncode
             _clean_up(self.work, status, explained=self.explains is not None and self.explains(status))
-
-
-def _ends_with_launcher() -> Callable[[], None] | None:
-    """What makes a child get SIGTERM when this process dies (Linux's ``PR_SET_PDEATHSIG``); None elsewhere.
-
-    Resolved here, before the fork: the child only makes the call. A launcher that died between the fork
-    and the call is caught by the parent id, which is then no longer ours.
-    """
-    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform == "linux" else None
-    if prctl is None:
-        return None
-    launcher = os.getpid()
-
-    def set_parent_death_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
-        if os.getppid() != launcher:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_parent_death_signal
 
 
 class _Terminated(Exception):
