@@ -16,20 +16,29 @@ picks up where the last one stopped.
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
   ``max_idle`` (idle) and ``batch``, all shapes together, shared in turn;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
-* memory: a job held for using more memory than it asked for is removed, and
-  new jobs of its shape (its need, or plain) ask for double its request (up
-  to ``max_memory``); all ask for the slaves' published peak memory with a
+* memory: a job held for using more memory than it asked for is removed; the
+  master learns which task algorithm ran out and gives its tasks a need of
+  their own (mwpy/core/memory.py), made into jobs like any need. For a master
+  from before (no ``learned_memory`` in its file), new jobs of the held job's
+  shape (its need, or plain) ask for double its request (up to
+  ``max_memory``), and all ask for the slaves' published peak memory with a
   quarter more;
 * finished: remove every remaining job of the computation (running slaves
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
   none is left;
 * stale (the master is overdue): submit nothing, keep the queue, say so, and
   carry on when a fresh file appears;
-* master job gone (the file names the master's own Condor job and it has left
-  the queue: ``condor_rm``, or it ended without finishing the computation):
-  remove every job of the computation at once, running ones too, say how the
-  master left, and stop (``mwpy overseer`` exits 1): pilots never outlive
-  their master by more than one reconciliation;
+* master job gone (``--master-job`` or the file names the master's own Condor
+  job, and it has left the queue: ``condor_rm``, or it ended without
+  finishing the computation): remove every job of the computation at once,
+  running ones too, say how the master left, and stop (``mwpy overseer``
+  exits 1): pilots never outlive their master by more than one
+  reconciliation -- even when the master never wrote its file, or the file
+  is gone (its folder removed);
+* no file: wait for the master's first file; a computation once seen
+  finished stays finished when its file goes. With no master job to watch,
+  a file absent for ``abandon_after`` seconds means no master will come:
+  say so and stop (exit 1);
 * abandoned (stale for longer than ``abandon_after`` beyond the stale point):
   the master is gone for good; remove every job of the computation, say why,
   and stop (``mwpy overseer`` exits 1);
@@ -146,8 +155,13 @@ class Overseer:
         abandon_after: float = ABANDON_AFTER,
         connect_limit: float = CONNECT_LIMIT,
         slave_lifetime: float | None = None,
+        master_job: str | None = None,
     ) -> None:
         self.path = _real_path(Path(path))
+        #: The master's own batch job as its submitter named it (``--master-job``), else None: the file's is watched.
+        self.master_job = master_job
+        self._file_master_job: str | None = None  # the last readable file's master_condor_job
+        self._missing_since: float | None = None  # when (monotonic) the file was first found missing, this time
         self.problem: str | None = None  # why the overseer gave up, when it did
         self.backend = backend
         self.limits = limits
@@ -181,8 +195,8 @@ class Overseer:
             self._note(f"giving up: {exc}")
             return Decision(Verdict.INVALID)
         except ResourceFileError as exc:
-            self._note(f"waiting: {exc}")
-            return Decision(Verdict.WAITING)
+            return self._without_file(exc)
+        self._missing_since, self._file_master_job = None, record.master_condor_job
         jobs = self.backend.jobs()
         if record.finished:
             return self._finish(jobs, _counts(jobs))
@@ -192,7 +206,7 @@ class Overseer:
         if record.stale():
             return self._stale(record, jobs, _counts(jobs))
         unconfirmed = self._unconfirmed_master(record)
-        jobs, replaced = self._replace_memory_holds(jobs)
+        jobs, replaced = self._replace_memory_holds(jobs, learning=record.learned_memory is not None)
         jobs, removed, why = self._replace_unconnected(record, jobs)
         groups = shape_plan.plan(
             record,
@@ -257,15 +271,15 @@ class Overseer:
         else:
             self.backend.submit(launch, count)
 
-    def _replace_memory_holds(self, jobs: list[Job]) -> tuple[list[Job], int]:
-        """Remove slave jobs held for exceeding their memory request; new jobs of their shape ask for double.
+    def _replace_memory_holds(self, jobs: list[Job], *, learning: bool) -> tuple[list[Job], int]:
+        """Remove slave jobs held for exceeding their memory request, so that fresh jobs take their place.
 
-        The doubled request (up to ``limits.max_memory`` MB) becomes the floor
-        for every job of the same shape (the need it was submitted for, or
-        plain) submitted from now on, so the shortfall the removal leaves is
-        filled by jobs that fit; other shapes keep their requests. A job that
-        already asked for the cap stays held, and says so: more memory is not
-        to be had. Returns the jobs left and how many were removed.
+        ``learning``: the master learns memory per task algorithm (a resource file with ``learned_memory``,
+        mwpy/core/memory.py): the algorithm that ran out gets a need of its own, whose jobs the overseer makes
+        as for any need, and the held job's shape keeps its request. Otherwise (a master from before) new jobs
+        of the held job's shape (its need, or plain) ask for double its request, up to ``limits.max_memory``
+        MB, from now on. Either way a job that already asked for the cap stays held, and says so: more memory
+        is not to be had. Returns the jobs left and how many were removed.
         """
         cap = self.limits.max_memory
         doomed: list[Job] = []
@@ -276,8 +290,12 @@ class Overseer:
             asked = job.memory if job.memory is not None else floor
             if asked is None or asked >= cap:
                 continue  # nothing to double, or no more to be had: left held (the decision line names it)
-            floor = self._memory_floor[job.shape] = max(floor or 0, min(cap, 2 * asked))
             doomed.append(job)
+            if learning:
+                self._log(f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed (the master "
+                          "learns which task algorithm needs more; its tasks get jobs of their own)")  # fmt: skip
+                continue
+            floor = self._memory_floor[job.shape] = max(floor or 0, min(cap, 2 * asked))
             self._log(
                 f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed, replaced by "
                 f"{_shape_jobs(job.shape)} asking for {floor} MB (it asked for {asked} MB)"
@@ -288,7 +306,10 @@ class Overseer:
 
     def _memory_request(self, record: resource_file.ResourceFile, shape: str | None) -> int | None:
         """MB a new slave job of ``shape`` asks for at least: its shape's held jobs' doubling, and the slaves'
-        peak plus a quarter (a need's own memory is added by the back end)."""
+        peak plus a quarter (a need's own memory is added by the back end) -- for a master that does not learn
+        memory per algorithm; one that does puts it in the needs instead."""
+        if record.learned_memory is not None:
+            return None
         peak = -(-record.slave_peak_memory * 5 // (4 * MIB)) if record.slave_peak_memory else 0
         wanted = max(peak, self._memory_floor.get(shape) or 0)
         return min(wanted, self.limits.max_memory) if wanted else None
@@ -309,11 +330,47 @@ class Overseer:
             f"{record.age():.0f} s, over {self.abandon_after:g} s past its update interval and grace: gone for good",
         )
 
-    def _master_departure(self, record: resource_file.ResourceFile) -> str | None:
-        """How the master's own job left the queue, when the file names one and the back end can see it."""
-        if record.master_condor_job is None or not isinstance(self.backend, MasterWatch):
+    def _master_departure(self, record: resource_file.ResourceFile | None) -> str | None:
+        """How the master's own job left the queue, when one is known (``--master-job``, else the file's, else
+        the last file's) and the back end can see it."""
+        job = self.master_job or (self._file_master_job if record is None else record.master_condor_job)
+        if job is None or not isinstance(self.backend, MasterWatch):
             return None
-        return self.backend.master_departure(record.master_condor_job)
+        return self.backend.master_departure(job)
+
+    def _without_file(self, problem: ResourceFileError) -> Decision:
+        """No readable file: wait for the master's first -- unless the computation is over without it.
+
+        A computation seen finished stays finished when its file goes (its folder removed): its jobs are
+        removed as at any finish. A master job that has left the queue never writes one: its jobs go, as
+        when the file names it. With no master job to watch, the wait ends after ``abandon_after`` seconds.
+        """
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+        if self._finished_at is not None:
+            jobs = self.backend.jobs()
+            return self._finish(jobs, _counts(jobs))
+        gone = self._master_departure(None)
+        if gone is not None:
+            return self._give_up(self._jobs_if_known(), f"{gone}: the computation has no master")
+        watched = isinstance(self.backend, MasterWatch) and (self.master_job or self._file_master_job)
+        if not watched and now - self._missing_since > self.abandon_after:
+            return self._give_up(
+                self._jobs_if_known(),
+                f"{problem} for {self.abandon_after:g} s (--abandon-after), and no master job to watch "
+                "(--master-job): no master is coming",
+            )
+        self._note(f"waiting: {problem}")
+        return Decision(Verdict.WAITING)
+
+    def _jobs_if_known(self) -> list[Job]:
+        """The computation's jobs, or none when the back end cannot tell which they are without the file (a
+        Condor back end learns the member id from the file, or from the master job's ad)."""
+        try:
+            return self.backend.jobs()
+        except ResourceFileError:
+            return []
 
     def _launch(self, record: resource_file.ResourceFile, need: Resources | None = None) -> Launch:
         """What new slave jobs (for ``need``, or plain) run: the resource file's slave command line, with this
