@@ -300,11 +300,16 @@ class Executor(concurrent.futures.Executor):
         return future
 
     def _stream(
-        self, fn: Callable[..., R], calls: Iterator[tuple[Any, ...]], window_bytes: int, end: float | None
+        self,
+        fn: Callable[..., R],
+        calls: Iterator[tuple[Any, ...]],
+        kwargs: dict[str, Any],
+        window_bytes: int,
+        end: float | None,
     ) -> Generator[R, None, None]:
         """``map``'s values: its calls submitted now, as many as ``window_bytes`` of pickled arguments allow."""
         policy = self._policy_of(fn)
-        stream: MapStream[R] = MapStream(self._encoder, fn, policy, self._service, calls=calls,
+        stream: MapStream[R] = MapStream(self._encoder, fn, policy, self._service, calls=calls, kwargs=kwargs,
                                          window_bytes=window_bytes)  # fmt: skip
         stream.fill()
         return stream.values(end)
@@ -330,13 +335,15 @@ class Executor(concurrent.futures.Executor):
             raise ValueError("chunksize must be at least 1")
         if window_bytes < 1:
             raise ValueError("window_bytes must be at least 1")
-        if kwargs:  # what every call gets: a large one crosses to each slave once
-            fn = functools.partial(_unwrap(fn), **self._service.intake.share_large(kwargs))
+        # What every call gets, once per map: a large one is shared (crosses to each slave once), and the
+        # function keeps its own policy (a partial of it would run under the default one).
+        shared = self._service.intake.share_large(kwargs) if kwargs else {}
         end = None if timeout is None else time.monotonic() + timeout
         if chunksize == 1:
-            return self._stream(fn, zip(*iterables, strict=False), window_bytes, end)
-        chunks = ((_unwrap(fn), chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
-        return itertools.chain.from_iterable(self._stream(calls.call_chunk, chunks, window_bytes, end))
+            return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes, end)
+        travelling = functools.partial(_unwrap(fn), **shared) if shared else _unwrap(fn)
+        chunks = ((travelling, chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
+        return itertools.chain.from_iterable(self._stream(calls.call_chunk, chunks, {}, window_bytes, end))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.

@@ -78,11 +78,16 @@ class MapStream(Generic[R]):
         service: Service,
         *,
         calls: Iterator[tuple[Any, ...]],
+        kwargs: dict[str, Any],
         window_bytes: int,
     ) -> None:
+        """``kwargs``: what every call gets besides its input's arguments (``map``'s keyword arguments, a large
+        one already shared): pickled with each call as the arguments are, the function still by its reference
+        made once, where a ``functools.partial`` holding them cost each call the function pickled again."""
         self._encoder = weakref.WeakMethod(encoder)
         self._one: tuple[str, str, OneCall] | None = None  # made with the first input: (name, label, pickler)
         self._fn, self._policy, self._calls, self._limit = fn, policy, calls, window_bytes
+        self._kwargs = kwargs
         self.service = service
         # The caller's side.
         self._sizes: collections.deque[int] = collections.deque()  # pickled bytes of each input not yet returned
@@ -117,7 +122,7 @@ class MapStream(Generic[R]):
                 break
             if self._one is None:  # what every call shares, looked up once (the function's reference, say)
                 self._one = encoder(self._fn)
-            payload = self._one[2](args, {})
+            payload = self._one[2](args, self._kwargs)
             self._sizes.append(len(payload))
             self._held += len(payload)
             batch.append(payload)

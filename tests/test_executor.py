@@ -307,6 +307,17 @@ def test_keyword_arguments_go_to_every_call_of_map(executor: mwpy.Executor) -> N
     assert list(executor.map(work.add, [1, 2, 3], chunksize=2, y=1)) == [2, 3, 4]
 
 
+def test_map_with_keyword_arguments_keeps_the_task_s_own_retries_and_signature(
+    executor: mwpy.Executor, tmp_path: Path
+) -> None:
+    """Before, keyword arguments made each call a partial of the function, run under the default policy."""
+    counter = tmp_path / "runs"
+    assert list(executor.map(work.fail_first_run, [str(counter)], value=5)) == [5]
+    assert counter.read_text() == "xx"  # failed once, retried once (@mwpy.task(retries=1))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'amount'"):
+        executor.map(work.fail_first_run, [str(counter)], value=5, amount=5)  # refused at the call, as submit() does
+
+
 def test_the_readme_s_first_example_runs_as_a_user_would_run_it(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Coming from `concurrent.futures`") :]

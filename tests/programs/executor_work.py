@@ -73,6 +73,16 @@ def cube(x: int) -> int:
     return x**3
 
 
+@mwpy.task(retries=1)
+def fail_first_run(path: str, *, value: int) -> int:
+    """Fail the first run counted in ``path`` (one mark per run), then return ``value``: retries of its own."""
+    with open(path, "a") as out:
+        out.write("x")
+    if Path(path).read_text() == "x":
+        raise RuntimeError("the first run fails")
+    return value
+
+
 def nested_factory() -> object:
     def inner(x: int) -> int:
         return x
