@@ -32,6 +32,8 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.core.outcomes", "mwpy.core.journal"),  # sqlite3 only with --mw-journal
     ("mwpy.observe.renderers", "mwpy.observe.events"),  # the event log only with --mw-events
     ("mwpy.observe.renderers", "mwpy.observe.goodput"),
+    ("mwpy.executor", "mwpy.executor_core"),  # loaded by the constructor, after a plain executor's slaves start
+    ("mwpy.executor", "mwpy.wire.codec"),
 }
 #: Pairs the restructuring of issue 8 removed on purpose; neither may come back (they share a layer now).
 FORBIDDEN = {("mwpy.master", "mwpy.slave"), ("mwpy.wire.protocol", "mwpy.task"), ("mwpy.net.engine", "mwpy.slave")}
