@@ -20,11 +20,11 @@ import attrs
 
 from mwpy import backends, overseer_state, resource_file, safe_text
 from mwpy._version import __version__
-from mwpy.backends import Backend, BackendFactory, Job
+from mwpy.backends import Backend, BackendFactory, Job, MasterWatch
 from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
-from mwpy.options import positive_float, positive_int
+from mwpy.options import condor_job_id, positive_float, positive_int
 from mwpy.pool import bundle
 from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.resources import slave_shape
@@ -121,7 +121,15 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         default=ABANDON_AFTER,
         metavar="SECONDS",
         help="remove the computation's jobs and exit 1 once the resource file has been stale this long "
-        f"past its update interval and grace: the master is gone for good (default {ABANDON_AFTER:g})",
+        "past its update interval and grace, or absent this long with no master job to watch: the master is "
+        f"gone for good (default {ABANDON_AFTER:g})",
+    )
+    overseer.add_argument(
+        "--master-job",
+        type=condor_job_id,
+        metavar="CLUSTER.PROC",
+        help="the master's own job, as condor_q shows it: once it has left the queue, remove every slave job and "
+        "exit 1, even if no resource file was ever written (default: the resource file's master_condor_job)",
     )
     overseer.add_argument(
         "--connect-limit",
@@ -296,6 +304,11 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     except (OSError, BackendError, ResourceFileError) as exc:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
+    if options.master_job and not isinstance(backend, MasterWatch):
+        backend.close()
+        blind = f"--master-job: the {backend.name} back end cannot see a master job"
+        print(f"mwpy overseer: error: {blind}", file=sys.stderr)
+        return 2
     limits = Limits(
         max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch, max_memory=options.max_memory
     )
@@ -307,8 +320,10 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
         abandon_after=options.abandon_after,
         connect_limit=options.connect_limit,
         slave_lifetime=options.slave_lifetime,
+        master_job=options.master_job,
     )
-    _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits})")
+    watching = f", watching master job {options.master_job}" if options.master_job else ""
+    _log(f"overseeing {overseer.path} with the {backend.name} back end ({limits}){watching}")
     started = time.monotonic()
     try:
         problem = overseer_state.write(options.resource_file, limits.max_jobs, backend.name)

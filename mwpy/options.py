@@ -15,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from mwpy.errors import UsageError
+from mwpy.names import CONDOR_JOB_ID
 from mwpy.resources import Resources
 
 #: Microseconds of polling before a sleep (``--mw-spin-us``; mwpy/net/spin.py says why): a little more than a
@@ -132,6 +133,13 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise ValueError
     return value
+
+
+def condor_job_id(text: str) -> str:
+    """``CLUSTER.PROC``, as condor_q shows a job."""
+    if CONDOR_JOB_ID.fullmatch(text) is None:
+        raise ValueError
+    return text
 
 
 def _fingerprint(text: str) -> str:

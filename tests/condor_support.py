@@ -227,12 +227,22 @@ def finished_jobs(workdir: Path, role: str = "slave", *, expected: int | None = 
 
 
 def remove_computation_jobs(workdir: Path) -> None:
-    """Remove every job of ``workdir``'s computation that is still queued (test clean-up)."""
+    """Remove every job of ``workdir`` still queued (test clean-up): submitted from it or below it, or of a
+    computation whose resource file is in it or below it (``mwpy jobs --pool``'s ``FILE.mwpy/``, say)."""
     import htcondor2  # noqa: PLC0415
 
-    constraint = computation(workdir)
-    if query(constraint):
-        retried(lambda: htcondor2.Schedd().act(htcondor2.JobAction.Remove, constraint, reason="mwpy test clean-up"))
+    ads = query(f"JobStatus != {REMOVED}", ("ClusterId", "ProcId", "Iwd", "MwpyMemberId"))
+    ours = [f"{ad['ClusterId']}.{ad['ProcId']}" for ad in ads if _belongs_to(workdir, ad)]
+    if ours:
+        retried(lambda: htcondor2.Schedd().act(htcondor2.JobAction.Remove, ours, reason="mwpy test clean-up"))
+
+
+def _belongs_to(workdir: Path, ad: Any) -> bool:
+    """Whether a job ad is one of ``workdir``'s: its initialdir or its computation's resource file is in it."""
+    member = str(ad.get("MwpyMemberId") or "")
+    return Path(str(ad.get("Iwd") or "/")).is_relative_to(workdir) or (
+        member.startswith("mwpy:") and Path(member.removeprefix("mwpy:")).is_relative_to(workdir)
+    )
 
 
 def job_events(workdir: Path, log: str = SLAVES_LOG) -> list[Any]:

@@ -20,6 +20,7 @@ import pytest
 
 from tests.condor_support import (
     DEADLINE,
+    FS_BINDING,
     Pool,
     computation,
     event_job,
@@ -40,6 +41,8 @@ from tests.support import wait_until
 from tests.test_condor_overseer import start_overseer, stop, submit_gated_master
 
 pytestmark = pytest.mark.condor
+
+JOB_TERMINATED = htcondor2.JobEventType.JOB_TERMINATED
 
 
 def remove_master(pool: Pool, workdir: Path, cluster: int) -> None:
@@ -109,6 +112,31 @@ def test_slaves_without_an_overseer_leave_the_queue_once_their_master_is_gone(
     for job in lives:
         err = (condor_workdir / f"slave.{job}.err").read_text(encoding="utf-8")
         assert "the master is gone for good" in err, err  # the last run's one line says why the job ends
+
+
+def test_an_overseer_whose_master_job_never_writes_its_resource_file_leaves_the_queue(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """``--master-job``: the master job exits before it writes its file (its program is missing); the overseer,
+    which would otherwise wait for the file, says how the master left, exits 1 and leaves the queue."""
+    setup_workdir(condor_pool, condor_workdir)
+    master = condor_pool.condor_submit(
+        condor_workdir, "submit/master.sub", f"python={condor_pool.job_python}", "program=no_such_program.py"
+    )
+    overseer = condor_pool.condor_submit(
+        condor_workdir,
+        "submit/overseer.sub",
+        f"python={condor_pool.facts['venv_python']}",
+        "interval=1",
+        f"overseer_options=--master-job {master}.0",
+        f"extra_environment={FS_BINDING}",
+    )
+    wait_until(lambda: not query(computation(condor_workdir)), DEADLINE, "master and overseer to leave", interval=0.5)
+    ends = [e for e in job_events(condor_workdir, f"overseer.{overseer}.0.log") if e.type == JOB_TERMINATED]
+    assert [(e.get("TerminatedNormally"), e.get("ReturnValue")) for e in ends] == [(True, 1)], logs(condor_workdir)
+    out = (condor_workdir / f"overseer.{overseer}.0.out").read_text(encoding="utf-8")
+    assert f"giving up: master job {master}.0 exited with status 2" in out, out
+    assert not (condor_workdir / "resource.json").exists()
 
 
 def test_condor_q_shows_what_each_slave_does(condor_pool: Pool, condor_workdir: Path) -> None:

@@ -18,18 +18,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import htcondor2
 import pytest
 
 from tests.condor_support import (
     COMPLETED,
+    DEADLINE,
     FS_BINDING,
     POOL_TOOL,
+    REMOVED,
     Pool,
     computation,
     finished_jobs,
     history,
+    job_events,
     job_states,
     logs,
+    query,
     remove_computation_jobs,
     setup_workdir,
     wait_gone,
@@ -39,6 +44,8 @@ from tests.condor_support import (
 from tests.support import PROGRAMS, wait_until
 
 pytestmark = pytest.mark.condor
+
+JOB_TERMINATED = htcondor2.JobEventType.JOB_TERMINATED
 
 
 def test_jobs_master_sub_runs_a_submit_file_s_jobs_on_reused_condor_slaves(
@@ -91,6 +98,39 @@ def test_mwpy_jobs_pool_runs_a_submit_file_in_one_command_and_a_restarted_master
         _run_restart_and_resume(condor_pool, condor_workdir, work, command, ran)
     finally:
         remove_computation_jobs(work)
+
+
+def test_condor_rm_of_the_master_of_mwpy_jobs_pool_takes_the_overseer_and_the_slave_jobs_with_it(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """Issue 24 item 5 for ``mwpy jobs --pool``: the master job removed mid-run, its overseer removes the slave
+    jobs and leaves (its user log: exit 1), and the command says how the run ended and exits 1."""
+    ran, never = condor_workdir / "ran.log", condor_workdir / "never"  # the jobs wait for a file never made
+    command, work = record_runs(condor_pool, condor_workdir, f"{ran} 0 {never}", "queue 4", "2")
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = run.stderr.readline() if run.stderr is not None else ""
+        found = re.search(r"master job (\d+)\.0 and overseer job (\d+)\.0", said)
+        assert found is not None, said
+        master, overseer = int(found[1]), int(found[2])
+        wait_until(lambda: ran.exists() and len(ran.read_text().splitlines()) >= 2, DEADLINE, "2 jobs on slaves")
+        removed = condor_pool.inside(condor_workdir, "condor_rm", str(master))
+        assert removed.returncode == 0, removed.stderr
+        out, err = run.communicate(timeout=DEADLINE)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 1, out + err
+    assert f"the master job {master}.0 was removed from the queue" in err, err
+    wait_until(lambda: not query(computation(work)), 60, "every job of the run to leave the queue", interval=0.5)
+    ends = [e for e in job_events(work, f"overseer.{overseer}.0.log") if e.type == JOB_TERMINATED]
+    assert [e.get("ReturnValue") for e in ends] == [1], logs(work)
+    said = (work / f"overseer.{overseer}.0.out").read_text(encoding="utf-8")
+    assert f"giving up: master job {master}.0 removed" in said, said
+    slaves = history(computation(work, "slave"), ["ClusterId", "ProcId", "JobStatus"])
+    assert slaves, "slave jobs ran"
+    assert all(ad["JobStatus"] == REMOVED for ad in slaves), slaves
 
 
 def record_runs(pool: Pool, folder: Path, arguments: str, queue: str, slaves: str) -> tuple[list[str], Path]:

@@ -31,7 +31,7 @@ import htcondor2
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch, condor_match
 from mwpy.backends.condor_log import RECONCILE_EVERY, JobLog
-from mwpy.errors import BackendError, ConfigurationError, UsageError
+from mwpy.errors import BackendError, ConfigurationError, ResourceFileError, UsageError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SHAPE_ATTRIBUTE, SLAVES_LOG
 from mwpy.resources import Resources
 
@@ -361,21 +361,38 @@ class CondorBackend:
         ):
             return None
         cluster, _, proc = job_id.partition(".")
-        constraint = (
-            f"ClusterId == {int(cluster)} && ProcId == {int(proc)} && "
-            f'{MEMBER_ATTRIBUTE} == {classad2.quote(self.member_id)} && {ROLE_ATTRIBUTE} == "master"'
-        )
+        constraint = f'ClusterId == {int(cluster)} && ProcId == {int(proc)} && {ROLE_ATTRIBUTE} == "master"'
+        member = self._known_member_id()
+        if member is not None:
+            constraint += f" && {MEMBER_ATTRIBUTE} == {classad2.quote(member)}"
         queued = self._query("master", constraint, _MASTER_PROJECTION)
+        self._adopt_member_id(queued)
         if queued and int(queued[0].get("JobStatus", 0)) not in _GONE:
             self._master_log.reconciled([_record(queued[0])], now)
             self._master_log.follow()  # its log from the start: what happened since is applied
             return None
         if not queued:
             self.queries["master"] += 1
-        ads = queued or self._call(
-            "read the schedd's history", lambda schedd: schedd.history(constraint, projection=_DEPARTURE, match=1)
+        ads = queued or list(
+            self._call(
+                "read the schedd's history", lambda schedd: schedd.history(constraint, projection=_DEPARTURE, match=1)
+            )
         )
+        self._adopt_member_id(ads)
         return departure(job_id, ads[0]) if ads else None
+
+    def _known_member_id(self) -> str | None:
+        """The member id, if known: given, learned, or read from the resource file (which may not exist)."""
+        try:
+            return self.member_id
+        except ResourceFileError:
+            return None
+
+    def _adopt_member_id(self, ads: Sequence[Any]) -> None:
+        """With no member id yet (no resource file), take the master job's: its slave jobs carry the same,
+        so they can be listed and removed although the master never wrote its file, or the file is gone."""
+        if self._member_id is None and ads and isinstance(ads[0].get(MEMBER_ATTRIBUTE), str):
+            self._member_id = str(ads[0][MEMBER_ATTRIBUTE])
 
     def explain_idle(self, jobs: Sequence[Job]) -> list[Job]:
         """``jobs`` with why each idle one does not run (:func:`~mwpy.backends.condor_match.why_idle`).
@@ -485,7 +502,9 @@ _PROJECTION = [
     SHAPE_ATTRIBUTE,
 ]
 #: The attributes :func:`departure` reads, and the job states of a job on its way out (removed, completed).
-_DEPARTURE = ["JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus"]
+_DEPARTURE = [
+    "JobStatus", "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "EnteredCurrentStatus", MEMBER_ATTRIBUTE,
+]  # fmt: skip
 _GONE = (int(htcondor2.JobStatus.REMOVED), int(htcondor2.JobStatus.COMPLETED))
 #: What the master job's query asks: how it left, and what following its log needs.
 _MASTER_PROJECTION = sorted({*_DEPARTURE, *_PROJECTION})

@@ -10,10 +10,17 @@ submits up to ``--slaves`` slave jobs and removes them when the run is over.
 The master keeps a journal: when Condor restarts it (a schedd restart, a
 reboot), finished jobs are answered from the journal, and it says so.
 
+The overseer is told the master's job id (``--master-job``): once that job
+has left the queue -- finished, removed, or failed before it wrote its
+resource file -- it removes the slave jobs and leaves too, so that no
+overseer waits for ever for a file that will never come.
+
 The command then waits for the master to leave the queue, relays its output
-(the run's one line, the jobs that were not ok) and exits with its status,
-like ``mwpy jobs`` with local slaves. Ctrl-C leaves the run to the pool and
-says how to follow it.
+(the run's one line, the jobs that were not ok), waits for the overseer to
+remove the slave jobs and leave (for ``OVERSEER_GRACE`` seconds at most) and
+exits with the master's status, like ``mwpy jobs`` with local slaves: once
+it returns, nothing of the run is queued. Ctrl-C leaves the run to the pool
+and says how to follow it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 
 from mwpy import safe_text
 from mwpy.errors import MwpyError
+from mwpy.names import RESOURCE_FILE
 
 #: The submit files shipped inside the package.
 SUBMIT = Path(__file__).resolve().parent.parent / "submit"
@@ -35,6 +43,9 @@ SUBMIT = Path(__file__).resolve().parent.parent / "submit"
 PROGRAM = Path(__file__).resolve().parent / "program.py"
 #: Seconds between looks at the queue while the run goes on.
 POLL = 2.0
+#: Seconds the command waits for the overseer to leave after the master: it removes idle slave jobs at once
+#: and running ones after their grace (mwpy/pool/overseer.py's FINISH_GRACE), reconciling every 5 s.
+OVERSEER_GRACE = 60.0
 
 
 class PoolRunError(MwpyError):
@@ -60,22 +71,24 @@ def run(options: argparse.Namespace, program_args: list[str]) -> int:
         return 1
     print(
         f"mwpy jobs: master job {master}.0 and overseer job {overseer}.0 submitted; follow with mwpy status "
-        f"{work / 'resource.json'}",
+        f"{work / RESOURCE_FILE}",
         file=sys.stderr,
     )
     try:
         status = _wait(htcondor2, master)
     except KeyboardInterrupt:
         print(
-            f"mwpy jobs: interrupted; the run goes on in the pool (mwpy status {work / 'resource.json'}, "
+            f"mwpy jobs: interrupted; the run goes on in the pool (mwpy status {work / RESOURCE_FILE}, "
             f"condor_rm {master} {overseer} to stop it)",
             file=sys.stderr,
         )
         return 130
     except PoolRunError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
-        return 1
-    _relay(work, master)
+        status = 1
+    else:
+        _relay(work, master)
+    _wait_overseer(htcondor2, overseer)
     return status
 
 
@@ -84,11 +97,12 @@ def _submit(htcondor2: Any, options: argparse.Namespace, program_args: list[str]
     if work.exists():
         shutil.rmtree(work / "journal", ignore_errors=True)  # a new run is a new run: no answers from the last one
         (work / "journal").unlink(missing_ok=True)
+        (work / RESOURCE_FILE).unlink(missing_ok=True)  # the last run's says "finished": the overseer would stop
     work.mkdir(parents=True, exist_ok=True)
     submit, summary = program_args[0], program_args[2]  # --cluster: on the pool, the master job's own cluster id
     condor = {name: value for name, value in os.environ.items() if name.lower().startswith("_condor_")}
     environment = " ".join(f"{name}={value}" for name, value in sorted(condor.items()))
-    common = {"initialdir": str(work), "python": sys.executable, "resource": "resource.json"}
+    common = {"initialdir": str(work), "python": sys.executable, "resource": RESOURCE_FILE}
     master = _one(
         htcondor2,
         SUBMIT / "jobs-master.sub",
@@ -113,6 +127,7 @@ def _submit(htcondor2: Any, options: argparse.Namespace, program_args: list[str]
             "batch": str(options.slaves),
             "interval": "5",
             "extra_environment": environment,
+            "overseer_options": f"--master-job {master}.0",
         },
     )
     return master, overseer
@@ -152,6 +167,24 @@ def _wait(htcondor2: Any, cluster: int) -> int:
             return int(ad.get("ExitCode", 1))
         time.sleep(1.0)
     raise PoolRunError(f"the master job {cluster}.0 left the queue but is not in the history")
+
+
+def _wait_overseer(htcondor2: Any, cluster: int) -> None:
+    """Until the overseer has removed the run's slave jobs and left the queue, for ``OVERSEER_GRACE`` s at most."""
+    constraint = f"ClusterId == {cluster}"
+    deadline = time.monotonic() + OVERSEER_GRACE
+    try:
+        while _ask(htcondor2, lambda schedd: schedd.query(constraint, projection=["JobStatus"])):
+            if time.monotonic() > deadline:
+                print(
+                    f"mwpy jobs: note: the overseer job {cluster}.0 is still removing the run's slave jobs "
+                    f"(condor_q {cluster})",
+                    file=sys.stderr,
+                )
+                return
+            time.sleep(POLL)
+    except PoolRunError as exc:
+        print(f"mwpy jobs: note: cannot see whether the overseer job {cluster}.0 has left: {exc}", file=sys.stderr)
 
 
 def _ask(htcondor2: Any, call: Any) -> Any:

@@ -38,6 +38,7 @@ import attrs
 from mwpy.errors import MwpyError
 from mwpy.net.cache import SlaveCache
 from mwpy.net.filestore import FileClient, FileServiceError, output_upload_name
+from mwpy.parent_death import ends_with_this_process
 
 #: Scratch names of the job's streams (Condor's own), sent back under the submit file's names.
 STDOUT_NAME = "_condor_stdout"
@@ -237,7 +238,7 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=_core_limit(task.core_size),  # noqa: PLW1509 (setrlimit only, before exec)
+                preexec_fn=_before_exec(task.core_size),  # noqa: PLW1509 (two system calls, before exec)
             )
         except OSError as exc:  # Condor holds such a job: "Failed to execute", code 6, the errno as subcode
             reason = f"Error from {state.host}: Failed to execute '{_executable(folder, task)}': "
@@ -285,14 +286,22 @@ def _unstarted(
     )
 
 
-def _core_limit(size: int | None) -> Callable[[], None] | None:
-    if size is None:
-        return None
+def _before_exec(core_size: int | None) -> Callable[[], None]:
+    """The job's core size limit (``coresize``), and SIGKILL when this slave dies.
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_CORE, (size, size))
+    Condor's starter kills a job whose shadow is gone; a slave that leaves by ``os._exit`` (its master lost
+    while the job ran, a stuck task) or is killed would otherwise leave the job running, in its own session,
+    for nobody. Only the job's own process gets the signal; what it started in its group is its to stop.
+    """
+    tie = ends_with_this_process(signal.SIGKILL)
 
-    return limit
+    def before_exec() -> None:
+        if core_size is not None:
+            resource.setrlimit(resource.RLIMIT_CORE, (core_size, core_size))
+        if tie is not None:
+            tie()
+
+    return before_exec
 
 
 def _wait(

@@ -3,7 +3,10 @@
 It starts the program as master (on loopback, with a resource file in a work
 folder) and runs the same overseer that drives Condor, with the local back
 end, capped at N slaves. Real processes, real sockets, the same resource-file
-contract. It exits with the master's status. On a terminal it shows the live
+contract. It exits with the master's status. The master does not outlive
+this process: on Linux it gets SIGTERM when its launcher dies, even by
+``kill -9`` (``PR_SET_PDEATHSIG``), for with the launcher gone no slave would
+ever start again and the master would wait for ever. On a terminal it shows the live
 status view of ``mwpy status --watch`` (mwpy/observe/statusview.py) below the
 program's output; piped, it adds nothing to the output (``--progress`` makes
 it print the view's plain lines there).
@@ -33,6 +36,7 @@ from mwpy.errors import ResourceFileError
 from mwpy.names import AUDIT_FILE, EVENTS_FILE, SLAVE_STDERR
 from mwpy.observe.goodput import duration
 from mwpy.observe.statusview import Follower
+from mwpy.parent_death import ends_with_this_process
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.resources import Resources, own_shape
 
@@ -271,6 +275,7 @@ class _LocalRun:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=ends_with_this_process(signal.SIGTERM),  # noqa: PLW1509 (one system call, before exec)
         )
         assert self.master.stdout is not None
         assert self.master.stderr is not None

@@ -25,11 +25,17 @@ picks up where the last one stopped.
   none is left;
 * stale (the master is overdue): submit nothing, keep the queue, say so, and
   carry on when a fresh file appears;
-* master job gone (the file names the master's own Condor job and it has left
-  the queue: ``condor_rm``, or it ended without finishing the computation):
-  remove every job of the computation at once, running ones too, say how the
-  master left, and stop (``mwpy overseer`` exits 1): pilots never outlive
-  their master by more than one reconciliation;
+* master job gone (``--master-job`` or the file names the master's own Condor
+  job, and it has left the queue: ``condor_rm``, or it ended without
+  finishing the computation): remove every job of the computation at once,
+  running ones too, say how the master left, and stop (``mwpy overseer``
+  exits 1): pilots never outlive their master by more than one
+  reconciliation -- even when the master never wrote its file, or the file
+  is gone (its folder removed);
+* no file: wait for the master's first file; a computation once seen
+  finished stays finished when its file goes. With no master job to watch,
+  a file absent for ``abandon_after`` seconds means no master will come:
+  say so and stop (exit 1);
 * abandoned (stale for longer than ``abandon_after`` beyond the stale point):
   the master is gone for good; remove every job of the computation, say why,
   and stop (``mwpy overseer`` exits 1);
@@ -146,8 +152,13 @@ class Overseer:
         abandon_after: float = ABANDON_AFTER,
         connect_limit: float = CONNECT_LIMIT,
         slave_lifetime: float | None = None,
+        master_job: str | None = None,
     ) -> None:
         self.path = _real_path(Path(path))
+        #: The master's own batch job as its submitter named it (``--master-job``), else None: the file's is watched.
+        self.master_job = master_job
+        self._file_master_job: str | None = None  # the last readable file's master_condor_job
+        self._missing_since: float | None = None  # when (monotonic) the file was first found missing, this time
         self.problem: str | None = None  # why the overseer gave up, when it did
         self.backend = backend
         self.limits = limits
@@ -181,8 +192,8 @@ class Overseer:
             self._note(f"giving up: {exc}")
             return Decision(Verdict.INVALID)
         except ResourceFileError as exc:
-            self._note(f"waiting: {exc}")
-            return Decision(Verdict.WAITING)
+            return self._without_file(exc)
+        self._missing_since, self._file_master_job = None, record.master_condor_job
         jobs = self.backend.jobs()
         if record.finished:
             return self._finish(jobs, _counts(jobs))
@@ -309,11 +320,47 @@ class Overseer:
             f"{record.age():.0f} s, over {self.abandon_after:g} s past its update interval and grace: gone for good",
         )
 
-    def _master_departure(self, record: resource_file.ResourceFile) -> str | None:
-        """How the master's own job left the queue, when the file names one and the back end can see it."""
-        if record.master_condor_job is None or not isinstance(self.backend, MasterWatch):
+    def _master_departure(self, record: resource_file.ResourceFile | None) -> str | None:
+        """How the master's own job left the queue, when one is known (``--master-job``, else the file's, else
+        the last file's) and the back end can see it."""
+        job = self.master_job or (self._file_master_job if record is None else record.master_condor_job)
+        if job is None or not isinstance(self.backend, MasterWatch):
             return None
-        return self.backend.master_departure(record.master_condor_job)
+        return self.backend.master_departure(job)
+
+    def _without_file(self, problem: ResourceFileError) -> Decision:
+        """No readable file: wait for the master's first -- unless the computation is over without it.
+
+        A computation seen finished stays finished when its file goes (its folder removed): its jobs are
+        removed as at any finish. A master job that has left the queue never writes one: its jobs go, as
+        when the file names it. With no master job to watch, the wait ends after ``abandon_after`` seconds.
+        """
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+        if self._finished_at is not None:
+            jobs = self.backend.jobs()
+            return self._finish(jobs, _counts(jobs))
+        gone = self._master_departure(None)
+        if gone is not None:
+            return self._give_up(self._jobs_if_known(), f"{gone}: the computation has no master")
+        watched = isinstance(self.backend, MasterWatch) and (self.master_job or self._file_master_job)
+        if not watched and now - self._missing_since > self.abandon_after:
+            return self._give_up(
+                self._jobs_if_known(),
+                f"{problem} for {self.abandon_after:g} s (--abandon-after), and no master job to watch "
+                "(--master-job): no master is coming",
+            )
+        self._note(f"waiting: {problem}")
+        return Decision(Verdict.WAITING)
+
+    def _jobs_if_known(self) -> list[Job]:
+        """The computation's jobs, or none when the back end cannot tell which they are without the file (a
+        Condor back end learns the member id from the file, or from the master job's ad)."""
+        try:
+            return self.backend.jobs()
+        except ResourceFileError:
+            return []
 
     def _launch(self, record: resource_file.ResourceFile, need: Resources | None = None) -> Launch:
         """What new slave jobs (for ``need``, or plain) run: the resource file's slave command line, with this
