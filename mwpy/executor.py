@@ -143,6 +143,8 @@ class Executor(concurrent.futures.Executor):
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         member_id = f"executor-{os.getpid()}-{next(_numbers)}"
+        # Without these arguments (each changes the slaves' command line or folder) the slaves need nothing the
+        # engine works out: they can start now, while it loads.
         plain = not (options or backend_arguments or workdir is not None or slave_resources or initializer)
         early = _EarlySlaves(max_workers, member_id) if backend == "local" and plain else None
         try:
