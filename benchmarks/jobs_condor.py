@@ -7,9 +7,10 @@ the pool's slots, so that whole jobs can fill every slot to the end) is submitte
 
 * **plain**: ``condor_submit jobs.sub`` (one cluster of N jobs; Condor moves
   the input with every job);
-* **common** (``--arms plain,common,mwpy``; HTCondor 25 pools only, ``tools/condor_pool.py up --suite
-  sid``): ``condor_submit`` of the same file with the input in ``transfer_common_input``
-  (HTCondor stages it once per execute node);
+* **common** (``--arms plain,common,mwpy``): ``condor_submit`` of the same file with the input in
+  ``transfer_common_input`` (HTCondor stages it once per execute node). The command is HTCondor 24's:
+  on an older pool (tools/condor_pool.py's default trixie root has 23.9) the arm is skipped with that
+  reason; ``tools/condor_pool.py up --suite sid --base /var/cache/mwpy-condor-25`` builds a pool with 25;
 * **mwpy**: ``condor_submit submit/jobs-master.sub -a jobs=jobs.sub``, then,
   once the master has written its resource file and ``mwpy.pyz``,
   ``condor_submit submit/slaves.sub -a program=submit/mwpy_jobs.py -a
@@ -21,10 +22,14 @@ the arm is left in the queue. With ``--rounds R`` every case runs R times,
 the two arms in turn first (plain then mwpy, then mwpy then plain), and each
 ratio is taken within a round: the table gives median [min-max] over rounds.
 It prints a Markdown table and ``--json FILE`` keeps every figure, for
-``python -m benchmarks.jobs_plot``. For mwpy it also says where each job's time
-goes beyond d: the job's own run (process start, reading the shared input) and
-the gap between two jobs on one slave (sending outputs back, the result, the
-next task, the scratch folder), medians from the run summary.
+``python -m benchmarks.jobs_plot``. For mwpy it also says where the span from the
+first job's start to the last job's end goes beyond the ideal N·d/slots, from the
+per-job times of the run summary: the job's own run past d (process start,
+reading the shared input; median), the gap between two jobs on one slave
+(sending outputs back, the result, the next task, the scratch folder; median),
+and, per slot, how long after the first job its own first job started (the
+slaves' start-up spread) and how long before the last job's end its last one
+ended (means over the slots).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ echo "job $2 done" > "done.$2"
 """
 #: The longest one arm may take before it is removed and reported as failed.
 DEADLINE = 3600.0
+#: The first HTCondor major version that knows ``transfer_common_input``.
+COMMON_INPUT_SINCE = 24
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
@@ -97,6 +104,17 @@ def _cpu_ticks() -> tuple[int, int]:
 def _busy_since(start: tuple[int, int]) -> float:
     busy, total = _cpu_ticks()
     return (busy - start[0]) / max(1, total - start[1])
+
+
+def common_input_skipped(condor_version: str | None) -> str | None:
+    """Why the common-input arm cannot run on a pool of ``condor_version`` (its ``pool.json``), or None."""
+    major = (condor_version or "").split(".", 1)[0]
+    if major.isdigit() and int(major) >= COMMON_INPUT_SINCE:
+        return None
+    return (
+        f"transfer_common_input needs HTCondor {COMMON_INPUT_SINCE} or later; this pool runs "
+        f"{condor_version or 'an unknown version'} (tools/condor_pool.py up --suite sid builds one with 25)"
+    )
 
 
 def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, *, common: bool = False) -> dict[str, Any]:
@@ -187,8 +205,10 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
 
 
 def per_job_time(records: list[dict[str, Any]], seconds: float) -> dict[str, float]:
-    """Where a job's time beyond d goes, medians over the jobs: its own run past d (process start, reading the
-    input), and the gap before the next job on the same slave (outputs back, result, next task, scratch folder)."""
+    """Where the jobs' span goes beyond d per job: medians over the jobs of a job's own run past d (process
+    start, reading the input) and of the gap before the next job on the same slave (outputs back, result,
+    next task, scratch folder); means over the slaves of how long after the first job their first one
+    started (start-up spread) and how long before the last job's end their last one ended."""
     own = statistics.median(record["seconds"] - seconds for record in records)
     gaps = []
     by_slave: dict[str, list[dict[str, Any]]] = {}
@@ -197,7 +217,14 @@ def per_job_time(records: list[dict[str, Any]], seconds: float) -> dict[str, flo
     for runs in by_slave.values():
         runs.sort(key=lambda record: record["started"])
         gaps += [after["started"] - before["ended"] for before, after in itertools.pairwise(runs)]
-    return {"job_overrun_seconds": own, "between_jobs_seconds": statistics.median(gaps) if gaps else 0.0}
+    first = min(record["started"] for record in records)
+    last = max(record["ended"] for record in records)
+    return {
+        "job_overrun_seconds": own,
+        "between_jobs_seconds": statistics.median(gaps) if gaps else 0.0,
+        "slot_start_spread_seconds": statistics.mean(runs[0]["started"] - first for runs in by_slave.values()),
+        "slot_end_spread_seconds": statistics.mean(last - runs[-1]["ended"] for runs in by_slave.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,14 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{size_mb:g} MB shared, {slots} slots",
                         flush=True,
                     )
-                    try:
-                        figures = (
-                            _mwpy(queue, jobs, seconds, size_mb, slots)
-                            if system == "mwpy"
-                            else _plain(queue, jobs, seconds, size_mb, common=system == "common")
-                        )
-                    except BenchError as exc:
-                        figures = {"error": str(exc)}
+                    figures = _arm(queue, system, jobs, seconds, size_mb, slots=slots)
                     runs.append({"round": number, "system": system, "seconds": seconds, "size_mb": size_mb, **figures})
                     print(f"[jobs_condor]   {figures}", flush=True)
     facts = {
@@ -254,6 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({**facts, "runs": runs}, indent=2))
     return 0
+
+
+def _arm(queue: PoolQueue, system: str, jobs: int, seconds: float, size_mb: float, *, slots: int) -> dict[str, Any]:
+    """One arm's figures, ``{"error": ...}`` if it failed, or ``{"skipped": why}`` if it cannot run here."""
+    if system == "common" and (why := common_input_skipped(queue.pool.get("condor_version"))):
+        return {"skipped": why}
+    try:
+        if system == "mwpy":
+            return _mwpy(queue, jobs, seconds, size_mb, slots)
+        return _plain(queue, jobs, seconds, size_mb, common=system == "common")
+    except BenchError as exc:
+        return {"error": str(exc)}
 
 
 def _cycles(pool: dict[str, Any]) -> str:
@@ -287,7 +319,7 @@ def cases(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 arms = {
                     r["system"]: r
                     for r in runs
-                    if (r["round"], r["size_mb"], r["seconds"]) == (number, size, seconds) and "error" not in r
+                    if (r["round"], r["size_mb"], r["seconds"]) == (number, size, seconds) and "wall_seconds" in r
                 }
                 if "plain" in arms and "mwpy" in arms:
                     pairs.append((arms["plain"], arms["mwpy"]))
@@ -313,8 +345,9 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         "",
         "| N | job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy ÷ ideal N·d/slots "
         "(first job to last) | mwpy start: first job at | shared moved ÷ (slaves \N{MULTIPLICATION SIGN} S) | "
-        "condor_submit, transfer_common_input | speed-up over it | mwpy beyond d: job's own run; between jobs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "condor_submit, transfer_common_input | speed-up over it | mwpy beyond d: job's own run; between jobs | "
+        "mwpy slots: first job after the first; last job before the last |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in cases(runs):
         seconds, size, pairs = case["seconds"], case["size_mb"], case["pairs"]
@@ -330,8 +363,12 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"{_spread([m['after_first_submit']['first_job_started'] for _, m in pairs], '.1f')} s | "
             f"{_spread(moved, '.2f')} | {_common_columns(case['commons'])} | "
             f"{_spread([1000 * m.get('job_overrun_seconds', 0.0) for _, m in pairs], '.0f')} ms; "
-            f"{_spread([1000 * m.get('between_jobs_seconds', 0.0) for _, m in pairs], '.0f')} ms |"
+            f"{_spread([1000 * m.get('between_jobs_seconds', 0.0) for _, m in pairs], '.0f')} ms | "
+            f"{_spread([m.get('slot_start_spread_seconds', 0.0) for _, m in pairs], '.2f')} s; "
+            f"{_spread([m.get('slot_end_spread_seconds', 0.0) for _, m in pairs], '.2f')} s |"
         )
+    skipped = sorted({f"{r['system']}: {r['skipped']}" for r in runs if "skipped" in r})
+    lines += [f"\nSkipped, {why}" for why in skipped]
     return "\n".join(lines)
 
 
@@ -346,7 +383,7 @@ def _common_columns(commons: list[tuple[dict[str, Any], dict[str, Any]]]) -> str
 
 def startup(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Where mwpy's start-up and ending go: each moment's median time after the first condor_submit."""
-    stamps = [r["after_first_submit"] for r in runs if r["system"] == "mwpy" and "error" not in r]
+    stamps = [r["after_first_submit"] for r in runs if r["system"] == "mwpy" and "wall_seconds" in r]
     return {name: statistics.median(s[name] for s in stamps) for name in stamps[0]} if stamps else {}
 
 

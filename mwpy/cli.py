@@ -112,7 +112,8 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
     )
     overseer.add_argument(
         "--max-memory", type=positive_int, default=Limits().max_memory, metavar="MB",
-        help="cap on the memory a slave job held for exceeding its request is replaced asking for",
+        help="a slave job held for memory that asked for this much stays held (and, for a master of earlier mwpy, "
+        "the cap on what a held job's shape is raised to)",
     )  # fmt: skip
     overseer.add_argument("--interval", type=positive_float, default=10.0, help="seconds between timed reconciliations")
     overseer.add_argument(
@@ -372,6 +373,7 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_queued": record.tasks_pending,
         "tasks_running": record.tasks_running,
         "shapes": [attrs.asdict(shape) for shape in record.shapes],
+        "learned_memory": record.learned_memory or {},
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -409,6 +411,8 @@ def _print_status(
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {needed:,} more needed{capped}"),
         *tasks,
     ]
+    if record.learned_memory:
+        rows.insert(3 + len(tasks), ("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
     if record.shapes:
         rows.insert(3 + len(tasks), ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:

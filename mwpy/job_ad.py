@@ -15,10 +15,13 @@ import os
 
 from mwpy import safe_files
 from mwpy.errors import UnsafeFileError
-from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE
+from mwpy.names import CONDOR_JOB_ID, JOB_AD_VARIABLE, MACHINE_AD_VARIABLE
 
 #: A job ad is a few KiB; a bigger file is not read.
 JOB_AD_MAX_SIZE = 1 << 20
+#: A slot's machine ad is a few KiB too; one bigger than this is not sent to the master (the slave then
+#: matches as one without an ad: mwpy/matching.py).
+MACHINE_AD_MAX_SIZE = 256 << 10
 
 
 def read_ad(variable: str = JOB_AD_VARIABLE) -> dict[str, str]:
@@ -37,6 +40,18 @@ def read_ad(variable: str = JOB_AD_VARIABLE) -> dict[str, str]:
         if equals:
             ad[name.strip().lower()] = value.strip()
     return ad
+
+
+def machine_ad_text() -> str:
+    """This slot's machine ad as the ClassAd text Condor wrote (for the master to evaluate task requirements
+    against); "" outside Condor, or for a file that cannot be read or is too big."""
+    path = os.environ.get(MACHINE_AD_VARIABLE)
+    if not path:
+        return ""
+    try:
+        return safe_files.read_bytes(path, max_size=MACHINE_AD_MAX_SIZE).decode("utf-8", "replace")
+    except UnsafeFileError:
+        return ""
 
 
 def ad_string(text: str | None) -> str:

@@ -38,6 +38,8 @@ LEAVE_MARGIN = 0.05
 MAX_LEAVE_MARGIN = 60.0
 #: A task's expected run time: the longest run of its algorithm seen so far, times this.
 SAFETY = 1.25
+#: How a slave's leave by plan starts its reason (its HandBack's ``why``): the master tells it from a loss by it.
+PLANNED_LEAVE = "by plan: "
 
 
 @attrs.frozen
@@ -82,12 +84,18 @@ def find(option: float | None, *, now: float | None = None, rng: random.Random |
     return Lifetime(end, why, end - shortened - margin)
 
 
-class Retirement:
-    """A slave's judge of whether the next task ends before it must leave, from the run times it measured."""
+class RunTimes:
+    """The longest run of each task algorithm, and of any, measured on one slave: what a task is expected to take.
 
-    def __init__(self, lifetime: Lifetime) -> None:
-        self.lifetime = lifetime
-        self._longest: dict[str, float] = {}  # algorithm -> its longest run on this slave (seconds)
+    The one home of the rule both sides apply: the slave before it starts a task (:class:`Retirement`), and
+    the master when ``mwpy status --explain`` asks whether any connected slave would start one (mwpy/core/board.py,
+    from the run times the slave reports with its results).
+    """
+
+    __slots__ = ("_longest", "_longest_any")
+
+    def __init__(self) -> None:
+        self._longest: dict[str, float] = {}  # algorithm -> its longest run (seconds)
         self._longest_any = 0.0
 
     def ran(self, algorithm: str, seconds: float) -> None:
@@ -96,10 +104,30 @@ class Retirement:
             self._longest[algorithm] = seconds
             self._longest_any = max(self._longest_any, seconds)
 
+    def longest(self, algorithm: str) -> float:
+        """The longest run of ``algorithm``; of any algorithm when it has not run here (0.0: nothing ran)."""
+        return self._longest.get(algorithm, self._longest_any)
+
+    def starts_in_time(self, algorithm: str | None, left: float) -> bool:
+        """Whether a task of ``algorithm`` (None: one that takes no time) would end within ``left`` seconds:
+        its :meth:`longest` run times ``SAFETY`` is shorter (nothing measured: it would)."""
+        return left > (0.0 if algorithm is None else self.longest(algorithm) * SAFETY)
+
+
+class Retirement:
+    """A slave's judge of whether the next task ends before it must leave, from the run times it measured."""
+
+    def __init__(self, lifetime: Lifetime) -> None:
+        self.lifetime = lifetime
+        self.times = RunTimes()
+
+    def ran(self, algorithm: str, seconds: float) -> None:
+        """A task of ``algorithm`` ran ``seconds``."""
+        self.times.ran(algorithm, seconds)
+
     def fits(self, algorithm: str | None, now: float | None = None) -> bool:
         """Whether a task of ``algorithm`` would end before the slave leaves (None: a task that takes no time)."""
-        expected = 0.0 if algorithm is None else self._longest.get(algorithm, self._longest_any) * SAFETY
-        return self.lifetime.left(now) > expected
+        return self.times.starts_in_time(algorithm, self.lifetime.left(now))
 
     def wait(self, timeout: float | None, now: float | None = None) -> float:
         """Seconds an idle slave may wait for tasks: ``timeout`` (None: for ever), but not past the time to leave."""

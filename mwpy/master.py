@@ -124,7 +124,7 @@ class Master:
             self.port_range = options.master_port_range
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
                                         secret=secret, host=self.host, port=self.port,
-                                        tls_fingerprint=self._engine.tls_fingerprint, leaving=self._engine.leaving_by,
+                                        tls_fingerprint=self._engine.tls_fingerprint, leave_at=self._engine.leave_at,
                                         condor_jobs=self._engine.condor_jobs, tasks_total=lambda: self.tasks_total,
                                         slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
             undo.pop_all()

@@ -98,6 +98,12 @@ def _runs(_: Any, attribute: Any, value: list[int]) -> None:
         raise ValueError(f"{attribute.name} must be pairs of task ids [first, last, ...] with first <= last")
 
 
+def _learned(_: Any, attribute: Any, value: dict[str, int] | None) -> None:
+    """A validator: algorithm names and whole MB above zero (or None)."""
+    if value is not None and not all(name and memory > 0 for name, memory in value.items()):
+        raise ValueError(f"{attribute.name} must map algorithm names to MB above zero")
+
+
 def _shape(_: Any, attribute: Any, value: str) -> None:
     """A validator: a need in ``--mw-slave-resources``' form (``cpus=2,memory=16384``)."""
     Resources.parse(value)  # its UsageError is a ValueError: one line, naming what is wrong
@@ -132,6 +138,17 @@ class Need:
 
 
 @attrs.frozen
+class TooLong:
+    """Listed queued tasks of ``algorithm`` that no connected slave would start: each leaves by plan (its
+    lifetime) before the longest run of that algorithm it measured (``seconds``, the longest of them; of any
+    algorithm where it ran none), times the slaves' margin, would end (mwpy/lifetime.py's rule)."""
+
+    algorithm: str
+    seconds: float = attrs.field(validator=_not_negative)
+    runs: list[int] = attrs.field(validator=_runs)
+
+
+@attrs.frozen
 class TaskBoard:
     """Where each task stands, bounded: what ``mwpy status --explain TASK`` reads (docs/resource-file.md).
 
@@ -147,10 +164,8 @@ class TaskBoard:
     queued_beyond: int = attrs.field(default=0, validator=_not_negative)
     #: What the listed queued tasks ask of a slave, for those that ask anything.
     needs: list[Need] = attrs.Factory(list)
-    #: Seconds the connected slaves' tasks have taken (the longest of their mean run times; 0: none measured),
-    #: and how many connected slaves leave by plan (their lifetime) before a task that long would end.
-    task_seconds: float = attrs.field(default=0.0, validator=_not_negative)
-    slaves_leaving: int = attrs.field(default=0, validator=_not_negative)
+    #: Listed queued tasks, per algorithm, that every connected slave would refuse for its lifetime.
+    too_long: list[TooLong] = attrs.Factory(list)
 
 
 @attrs.frozen
@@ -167,6 +182,11 @@ class ShapeDemand:
             f"{n} {word}{'' if n == 1 else 's'}" for n, word in ((self.tasks, "task"), (self.slaves, "slave"))
         )
         return f"{Resources.parse(self.resources).describe()}: {tasks}, {slaves}"
+
+
+def describe_learned(learned: dict[str, int]) -> str:
+    """``grow 263 MB; fit 4096 MB``: the memory each task algorithm was learned to need (``mwpy status``)."""
+    return "; ".join(f"{algorithm} {memory} MB" for algorithm, memory in sorted(learned.items()))
 
 
 @attrs.frozen
@@ -213,6 +233,10 @@ class ResourceFile:
     task_board: TaskBoard | None = None
     #: Per need of the tasks (``resources=``): tasks not answered and connected slaves that satisfy it.
     shapes: list[ShapeDemand] = attrs.Factory(list)
+    #: MB each task algorithm was learned to need, from Condor slaves lost near their memory limit
+    #: (mwpy/core/memory.py); None from a master that does not learn it (the overseer then raises a held
+    #: job's whole shape instead).
+    learned_memory: dict[str, int] | None = attrs.field(default=None, validator=_learned)
     format: str = FORMAT
     version: int = VERSION
 

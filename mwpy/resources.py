@@ -19,13 +19,16 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from mwpy.errors import UsageError
 from mwpy.job_ad import ad_string, read_ad
 from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE, SHAPE_ATTRIBUTE
+
+if TYPE_CHECKING:
+    import classad2
 
 #: The keys of a resources dict or text, in the order they are shown.
 KEYS = ("cpus", "memory", "disk", "gpus", "requirements")
@@ -76,14 +79,14 @@ def _requirements(value: object) -> str:
     return " ".join(value.split())
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of every slave's verdicts (mwpy/matching.py), looked up per dispatch
 class Resources:
     """What a task needs (or a slave offers): cpus, memory and disk in MB, gpus, a Condor requirements expression.
 
     Zero (and ``""``) means not asked. ``Resources(memory="16GB")`` holds
     ``memory=16384``. A slave satisfies a need when it has at least as much of
-    each, and the need's requirements are the slave's (compared as text: a
-    slave job submitted for a shape carries that shape's requirements).
+    each, and its slot meets the need's requirements, evaluated as HTCondor
+    matches a job to a slot (mwpy/matching.py).
     """
 
     cpus: int = attrs.field(default=0, converter=_cpus)
@@ -144,15 +147,47 @@ class Resources:
         """This shape, with what it leaves out (zero, ``""``) taken from ``base``."""
         return Resources(*(getattr(self, key) or getattr(base, key) for key in KEYS))
 
-    def satisfies(self, need: Resources) -> bool:
-        """Whether a slave of this shape can run a task that needs ``need``."""
+    def holds(self, need: Resources) -> bool:
+        """Whether this shape has at least the cpus, memory, disk and gpus ``need`` asks for."""
         return (
-            self.cpus >= need.cpus
-            and self.memory >= need.memory
-            and self.disk >= need.disk
-            and self.gpus >= need.gpus
-            and (not need.requirements or need.requirements == self.requirements)
+            self.cpus >= need.cpus and self.memory >= need.memory and self.disk >= need.disk and self.gpus >= need.gpus
         )
+
+    def satisfies(self, need: Resources, slot: classad2.ClassAd | None = None) -> bool:
+        """Whether a slave of this shape, in the slot whose machine ad is ``slot``, can run a task that needs
+        ``need``: it :meth:`holds` it, and the need's requirements are the shape's own (as text) or are true of
+        the slot (:func:`meets`; no ``slot``: an ad of this shape alone, :meth:`as_slot_ad`)."""
+        if not self.holds(need):
+            return False
+        if not need.requirements or need.requirements == self.requirements:
+            return True
+        return meets(need, self.as_slot_ad() if slot is None else slot)
+
+    def as_slot_ad(self) -> classad2.ClassAd:
+        """A slot ad of this shape alone, in a machine ad's terms and units: ``Cpus``, ``Memory`` (MB), ``Disk``
+        (KB), ``GPUs`` -- what a slave without a machine ad (a local one) is judged by."""
+        import classad2  # noqa: PLC0415 -- only needs with requirements pay for HTCondor's library
+
+        return classad2.ClassAd({"Cpus": self.cpus, "Memory": self.memory, "Disk": self.disk * 1024, "GPUs": self.gpus})
+
+
+def meets(need: Resources, slot: classad2.ClassAd) -> bool:
+    """Whether ``need``'s requirements are true of the slot ad ``slot``, evaluated as HTCondor's negotiator
+    evaluates a job's ``Requirements``: in an ad of the need's ``RequestCpus``, ``RequestMemory``,
+    ``RequestDisk`` (KB) and ``RequestGPUs`` (MY) against the slot (TARGET). So ``Memory >= 8192`` is
+    ``(Memory >= 8192)``, and numbers compare as numbers. An expression that does not parse, or is not true
+    (false, undefined, an error), does not match."""
+    import classad2  # noqa: PLC0415
+
+    try:
+        job = classad2.ClassAd(
+            {"RequestCpus": need.cpus, "RequestMemory": need.memory, "RequestDisk": need.disk * 1024}
+        )
+        job["RequestGPUs"] = need.gpus
+        job["Requirements"] = classad2.ExprTree(need.requirements)
+        return bool(slot.matches(job))
+    except (ValueError, TypeError, RuntimeError, classad2.ClassAdException):
+        return False
 
 
 def slave_shape(text: str) -> Resources:

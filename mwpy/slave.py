@@ -47,8 +47,8 @@ from mwpy import (
 )
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError, TaskTimeoutError
-from mwpy.job_ad import own_job_id
-from mwpy.lifetime import Lifetime, Retirement
+from mwpy.job_ad import machine_ad_text, own_job_id
+from mwpy.lifetime import PLANNED_LEAVE, Lifetime, Retirement
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.options import DEFAULT_SPIN_US
@@ -335,7 +335,7 @@ class Slave:
         if judge is None or judge.fits(algorithm) or self._lost is not None or self._shutdown is not None:
             return False
         self.retired = judge.reason(algorithm)
-        self.give_back(f"by plan: {self.retired}", label="LIFETIME")
+        self.give_back(f"{PLANNED_LEAVE}{self.retired}", label="LIFETIME")
         return True
 
     def give_back(self, why: str = "as the slave algorithm raised", *, label: str = "ALGORITHM RAISED") -> None:
@@ -778,7 +778,9 @@ def _handshake(
     local = "{}:{}".format(*sock.getsockname()[:2])
     offer = () if shape is None else attrs.astuple(shape)
     host, pid = socket.gethostname(), os.getpid()
-    hello = protocol.Hello(endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), offer, leave_at)
+    hello = protocol.Hello(
+        endpoint.member_id, host, pid, __version__, max_frame, own_job_id(), offer, leave_at, machine_ad_text()
+    )
     session = SlaveSession(endpoint.secret, hello)
     welcome: protocol.Welcome | None = None
     try:

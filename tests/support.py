@@ -293,6 +293,18 @@ def spawn_slave(program: Path, workdir: Path, *args: str, resource: Path | None 
     return spawn([PYTHON, str(program), "--mw-slave", "--mw-resource-file", str(rf), *args], workdir, "slave")
 
 
+def catches(pid: int, signal_number: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signal_number`` now (Linux: ``SigCgt`` in /proc/PID/status).
+
+    What to wait for before sending a signal a process handles once it is set up: the master may count a
+    slave as connected a moment before the slave, reading the master's welcome, installs its handler.
+    """
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal_number - 1) & 1)
+    return False
+
+
 def audit_lines(text: str) -> list[str]:
     """The ``[A]`` audit lines in ``text``, without their timestamps."""
     return [line.split(" [A] ", 1)[1] for line in text.splitlines() if " [A] " in line]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import condor, overseer_queries, scenarios
+from benchmarks import condor, jobs_condor, overseer_queries, scenarios
 from benchmarks.__main__ import table, targets
 from benchmarks.common import Check, Row, Series, Settings, Sizes, percentile
 
@@ -329,3 +329,44 @@ def test_a_single_value_check_keeps_its_one_value() -> None:
     assert check.values == [1.5]
     assert check.spread is not None
     assert check.spread.count == 1
+
+
+def test_jobs_on_the_pool_skip_the_common_input_arm_before_htcondor_24() -> None:
+    """transfer_common_input is HTCondor 24's: on the default 23.9 root the arm is skipped and the table says
+    why; on a 25 pool it runs, and mwpy's speed-up over it is taken within the round."""
+    why = jobs_condor.common_input_skipped("23.9.6+dfsg-2.1+b10")
+    assert why is not None
+    assert "HTCondor 24" in why
+    assert "23.9.6" in why
+    assert jobs_condor.common_input_skipped("25.14.1+dfsg-1") is None
+    mwpy = {"wall_seconds": 10.0, "jobs_span_seconds": 5.0, "after_first_submit": {"first_job_started": 4.0}}
+    mwpy |= {"shared_bytes_moved": 2 << 20, "slaves_used": 2}
+    base = {"round": 0, "seconds": 0.2, "size_mb": 1.0}
+    runs = [
+        {**base, "system": "plain", "wall_seconds": 30.0},
+        {**base, "system": "common", "skipped": why},
+        {**base, "system": "mwpy", **mwpy},
+    ]
+    facts = {"jobs": 40, "slots": 2, "nodes": 1, "cpus_per_node": 2, "cores": 2, "rounds": 1}
+    shown = jobs_condor.table(facts, runs)
+    assert f"Skipped, common: {why}" in shown
+    assert "| 3.0\N{MULTIPLICATION SIGN}" in shown  # plain ÷ mwpy
+    runs[1] = {**base, "system": "common", "wall_seconds": 50.0}
+    assert "| 50.0 s | 5.0\N{MULTIPLICATION SIGN}" in jobs_condor.table(facts, runs)
+
+
+def test_jobs_on_the_pool_attribute_the_span_beyond_the_ideal() -> None:
+    """The jobs' span past N·d/slots, from the summary's per-job times: each job's own run past d and the gap
+    before the next on its slave (medians), and the slots' start and end spread (means)."""
+    d = 0.2
+    records = [
+        {"slave": "s0", "started": 0.0, "ended": 0.21, "seconds": 0.21},
+        {"slave": "s0", "started": 0.215, "ended": 0.425, "seconds": 0.21},
+        {"slave": "s1", "started": 0.1, "ended": 0.32, "seconds": 0.22},
+        {"slave": "s1", "started": 0.33, "ended": 0.55, "seconds": 0.22},
+    ]
+    figures = jobs_condor.per_job_time(records, d)
+    assert figures["job_overrun_seconds"] == pytest.approx(0.015)
+    assert figures["between_jobs_seconds"] == pytest.approx(0.0075)
+    assert figures["slot_start_spread_seconds"] == pytest.approx(0.05)  # s0 at 0, s1 0.1 after
+    assert figures["slot_end_spread_seconds"] == pytest.approx(0.0625)  # s0 ends 0.125 before s1

@@ -1,13 +1,15 @@
-"""Memory: slaves report their peak, the overseer asks for it, and jobs held for memory are replaced.
+"""Memory: slaves report their peak, jobs held for memory are replaced, and the master learns per algorithm.
 
 The pool test runs a task that needs 200 MB in slave jobs that ask for 64 MB.
 The test pool holds a job that uses more memory than it asked for when the job
 opts in (``MwpyEnforceMemory`` true, set here through ``--submit-file``;
-tools/condor_pool.py), as a site's cgroup policy would. The overseer must
-replace the held job by one asking for double, or for the peak the slave
-reported before it was held (with a quarter more) when that is more, and the
-master must publish that peak. The other tests drive the
-overseer's memory decisions against an in-memory queue (no pool needed).
+tools/condor_pool.py), as a site's cgroup policy would. The overseer removes
+the held job; the master, which knows the slave ran a ``grow`` task when it
+reported its peak, learns that ``grow`` tasks need double the job's request
+or the peak with a quarter more, whichever is more (mwpy/core/memory.py), and
+the task runs in a job the overseer makes for that need. The other tests
+drive the overseer's memory decisions for a master from before (no
+``learned_memory``) against an in-memory queue (no pool needed).
 """
 
 from __future__ import annotations
@@ -84,17 +86,20 @@ def test_a_job_held_for_memory_is_replaced_by_one_asking_for_enough_and_the_task
         overseer.wait()
     report = f"{logs(condor_workdir)}\n--- overseer\n{out.read_text()}"
     assert f"grew {NEED}" in done, report
-    ads = history(computation(condor_workdir, "slave"), ["ClusterId", "ProcId", "RequestMemory", "ExitCode"])
-    asked = [int(ad["RequestMemory"]) for ad in sorted(ads, key=lambda ad: int(ad["ClusterId"]))]
+    ads = history(computation(condor_workdir, "slave"), ["ClusterId", "RequestMemory", "MwpyShape"])
+    asked = [(int(ad["RequestMemory"]), ad.get("MwpyShape")) for ad in sorted(ads, key=lambda ad: int(ad["ClusterId"]))]
     log = out.read_text()
-    # The held job is replaced asking for double; the slave had reported its peak before the hold, so the
-    # replacement asks for that with a quarter more (more than double here), and the task fits.
-    assert f"exceeded request_memory {ASK} MB; removed, replaced by jobs asking for {2 * ASK} MB" in log, report
-    assert len(asked) == 2, report
-    assert asked[0] == ASK, report
-    assert asked[1] >= NEED * 5 // 4, report
+    assert f"exceeded request_memory {ASK} MB; removed (the master learns which task algorithm" in log, report
+    # The slave had reported its peak while running grow, before the hold: grow tasks now need that peak with
+    # a quarter more (more than double here), and the task ran in a job made for that need.
     record = read_resource(condor_workdir)
-    assert record is not None
+    assert record is not None, report
+    assert record.learned_memory is not None, report
+    learned = record.learned_memory["grow"]
+    assert learned >= NEED * 5 // 4, record.learned_memory
+    assert asked == [(ASK, None), (learned, f"memory={learned}")], report
+    said = "".join(path.read_text(errors="replace") for path in condor_workdir.glob("master.*.err"))
+    assert f"grow tasks now need {learned} MB" in said, report  # the master's log says so
     assert record.slave_peak_memory >= NEED * MIB, record  # the slave that fitted reported its peak
 
 
@@ -150,6 +155,7 @@ def write_resource(path: Path, *, needed: int, peak: int = 0) -> None:
 
 
 def test_held_for_memory_means_replaced_asking_for_double_up_to_the_cap_then_left_held(tmp_path: Path) -> None:
+    """A master from before learning per algorithm (no ``learned_memory``): the held job's whole shape grows."""
     rf, queue, lines = tmp_path / "resource.json", Queue(), list[str]()
     write_resource(rf, needed=1)
     overseer = Overseer(rf, queue, Limits(max_memory=1500), log=lines.append)

@@ -239,6 +239,19 @@ def test_a_master_address_the_execute_node_cannot_reach_gives_a_clear_slave_erro
 BIG_MB = 8192
 
 
+def submit_two_needs(pool: Pool, workdir: Path, gate: Path) -> int:
+    """tests/programs/two_needs.py's master, listening on the submit node's address; its cluster id."""
+    setup_workdir(pool, workdir, ["two_needs.py"])
+    return submit_master(
+        pool,
+        workdir,
+        "program=two_needs.py",
+        f"program_args={gate} {BIG_MB}",
+        f"master_options=--mw-master-host {pool.facts['address']}",
+        f"slave_python={pool.job_python}",
+    )
+
+
 def test_the_overseer_keeps_a_slave_job_shape_per_need_and_each_task_runs_on_a_slave_of_its_shape(
     two_nodes: Pool, condor_workdir: Path
 ) -> None:
@@ -253,15 +266,7 @@ def test_the_overseer_keeps_a_slave_job_shape_per_need_and_each_task_runs_on_a_s
     node_memory = {int(ad["MwpyNode"]): int(ad["TotalMemory"]) for ad in slots if "MwpyNode" in ad}
     assert node_memory[1] < BIG_MB <= node_memory[2], f"{node_memory}: a pool brought up before MEMORY was per node"
     gate = condor_workdir / "gate"
-    setup_workdir(two_nodes, condor_workdir, ["two_needs.py"])
-    master = submit_master(
-        two_nodes,
-        condor_workdir,
-        "program=two_needs.py",
-        f"program_args={gate} {BIG_MB}",
-        f"master_options=--mw-master-host {two_nodes.facts['address']}",
-        f"slave_python={two_nodes.job_python}",
-    )
+    master = submit_two_needs(two_nodes, condor_workdir, gate)
     backend = CondorBackend(member_id(condor_workdir))
     overseer = Overseer(condor_workdir / RESOURCE, backend, Limits(max_jobs=6, max_idle=6, batch=6))
     stop = threading.Event()
@@ -302,3 +307,27 @@ def test_the_overseer_keeps_a_slave_job_shape_per_need_and_each_task_runs_on_a_s
         else:
             assert (ad["MwpyShape"], node) == (node1, "1"), (ad, node)
             assert "MwpyNode == 1" in str(ad["Requirements"]), ad
+
+
+def test_slaves_no_overseer_made_serve_the_tasks_their_slot_s_machine_ad_satisfies(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """Issue 24: a task's requirements are evaluated against the slave's slot (its machine ad), not compared
+    with the slave's own as text. Two slaves.sub clusters, neither made for a need (no ``MwpyShape``): one on
+    node 1, one on node 2 asking for the memory the big tasks need. The ``MwpyNode == 1`` tasks run on the
+    node-1 slave (before, they waited for ever: no slave offered that text), the big ones on node 2."""
+    gate = condor_workdir / "gate"
+    gate.touch()  # the master returns once its six tasks are answered
+    master = submit_two_needs(two_nodes, condor_workdir, gate)
+    node1 = two_nodes.condor_submit(
+        condor_workdir, "submit/slaves.sub", "program=two_needs.py", "slaves=1", "requirements = (MwpyNode =?= 1)",
+        f"slave_python={two_nodes.job_python}",
+    )  # fmt: skip
+    big = two_nodes.condor_submit(
+        condor_workdir, "submit/slaves.sub", "program=two_needs.py", "slaves=1", f"slave_memory={BIG_MB}",
+        "requirements = (MwpyNode =?= 2)", f"slave_python={two_nodes.job_python}",
+    )  # fmt: skip
+    out = wait_master_done(condor_workdir, master)
+    lines = [line.split() for line in out.splitlines() if line.startswith(("big ", "node1 "))]
+    ran = sorted((kind, job.split(".")[0], node) for kind, job, node, _ in lines)
+    assert ran == [("big", str(big), "2")] * 3 + [("node1", str(node1), "1")] * 3, logs(condor_workdir)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mwpy import ExitCode
 from tests.programs.evictable import gated, quick
-from tests.support import PROGRAMS, audit_lines, local_master, wait_until
+from tests.support import PROGRAMS, audit_lines, catches, local_master, wait_until
 
 PROGRAM = PROGRAMS / "evictable.py"
 #: Far longer than any wait here: a task re-queued within a test was handed back, not timed out.
@@ -81,6 +81,7 @@ def test_an_idle_slave_leaves_on_sigterm_at_once_with_nothing_to_hand_back(tmp_p
     with local_master(PROGRAM, tmp_path, "--mw-client-timeout", CLIENT_TIMEOUT) as master:
         slave = master.start_slave()
         master.drive_until(master.mw.connected_slaves, "the slave to connect")
+        master.drive_until(lambda: catches(slave.popen.pid, signal.SIGTERM), "the slave to handle SIGTERM")
         slave.popen.send_signal(signal.SIGTERM)
         master.drive_until(lambda: not master.mw.connected_slaves(), "the slave to leave")
         assert slave.wait() == ExitCode.EVICTED

@@ -10,12 +10,12 @@ and the event log give: 1 for the first task submitted.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import classad2
 import pytest
 
@@ -26,7 +26,7 @@ from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import InvalidResourceFileError
 from mwpy.observe import events as ev
 from mwpy.observe import explain as explaining
-from mwpy.resource_file import Flight, TaskBoard, Waiting
+from mwpy.resource_file import Flight, TaskBoard, TooLong, Waiting
 from mwpy.task import DEFAULT_POLICY
 from tests.support import (
     PROGRAMS,
@@ -240,32 +240,69 @@ def test_a_task_whose_shape_no_connected_slave_has_says_so_and_the_board_records
 
 
 def test_a_task_no_connected_slave_would_live_to_finish_says_slave_lifetime_too_short() -> None:
-    """Issue 24 item 4: tasks of 40 s, and every connected slave leaves by plan (mwpy/lifetime.py) before one
-    would end: the board says how many leave; the task waits for a fresh slave, and ``--explain`` says why."""
-    board = TaskBoard(issued=9, queued=[Waiting(slave="", runs=[5, 9])], task_seconds=40.0, slaves_leaving=2)
+    """Issue 24 item 4: every connected slave leaves by plan (mwpy/lifetime.py) before a simulate task would end:
+    the board lists those tasks (``too_long``); they wait for a fresh slave, and ``--explain`` says why."""
+    board = TaskBoard(
+        issued=9, queued=[Waiting(slave="", runs=[5, 9])], too_long=[TooLong("simulate", 40.0, [6, 7, 9, 9])]
+    )
     record = resource_record(timestamp=1000.0, slaves_connected={"unordered": 2}, task_board=board)
     lines = explaining.explain(record, 6, now=1001.0)
     assert lines[2] == (
-        "slave lifetime too short: tasks have taken up to 40.0 s on the connected slaves, and all 2 leave by plan "
-        "before one that long would end; it waits for a fresh slave"
+        "slave lifetime too short: simulate tasks have taken up to 40.0 s on the connected slaves, and all 2 "
+        "leave by plan before one that long would end; it waits for a fresh slave"
     )
-    one_stays = attrs.evolve(record, task_board=attrs.evolve(board, slaves_leaving=1))
-    assert not any("lifetime" in line for line in explaining.explain(one_stays, 6, now=1001.0))
+    assert not any("lifetime" in line for line in explaining.explain(record, 8, now=1001.0))  # a quick kind
 
 
-def test_the_board_records_how_many_slaves_leave_before_a_task_would_end() -> None:
-    """The master's side of the lifetime line: measured run times and the slaves' planned leave (their Hello)."""
+def test_the_board_applies_the_slaves_own_rule_per_algorithm_to_their_measured_runs() -> None:
+    """The master's side of the lifetime line is the slave's rule (mwpy.lifetime.RunTimes, one home): the
+    longest run of the task's algorithm on each slave, times SAFETY, against the time it has left, from its
+    Hello. A kind it never ran: its longest run of any. A slave without a lifetime takes anything."""
     sched = Scheduler()
-    sched.add(Entry(sched.new_id(), "work", b"", DEFAULT_POLICY, QUIET))
+    for algorithm in ("slow", "slow", "quick", "other", "quick"):
+        sched.add(Entry(sched.new_id(), algorithm, b"", DEFAULT_POLICY, QUIET))
     sched.join("slave-0")
-    assert [task.task_id for task in sched.take("slave-0", now=1.0)] == [1]
-    sched.finish("slave-0", 1, 40.0, now=41.0)  # the slave measured a run of 40 s
-    leaving_at: list[float] = []
+    (first,) = sched.take("slave-0", now=1.0)
+    sched.finish("slave-0", first.task_id, 40.0, now=41.0)  # the slave measured a slow run of 40 s
+    (second,) = sched.take("slave-0", now=41.0)
+    sched.finish("slave-0", second.task_id, 40.0, now=81.0)
+    (third,) = sched.take("slave-0", now=81.0)
+    sched.finish("slave-0", third.task_id, 1.0, now=82.0)  # a quick one of 1 s: task 4 (other) waits
+    leaves = time.time() + 30.0
+    shown = board.snapshot(sched, 0.0, leave_at={"slave-0": leaves})
+    assert shown.too_long == [TooLong("other", 40.0, [4, 4])]  # a kind it never ran: its longest of any; quick fits
+    assert board.snapshot(sched, 0.0, leave_at={"slave-0": time.time() + 60.0}).too_long == []  # 50 s fit
+    sched.join("slave-1")
+    assert board.snapshot(sched, 0.0, leave_at={"slave-0": leaves}).too_long == []  # slave-1 has no lifetime
 
-    def leaving(when: float) -> int:
-        leaving_at.append(when)
-        return 1
 
-    shown = board.snapshot(sched, 0.0, leaving=leaving)
-    assert (shown.task_seconds, shown.slaves_leaving) == (40.0, 1)
-    assert leaving_at[0] >= time.time() + 40.0  # asked about the end of a task that long, from now
+def test_explain_says_slave_lifetime_too_short_for_a_real_slave_that_would_not_start_the_task(
+    tmp_path: Path,
+) -> None:
+    """End to end: a real master, a real slave with ``--mw-slave-lifetime``, and ``mwpy status --explain``
+    from the command line. Task 1 runs and ends (its run is measured), task 2 runs until the test releases it;
+    once the slave's time left is shorter than the measured run (times its margin), a queued task's
+    explanation says "slave lifetime too short" -- the slave's own rule, which it then applies: released, it
+    leaves by plan (exit 0) and hands the rest back, and a fresh slave finishes the computation, no task lost."""
+    release = tmp_path / "release"
+    master = spawn_master(GATED, tmp_path, "--mw-resource-file-update-interval", "1", str(release), "5")
+    # 30 s: far above the slave's start-up plus task 1 plus task 2's expected run on a loaded machine, so that
+    # task 2 starts (the slave's own check) and the slave is still connected when its time runs short.
+    slave = spawn_slave(GATED, tmp_path, "--mw-slave-lifetime", "30")
+    wait_until(lambda: says(tmp_path, 1, "running on slave-"), 60, "task 1 running")
+    Path(f"{release}.0").touch()  # task 1 ends: the slave and the master measure its run
+    wait_until(lambda: says(tmp_path, 2, "running on slave-"), 60, "task 2 running")
+    text = wait_until(lambda: says(tmp_path, 5, "slave lifetime too short"), 60, "the lifetime line of task 5")
+    assert re.search(
+        r"^slave lifetime too short: gated tasks have taken up to [\d.]+ (ms|s) on the connected slaves, and all 1 "
+        r"leave by plan before one that long would end; it waits for a fresh slave$",
+        text,
+        re.MULTILINE,
+    ), text
+    assert "waiting in the queue behind" in text, text
+    release.touch()
+    assert slave.wait(60) == 0, slave.err()
+    assert "leaving by plan: " in slave.err(), slave.err()  # no gated task fits, or its lifetime is over: by then
+    spawn_slave(GATED, tmp_path)
+    assert master.wait(60) == 0, master.err()
+    assert "squares [0, 1, 4, 9, 16]" in master.out(), master.out()

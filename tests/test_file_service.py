@@ -359,3 +359,35 @@ def test_with_tls_a_file_of_many_reads_arrives_whole(tmp_path: Path) -> None:
     finally:
         client.close()
         server.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_outputs_sent_back_to_back_all_land_and_the_connection_serves_on(tmp_path: Path, tls: bool) -> None:
+    """A slave sends all of a job's outputs before it reads an answer; the service serves a peer's requests
+    in a row while the next one is already there, a turn at a time (``REQUEST_BURST``). More outputs than
+    three turns hold each land whole with one answer each, and the same connection then fetches an input."""
+    context, fingerprint = protocol.tls_server_context(str(CERT), str(KEY)) if tls else (None, None)
+    server = FileServer(SECRET, MEMBER, tls=context, client_timeout=CLIENT_TIMEOUT)
+    data = tmp_path / "data"
+    data.write_bytes(CONTENT)
+    digest, _ = server.publish(str(data))
+    landed = tmp_path / "landed"
+    landed.mkdir()
+    server.expect("job-1", filestore.Destination(str(landed), frozenset()))
+    sent = tmp_path / "sent"
+    sent.mkdir()
+    outputs = []
+    for number in range(3 * filestore.REQUEST_BURST + 1):
+        path = sent / f"out.{number}"
+        path.write_bytes(os.urandom(number * 97))
+        outputs.append((path.name, path))
+    client = FileClient("127.0.0.1", server.port, SECRET, MEMBER, fingerprint)
+    try:
+        assert client.upload_all("job-1", outputs) == [None] * len(outputs)
+        assert client.fetch(digest, tmp_path / "input") == len(CONTENT)
+    finally:
+        client.close()
+        server.close()
+    assert sorted(p.name for p in landed.iterdir()) == sorted(name for name, _ in outputs)
+    assert all((landed / name).read_bytes() == path.read_bytes() for name, path in outputs)
+    assert (tmp_path / "input").read_bytes() == CONTENT

@@ -21,11 +21,10 @@ from __future__ import annotations
 import collections
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 
 from mwpy.core.scheduler import Entry, Scheduler
-from mwpy.lifetime import SAFETY
-from mwpy.resource_file import Flight, Need, TaskBoard, Waiting
+from mwpy.resource_file import Flight, Need, TaskBoard, TooLong, Waiting
 
 #: Queued tasks walked at most, all queues together.
 MAX_WALK = 10_000
@@ -83,23 +82,36 @@ def _needs(listed: Iterable[Entry]) -> list[Need]:
     return needs
 
 
-def _lifetimes(sched: Scheduler, leaving: Callable[[float], int] | None) -> tuple[float, int]:
-    """How long the connected slaves' tasks take (the longest mean), and how many slaves leave by plan before
-    a task that long (times the lifetime's ``SAFETY``) would end, if started now."""
-    seconds = max((slot.compute_time or 0.0 for slot in sched._slots.values()), default=0.0)
-    if not seconds or leaving is None:
-        return seconds, 0
-    return seconds, leaving(time.time() + seconds * SAFETY)
+def _too_long(sched: Scheduler, leave_at: Mapping[str, float], listed: Iterable[Entry]) -> list[TooLong]:
+    """The listed tasks, per algorithm, that no connected slave would start now: each leaves by plan (``leave_at``,
+    Unix time, from its Hello) before a task of that algorithm would end, by the rule the slave itself applies
+    to the run times it measured (:class:`mwpy.lifetime.RunTimes`, which the scheduler keeps per slave from the
+    same measurements). A slave without a lifetime takes any task: then none is too long."""
+    slots = sched._slots
+    if not slots or any(sid not in leave_at for sid in slots):
+        return []
+    now = time.time()
+    by_algorithm: dict[str, list[Entry]] = collections.defaultdict(list)
+    for entry in listed:
+        by_algorithm[entry.algorithm].append(entry)
+    found = []
+    for algorithm, entries in sorted(by_algorithm.items()):
+        if any(slot.run_times.starts_in_time(algorithm, leave_at[sid] - now) for sid, slot in slots.items()):
+            continue
+        seconds = max(slot.run_times.longest(algorithm) for slot in slots.values())
+        entries.sort(key=lambda entry: entry.task_id)
+        found.append(TooLong(algorithm, round(seconds, 3), _runs(entries, len(entries), MAX_RUNS)[0]))
+    return found
 
 
-def snapshot(sched: Scheduler, now: float, leaving: Callable[[float], int] | None = None) -> TaskBoard:
+def snapshot(sched: Scheduler, now: float, leave_at: Mapping[str, float] | None = None) -> TaskBoard:
     """The board as of ``now`` (the master's monotonic clock).
 
-    ``leaving(when)``: how many connected slaves leave by plan before ``when`` (Unix time), when known.
+    ``leave_at``: when (Unix time) each connected slave that has a lifetime leaves by plan.
     """
     budget, most = MAX_WALK, MAX_RUNS
     queues: list[Waiting] = []
-    listed: list[Iterable[Entry]] = []
+    listed: list[tuple[Iterable[Entry], int]] = []
     beyond = 0
     shared = sched._unordered
     lines = [("", shared)] + [(sid, slot.ordered) for sid, slot in sched._slots.items() if slot.ordered]
@@ -107,18 +119,20 @@ def snapshot(sched: Scheduler, now: float, leaving: Callable[[float], int] | Non
         runs, covered = _runs(queue, budget, most)
         budget, most = budget - covered, most - len(runs) // 2
         beyond += len(queue) - covered
-        listed.append(itertools.islice(queue, covered))
+        listed.append((queue, covered))
         if runs:
             queues.append(Waiting(slave=sid, runs=runs))
     flights, complete = _flights(sched, now)
-    seconds, leaving_soon = _lifetimes(sched, leaving)
+
+    def walked() -> Iterable[Entry]:
+        return itertools.chain.from_iterable(itertools.islice(queue, covered) for queue, covered in listed)
+
     return TaskBoard(
         issued=sched._next_id,
         flights=flights,
         flights_complete=complete,
         queued=queues,
         queued_beyond=beyond,
-        needs=_needs(itertools.chain.from_iterable(listed)) if sched.shapes.active else [],
-        task_seconds=round(seconds, 3),
-        slaves_leaving=leaving_soon,
+        needs=_needs(walked()) if sched.shapes.active else [],
+        too_long=_too_long(sched, leave_at, walked()) if leave_at else [],
     )

@@ -34,6 +34,8 @@ import attrs
 from mwpy.core.news import News
 from mwpy.core.shapes import Shapes, fits
 from mwpy.errors import ConfigurationError
+from mwpy.lifetime import RunTimes
+from mwpy.matching import Offer
 from mwpy.resources import Resources
 from mwpy.task import Policy, Result, Task
 
@@ -162,10 +164,11 @@ class _Slot:
     """The scheduler's view of one connected slave."""
 
     __slots__ = (
-        "sid", "kind", "shape", "ordered", "in_flight", "freeing", "compute_time", "last_result_at", "streak", "proven",
+        "sid", "kind", "shape", "ordered", "in_flight", "freeing", "compute_time", "run_times", "last_result_at",
+        "streak", "proven",
     )  # fmt: skip
 
-    def __init__(self, sid: str, kind: SlaveKind, shape: Resources | None) -> None:
+    def __init__(self, sid: str, kind: SlaveKind, shape: Offer | None) -> None:
         self.sid = sid
         self.kind = kind
         self.shape = shape  # what it offers, as its Hello said (mwpy/core/shapes.py)
@@ -173,6 +176,7 @@ class _Slot:
         self.in_flight: dict[int, Entry] = {}
         self.freeing = False
         self.compute_time: float | None = None  # moving average, seconds per task
+        self.run_times = RunTimes()  # the longest run per algorithm, as the slave judges its lifetime by
         self.last_result_at = 0.0  # the next task in flight started no earlier
         self.streak = 0  # numbers this slave's runs of failures; a success starts a new one
         self.proven = 0  # failures of the current streak that later succeeded elsewhere
@@ -203,8 +207,8 @@ def _failed_here(task: Entry, sid: str) -> bool:
 class Scheduler:
     """Entry queues, slave groups and target numbers of one master (the task board reads them in place)."""
 
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board",),
-        "_unordered": ("mwpy.core.board",), "_next_id": ("mwpy.core.board",)}  # fmt: skip
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board", "mwpy.core.memory"),
+        "_unordered": ("mwpy.core.board", "mwpy.core.memory"), "_next_id": ("mwpy.core.board",)}  # fmt: skip
 
     def __init__(
         self,
@@ -261,7 +265,7 @@ class Scheduler:
             self.may_time_out = True
         self._pending[task.algorithm] += 1
         self.pending_total += 1
-        need = task.policy.resources
+        need = self.shapes.need_of(task) if self.shapes.learned else task.policy.resources
         if need is not None and (reason := self.shapes.take(need)) is not None:
             self._drop(task, f"task {task.task_id} {task.label}: {reason}")
             return
@@ -334,6 +338,7 @@ class Scheduler:
             next(iter(slot.in_flight.values())).listener.began()  # the next task in flight is the one it runs now
         previous = slot.compute_time
         slot.compute_time = compute_time if previous is None else 0.8 * previous + 0.2 * compute_time
+        slot.run_times.ran(task.algorithm, compute_time)
         if slot.freeing and not any(t.policy.sid is not None for t in slot.in_flight.values()):
             self._become_unordered(slot)
         self._hungry.add(sid)
@@ -563,14 +568,15 @@ class Scheduler:
 
     # ------------------------------------------------------------------ slaves
 
-    def join(self, sid: str, shape: Resources | None = None) -> SlaveKind:
-        """A slave connected (offering ``shape``): put it in the first group that still needs slaves."""
+    def join(self, sid: str, shape: Offer | Resources | None = None) -> SlaveKind:
+        """A slave connected (offering ``shape``, a bare shape or with its slot's ad): put it in the first group
+        that still needs slaves."""
         kind = SlaveKind.UNORDERED
         for wanted in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
             if self._acquired[wanted] < self._desired[wanted]:
                 kind = wanted
                 break
-        self._slots[sid] = _Slot(sid, kind, shape)
+        self._slots[sid] = _Slot(sid, kind, Offer(shape) if isinstance(shape, Resources) else shape)
         self._acquired[kind] += 1
         self._hungry.add(sid)
         if kind is not SlaveKind.UNORDERED:

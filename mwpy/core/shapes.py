@@ -14,38 +14,66 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
+import attrs
+
+from mwpy.matching import Offer
 from mwpy.resources import Resources
+from mwpy.task import Policy
 
 
-def fits(shape: Resources | None, need: Resources | None) -> bool:
-    """Whether a slave of ``shape`` may run a task needing ``need`` (a slave of no known shape: only needless tasks)."""
-    return need is None or (shape is not None and shape.satisfies(need))
+class _Task(Protocol):
+    """What a queued task is to this module (the scheduler's Entry)."""
+
+    algorithm: str
+    policy: Policy
+
+
+def fits(offer: Offer | None, need: Resources | None) -> bool:
+    """Whether a slave offering ``offer`` may run a task needing ``need`` (a slave of no known shape: only
+    needless tasks). Requirements are evaluated against the slave's slot (mwpy/matching.py)."""
+    return need is None or (offer is not None and offer.serves(need))
 
 
 class Shapes:
     """The shapes on offer, and whether any task has asked for resources yet."""
 
     def __init__(self) -> None:
-        self.offered: tuple[Resources, ...] = ()
+        self.offered: tuple[Offer, ...] = ()
         #: True once a task with resources was submitted: from then on dispatch matches tasks to slaves.
         self.active = False
         #: Tasks not answered yet (queued or running), per need.
         self.demand: Counter[Resources] = Counter()
+        #: MB each task algorithm was learned to need (mwpy/core/memory.py): its tasks need at least that much.
+        self.learned: dict[str, int] = {}
 
     def offer(self, shapes: Sequence[Resources]) -> None:
         """The master's slaves will have these shapes (none: any need may yet be met by a slave to come)."""
-        self.offered = tuple(shapes)
+        self.offered = tuple(Offer(shape) for shape in shapes)
 
     def take(self, need: Resources) -> str | None:
         """A task needing ``need`` arrived (counted until :meth:`settled`): why no slave on offer can ever run
         it (one line), or None when one can."""
         self.active = True
         self.demand[need] += 1
-        if not self.offered or any(shape.satisfies(need) for shape in self.offered):
+        if self.attainable(need):
             return None
-        offer = "; ".join(dict.fromkeys(shape.describe() for shape in self.offered))
+        offer = "; ".join(dict.fromkeys(offer.shape.describe() for offer in self.offered))
         return f"needs {need.describe()}, and no slave on offer has it (the slaves' shapes: {offer})"
+
+    def attainable(self, need: Resources) -> bool:
+        """Whether a slave on offer has ``need`` (no shapes on offer: a slave of any shape may yet come)."""
+        return not self.offered or any(offer.serves(need) for offer in self.offered)
+
+    def need_of(self, task: _Task) -> Resources | None:
+        """``task``'s need, raised to the memory its algorithm was learned to need (its policy changed to say so)."""
+        need, memory = task.policy.resources, self.learned.get(task.algorithm, 0)
+        if memory <= (0 if need is None else need.memory):
+            return need
+        raised = attrs.evolve(need or Resources(), memory=memory)
+        task.policy = attrs.evolve(task.policy, resources=raised)
+        return raised
 
     def settled(self, need: Resources | None) -> None:
         """A task needing ``need`` left the master's books (answered, cancelled, unrunnable)."""
@@ -54,10 +82,10 @@ class Shapes:
             if not self.demand[need]:
                 del self.demand[need]
 
-    def report(self, slaves: Iterable[Resources | None]) -> list[tuple[Resources, int, int]]:
+    def report(self, slaves: Iterable[Offer | None]) -> list[tuple[Resources, int, int]]:
         """(need, tasks not answered, connected slaves that satisfy it) for each need with tasks."""
-        shapes = list(slaves)
+        offers = list(slaves)
         return [
-            (need, tasks, sum(fits(shape, need) for shape in shapes))
+            (need, tasks, sum(fits(offer, need) for offer in offers))
             for need, tasks in sorted(self.demand.items(), key=lambda item: str(item[0]))
         ]

@@ -24,14 +24,17 @@ import itertools
 import selectors
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mwpy import safe_text
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
+from mwpy.core.memory import MemoryLearning
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import ProtocolError
+from mwpy.lifetime import PLANNED_LEAVE
+from mwpy.matching import Offer
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
 from mwpy.net.spin import Spinner
 from mwpy.options import Options
@@ -47,6 +50,7 @@ TICK = 0.25
 SOON_TICK = 0.05
 #: How long the master waits for slaves to acknowledge a shutdown.
 SHUTDOWN_GRACE = 5.0
+log = safe_text.logger("mwpy.master")
 #: Characters of a leaving slave's reason (HandBack) kept for the logs.
 MAX_WHY = 300
 
@@ -89,6 +93,7 @@ class Engine:
         self.slaves_greeted = 0
         #: Bytes: the largest peak memory a slave reported (its Heartbeats), 0 while none did.
         self.peak_memory = 0
+        self.memory = MemoryLearning(sched)  # what a Condor slave lost near its memory limit teaches
         self._next_tick = 0.0
         self._last_tick = float("-inf")
         self._spinner = Spinner(options.spin_us)
@@ -170,6 +175,8 @@ class Engine:
             self.peak_memory = beat.peak_memory  # the largest any slave needed is published
             self.tick_soon()
         sid = peer.sid
+        if sid in self._jobs:
+            self.memory.heard(sid, beat.peak_memory)
         if sid is not None and any(beat.cache) and self._caches.get(sid) != beat.cache:
             self._caches[sid] = beat.cache
             self._facts(facts.SlaveCache(sid, *beat.cache))
@@ -185,7 +192,7 @@ class Engine:
         peer.sid = sid
         peer.max_out = peer.session.max_send
         self._by_sid[sid] = peer
-        kind = self._sched.join(sid, Resources(*hello.shape) if hello.shape else None)
+        kind = self._sched.join(sid, Offer(Resources(*hello.shape), hello.machine_ad) if hello.shape else None)
         self._whom[sid] = (hello.host, hello.pid)
         self._net.queue(peer, data)
         if hello.leave_at:
@@ -240,9 +247,10 @@ class Engine:
         self._facts(facts.CancelSent(sid, len(task_ids)))
         self._net.queue(peer, peer.session.send(protocol.Cancel(task_ids)))
 
-    def leaving_by(self, when: float) -> int:
-        """How many connected slaves leave by plan before ``when`` (Unix time; their Hello said when)."""
-        return sum(at <= when for at in self._leaving.values())
+    @property
+    def leave_at(self) -> Mapping[str, float]:
+        """When (Unix time) each connected slave with a lifetime leaves by plan, as its Hello said (read only)."""
+        return self._leaving
 
     def condor_jobs(self) -> list[str]:
         """The Condor job ids of the connected slaves (sorted): the resource file publishes them."""
@@ -330,13 +338,17 @@ class Engine:
 
     def _leave(self, sid: str, cause: Cause, why: str, peer: Peer) -> None:
         """``sid`` is no longer this master's slave: its tasks follow their policies, and that is reported."""
-        if self._jobs.pop(sid, None) is not None:
+        condor = self._jobs.pop(sid, None) is not None
+        if condor:
             self._job_list = None
         self._whom.pop(sid, None)
         self._leaving.pop(sid, None)
         self._caches.pop(sid, None)
         dropped_before = self._sched.unrunnable_total
         lost = len(self._sched.leave(sid))
+        planned = why.startswith(f"left {PLANNED_LEAVE}")
+        if learned := self.memory.lost(sid, suspect=condor and cause in ("eof", "error") and not planned):
+            log.warning(learned)
         dropped = self._sched.unrunnable_total - dropped_before
         requeued = max(0, lost - dropped)
         self._facts(facts.SlaveLeft(sid, cause, why, peer.tasks_out, peer.results_in, lost, requeued, dropped))

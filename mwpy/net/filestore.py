@@ -64,6 +64,7 @@ import hashlib
 import json
 import os
 import queue
+import select
 import selectors
 import socket
 import ssl
@@ -106,6 +107,9 @@ EVICT_AFTER = 1.0
 ACCEPT_PAUSE = 0.25
 #: Connections accepted at most per pass of the selector loop, so those already connected keep their turn.
 ACCEPT_BURST = 16
+#: Requests a worker serves in a row for one peer whose next request has already arrived, before the
+#: connection goes back to the selector thread and the other peers get their turn.
+REQUEST_BURST = 16
 #: Seconds between two looks at the deadlines of peers still proving themselves.
 TICK = 0.25
 #: The largest frame a peer may send before its member id is known (the sealed hello).
@@ -187,6 +191,14 @@ class _Link:
     def has_buffered(self) -> bool:
         """Whether a request may already be here without the socket showing it (read ahead, or held by TLS)."""
         return bool(self._buffered) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+
+    def has_arrived(self) -> bool:
+        """Whether the peer's next request (or its hang-up) is already here: buffered, or readable right now."""
+        if self.has_buffered():
+            return True
+        waiting = select.poll()
+        waiting.register(self.sock, select.POLLIN)
+        return bool(waiting.poll(0))
 
     def _read_exact(self, size: int) -> bytes:
         data = self._buffered[:size]
@@ -788,12 +800,24 @@ class FileServer:
 
     def _serve_requests(self) -> None:
         while (link := self._requests.get()) is not None:
-            keep = self._serve(link)
+            keep = self._serve_burst(link)
             if self._closed:
                 link.sock.close()
                 continue
             self._served.put((link, keep))
             self._wake()
+
+    def _serve_burst(self, link: _Link) -> bool:
+        """Serve the peer's requests while the next one has already arrived (a slave sends a job's outputs one
+        after the other, then reads the answers), up to :data:`REQUEST_BURST`: one hand-over between the
+        selector thread and a worker for them all, not one each (about 0.4 ms each on an idle machine).
+        Whether the connection stays open."""
+        for _ in range(REQUEST_BURST):
+            if not self._serve(link):
+                return False
+            if self._closed or not link.has_arrived():
+                break
+        return True
 
     def _serve(self, link: _Link) -> bool:
         """Serve one request of a proven peer; whether its connection stays open for the next."""

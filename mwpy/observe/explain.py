@@ -141,14 +141,17 @@ def _shape_lines(record: ResourceFile, need: str) -> list[str]:
     return [f"it needs: {described}; {_count(shape.slaves, 'connected slave')} of that shape"]
 
 
-def _lifetime_lines(record: ResourceFile, board: TaskBoard) -> list[str]:
-    """``slave lifetime too short``: when every connected slave leaves by plan before a task would end."""
-    connected = sum(record.slaves_connected.values())
-    if not connected or not board.task_seconds or board.slaves_leaving < connected:
+def _lifetime_lines(record: ResourceFile, board: TaskBoard, task: int) -> list[str]:
+    """``slave lifetime too short``: when every connected slave leaves by plan before a task of ``task``'s
+    algorithm would end, by the rule each slave applies before it starts one (the board's ``too_long``)."""
+    found = next((kind for kind in board.too_long if _position(Waiting("", kind.runs), task) is not None), None)
+    if found is None:
         return []
+    connected = sum(record.slaves_connected.values())
     return [
-        f"slave lifetime too short: tasks have taken up to {duration(board.task_seconds)} on the connected slaves, "
-        f"and all {connected} leave by plan before one that long would end; it waits for a fresh slave"
+        f"slave lifetime too short: {found.algorithm} tasks have taken up to {duration(found.seconds)} on the "
+        f"connected slaves, and all {connected} leave by plan before one that long would end; it waits for a "
+        "fresh slave"
     ]
 
 
@@ -210,7 +213,7 @@ def explain(
         if queued:
             shaped = _need_of(board, task)
             lines += [f"it needs: {need}"] if need else _shape_lines(record, shaped) if shaped else []
-            lines += _lifetime_lines(record, board) + _why_waiting(record, jobs, condor_problem)
+            lines += _lifetime_lines(record, board, task) + _why_waiting(record, jobs, condor_problem)
         return lines
     if record.finished and failures is None:
         return [*lines, "done: the computation has finished"]

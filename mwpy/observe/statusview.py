@@ -162,8 +162,13 @@ def _slaves_phrase(record: ResourceFile, limit: int | None, cap: int | None = No
 
 
 def _shapes_phrase(record: ResourceFile) -> str:
-    """``shapes memory 16384 MB: 12 tasks, 1 slave; ...``: demand and supply per need of the tasks."""
-    return safe_text.one_line("shapes " + "; ".join(shape.describe() for shape in record.shapes))
+    """``shapes memory 16384 MB: 12 tasks, 1 slave; ...``: demand and supply per need of the tasks; then
+    ``· learned memory grow 263 MB``, what task algorithms were learned to need (mwpy/core/memory.py)."""
+    shapes = "; ".join(shape.describe() for shape in record.shapes)
+    learned = (
+        f" · learned memory {resource_file.describe_learned(record.learned_memory)}" if record.learned_memory else ""
+    )
+    return safe_text.one_line(f"shapes {shapes}{learned or ''}")
 
 
 def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float, idle_why: str | None) -> str:

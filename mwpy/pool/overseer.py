@@ -16,9 +16,12 @@ picks up where the last one stopped.
 * grow: submit the shortfall in one batch, within ``max_jobs`` (total),
   ``max_idle`` (idle) and ``batch``, all shapes together, shared in turn;
 * shrink: remove idle jobs only, never a running slave (it may hold work);
-* memory: a job held for using more memory than it asked for is removed, and
-  new jobs of its shape (its need, or plain) ask for double its request (up
-  to ``max_memory``); all ask for the slaves' published peak memory with a
+* memory: a job held for using more memory than it asked for is removed; the
+  master learns which task algorithm ran out and gives its tasks a need of
+  their own (mwpy/core/memory.py), made into jobs like any need. For a master
+  from before (no ``learned_memory`` in its file), new jobs of the held job's
+  shape (its need, or plain) ask for double its request (up to
+  ``max_memory``), and all ask for the slaves' published peak memory with a
   quarter more;
 * finished: remove every remaining job of the computation (running slaves
   get ``FINISH_GRACE`` seconds to leave by themselves first), and stop once
@@ -203,7 +206,7 @@ class Overseer:
         if record.stale():
             return self._stale(record, jobs, _counts(jobs))
         unconfirmed = self._unconfirmed_master(record)
-        jobs, replaced = self._replace_memory_holds(jobs)
+        jobs, replaced = self._replace_memory_holds(jobs, learning=record.learned_memory is not None)
         jobs, removed, why = self._replace_unconnected(record, jobs)
         groups = shape_plan.plan(
             record,
@@ -268,15 +271,15 @@ class Overseer:
         else:
             self.backend.submit(launch, count)
 
-    def _replace_memory_holds(self, jobs: list[Job]) -> tuple[list[Job], int]:
-        """Remove slave jobs held for exceeding their memory request; new jobs of their shape ask for double.
+    def _replace_memory_holds(self, jobs: list[Job], *, learning: bool) -> tuple[list[Job], int]:
+        """Remove slave jobs held for exceeding their memory request, so that fresh jobs take their place.
 
-        The doubled request (up to ``limits.max_memory`` MB) becomes the floor
-        for every job of the same shape (the need it was submitted for, or
-        plain) submitted from now on, so the shortfall the removal leaves is
-        filled by jobs that fit; other shapes keep their requests. A job that
-        already asked for the cap stays held, and says so: more memory is not
-        to be had. Returns the jobs left and how many were removed.
+        ``learning``: the master learns memory per task algorithm (a resource file with ``learned_memory``,
+        mwpy/core/memory.py): the algorithm that ran out gets a need of its own, whose jobs the overseer makes
+        as for any need, and the held job's shape keeps its request. Otherwise (a master from before) new jobs
+        of the held job's shape (its need, or plain) ask for double its request, up to ``limits.max_memory``
+        MB, from now on. Either way a job that already asked for the cap stays held, and says so: more memory
+        is not to be had. Returns the jobs left and how many were removed.
         """
         cap = self.limits.max_memory
         doomed: list[Job] = []
@@ -287,8 +290,12 @@ class Overseer:
             asked = job.memory if job.memory is not None else floor
             if asked is None or asked >= cap:
                 continue  # nothing to double, or no more to be had: left held (the decision line names it)
-            floor = self._memory_floor[job.shape] = max(floor or 0, min(cap, 2 * asked))
             doomed.append(job)
+            if learning:
+                self._log(f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed (the master "
+                          "learns which task algorithm needs more; its tasks get jobs of their own)")  # fmt: skip
+                continue
+            floor = self._memory_floor[job.shape] = max(floor or 0, min(cap, 2 * asked))
             self._log(
                 f"job {job.job_id} held: {job.reason or 'over its memory request'}; removed, replaced by "
                 f"{_shape_jobs(job.shape)} asking for {floor} MB (it asked for {asked} MB)"
@@ -299,7 +306,10 @@ class Overseer:
 
     def _memory_request(self, record: resource_file.ResourceFile, shape: str | None) -> int | None:
         """MB a new slave job of ``shape`` asks for at least: its shape's held jobs' doubling, and the slaves'
-        peak plus a quarter (a need's own memory is added by the back end)."""
+        peak plus a quarter (a need's own memory is added by the back end) -- for a master that does not learn
+        memory per algorithm; one that does puts it in the needs instead."""
+        if record.learned_memory is not None:
+            return None
         peak = -(-record.slave_peak_memory * 5 // (4 * MIB)) if record.slave_peak_memory else 0
         wanted = max(peak, self._memory_floor.get(shape) or 0)
         return min(wanted, self.limits.max_memory) if wanted else None

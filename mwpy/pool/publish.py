@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mwpy import resource_file
 from mwpy.core import board
@@ -29,6 +29,11 @@ DEBOUNCE = 1.0
 REPLACE_AHEAD = 300.0
 #: Interpreter slaves started through the bundle use unless --mw-slave-executable says otherwise.
 DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
+
+
+#: What a rewrite compares with the last written: slaves needed and connected, demand stated, Condor jobs, peak
+#: memory, tasks in all, demand per need, learned memory per algorithm.
+_Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]]
 
 
 class Publisher:
@@ -48,7 +53,7 @@ class Publisher:
         condor_jobs: Callable[[], list[str]] | None = None,
         tasks_total: Callable[[], int | None] | None = None,
         slaves_greeted: Callable[[], int] | None = None,
-        leaving: Callable[[float], int] | None = None,
+        leave_at: Mapping[str, float] | None = None,
     ) -> None:
         self._options = options
         #: Tasks in all when the master knows (for progress bars), else None.
@@ -57,8 +62,8 @@ class Publisher:
         self._condor_jobs = condor_jobs or list
         #: Slaves that ever connected (written with whatever else changed: an arrival changes the counts).
         self._slaves_greeted = slaves_greeted or int
-        #: How many connected slaves leave by plan before a time (Unix): each is replaced ahead of time.
-        self._leaving = leaving or (lambda when: 0)
+        #: When (Unix time) each connected slave with a lifetime leaves by plan: each is replaced ahead of time.
+        self._leave_at: Mapping[str, float] = {} if leave_at is None else leave_at
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -68,7 +73,10 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand]] | None = None
+        self._key: (
+            tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]] | None
+        )
+        self._key = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
         #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
@@ -82,7 +90,7 @@ class Publisher:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
         needed, connected = self._needed(), self._sched.connected()
         key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total(),
-               self._shapes())  # fmt: skip
+               self._shapes(), dict(self._sched.shapes.learned))  # fmt: skip
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -91,14 +99,18 @@ class Publisher:
         """Slaves wanted beyond those connected, plus a replacement for each that leaves by plan within
         ``REPLACE_AHEAD`` while tasks remain: a batch system takes a while to start a job."""
         sched = self._sched
-        return sched.slaves_needed + (self._leaving(time.time() + REPLACE_AHEAD) if sched.pending_total else 0)
+        if not sched.pending_total:
+            return sched.slaves_needed
+        soon = time.time() + REPLACE_AHEAD
+        return sched.slaves_needed + sum(at <= soon for at in self._leave_at.values())
 
     def write(self, now: float, needed: int, connected: dict[str, int], *, finished: bool) -> None:
         """Write the file now (a failure is audited: the computation goes on without it)."""
         path = self._options.resource_file
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
-        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes)
+        learned = dict(sched.shapes.learned)
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes, learned)
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -127,8 +139,9 @@ class Publisher:
             tasks_total=total,
             slaves_greeted=self._slaves_greeted(),
             master_condor_job=self._condor_job,
-            task_board=board.snapshot(sched, now, self._leaving),
+            task_board=board.snapshot(sched, now, self._leave_at),
             shapes=shapes,
+            learned_memory=learned,
         )
         try:
             resource_file.write(path, record)

@@ -48,7 +48,9 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #:    the slave will leave by plan.
 #: 8: the file service sends a fetched file's content unframed after its size (sendfile), checked by its hash.
 #: 9: a shared object's handle pickles as copyreg extension code 0x6D77 (codec.shared_object) with one bytes key.
-PROTOCOL_VERSION = 9
+#: 10: Hello carries the slave's slot machine ad (ClassAd text, "" outside Condor): the master evaluates a task's
+#:     requirements against it (mwpy/matching.py) instead of comparing them with the slave's as text.
+PROTOCOL_VERSION = 10
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -106,6 +108,9 @@ class Hello:
     #: When (Unix time) the slave leaves by plan at the end of its lifetime (mwpy/lifetime.py), 0.0 for never:
     #: the master asks for its replacement ahead of time.
     leave_at: float = 0.0
+    #: The slave's slot machine ad as ClassAd text (``_CONDOR_MACHINE_AD``), "" outside Condor: a task's
+    #: requirements are evaluated against it (mwpy/matching.py).
+    machine_ad: str = ""
 
 
 @attrs.frozen
