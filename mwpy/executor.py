@@ -36,6 +36,13 @@ How it is built, and why:
   its task is the first in flight on its slave; ``cancel()`` succeeds before
   that — a task still queued here is dropped unsent, one waiting in a slave's
   window is pulled back.
+* Importing ``mwpy.Executor`` loads next to nothing: the master, the pool and
+  the pickling of calls are :mod:`mwpy.executor_core`'s, imported by the
+  constructor. A plain local executor (no ``options``, ``backend_arguments``,
+  ``workdir``, ``slave_resources`` or ``initializer``) starts its slaves before
+  that import (:class:`_EarlySlaves`), so their start overlaps it: told where
+  the master will listen and its secret on their command line, they need no
+  resource file, and the local back end adopts them as its first jobs.
 * A task that raises is a result (its future raises its exception), run again
   only when ``@mwpy.task(retries=N)`` asks. A slave that vanishes still has its
   tasks run elsewhere.
@@ -43,42 +50,25 @@ How it is built, and why:
 
 from __future__ import annotations
 
-import argparse
-import atexit
 import concurrent.futures
-import contextlib
-import functools
 import itertools
 import os
-import secrets
 import shutil
+import socket
+import subprocess
 import sys
-import threading
-import time
-import types
+import tempfile
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import attrs
+from mwpy import slave_start
+from mwpy.errors import ConfigurationError
+from mwpy.names import SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
 
-from mwpy import backends, calls, safe_text
-from mwpy.core.scheduler import Entry
-from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
-from mwpy.intake import Intake
-from mwpy.master import Master
-from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SLAVE_LOADING_MARK, SPAWN_COPY
-from mwpy.net.engine import TICK
-from mwpy.observe import logs
-from mwpy.observe.audit import Audit
-from mwpy.options import Options, parse
-from mwpy.pool.slave_pool import SlavePool, WorkFolder
-from mwpy.resources import Resources, own_shape
-from mwpy.streams import WINDOW_BYTES, chunked
-from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
-from mwpy.wire import codec
+if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
+    from mwpy.executor_core import Future, Shape
+    from mwpy.wire import codec
 
 __all__ = ["Executor"]
 
@@ -86,92 +76,13 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: The program slaves run: loads the user's script as ``__mp_main__``, then serves as a slave.
-SPAWN_PROGRAM = str(Path(__file__).with_name("_spawn.py"))
-#: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
-UPDATE_INTERVAL = 1.0
+SPAWN_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_spawn.py")
+#: The name of an executor's own work folder (a temporary one).
+WORK_PREFIX = "mwpy-executor-"
+#: Where a local executor's master listens, and its slaves connect.
+LOCAL_HOST = "127.0.0.1"
 
 _numbers = itertools.count()
-#: One slave shape as ``slave_resources=`` takes it.
-Shape = Resources | Mapping[str, Any] | str
-log = safe_text.logger(__name__)
-
-
-class Future(LightFuture[R]):
-    """A future of an executor: it settles from its task's result and tells the executor once it is done.
-
-    Named as the standard class, so its repr reads ``<Future at 0x… state=…>``
-    as every ``concurrent.futures`` future's does. A
-    :class:`~mwpy.task.LightFuture`, so a future nobody waits on costs no
-    Condition; the executor's bookkeeping is called directly instead of
-    through ``add_done_callback`` (which would make one for every future).
-    """
-
-    #: A task's ``SystemExit`` comes back as itself, as the standard executors give it.
-    RAISED_AS_ITSELF = RAISED_AS_ITSELF
-
-    def __init__(self, service: _Service) -> None:  # no super().__init__(): LightFuture's does nothing
-        self._service = service
-        #: The master's id of its task, once the engine's thread has queued it (for pulling it back on cancel).
-        self._task_id: int | None = None
-
-    def cancel(self) -> bool:
-        if not super().cancel():
-            return False
-        self._service.one_done(self)
-        return True
-
-    def _notify_cancelled(self) -> None:
-        """The engine reached this cancelled future's task and dropped it: CANCELLED_AND_NOTIFIED, as the
-        standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it."""
-        self.set_running_or_notify_cancel()
-
-    # The scheduler's Listener (mwpy/core/scheduler.py), called in the engine's thread.
-
-    def may_start(self) -> bool:
-        """The task may leave for a slave unless this future was cancelled."""
-        if self.cancelled():
-            self._notify_cancelled()
-            return False
-        return True
-
-    def began(self) -> None:
-        """The task is first in flight on its slave: this future is running (no longer cancellable)."""
-        if not self.running():
-            self._mark_running()
-
-    def unrunnable(self, reason: str | None = None) -> bool:
-        self._end(None, unrunnable_error(self._task_id or 0, reason))
-        return False
-
-    def settle(self, result: Result) -> bool:
-        """The task's result settles this future (unless it was cancelled before it started); never mw.results()."""
-        if not self.done():  # cancelled before it started (a task dropped for a full frame, say)
-            self._settle_with(result)
-            self._service.one_done(self)
-        return False
-
-    def _end(self, value: Any, exception: BaseException | None) -> None:
-        if not self.done():
-            self._finish(value, exception)
-            self._service.one_done(self)
-
-
-@attrs.frozen
-class _Call:
-    """What ``submit()`` hands the engine's thread: one call and its future."""
-
-    future: Future[Any]
-    name: str
-    payload: bytes
-    policy: Policy
-    label: str
-
-    def queue_in(self, intake: Intake) -> None:
-        """Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
-        scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds."""
-        future = self.future
-        future._task_id = intake.enqueue(Entry(intake.new_id(), self.name, self.payload, self.policy, future,
-                                               label=self.label))  # fmt: skip
 
 
 class Executor(concurrent.futures.Executor):
@@ -202,7 +113,7 @@ class Executor(concurrent.futures.Executor):
 
     An executor dropped without ``shutdown()`` shuts down (without waiting)
     once it is collected, as the standard executors do: its engine thread and
-    futures hold its :class:`_Service`, never the executor itself.
+    futures hold its core's service, never the executor itself.
     """
 
     def __init__(
@@ -231,88 +142,39 @@ class Executor(concurrent.futures.Executor):
             raise ConfigurationError("max_workers must be greater than 0")  # the standard executors' words
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        self._max_workers = max_workers
-        #: What a task needs when its function does not say (``resources=``).
-        self._resources = Resources.of(resources)
-        shapes = _shapes(slave_resources)
-        if shapes and backend != "local":
-            raise ConfigurationError("slave_resources= shapes local slaves; a Condor slave offers its slot's resources")
-        # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
-        if "__main__" in sys.modules:
-            sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
-        pickled = None if initializer is None else _pickled_initializer(initializer, tuple(initargs))
-        work = WorkFolder.make(workdir, prefix="mwpy-executor-")
-        with contextlib.ExitStack() as undo:  # a wrong option or back end leaves no folder behind
-            undo.callback(work.remove)
-            initializing: Path | None = None
-            if pickled is not None:
-                initializing = work.path / INITIALIZER_FILE
-                initializing.write_bytes(pickled)
-            factory = backends.lookup(backend)
-            namespace = _backend_options(factory, backend, backend_arguments, work)
-            quieting = ["--mw-quiet"] if quiet else []
-            offer = _offer(namespace, shapes) if backend == "local" else []
-            self._options = _master_options([*options, *quieting, *offer], work.resource_file, backend, initializing)
-            logs.configure(self._options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
-            audit = Audit(str(work.path / AUDIT_FILE), packets=self._options.audit_packets)
-            undo.callback(audit.close)
-            program = _spawn_program(backend, work.path)
-            self._master = Master(self._options, audit=audit, secret=secrets.token_bytes(32), program=program)
-            self._pool = SlavePool(work, factory.create(str(work.resource_file), namespace), max_workers,
-                                   name=f"executor {self._options.member_id}", at_once=True)  # fmt: skip
-            undo.pop_all()
-        self._service = _Service(self._master, self._pool, audit, self._options.member_id)
-        if backend == "local":  # they connect within a second; a batch system's may never all start
-            self._service.intake.expect_slaves(max_workers)
-        self._limit = self._service.intake.max_frame
-        #: Functions pickled for slaves (calls.call_function), with their labels.
-        self._references: dict[Callable[..., Any], tuple[bytes, str]] = {}
-        log.info(
-            "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
-            self._options.member_id, self._master.host, self._master.port, max_workers, backend, work.path,
-        )  # fmt: skip
+        member_id = f"executor-{os.getpid()}-{next(_numbers)}"
+        # Without these arguments (each changes the slaves' command line or folder) the slaves need nothing the
+        # engine works out: they can start now, while it loads.
+        plain = not (options or backend_arguments or workdir is not None or slave_resources or initializer)
+        early = _EarlySlaves(max_workers, member_id) if backend == "local" and plain else None
+        try:
+            from mwpy.executor_core import ExecutorCore  # noqa: PLC0415 (while the early slaves start)
+
+            self._core = ExecutorCore(
+                max_workers, initializer, tuple(initargs), backend=backend, backend_arguments=backend_arguments,
+                options=options, workdir=workdir, quiet=quiet, resources=resources, slave_resources=slave_resources,
+                member_id=member_id, early=early,
+            )  # fmt: skip
+        except BaseException:
+            if early is not None:
+                early.abandon()
+            raise
+        #: The master's settings.
+        self._options = self._core.options
         # Collected without shutdown(): shut down without waiting (at exit, the service's own hook waits).
-        weakref.finalize(self, self._service.shutdown, False).atexit = False
-
-    # ------------------------------------------------------------------ submitting
-
-    def _policy_of(self, fn: Callable[..., Any]) -> Policy:
-        """The policy a submitted function runs under: a task algorithm's own (``@mwpy.task(retries=...)``),
-        with the executor's ``resources=`` when it asks for none."""
-        policy = fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY
-        if self._resources is None or policy.resources is not None:
-            return policy
-        return attrs.evolve(policy, resources=self._resources)
+        weakref.finalize(self, self._core.service.shutdown, False).atexit = False
 
     def share(self, obj: Any) -> codec.Shared:
         """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``)."""
-        return self._master.share(obj)
+        return self._core.share(obj)
 
     def file_counters(self) -> dict[str, Any]:
         """What the file service of shared objects sent (``Master.file_counters``)."""
-        return self._master.file_counters()
+        return self._core.file_counters()
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
-        name, payload, label = self._encode(fn, args, kwargs)
-        future: Future[R] = Future(self._service)
-        self._service.hand_over(_Call(future, name, payload, self._policy_of(fn), label))
-        return future
-
-    def _stream(
-        self,
-        fn: Callable[..., R],
-        calls: Iterator[tuple[Any, ...]],
-        kwargs: dict[str, Any],
-        window_bytes: int,
-        end: float | None,
-    ) -> Generator[R, None, None]:
-        """``map``'s values: its calls submitted now, as many as ``window_bytes`` of pickled arguments allow."""
-        policy = self._policy_of(fn)
-        stream: MapStream[R] = MapStream(self._encoder, fn, policy, self._service, calls=calls, kwargs=kwargs,
-                                         window_bytes=window_bytes)  # fmt: skip
-        stream.fill()
-        return stream.values(end)
+        return self._core.submit(fn, args, kwargs)
 
     def map(
         self,
@@ -320,7 +182,7 @@ class Executor(concurrent.futures.Executor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
-        window_bytes: int = WINDOW_BYTES,
+        window_bytes: int | None = None,
         **kwargs: Any,
     ) -> Iterator[R]:
         """Like ``ProcessPoolExecutor.map``: values in input order; ``chunksize`` arguments per task.
@@ -329,21 +191,11 @@ class Executor(concurrent.futures.Executor):
         iterator early (``break``, an exception) cancels every task not started.
         Every input is submitted at once, as the standard executors do, until the
         calls (chunks) not yet returned hold ``window_bytes`` of pickled arguments
-        (256 MiB by default); the rest are taken as values are returned.
+        (None: 256 MiB, mwpy.streams.WINDOW_BYTES); the rest are taken as values are returned.
         """
-        if chunksize < 1:
-            raise ValueError("chunksize must be at least 1")
-        if window_bytes < 1:
-            raise ValueError("window_bytes must be at least 1")
-        # What every call gets, once per map: a large one is shared (crosses to each slave once), and the
-        # function keeps its own policy (a partial of it would run under the default one).
-        shared = self._service.intake.share_large(kwargs) if kwargs else {}
-        end = None if timeout is None else time.monotonic() + timeout
-        if chunksize == 1:
-            return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes, end)
-        travelling = functools.partial(_unwrap(fn), **shared) if shared else _unwrap(fn)
-        chunks = ((travelling, chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
-        return itertools.chain.from_iterable(self._stream(calls.call_chunk, chunks, {}, window_bytes, end))
+        return self._core.map(
+            fn, iterables, timeout=timeout, chunksize=chunksize, window_bytes=window_bytes, kwargs=kwargs
+        )
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         """Leave the ``with`` block: wait for the futures, as the standard executors do; after Ctrl-C, don't.
@@ -353,7 +205,7 @@ class Executor(concurrent.futures.Executor):
         slaves are told to leave; the interrupt goes on.
         """
         if exc is not None and isinstance(exc, KeyboardInterrupt):
-            self._service.interrupt()
+            self._core.service.interrupt()
         self.shutdown(wait=True)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -362,368 +214,55 @@ class Executor(concurrent.futures.Executor):
         Once every future is done the master tells its slaves to shut down and
         the work folder (our own) is removed.
         """
-        self._service.shutdown(wait, cancel_futures=cancel_futures)
-
-    # ------------------------------------------------------------------ functions
-
-    def _encode(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bytes, str]:
-        """The task name, pickled arguments and label (the user's function's name) for ``fn(*args, **kwargs)``.
-
-        Checked here: an argument that cannot be pickled raises pickle's own error now.
-        """
-        name, label, one = self._encoder(fn)
-        return name, one(args, kwargs), label
-
-    def _encoder(self, fn: Callable[..., Any]) -> tuple[str, str, OneCall]:
-        """The task name and label for calls of ``fn``, and what pickles one call's arguments: ``map`` pickles
-        many calls of one function, and what they share (its reference, its label) is looked up once.
-
-        The pickler holds no reference to this executor (a map left unread must not keep it alive).
-        """
-        limit, store = self._limit, self._service.intake.store
-        if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
-            # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
-            # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
-            check = fn.check_arguments if isinstance(fn, TaskAlgorithm) else None
-            reference, label = self._references.get(fn) or self._reference(fn)
-            encode = calls.call_function.encode
-
-            def one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-                if check is not None:
-                    check(args, kwargs)
-                return encode((reference, args, kwargs), {}, limit, store, caller=label)
-
-            return calls.call_function.name, label, one
-        if not callable(fn):
-            raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        label, travelling, encode_call = _label(fn), _unwrap(fn), calls.call.encode
-
-        def one_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-            return encode_call((travelling, args, kwargs), {}, limit, store, caller=label)
-
-        return calls.call.name, label, one_call
-
-    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
-        """``fn`` pickled and its label, kept for its next calls: by reference, or by value (cloudpickle) if
-        slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too)."""
-        travels = fn.fn if isinstance(fn, TaskAlgorithm) and codec.by_value(fn.fn) else fn
-        known = codec.function_reference(travels), _label(fn)
-        if len(self._references) >= codec.FUNCTIONS_KEPT:
-            self._references.clear()
-        self._references[fn] = known
-        return known
+        self._core.service.shutdown(wait, cancel_futures=cancel_futures)
 
 
-class _Service:
-    """What an executor's engine thread and futures share: the master it owns, the queue that feeds it.
+class _EarlySlaves:
+    """A plain local executor's slaves, started first thing: each starts Python and imports mwpy while this
+    process imports the engine (:mod:`mwpy.executor_core`), instead of after it (docs/performance.md,
+    scenario 7).
 
-    Apart from :class:`Executor` so that nothing running keeps the executor
-    alive: dropping it without ``shutdown()`` shuts this down.
+    Each is started as the local back end starts a slave (mwpy/slave_start.py), in the sandbox of that back
+    end's job of the same number, and told on its command line where the master listens, its member id and
+    the file holding its secret, so it needs no resource file. The master takes the listening socket, whose
+    backlog holds their connections until it accepts; the local back end takes the processes. Only the
+    standard library is used here: the point is to come before mwpy's imports.
     """
 
-    def __init__(self, master: Master, pool: SlavePool, audit: Audit, member_id: str) -> None:
-        self._master = master
-        self._pool = pool
-        self._audit = audit
-        self._member_id = member_id
-        #: The master's internal surface (Master._SHARED_WITH): queueing tasks, running passes, waking it.
-        self.intake = master._intake
-        self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
-        self._lock = threading.Lock()
-        #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
-        self._taken = threading.Condition(self._lock)
-        self._incoming: list[_Call | MapBatch] = []  # guarded by _lock: the engine's thread takes it all at once
-        self._cancelled: list[Future[Any]] = []  # cancelled futures whose tasks may sit in a slave's window
-        self._waiting: set[Future[Any]] = set()  # futures not yet done (for shutdown: how many, which to cancel)
-        self._streams: weakref.WeakSet[MapStream[Any]] = weakref.WeakSet()  # map streams (to cancel or break)
-        self._withdrawn: list[MapStream[Any]] = []  # streams closed or cancelled: pull back what slaves hold
-        self._to_wake: list[MapStream[Any]] = []  # streams whose caller sleeps on a value come this pass (engine's)
-        #: Calls of map streams handed over (under _lock) and resolved (by the engine's thread alone).
-        self._map_submitted = 0
-        self.map_resolved = 0
-        self._closing = False
-        self._broken: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
-        self._thread.start()
-        atexit.register(self.shutdown)
-
-    def hand_over(self, submission: _Call | MapBatch) -> None:
-        """Queue ``submission`` (a call, or a batch of a map's) for the engine's thread; wake it if its queue
-        was empty."""
-        with self._lock:
-            if self._broken is not None:
-                raise _broken_executor(self._broken)
-            if self._closing:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if isinstance(submission, _Call):
-                self._waiting.add(submission.future)
-            else:
-                self._streams.add(submission.stream)
-                self._map_submitted += len(submission)
-            # The engine's thread takes the whole list under this lock before it waits: only the first
-            # submission after that must wake it (a system call per submit was a fifth of its cost).
-            wake = not self._incoming
-            self._incoming.append(submission)
-        if wake:
-            self.intake.wake()
-        if isinstance(submission, MapBatch):
-            self._keep_pace()
-
-    def _keep_pace(self) -> None:
-        """A map's caller stays at most one batch ahead of the engine's thread.
-
-        Pickling 10^5 inputs in one go held the GIL for most of it: the engine's
-        thread regained it only at the switch interval and lost it again at its
-        next system call, so the slaves idled while the caller pickled.
-        """
-        with self._taken:
-            while len(self._incoming) > 1 and self._broken is None and self._thread.is_alive():
-                self._taken.wait(TICK)
-
-    def wake_later(self, stream: MapStream[Any]) -> None:
-        """``stream``'s caller sleeps on a value that came: wake it once this pass is over (engine's thread)."""
-        self._to_wake.append(stream)
-
-    def withdraw(self, stream: MapStream[Any]) -> None:
-        """A map stream closed or cancelled: its calls in slaves' windows are asked back (engine's thread)."""
-        with self._lock:
-            self._withdrawn.append(stream)
-        with contextlib.suppress(OSError):  # the engine may be closed already
-            self.intake.wake()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """:meth:`Executor.shutdown`."""
-        with self._lock:
-            self._closing = True
-            doomed = list(self._waiting) if cancel_futures else []
-            streams = list(self._streams) if cancel_futures else []
-        for future in doomed:
-            future.cancel()
-        for stream in streams:
-            stream.cancel()
-        with contextlib.suppress(OSError):  # the engine may be closed already
-            self.intake.wake()
-        if wait:
-            self._thread.join()
-            atexit.unregister(self.shutdown)
-
-    def interrupt(self) -> None:
-        """Ctrl-C in the ``with`` block: take no more work and break every future not done (Executor.__exit__)."""
-        with self._lock:
-            self._closing = True
-        self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
-
-    # ------------------------------------------------------------------ the engine's thread
-
-    def one_done(self, future: Future[Any]) -> None:
-        """``future`` is done (settled, cancelled or broken); once per future, whoever calls first."""
-        with self._lock:
-            if future not in self._waiting:
-                return
-            self._waiting.discard(future)
-            last = self._closing and not self._waiting
-            pull_back = future._task_id is not None and future.cancelled()
-            if pull_back:
-                self._cancelled.append(future)  # the engine's thread asks its slave to give it back
-        if last or pull_back:
-            self.intake.wake()
-
-    def _serve(self) -> None:
-        """Own the master: feed it submissions, run passes, finish when shut down and idle."""
-        intake = self.intake
+    def __init__(self, count: int, member_id: str) -> None:
+        self.member_id = member_id
+        self.folder = tempfile.mkdtemp(prefix=WORK_PREFIX)
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.listener: socket.socket | None = None
         try:
-            with self._master:
-                while True:
-                    self._take_submissions()
-                    self._pull_back()
-                    self._wake_callers()
-                    with self._lock:
-                        if self._closing and self._idle():
-                            break
-                    intake.step(TICK)
-                    problem = self._pool.setup_problem(intake.tasks_done, slaves_connected=intake.slaves_greeted)
-                    if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
-                        raise SlavesFailError(problem)
-        except BaseException as exc:
-            log.error("executor %s stopped: %r", self._member_id, exc)
-            self._break(exc)
-        finally:
-            self._pool.stop()
-            self._audit.close()
-            self._pool.work.remove()
+            self.listener = socket.create_server((LOCAL_HOST, 0), backlog=1024)  # the master's backlog
+            #: What --mw-secret-file holds: hex text (os.urandom is what secrets.token_bytes reads).
+            self.secret = os.urandom(32).hex().encode()
+            secret_file = os.path.join(self.folder, SLAVE_SECRET_FILE)
+            with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                out.write(self.secret + b"\n")
+            port = str(self.listener.getsockname()[1])
+            #: The slaves' command line: ``mwpy/_spawn.py``'s, as the resource file would give it.
+            self.command = [
+                sys.executable, SPAWN_PROGRAM, "--mw-slave", "--mw-master-host", LOCAL_HOST, "--mw-master-port", port,
+                "--mw-member-id", member_id, "--mw-secret-file", secret_file, _script(), os.getcwd(), "-",
+            ]  # fmt: skip
+            for number in range(count):
+                sandbox = os.path.join(self.folder, slave_start.job_id(number))
+                os.mkdir(sandbox)
+                self.processes.append(slave_start.start_process(self.command, sandbox))
+        except BaseException:
+            self.abandon()
+            raise
 
-    def _idle(self) -> bool:
-        """Nothing submitted is left to run (under _lock)."""
-        return not self._waiting and not self._incoming and self.map_resolved == self._map_submitted
-
-    def _pull_back(self) -> None:
-        """Cancelled futures and withdrawn streams: ask their slaves to give back tasks waiting in their windows
-        (engine thread)."""
-        with self._lock:
-            futures, self._cancelled = self._cancelled, []
-            streams, self._withdrawn = self._withdrawn, []
-        for stream in streams:
-            stream.pull_back(self.intake)
-        if futures:
-            held = set(self.intake.cancel([future._task_id for future in futures if future._task_id is not None]))
-            for future in futures:
-                if future._task_id in held:  # out of the master's queue: nothing else will reach it here
-                    future._notify_cancelled()
-
-    def _wake_callers(self) -> None:
-        """Wake the map callers whose awaited value came in the last pass (engine's thread)."""
-        streams, self._to_wake = self._to_wake, []
-        for stream in streams:
-            stream.wake()
-
-    def _take_submissions(self) -> None:
-        with self._lock:
-            incoming, self._incoming = self._incoming, []
-            self._taken.notify_all()
-        for submission in incoming:
-            submission.queue_in(self.intake)
-
-    def _break(self, exc: BaseException) -> None:
-        with self._lock:
-            self._broken = exc
-            doomed = list(self._waiting)
-            streams = list(self._streams)
-        for future in doomed:
-            future._end(None, _broken_executor(exc))
-        for stream in streams:
-            stream.break_with(_broken_executor(exc))
-
-
-def _broken_executor(cause: BaseException) -> concurrent.futures.BrokenExecutor:
-    """What a broken executor's futures and ``submit()`` raise: the reason in its text and as its cause."""
-    broken = concurrent.futures.BrokenExecutor(f"the mwpy executor stopped: {cause}")
-    broken.__cause__ = cause
-    return broken
-
-
-def _label(fn: Callable[..., Any]) -> str:
-    """The name messages give a call of ``fn``: its task name, or its qualified name (a partial's function's)."""
-    if isinstance(fn, TaskAlgorithm):
-        return fn.name
-    if isinstance(fn, functools.partial):
-        return _label(fn.func)
-    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
-
-
-def _shapes(given: Shape | Sequence[Shape] | None) -> list[Resources]:
-    """``slave_resources=`` as a list of shapes: one record or dict, or a list of them."""
-    if given is None:
-        return []
-    many = given if isinstance(given, Sequence) and not isinstance(given, str) else [given]
-    return [shape for one in many if (shape := Resources.of(one)) is not None]
-
-
-def _offer(namespace: argparse.Namespace, shapes: list[Resources]) -> list[str]:
-    """The local slaves' shapes (``slave_resources=``, else the back end's ``--slave-resources``, else the
-    machine's), set for the back end and told to the master as the ``--mw-slave-resources`` on offer."""
-    namespace.slave_resources = shapes or namespace.slave_resources
-    offered = [own_shape(shape) for shape in namespace.slave_resources] or [own_shape()]
-    return [argument for shape in offered for argument in ("--mw-slave-resources", str(shape))]
-
-
-def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` as it can travel inside another call (a chunk, a partial, an initializer): a function slaves cannot
-    import as its pickled bytes (:class:`_ByReference`); a task algorithm pickles by reference by itself."""
-    if isinstance(fn, functools.partial):
-        return functools.partial(_unwrap(fn.func), *fn.args, **fn.keywords)
-    inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
-    if codec.by_value(inner):
-        return _ByReference(codec.function_reference(inner))
-    return fn
-
-
-@attrs.frozen
-class _ByReference:
-    """Calls a function slaves cannot import, sent as :func:`mwpy.wire.codec.function_reference`'s bytes."""
-
-    reference: bytes
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return codec.resolve_function(self.reference)(*args, **kwargs)
-
-
-def _backend_options(
-    factory: backends.BackendFactory, backend: str, arguments: Sequence[str], work: WorkFolder
-) -> argparse.Namespace:
-    """The back end's own options (``mwpy overseer``'s), from ``backend_arguments``; the work folder is ours."""
-    parser = argparse.ArgumentParser(
-        prog=f"mwpy.Executor(backend={backend!r})", add_help=False, conflict_handler="resolve"
-    )
-    parser.add_argument("--workdir", default=str(work.path))
-    factory.add_arguments(parser)
-    try:
-        namespace = parser.parse_args(list(arguments))
-    except SystemExit:
-        raise ConfigurationError(f"backend_arguments {list(arguments)!r} are not valid") from None
-    namespace.workdir = str(work.path)
-    return namespace
-
-
-def _master_options(extra: Sequence[str], resource: Path, backend: str, initializer: Path | None) -> Options:
-    """The master's settings: the user's ``--mw-*`` options, then what an executor needs.
-
-    Its slaves' arguments end with what ``mwpy/_spawn.py`` reads: the script,
-    the folder and the initializer's file (``-`` for none).
-    """
-    parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
-    if rest:
-        raise ConfigurationError(f"options: not --mw-* options: {rest}")
-    script, folder = _script(), os.getcwd()
-    init = "-" if initializer is None else str(initializer)
-    shipped: tuple[str, ...] = ()
-    if backend != "local":
-        # A batch system's slaves run in a sandbox elsewhere: ship the files, name them as they land there.
-        shipped = tuple(path for path in (script, init) if path != "-")
-        script, init = (path if path == "-" else os.path.basename(path) for path in (script, init))
-        folder = "." if script != "-" else folder
-    return attrs.evolve(
-        parsed,
-        master_host=parsed.master_host or ("127.0.0.1" if backend == "local" else None),
-        resource_file=str(resource),
-        resource_file_update_interval=UPDATE_INTERVAL,
-        member_id=f"executor-{os.getpid()}-{next(_numbers)}",
-        slave_executable=parsed.slave_executable or sys.executable,
-        slave_files=(*parsed.slave_files, *shipped),
-        slave_arguments=(*_frame_limits(parsed), *parsed.slave_arguments, script, folder, init),
-    )
-
-
-def _pickled_initializer(initializer: Callable[..., object], initargs: tuple[Any, ...]) -> bytes:
-    """``initializer`` and ``initargs`` pickled for the slaves, before anything is made (by value if slaves
-    cannot import it): arguments that do not pickle fail the constructor with pickle's own error."""
-    return codec.encode_initializer(_unwrap(initializer), initargs)
-
-
-def _frame_limits(options: Options) -> tuple[str, ...]:
-    """The slaves' frame limits matching the master's, when ``options`` changed them: what the master may
-    send, a slave must accept (and the other way round)."""
-    limits: tuple[str, ...] = ()
-    defaults = attrs.fields(Options)
-    if options.max_write_buffer_size != defaults.max_write_buffer_size.default:
-        limits += ("--mw-max-read-buffer-size", str(options.max_write_buffer_size))
-    if options.max_read_buffer_size != defaults.max_read_buffer_size.default:
-        limits += ("--mw-max-write-buffer-size", str(options.max_read_buffer_size))
-    return limits
-
-
-def _spawn_program(backend: str, workdir: Path) -> str:
-    """The program slaves run: ``_spawn.py`` itself locally; for a batch system, a copy in the work folder.
-
-    A batch system ships the program from the submit side, where the resource
-    file already is (the work folder must be readable there, and by the job's
-    owner); mwpy's installed files need not be (a schedd in a container or a
-    chroot, an install in another user's home).
-    """
-    if backend == "local":
-        return SPAWN_PROGRAM
-    copy = workdir / SPAWN_COPY
-    shutil.copyfile(SPAWN_PROGRAM, copy)
-    return str(copy)
+    def abandon(self) -> None:
+        """The executor could not be made: stop the slaves, close the socket, remove the folder."""
+        for process in self.processes:
+            process.kill()
+            process.wait()
+        if self.listener is not None:
+            self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _script() -> str:

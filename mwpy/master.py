@@ -1,24 +1,21 @@
 """The master as a master algorithm sees it: submit tasks, drive the loop, drain what it reports.
 
-:class:`Master` is the user-facing API (docs: README.md) and nothing more. It
-composes the parts that each own one job:
+:class:`Master` is the user-facing API (docs: README.md) and nothing more. It composes the parts that each
+own one job:
 
 * :class:`mwpy.core.scheduler.Scheduler`: which task goes to which slave (no I/O);
-* :class:`mwpy.core.outcomes.Outcomes`: what a result means (retries, the
-  journal, black holes, timeouts) and where it goes;
-* :class:`mwpy.net.engine.Engine`: the selectors event loop and every slave
-  connection (each a sans-IO :class:`mwpy.wire.session.MasterSession`);
-* :class:`mwpy.observe.renderers.Observers`: the audit, the log and, when
-  asked for, the event log and the metrics exporter, which render the facts
-  the others report (mwpy/core/facts.py);
-* :class:`mwpy.pool.publish.Publisher`: the resource file, how to start a slave,
-  the slave bundle.
+* :class:`mwpy.core.outcomes.Outcomes`: what a result means (retries, the journal, black holes, timeouts) and
+  where it goes;
+* :class:`mwpy.net.engine.Engine`: the selectors event loop and every slave connection (each a sans-IO
+  :class:`mwpy.wire.session.MasterSession`);
+* :class:`mwpy.observe.renderers.Observers`: the audit, the log and, when asked for, the event log and the
+  metrics exporter, which render the facts the others report (mwpy/core/facts.py);
+* :class:`mwpy.pool.publish.Publisher`: the resource file, how to start a slave, the slave bundle.
 
-``mw.map``/``mw.as_completed`` are :mod:`mwpy.streams`'. A master is
-*current* while its algorithm runs, so that ``hello.submit(...)`` finds it:
-``with Master(...) as mw:`` makes it current and, on exit, finishes the
-computation and restores whichever master was current before (a
-:class:`contextvars.ContextVar` in :mod:`mwpy.task`, not a process global).
+``mw.map``/``mw.as_completed`` are :mod:`mwpy.streams`'. A master is *current* while its algorithm runs, so
+that ``hello.submit(...)`` finds it: ``with Master(...) as mw:`` makes it current and, on exit, finishes the
+computation and restores whichever master was current before (a :class:`contextvars.ContextVar` in
+:mod:`mwpy.task`, not a process global).
 """
 
 from __future__ import annotations
@@ -81,10 +78,13 @@ class Master:
     #: any other private attribute used from outside its class): the intake (mwpy/intake.py), through which
     #: ``submit()`` and its futures, the ``map`` streams and ``mwpy.Executor`` queue tasks and wait.
     _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "_intake": ("mwpy.task", "mwpy.streams", "mwpy.executor"),
+        "_intake": ("mwpy.task", "mwpy.streams", "mwpy.executor_core"),
     }
 
-    def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str) -> None:
+    def __init__(
+        self, options: Options, *, audit: Audit, secret: bytes, program: str, listener: socket.socket | None = None
+    ) -> None:
+        """``listener``: a socket listening already, for the engine to take (mwpy.Executor's early slaves)."""
         self._options = options
         self._audit = audit
         self._sched = Scheduler(task_group=options.slave_task_group, fixed_window=options.slave_window,
@@ -111,7 +111,7 @@ class Master:
             self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
                                       how_ended=Exits.beside(options.resource_file))  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
-                                  facts=self._facts, on_tick=self._on_tick)  # fmt: skip
+                                  facts=self._facts, on_tick=self._on_tick, listener=listener)  # fmt: skip
             undo.callback(self._engine.close)
             self.host, self.port = self._engine.host, self._engine.port
             #: The address it listens on ("" for every interface): a service beside the master listens alike.

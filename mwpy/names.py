@@ -27,6 +27,8 @@ BUNDLE_FILE: Final = "mwpy.pyz"
 SPAWN_COPY: Final = "mwpy_spawn.py"
 #: An Executor's ``initializer`` and ``initargs``, pickled for its slaves (``mwpy/_spawn.py`` runs it).
 INITIALIZER_FILE: Final = "mwpy_initializer.pickle"
+#: The computation's secret for the local slaves an Executor starts before its master exists (``--mw-secret-file``).
+SLAVE_SECRET_FILE: Final = "slave.secret"
 #: Files SQLite keeps next to the journal (``--mw-journal``) in WAL mode: the journal's suffix and these.
 JOURNAL_SIDE_FILES: Final = ("-wal", "-shm")
 #: Set in the user's script module while an Executor's slave loads it (mwpy/_spawn.py): mwpy.Executor() refuses

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
-from mwpy import resource_file, safe_files, safe_text
+from mwpy import safe_files, safe_text
 from mwpy._version import __version__
 from mwpy.errors import (
     ConfigurationError,
@@ -44,6 +44,7 @@ from mwpy.wire import codec
 from mwpy.wire.protocol import ExitCode
 
 if TYPE_CHECKING:  # the master's parts load only in a master (a slave never needs them)
+    from mwpy import resource_file
     from mwpy.master import Master
     from mwpy.net.cache import SlaveCache
     from mwpy.net.shares import SlaveShares
@@ -503,6 +504,9 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, _Stale | None]:
     """
     record = None
     if options.resource_file is not None:
+        # Loaded here: an Executor's early slaves are told everything on their command line (mwpy/executor.py).
+        from mwpy import resource_file  # noqa: PLC0415
+
         try:
             record = resource_file.read(options.resource_file)
         except ResourceFileError as exc:

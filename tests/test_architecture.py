@@ -29,9 +29,12 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.program", "mwpy.master"),  # loaded for real only in a master (a slave never needs it)
     ("mwpy.program", "mwpy.net.cache"),  # a slave's cache and shared objects load with their first use
     ("mwpy.program", "mwpy.net.shares"),
+    ("mwpy.program", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves are not)
     ("mwpy.core.outcomes", "mwpy.core.journal"),  # sqlite3 only with --mw-journal
     ("mwpy.observe.renderers", "mwpy.observe.events"),  # the event log only with --mw-events
     ("mwpy.observe.renderers", "mwpy.observe.goodput"),
+    ("mwpy.executor", "mwpy.executor_core"),  # loaded by the constructor, after a plain executor's slaves start
+    ("mwpy.executor", "mwpy.wire.codec"),
 }
 #: Pairs the restructuring of issue 8 removed on purpose; neither may come back (they share a layer now).
 FORBIDDEN = {("mwpy.master", "mwpy.slave"), ("mwpy.wire.protocol", "mwpy.task"), ("mwpy.net.engine", "mwpy.slave")}

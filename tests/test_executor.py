@@ -27,7 +27,8 @@ import pytest
 
 import mwpy
 from mwpy.errors import SlavesFailError
-from mwpy.executor import _master_options, _script
+from mwpy.executor import _script
+from mwpy.executor_core import _master_options
 from tests.programs import executor_work as work
 from tests.support import PYTHON, ROOT, wait_until
 
@@ -237,7 +238,7 @@ def test_shutdown_cancel_futures_cancels_the_pending_and_keeps_the_running(tmp_p
 
 def test_the_work_folder_is_removed_at_shutdown() -> None:
     ex = mwpy.Executor(max_workers=1)
-    folder = ex._pool.work.path
+    folder = ex._core._pool.work.path
     assert ex.submit(work.square, 2).result(timeout=60) == 4
     ex.shutdown()
     assert not folder.exists()
@@ -352,7 +353,7 @@ def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) ->
             blocker = ex.submit(work.touch_then_wait, started, release, 1)
             behind = [ex.submit(work.mark, str(mark)) for mark in marks]  # all three sent along: window 4
             wait_until(blocker.running, 60, "the blocking task to start")
-            wait_until(lambda: ex._master._sched.running_total == 4, 60, "the three to reach the slave's window")
+            wait_until(lambda: ex._core._master._sched.running_total == 4, 60, "the three to reach the slave's window")
             assert not any(f.running() for f in behind)  # queued on the slave, not started
             assert behind[1].cancel()
         finally:
@@ -360,7 +361,7 @@ def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) ->
         assert blocker.result(timeout=60) == 1
         assert behind[0].result(timeout=60) == str(marks[0])
         assert behind[2].result(timeout=60) == str(marks[2])
-        wait_until(lambda: ex._master._sched.cancelled_total == 1, 60, "the slave to give the task back")
+        wait_until(lambda: ex._core._master._sched.cancelled_total == 1, 60, "the slave to give the task back")
     assert marks[0].exists()
     assert marks[2].exists()
     assert not marks[1].exists()  # given back unstarted: it never ran
@@ -472,13 +473,13 @@ def test_leaving_the_with_block_waits_for_every_future(tmp_path: Path) -> None:
 def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> None:
     """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
     initializer = Path("/tmp/work/mwpy_initializer.pickle")
-    options = _master_options([], Path("/tmp/rf.json"), "condor", initializer)
+    options = _master_options([], Path("/tmp/rf.json"), "condor", initializer, "executor-1")
     script = _script()
     if script != "-":
         assert options.slave_files == (script, str(initializer))
         assert options.slave_arguments[-3:] == (os.path.basename(script), ".", initializer.name)
     assert options.master_host is None  # listen on every interface, as execute nodes must reach it
-    local = _master_options([], Path("/tmp/rf.json"), "local", None)
+    local = _master_options([], Path("/tmp/rf.json"), "local", None, "executor-2")
     assert local.master_host == "127.0.0.1"
     assert local.slave_arguments[-2:] == (os.getcwd(), "-")
 
@@ -491,6 +492,25 @@ def test_a_wrong_option_leaves_no_work_folder_behind(tmp_path: Path, monkeypatch
     with pytest.raises(mwpy.ConfigurationError):
         mwpy.Executor(max_workers=1, backend_arguments=["--no-such-argument"])
     assert list(tmp_path.iterdir()) == []
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux: every thread's ``children`` list)."""
+    tasks = Path("/proc/self/task")
+    return {int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()}
+
+
+def test_a_plain_executor_that_cannot_be_made_leaves_no_slave_and_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain local executor starts its slaves before it reads the rest of its arguments (mwpy/executor.py,
+    ``_EarlySlaves``): a wrong one still raises its one line, and leaves neither the work folder nor a slave."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = _children()
+    with pytest.raises(mwpy.ConfigurationError, match="cpus must be a non-negative integer"):
+        mwpy.Executor(max_workers=2, resources="cpus=lots")
+    assert list(tmp_path.iterdir()) == []
+    assert _children() <= before
 
 
 INTERRUPTED = """\
@@ -679,7 +699,7 @@ def test_the_slaves_start_with_the_executor_not_with_its_first_call() -> None:
     """Issue 21 item 4: ``max_workers`` slaves start at construction (and stay), so a first call does not wait
     for the master's next resource file (debounced, 1 s) and then for a slave to start."""
     with mwpy.Executor(max_workers=2) as ex:
-        wait_until(lambda: ex._master._sched.connected()["unordered"] == 2, 60, "both slaves to connect, unasked")
+        wait_until(lambda: ex._core._master._sched.connected()["unordered"] == 2, 60, "both slaves to connect, unasked")
 
 
 def test_an_executor_works_when_no_inotify_instance_is_left(tmp_path: Path) -> None:

@@ -266,7 +266,7 @@ def flush(ex: mwpy.Executor) -> None:
 
 def results_done(ex: mwpy.Executor) -> int:
     """How many results ``ex`` has received (the master's count; only map's timeout test needs it)."""
-    return ex._master._sched.done_total
+    return ex._core._master._sched.done_total
 
 
 def slave_pids(ex: mwpy.Executor) -> set[int]:

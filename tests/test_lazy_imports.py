@@ -118,3 +118,10 @@ def test_an_executor_master_imports_neither_the_file_watcher_nor_cattrs() -> Non
     the first read of the resource file; the master only writes the file."""
     loaded = loaded_after("import mwpy.executor")
     assert not {name for name in loaded if name.split(".")[0] in ("watchdog", "cattrs")}
+
+
+def test_importing_the_executor_loads_no_engine_so_its_slaves_start_first() -> None:
+    """A plain local executor starts its slaves before it loads mwpy's engine (issue 21 item 4: their start
+    overlaps that import): ``import mwpy.executor`` brings neither the master's modules nor attrs."""
+    loaded = loaded_after("import mwpy.executor")
+    assert loaded.isdisjoint(MASTER_ONLY - {"mwpy.executor"} | {"mwpy.executor_core", "mwpy.task", "attrs", "attr"})

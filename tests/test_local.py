@@ -13,11 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
-from mwpy import resource_file
+from mwpy import resource_file, slave_start
 from mwpy.backends import Launch
 from mwpy.backends.local import LocalBackend
-from mwpy.errors import ResourceFileError
+from mwpy.errors import BackendError, ResourceFileError
 from mwpy.pool.failing_slaves import SETUP_FAILURE_LIMIT, SetupFailures
 from tests.obs_support import Terminal
 from tests.support import EXAMPLES, PROGRAMS, mwpy_command, run_local, wait_until
@@ -260,6 +261,35 @@ def test_slave_runs_that_fail_between_two_looks_all_count(tmp_path: Path) -> Non
         assert watch.problem(1) is None  # a computation that had results never stops this way
         # After a slave connected, a slave that exits 1 may have been killed by a task: not a set-up failure.
         assert watch.problem(0, slaves_connected=1) is None
+    finally:
+        backend.close()
+
+
+def test_adopted_slaves_are_the_back_end_s_first_jobs_and_restart_as_launched(tmp_path: Path) -> None:
+    """A plain Executor starts its first slaves before its back end exists (mwpy/executor.py) and the back end
+    takes them (``LocalBackend.adopt``): they are its jobs local.0 and local.1, one that fails starts again
+    from the launch it was given, a job submitted later is numbered after them, and only a back end with no
+    job yet adopts."""
+    backend = LocalBackend(tmp_path, restart_delay=0.0)
+    resource = tmp_path / "resource.json"
+    resource.write_text("{}", encoding="utf-8")
+    command = [sys.executable, "-c", "raise SystemExit('failed at once')"]
+    launch = Launch("mwpy:test", str(resource), command[0], command[1:], [])
+    processes = []
+    for number in range(2):
+        sandbox = tmp_path / slave_start.job_id(number)
+        sandbox.mkdir()
+        processes.append(slave_start.start_process(command, sandbox))
+    backend.adopt(launch, processes)
+    try:
+        wait_until(lambda: all((job.failed_runs or 0) >= 2 for job in backend.jobs()), 60, "two failed runs each")
+        jobs = backend.jobs()
+        assert sorted(job.job_id for job in jobs) == ["local.0", "local.1"]
+        assert all("failed at once" in (job.reason or "") for job in jobs)
+        with pytest.raises(BackendError, match="adopts slaves only before its first job"):
+            backend.adopt(launch, [])
+        backend.submit(launch, 1)
+        assert sorted(job.job_id for job in backend.jobs()) == ["local.0", "local.1", "local.2"]
     finally:
         backend.close()
 

@@ -23,7 +23,7 @@ import pytest
 
 import mwpy
 from mwpy import resource_file
-from mwpy.executor import _master_options
+from mwpy.executor_core import _master_options
 from mwpy.jobs.program import run_job
 from mwpy.jobs.runner import JobTask
 from mwpy.observe import events as ev
@@ -181,7 +181,7 @@ def test_executor_map_submits_at_once_only_up_to_its_bound_in_bytes(tmp_path: Pa
 
 
 def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
-    options = _master_options(["--mw-max-write-buffer-size", "200000000"], Path("r.json"), "local", None)
+    options = _master_options(["--mw-max-write-buffer-size", "200000000"], Path("r.json"), "local", None, "executor-1")
     arguments = options.slave_arguments
     assert arguments[arguments.index("--mw-max-read-buffer-size") + 1] == "200000000"
     assert "--mw-max-write-buffer-size" not in arguments

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import attrs
 
-from mwpy import slave_exits
+from mwpy import slave_exits, slave_start
 from mwpy.backends import Job, JobState, Launch
-from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
+from mwpy.errors import BackendError
+from mwpy.names import SLAVE_STDERR
 from mwpy.resources import Resources, slave_shape
 
 #: Seconds before a slave that exited non-zero is started again.
@@ -129,11 +130,25 @@ class LocalBackend:
         with self._lock:
             now = time.monotonic()
             for _ in range(count):
-                job_id = f"local.{next(self._numbers)}"
+                job_id = slave_start.job_id(next(self._numbers))
                 sandbox = self.sandbox(job_id)
                 sandbox.mkdir(parents=True, exist_ok=True)
                 self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now, shape=self._next_shape())
             self.poll()
+
+    def adopt(self, launch: Launch, processes: Sequence[subprocess.Popen[bytes]]) -> None:
+        """Take slaves started already as this back end's first jobs, running ``launch`` (as it restarts them).
+
+        ``processes[i]`` runs in the sandbox of :func:`mwpy.slave_start.job_id` ``(i)``: an Executor starts its
+        first slaves before this back end exists (mwpy/executor.py). Only a back end with no jobs yet adopts.
+        """
+        with self._lock:
+            if self._jobs:
+                raise BackendError("the local back end adopts slaves only before its first job")
+            now = time.monotonic()
+            for process in processes:
+                job_id = slave_start.job_id(next(self._numbers))
+                self._jobs[job_id] = _LocalJob(job_id, launch, self.sandbox(job_id), process, start_at=now)
 
     def _next_shape(self) -> Resources | None:
         """The shape the fewest jobs have (the first such): the configured mix holds as slaves come and go."""
@@ -194,26 +209,17 @@ class LocalBackend:
         return min(MAX_RESTART_DELAY, self._restart_delay * float(1 << doublings))
 
     def _start(self, job: _LocalJob) -> None:
-        """Stage the sandbox as Condor would and start the slave in it (its temporary files too: a slave's
-        caches go with its sandbox even when it is killed before it can remove them)."""
+        """Stage the sandbox as Condor would and start the slave in it (mwpy/slave_start.py)."""
         launch = job.launch
         for file in launch.files:
             link = job.sandbox / Path(file).name
             if not link.exists():
                 link.symlink_to(Path(file).resolve())
         _copy_private(Path(launch.resource_file), job.sandbox / Path(launch.resource_file).name)
-        with (job.sandbox / SLAVE_STDOUT).open("ab") as out, (job.sandbox / SLAVE_STDERR).open("ab") as err:
-            job.since = time.time()
-            job.start_at = time.monotonic()  # when this run started: a failure soon after it backs off
-            shape = [] if job.shape is None else ["--mw-slave-resources", str(job.shape)]
-            job.process = subprocess.Popen(
-                [launch.executable, *launch.arguments, *shape],
-                cwd=job.sandbox,
-                env={**os.environ, "TMPDIR": str(job.sandbox)},  # Condor's starter points TMPDIR at the sandbox too
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
+        job.since = time.time()
+        job.start_at = time.monotonic()  # when this run started: a failure soon after it backs off
+        shape = [] if job.shape is None else ["--mw-slave-resources", str(job.shape)]
+        job.process = slave_start.start_process([launch.executable, *launch.arguments, *shape], job.sandbox)
 
 
 def last_line(path: Path) -> str:

@@ -64,8 +64,16 @@ class Connections:
     """Every connection of one master, and the listener that brings new ones."""
 
     def __init__(
-        self, options: Options, secret: bytes, facts: Facts, on_lost: Callable[[Peer, Cause, str], None]
+        self,
+        options: Options,
+        secret: bytes,
+        facts: Facts,
+        on_lost: Callable[[Peer, Cause, str], None],
+        *,
+        listener: socket.socket | None = None,
     ) -> None:
+        """``listener``: a socket listening already, to take instead of making one (mwpy.Executor's slaves start
+        connecting to it before the master exists)."""
         self._options = options
         self._secret = secret
         self._facts = facts
@@ -89,7 +97,8 @@ class Connections:
         self.selector = selectors.DefaultSelector()
         #: The address the master listens on: its --mw-master-host, or "" for every interface.
         self.bind = options.master_host or ""
-        self._listener = self._listen()
+        self._listener = self._listen() if listener is None else listener
+        self._listener.setblocking(False)
         self.selector.register(self._listener, selectors.EVENT_READ, LISTENER)
         # Another thread (mwpy.Executor's submitters) can cut a select short through this pair.
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -106,7 +115,6 @@ class Connections:
             sock = ports.listen(host, self._options.master_port_range, "the master", port=port, backlog=1024)
         except OSError as exc:
             raise OSError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}") from None
-        sock.setblocking(False)
         return sock
 
     # ------------------------------------------------------------------ coming in

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import selectors
+import socket
 import time
 from collections.abc import Callable, Mapping
 
@@ -66,13 +67,14 @@ class Engine:
         outcomes: Outcomes,
         facts: Facts,
         on_tick: Callable[[float], None],
+        listener: socket.socket | None = None,
     ) -> None:
         self._options = options
         self._sched = sched
         self._outcomes = outcomes
         self._facts = facts
         self._on_tick = on_tick
-        self._net = Connections(options, secret, facts, on_lost=self._lose)
+        self._net = Connections(options, secret, facts, on_lost=self._lose, listener=listener)
         self._by_sid: dict[str, Peer] = {}
         #: Condor job id (CLUSTER.PROC) by slave id, for the connected slaves that reported one.
         self._jobs: dict[str, str] = {}
