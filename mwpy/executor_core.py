@@ -442,7 +442,8 @@ class _Service:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
         intake = self.intake
         try:
-            with self._master:
+            with self._master, contextlib.ExitStack() as leaving:
+                leaving.callback(self._pool.stop_overseeing)  # before the master, leaving, tells its slaves to go
                 while True:
                     self._take_submissions()
                     self._pull_back()

@@ -104,6 +104,16 @@ class SlavePool:
             self._setup.look(self.backend.jobs())
         return self._setup.problem(results_so_far, slaves_connected=slaves_connected)
 
+    def stop_overseeing(self) -> None:
+        """Submit no more slave jobs: call it before the master tells its slaves to leave.
+
+        Else a slave that exits 0 at the shutdown, seen before the file says finished, is replaced at once
+        (an Executor keeps all its workers): a slave started only to be removed.
+        """
+        self._stop.set()
+        self._overseer.wake()  # not a poll interval later
+        self._thread.join()
+
     def stop(self, *, grace: float = 0.0) -> None:
         """Stop the overseer; give the slaves ``grace`` seconds to leave; remove the jobs left; release the back end.
 
@@ -115,9 +125,7 @@ class SlavePool:
         ``JOBS_GONE_TIMEOUT`` seconds (a schedd that does not answer is logged,
         not waited for).
         """
-        self._stop.set()
-        self._overseer.wake()  # not a poll interval later
-        self._thread.join()
+        self.stop_overseeing()
         backend = self.backend
         try:
             deadline = time.monotonic() + grace
