@@ -238,11 +238,12 @@ class ExecutorCore:
         fn: Callable[..., R],
         calls: Iterator[tuple[Any, ...]],
         kwargs: dict[str, Any],
+        *,
         window_bytes: int,
         end: float | None,
+        policy: Policy,
     ) -> Generator[R, None, None]:
         """``map``'s values: its calls submitted now, as many as ``window_bytes`` of pickled arguments allow."""
-        policy = self._policy_of(fn)
         stream: MapStream[R] = MapStream(self._encoder, fn, policy, self.service, calls=calls, kwargs=kwargs,
                                          window_bytes=window_bytes)  # fmt: skip
         stream.fill()
@@ -268,11 +269,14 @@ class ExecutorCore:
         # function keeps its own policy (a partial of it would run under the default one).
         shared = self.service.intake.share_large(kwargs) if kwargs else {}
         end = None if timeout is None else time.monotonic() + timeout
+        policy = self._policy_of(fn)  # a chunk runs under it too, as mw.map's chunks do: retries, timeout, resources
         if chunksize == 1:
-            return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes, end)
+            return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes=window_bytes, end=end,
+                                policy=policy)  # fmt: skip
         travelling = functools.partial(_unwrap(fn), **shared) if shared else _unwrap(fn)
         chunks = ((travelling, chunk) for chunk in chunked(zip(*iterables, strict=False), chunksize))
-        return itertools.chain.from_iterable(self._stream(calls.call_chunk, chunks, {}, window_bytes, end))
+        stream = self._stream(calls.call_chunk, chunks, {}, window_bytes=window_bytes, end=end, policy=policy)
+        return itertools.chain.from_iterable(stream)
 
     # ------------------------------------------------------------------ functions
 

@@ -342,6 +342,13 @@ def test_map_with_keyword_arguments_keeps_the_task_s_own_retries_and_signature(
         executor.map(work.fail_first_run, [str(counter)], value=5, amount=5)  # refused at the call, as submit() does
 
 
+def test_a_chunked_map_runs_each_chunk_under_the_task_s_own_policy(executor: mwpy.Executor, tmp_path: Path) -> None:
+    """As mw.map's chunks do (README): before, a chunk ran under the default policy, its retries lost."""
+    counter = tmp_path / "runs"
+    assert list(executor.map(work.fail_first_run, [str(counter)] * 3, chunksize=3, value=5)) == [5, 5, 5]
+    assert counter.read_text() == "xxxx"  # the chunk failed at its first call, then ran again: 1 + 3 calls
+
+
 def test_the_readme_s_first_example_runs_as_a_user_would_run_it(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Coming from `concurrent.futures`") :]
