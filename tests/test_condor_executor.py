@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -104,12 +105,15 @@ def run_script(
         )
 
 
-def run_executor_script(pool: Pool, workdir: Path, name: str, *, timeout: float = 240) -> tuple[list[str], str]:
-    """Run ``tests/programs/NAME WORKDIR SLAVE_PYTHON MASTER_ADDRESS`` as the pool's user; it must exit 0.
+def run_executor_script(
+    pool: Pool, workdir: Path, name: str, *extra: str, timeout: float = 240
+) -> tuple[list[str], str]:
+    """Run ``tests/programs/NAME WORKDIR SLAVE_PYTHON MASTER_ADDRESS EXTRA...`` as the pool's user; it must exit 0.
 
     Returns its stdout lines and a report of its exit status and output for the assertions' messages.
     """
-    done = run_script(pool, workdir, name, str(workdir), pool.job_python, pool.facts["address"], timeout=timeout)
+    address = pool.facts["address"]
+    done = run_script(pool, workdir, name, str(workdir), pool.job_python, address, *extra, timeout=timeout)
     report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
     assert done.returncode == 0, report
     return done.stdout.splitlines(), report
@@ -132,6 +136,28 @@ def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_lea
     assert ran, "no slave job of the computation ever ran"
     assert ran <= left, (ran, left)  # each slave job that ran has left the queue, into the history
     assert os.stat(condor_workdir / RESOURCE).st_uid == condor_pool.facts["uid"]
+
+
+def test_a_master_inside_a_port_range_serves_its_condor_slaves(condor_pool: Pool, condor_workdir: Path) -> None:
+    """Issue 24 item 4 on the pool: ``--mw-master-port-range``; the slaves reach the master and its file service."""
+    low = free_port_block(condor_pool.facts["address"], 20)
+    lines, report = run_executor_script(condor_pool, condor_workdir, "executor_condor.py", f"{low}-{low + 19}")
+    assert f"map {[x * x for x in range(20)]}" in lines, report
+    assert "shared 100000" in lines, report
+    assert low <= resource_file.read(condor_workdir / RESOURCE).master_port <= low + 19, report
+
+
+def free_port_block(host: str, size: int) -> int:
+    """The first of ``size`` consecutive ports of ``host`` nobody listens on, below the ephemeral range."""
+    for low in range(20_000, 30_000, size):
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(low, low + size):
+                    held.enter_context(socket.create_server((host, port)))
+            except OSError:
+                continue
+        return low
+    raise AssertionError(f"no {size} free consecutive ports on {host}")
 
 
 def test_a_shared_object_crosses_once_per_slave_job_not_once_per_task(condor_pool: Pool, condor_workdir: Path) -> None:

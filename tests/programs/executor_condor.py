@@ -4,7 +4,9 @@ No ``@mwpy.master``, no ``mwpy.run()``: an ``mwpy.Executor(backend="condor")``
 submits, maps and gets an exception back, then prints its member id so the
 test can ask the schedd for the computation's jobs.
 
-Command line: ``executor_condor.py WORKDIR SLAVE_PYTHON MASTER_ADDRESS``.
+Command line: ``executor_condor.py WORKDIR SLAVE_PYTHON MASTER_ADDRESS [PORT_RANGE]``; with ``PORT_RANGE``
+(``LOW-HIGH``) the master and its file service listen inside it (``--mw-master-port-range``, issue 24 item 4),
+and a shared object makes the slaves use the file service.
 """
 
 from __future__ import annotations
@@ -31,9 +33,14 @@ def refuse_odd(x: int) -> int:
 if __name__ == "__main__":
     workdir, python, address = sys.argv[1:4]
     options = ["--mw-slave-executable", python, "--mw-master-host", address]
+    if len(sys.argv) > 4:
+        options += ["--mw-master-port-range", sys.argv[4]]
     with mwpy.Executor(max_workers=2, backend="condor", workdir=workdir, options=options) as executor:
         print("submit", executor.submit(square, 12).result(timeout=90), flush=True)
         print("map", list(executor.map(square, range(20), timeout=90)), flush=True)
+        if len(sys.argv) > 4:  # through the file service
+            shared = executor.share(b"x" * 100_000)
+            print("shared", *executor.map(len, [shared], timeout=90), flush=True)
         try:
             executor.submit(refuse_odd, 3).result(timeout=90)
         except Odd as exc:
