@@ -53,9 +53,6 @@ R = TypeVar("R")
 
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
-#: Seconds before the overseer first looks at slaves the executor started itself: they run already (a slave that
-#: fails is restarted by the back end, looked at from the engine's thread), and the first results come first.
-ADOPTED_FIRST_LOOK = 1.0
 
 #: One slave shape as ``slave_resources=`` takes it.
 Shape = Resources | Mapping[str, Any] | str
@@ -197,8 +194,7 @@ class ExecutorCore:
             slaves = factory.create(str(work.resource_file), namespace)
             if early is not None:  # before the overseer's first look: it finds them running
                 _adopt(slaves, early, work.resource_file)
-            self._pool = SlavePool(work, slaves, max_workers, name=f"executor {member_id}", at_once=True,
-                                   first_look_after=0.0 if early is None else ADOPTED_FIRST_LOOK)  # fmt: skip
+            self._pool = SlavePool(work, slaves, max_workers, name=f"executor {member_id}", at_once=True)
             undo.pop_all()
         #: What the engine's thread and the futures share (never this core: see the class's docstring).
         self.service = _Service(self._master, self._pool, audit, member_id)
