@@ -237,7 +237,8 @@ class Engine:
         why = safe_text.one_line(msg.why[:MAX_WHY])  # the slave's words: shown (one line, cut), never obeyed
         self._facts(facts.HandedBack(sid, back, why))
         # Not the task's fault (a Condor eviction, a vacate, a planned leave): not counted against it.
-        self._lose(peer, "eof", f"left {why}, {back} tasks handed back", blame=False)
+        planned = msg.why.startswith(PLANNED_LEAVE)  # a lifetime's end, not a memory limit: nothing to learn
+        self._lose(peer, "eof", f"left {why}, {back} tasks handed back", blame=False, planned=planned)
 
     def cancel(self, sid: str, task_ids: list[int]) -> None:
         """Ask ``sid`` to drop these queued tasks (cancelled futures); it answers with Cancelled."""
@@ -303,12 +304,13 @@ class Engine:
 
     # ------------------------------------------------------------------ slaves gone
 
-    def _lose(self, peer: Peer, cause: Cause, why: str, *, blame: bool = True) -> None:
+    def _lose(self, peer: Peer, cause: Cause, why: str, *, blame: bool = True, planned: bool = False) -> None:
         """A connection ended: close it and apply task policies to what its slave held.
 
         A slave that hung up or broke its connection (``eof``, ``error``) while
         the computation runs died: its running task is blamed, unless ``blame``
         is False (it handed its tasks back, or was dropped for a task's timeout).
+        ``planned``: it left at the end of its lifetime.
         """
         if peer.sock is None:
             return
@@ -322,7 +324,7 @@ class Engine:
             self._facts(facts.PeerDropped(peer.address, why))
             return
         del self._by_sid[sid]
-        self._leave(sid, "shutdown" if self._net.closed else cause, why, peer)
+        self._leave(sid, "shutdown" if self._net.closed else cause, why, peer, planned=planned)
         self.tick_soon()
 
     def _expel(self, sid: str) -> None:
@@ -336,8 +338,10 @@ class Engine:
         self._net.queue(peer, peer.session.send(protocol.Shutdown(int(ExitCode.TOLD_TO_LEAVE))))
         self.tick_soon()
 
-    def _leave(self, sid: str, cause: Cause, why: str, peer: Peer) -> None:
-        """``sid`` is no longer this master's slave: its tasks follow their policies, and that is reported."""
+    def _leave(self, sid: str, cause: Cause, why: str, peer: Peer, *, planned: bool = False) -> None:
+        """``sid`` is no longer this master's slave: its tasks follow their policies, and that is reported.
+
+        ``planned``: it left at the end of its lifetime (its memory taught nothing)."""
         condor = self._jobs.pop(sid, None) is not None
         if condor:
             self._job_list = None
@@ -346,7 +350,6 @@ class Engine:
         self._caches.pop(sid, None)
         dropped_before = self._sched.unrunnable_total
         lost = len(self._sched.leave(sid))
-        planned = why.startswith(f"left {PLANNED_LEAVE}")
         if learned := self.memory.lost(sid, suspect=condor and cause in ("eof", "error") and not planned):
             log.warning(learned)
         dropped = self._sched.unrunnable_total - dropped_before
