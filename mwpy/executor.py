@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from mwpy import slave_start
 from mwpy.errors import ConfigurationError
-from mwpy.names import SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
+from mwpy.names import MASTER_BACKLOG, SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
 
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
     from mwpy.executor_core import Future, Shape
@@ -235,7 +235,7 @@ class _EarlySlaves:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.listener: socket.socket | None = None
         try:
-            self.listener = socket.create_server((LOCAL_HOST, 0), backlog=1024)  # the master's backlog
+            self.listener = socket.create_server((LOCAL_HOST, 0), backlog=MASTER_BACKLOG)
             #: What --mw-secret-file holds: hex text (os.urandom is what secrets.token_bytes reads).
             self.secret = os.urandom(32).hex().encode()
             secret_file = os.path.join(self.folder, SLAVE_SECRET_FILE)

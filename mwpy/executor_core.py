@@ -32,7 +32,7 @@ from mwpy import backends, calls, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor import SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script
+from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.intake import Intake
 from mwpy.master import Master
@@ -600,7 +600,7 @@ def _master_options(
         folder = "." if script != "-" else folder
     return attrs.evolve(
         parsed,
-        master_host=parsed.master_host or ("127.0.0.1" if backend == "local" else None),
+        master_host=parsed.master_host or (LOCAL_HOST if backend == "local" else None),
         resource_file=str(resource),
         resource_file_update_interval=UPDATE_INTERVAL,
         member_id=member_id,

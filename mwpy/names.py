@@ -42,6 +42,12 @@ SLAVES_LOG: Final = "slaves.log"
 #: How local slaves that exited non-zero ended, one ``HOST PID STATUS`` line each (mwpy/slave_exits.py).
 SLAVE_EXITS: Final = "slave-exits"
 
+# ---------------------------------------------------------------------- sockets
+
+#: The master's listen backlog: slaves that connect while it is busy (or, an Executor's, before it exists:
+#: mwpy/executor.py makes the socket the master then takes) wait there.
+MASTER_BACKLOG: Final = 1024
+
 # ---------------------------------------------------------------------- environment variables
 
 #: The ``mwpy`` logger's level when no ``--mw-log-level`` is given (an Executor user passes no options).

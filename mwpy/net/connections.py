@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
+from mwpy.names import MASTER_BACKLOG
 from mwpy.net import ports
 from mwpy.options import Options
 from mwpy.wire import protocol
@@ -112,7 +113,7 @@ class Connections:
         host = self.bind
         port = self._options.master_port or 0
         try:
-            sock = ports.listen(host, self._options.master_port_range, "the master", port=port, backlog=1024)
+            sock = ports.listen(host, self._options.master_port_range, "the master", port=port, backlog=MASTER_BACKLOG)
         except OSError as exc:
             raise OSError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}") from None
         return sock
