@@ -10,13 +10,21 @@ than Linux there is no such call and the child is not tied.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 #: prctl(2)'s option: the signal a process gets when its parent dies (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Any:
+    """libc's prctl(2), looked up once (a job starts per call of ends_with_this_process); None off Linux."""
+    return getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform == "linux" else None
 
 
 def ends_with_this_process(signal_number: signal.Signals) -> Callable[[], None] | None:
@@ -26,7 +34,7 @@ def ends_with_this_process(signal_number: signal.Signals) -> Callable[[], None] 
     the call is caught by the parent id, which is then no longer ours. The signal follows the death of the
     *thread* that forked: call this from the thread that lives as long as the process (the main thread).
     """
-    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform == "linux" else None
+    prctl = _prctl()
     if prctl is None:
         return None
     parent = os.getpid()

@@ -286,18 +286,20 @@ def _unstarted(
     )
 
 
-def _before_exec(core_size: int | None) -> Callable[[], None]:
+def _before_exec(core_size: int | None) -> Callable[[], None] | None:
     """The job's core size limit (``coresize``), and SIGKILL when this slave dies.
 
     Condor's starter kills a job whose shadow is gone; a slave that leaves by ``os._exit`` (its master lost
     while the job ran, a stuck task) or is killed would otherwise leave the job running, in its own session,
     for nobody. Only the job's own process gets the signal; what it started in its group is its to stop.
+    None when there is nothing to do before the exec (subprocess then takes its faster path).
     """
     tie = ends_with_this_process(signal.SIGKILL)
+    if core_size is None:
+        return tie  # None off Linux: no preexec_fn at all
 
     def before_exec() -> None:
-        if core_size is not None:
-            resource.setrlimit(resource.RLIMIT_CORE, (core_size, core_size))
+        resource.setrlimit(resource.RLIMIT_CORE, (core_size, core_size))
         if tie is not None:
             tie()
 
