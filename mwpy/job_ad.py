@@ -27,15 +27,8 @@ MACHINE_AD_MAX_SIZE = 256 << 10
 def read_ad(variable: str = JOB_AD_VARIABLE) -> dict[str, str]:
     """The ad in the file the environment variable ``variable`` names: attribute (lower case) -> its raw
     ClassAd text (strings keep their quotes); empty outside Condor or for a file that cannot be read."""
-    path = os.environ.get(variable)
-    if not path:
-        return {}
-    try:
-        text = safe_files.read_bytes(path, max_size=JOB_AD_MAX_SIZE).decode("utf-8", "replace")
-    except UnsafeFileError:
-        return {}
     ad: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in _ad_text(variable, JOB_AD_MAX_SIZE).splitlines():
         name, equals, value = line.partition("=")
         if equals:
             ad[name.strip().lower()] = value.strip()
@@ -45,11 +38,17 @@ def read_ad(variable: str = JOB_AD_VARIABLE) -> dict[str, str]:
 def machine_ad_text() -> str:
     """This slot's machine ad as the ClassAd text Condor wrote (for the master to evaluate task requirements
     against); "" outside Condor, or for a file that cannot be read or is too big."""
-    path = os.environ.get(MACHINE_AD_VARIABLE)
+    return _ad_text(MACHINE_AD_VARIABLE, MACHINE_AD_MAX_SIZE)
+
+
+def _ad_text(variable: str, max_size: int) -> str:
+    """The text of the ad file the environment variable ``variable`` names; "" without one, or for a file
+    that cannot be read or is bigger than ``max_size`` bytes."""
+    path = os.environ.get(variable)
     if not path:
         return ""
     try:
-        return safe_files.read_bytes(path, max_size=MACHINE_AD_MAX_SIZE).decode("utf-8", "replace")
+        return safe_files.read_bytes(path, max_size=max_size).decode("utf-8", "replace")
     except UnsafeFileError:
         return ""
 
