@@ -333,10 +333,17 @@ class Overseer:
     def _master_departure(self, record: resource_file.ResourceFile | None) -> str | None:
         """How the master's own job left the queue, when one is known (``--master-job``, else the file's, else
         the last file's) and the back end can see it."""
-        job = self.master_job or (self._file_master_job if record is None else record.master_condor_job)
-        if job is None or not isinstance(self.backend, MasterWatch):
+        job = self._watched_master_job(record)
+        if job is None or not isinstance(self.backend, MasterWatch):  # (the second test is for the type checker)
             return None
         return self.backend.master_departure(job)
+
+    def _watched_master_job(self, record: resource_file.ResourceFile | None) -> str | None:
+        """The master's own job to watch (``--master-job``, else the file's, else the last file's), when the back
+        end can see one."""
+        if not isinstance(self.backend, MasterWatch):
+            return None
+        return self.master_job or (self._file_master_job if record is None else record.master_condor_job)
 
     def _without_file(self, problem: ResourceFileError) -> Decision:
         """No readable file: wait for the master's first -- unless the computation is over without it.
@@ -354,8 +361,7 @@ class Overseer:
         gone = self._master_departure(None)
         if gone is not None:
             return self._give_up(self._jobs_if_known(), f"{gone}: the computation has no master")
-        watched = isinstance(self.backend, MasterWatch) and (self.master_job or self._file_master_job)
-        if not watched and now - self._missing_since > self.abandon_after:
+        if self._watched_master_job(None) is None and now - self._missing_since > self.abandon_after:
             return self._give_up(
                 self._jobs_if_known(),
                 f"{problem} for {self.abandon_after:g} s (--abandon-after), and no master job to watch "
