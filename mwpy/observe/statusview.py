@@ -168,7 +168,7 @@ def _shapes_phrase(record: ResourceFile) -> str:
     learned = (
         f" · learned memory {resource_file.describe_learned(record.learned_memory)}" if record.learned_memory else ""
     )
-    return safe_text.one_line(f"shapes {shapes}{learned or ''}")
+    return safe_text.one_line(f"shapes {shapes}{learned}")
 
 
 def _condor_phrase(condor: Mapping[str, int], asked_at: float | None, now: float, idle_why: str | None) -> str:

@@ -73,10 +73,7 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
-        self._key: (
-            tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]] | None
-        )
-        self._key = None
+        self._key: _Key | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
         #: Bytes: the largest peak memory a slave reported (set by the master from its engine).
