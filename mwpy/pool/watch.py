@@ -39,18 +39,21 @@ def watching(path: Path, wake: threading.Event, *, poll: float, log: Callable[[s
     """
     handler, folder = _Wake(path, wake), str(path.parent)
     try:
-        observer: BaseObserver = Observer()
-        observer.schedule(handler, folder, recursive=False)
-        observer.start()
+        observer = _started(Observer(), handler, folder)
     except OSError as exc:
         log(f"cannot watch {folder} with inotify ({exc}); polling it every {poll:g} s instead")
-        observer = PollingObserver(timeout=poll)
-        observer.schedule(handler, folder, recursive=False)
-        observer.start()
+        observer = _started(PollingObserver(timeout=poll), handler, folder)
     try:
         yield
     finally:
         _stop_quietly(observer)
+
+
+def _started(observer: BaseObserver, handler: _Wake, folder: str) -> BaseObserver:
+    """``observer`` watching ``folder`` (not below it) for ``handler``, its thread started."""
+    observer.schedule(handler, folder, recursive=False)
+    observer.start()
+    return observer
 
 
 def _stop_quietly(observer: BaseObserver) -> None:
