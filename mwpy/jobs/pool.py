@@ -26,6 +26,7 @@ and says how to follow it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -152,9 +153,8 @@ def _wait(htcondor2: Any, cluster: int) -> int:
     The schedd may restart meanwhile (the master then resumes from its journal): a failed query is asked
     again of a freshly located schedd (after a restart the first calls fail on stale sessions).
     """
+    _left_queue(htcondor2, cluster, deadline=math.inf)
     constraint = f"ClusterId == {cluster}"
-    while _ask(htcondor2, lambda schedd: schedd.query(constraint, projection=["JobStatus"])):
-        time.sleep(POLL)
     projection = ["ExitCode", "ExitBySignal", "JobStatus"]
     for _ in range(30):  # the history may lag the queue by a moment
         ads = _ask(htcondor2, lambda schedd: list(schedd.history(constraint, projection=projection, match=1)))
@@ -171,20 +171,25 @@ def _wait(htcondor2: Any, cluster: int) -> int:
 
 def _wait_overseer(htcondor2: Any, cluster: int) -> None:
     """Until the overseer has removed the run's slave jobs and left the queue, for ``OVERSEER_GRACE`` s at most."""
-    constraint = f"ClusterId == {cluster}"
-    deadline = time.monotonic() + OVERSEER_GRACE
     try:
-        while _ask(htcondor2, lambda schedd: schedd.query(constraint, projection=["JobStatus"])):
-            if time.monotonic() > deadline:
-                print(
-                    f"mwpy jobs: note: the overseer job {cluster}.0 is still removing the run's slave jobs "
-                    f"(condor_q {cluster})",
-                    file=sys.stderr,
-                )
-                return
-            time.sleep(POLL)
+        if not _left_queue(htcondor2, cluster, deadline=time.monotonic() + OVERSEER_GRACE):
+            print(
+                f"mwpy jobs: note: the overseer job {cluster}.0 is still removing the run's slave jobs "
+                f"(condor_q {cluster})",
+                file=sys.stderr,
+            )
     except PoolRunError as exc:
         print(f"mwpy jobs: note: cannot see whether the overseer job {cluster}.0 has left: {exc}", file=sys.stderr)
+
+
+def _left_queue(htcondor2: Any, cluster: int, *, deadline: float) -> bool:
+    """Wait until job ``cluster``.0 has left the queue (True), or until ``deadline`` (monotonic) passes (False)."""
+    constraint = f"ClusterId == {cluster}"
+    while _ask(htcondor2, lambda schedd: schedd.query(constraint, projection=["JobStatus"])):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL)
+    return True
 
 
 def _ask(htcondor2: Any, call: Any) -> Any:
