@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import itertools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.resource_file import Flight, Need, TaskBoard, TooLong, Waiting
@@ -71,15 +71,8 @@ def _flights(sched: Scheduler, now: float) -> tuple[list[Flight], bool]:
 
 def _needs(listed: Iterable[Entry]) -> list[Need]:
     """What the listed queued tasks ask of a slave, per need (tasks that ask nothing are left out)."""
-    by_need: dict[str, list[Entry]] = collections.defaultdict(list)
-    for entry in listed:
-        if entry.policy.resources is not None:
-            by_need[str(entry.policy.resources)].append(entry)
-    needs = []
-    for need, entries in by_need.items():
-        entries.sort(key=lambda entry: entry.task_id)
-        needs.append(Need(need, _runs(entries, len(entries), MAX_RUNS)[0]))
-    return needs
+    by_need = _runs_by(listed, lambda entry: None if entry.policy.resources is None else str(entry.policy.resources))
+    return [Need(need, runs) for need, runs in by_need.items()]
 
 
 def _too_long(sched: Scheduler, leave_at: Mapping[str, float], listed: Iterable[Entry]) -> list[TooLong]:
@@ -91,17 +84,26 @@ def _too_long(sched: Scheduler, leave_at: Mapping[str, float], listed: Iterable[
     if not slots or any(sid not in leave_at for sid in slots):
         return []
     now = time.time()
-    by_algorithm: dict[str, list[Entry]] = collections.defaultdict(list)
-    for entry in listed:
-        by_algorithm[entry.algorithm].append(entry)
     found = []
-    for algorithm, entries in sorted(by_algorithm.items()):
+    for algorithm, runs in sorted(_runs_by(listed, lambda entry: entry.algorithm).items()):
         if any(slot.run_times.starts_in_time(algorithm, leave_at[sid] - now) for sid, slot in slots.items()):
             continue
         seconds = max(slot.run_times.longest(algorithm) for slot in slots.values())
-        entries.sort(key=lambda entry: entry.task_id)
-        found.append(TooLong(algorithm, round(seconds, 3), _runs(entries, len(entries), MAX_RUNS)[0]))
+        found.append(TooLong(algorithm, round(seconds, 3), runs))
     return found
+
+
+def _runs_by(listed: Iterable[Entry], key: Callable[[Entry], str | None]) -> dict[str, list[int]]:
+    """The listed tasks grouped by ``key`` (None: left out), each group as its runs of task ids (see _runs)."""
+    groups: dict[str, list[Entry]] = collections.defaultdict(list)
+    for entry in listed:
+        name = key(entry)
+        if name is not None:
+            groups[name].append(entry)
+    return {
+        name: _runs(sorted(entries, key=lambda entry: entry.task_id), len(entries), MAX_RUNS)[0]
+        for name, entries in groups.items()
+    }
 
 
 def snapshot(sched: Scheduler, now: float, leave_at: Mapping[str, float] | None = None) -> TaskBoard:
