@@ -352,6 +352,7 @@ class _Service:
         self._streams: weakref.WeakSet[MapStream[Any]] = weakref.WeakSet()  # map streams (to cancel or break)
         self._withdrawn: list[MapStream[Any]] = []  # streams closed or cancelled: pull back what slaves hold
         self._to_wake: list[MapStream[Any]] = []  # streams whose caller sleeps on a value come this pass (engine's)
+        self._feeding: dict[MapStream[Any], None] = {}  # streams with inputs not queued yet, in order (engine's)
         #: Calls of map streams handed over (under _lock) and resolved (by the engine's thread alone).
         self._map_submitted = 0
         self.map_resolved = 0
@@ -496,7 +497,13 @@ class _Service:
             incoming, self._incoming = self._incoming, []
             self._taken.notify_all()
         for submission in incoming:
-            submission.queue_in(self.intake)
+            if isinstance(submission, MapBatch):
+                submission.stream.take(submission, self.intake)
+                self._feeding[submission.stream] = None
+            else:
+                submission.queue_in(self.intake)
+        if self._feeding:
+            self._feeding = {stream: None for stream in self._feeding if stream.feed(self.intake)}
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:

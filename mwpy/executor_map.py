@@ -6,9 +6,11 @@ ran at half the master algorithm API's rate (docs/performance.md, scenario 6).
 A :class:`MapStream` is what ``mw.map`` does for a master (mwpy/streams.py)
 with a thread between them: the caller pickles inputs and hands them to the
 engine's thread ``SUBMIT_BATCH`` at a time (one lock, at most one wake-up);
-the engine's thread queues a small listener per input (:class:`_Item`) and
-files each result by its input's position; the caller takes them in order
-and sleeps only when the next one has not come, woken once by that one.
+the engine's thread queues a small listener per input (:class:`_Item`), at
+most ``QUEUED_AHEAD`` of a map's calls at a time (the rest wait as pickled
+bytes), and files each result by its input's position; the caller takes
+them in order and sleeps only when the next one has not come, woken once by
+that one.
 
 What ``concurrent.futures.Executor.map`` promises still holds: inputs are
 submitted at once (up to ``window_bytes`` of pickled arguments not yet
@@ -37,6 +39,12 @@ R = TypeVar("R")
 
 #: Inputs ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
 SUBMIT_BATCH = 1024
+#: A map's calls queued in the master and not resolved, at most; the rest wait handed over as pickled bytes.
+#: With 10^5 calls queued at once (``concurrent.futures``' contract: every input submitted now), their tasks and
+#: listeners made the cyclic collector's full passes about 1.5 µs of the engine's thread per call
+#: (docs/performance.md, scenario 6); bytes are not the collector's to scan. The master API's benchmark keeps
+#: 20,000 in flight; a pass takes fewer results than this.
+QUEUED_AHEAD = 16_384
 #: What a task's exception is raised as by ``map``, as by the executor's futures (``SystemExit`` too).
 RAISED_AS_ITSELF = (Exception, SystemExit)
 
@@ -106,6 +114,7 @@ class MapStream(Generic[R]):
         self.cancelling = False
         #: The engine's side: the listener of each call queued and not resolved, by task id.
         self.live: dict[int, _Item] = {}
+        self._unqueued: collections.deque[MapBatch] = collections.deque()  # handed over, not all queued yet
 
     # ------------------------------------------------------------------ the caller's thread
 
@@ -190,14 +199,34 @@ class MapStream(Generic[R]):
 
     # ------------------------------------------------------------------ the engine's thread
 
+    def take(self, batch: MapBatch, intake: Intake) -> None:
+        """A batch handed over: its inputs wait here until :meth:`feed` queues them (engine's thread)."""
+        self._unqueued.append(batch)
+        _count_ahead(intake, len(batch))  # the total the live view shows counts them already
+
+    def feed(self, intake: Intake) -> bool:
+        """Queue inputs handed over while fewer than :data:`QUEUED_AHEAD` of this map's calls are queued and not
+        resolved; those of a map closed or cancelled meanwhile are dropped unsent. True while some wait."""
+        if not self.open or self.cancelling:
+            self._drop_unqueued(intake)
+            return False
+        unqueued = self._unqueued
+        while unqueued and (room := QUEUED_AHEAD - len(self.live)) > 0:
+            if unqueued[0].queue_in(intake, room):
+                unqueued.popleft()
+        return bool(unqueued)
+
     def arrive(self, item: _Item, outcome: Result | BaseException) -> None:
         """``item``'s call is resolved: file its outcome, wake the caller if it sleeps on it."""
         if self.live.pop(item.task_id, None) is None:
             return  # resolved already (pulled back, then its result came anyway)
+        self._resolve(item.index, outcome)
+
+    def _resolve(self, index: int, outcome: Result | BaseException) -> None:
         self.service.map_resolved += 1
         if self.open:
-            self._arrived[item.index] = outcome
-            if self._awaited == item.index:
+            self._arrived[index] = outcome
+            if self._awaited == index:
                 self.service.wake_later(self)
 
     def wake(self) -> None:
@@ -213,11 +242,20 @@ class MapStream(Generic[R]):
     def pull_back(self, intake: Intake) -> None:
         """Calls not started end as cancelled now, as cancelled futures do: those in slaves' windows are asked
         back, those still queued here are dropped unsent when the scheduler reaches them (no slave need come
-        for shutdown to see them resolved)."""
+        for shutdown to see them resolved), those not queued yet at once."""
         waiting = [item for item in self.live.values() if not item.running]
         intake.cancel([item.task_id for item in waiting])
         for item in waiting:
             self.arrive(item, concurrent.futures.CancelledError())
+        self._drop_unqueued(intake)
+
+    def _drop_unqueued(self, intake: Intake) -> None:
+        while self._unqueued:
+            batch = self._unqueued.popleft()
+            left = batch.left()
+            _count_ahead(intake, -len(left))
+            for index in left:
+                self._resolve(index, concurrent.futures.CancelledError())
 
 
 class _Item:
@@ -252,25 +290,41 @@ class _Item:
 
 class MapBatch:
     """Inputs of one stream handed to the engine's thread at once: the pickled arguments of inputs ``first``,
-    ``first + 1``, ... (a list of bytes, which the collector does not track, rather than a tuple per input)."""
+    ``first + 1``, ... (a list of bytes, which the collector does not track, rather than a tuple per input), of
+    which the first ``queued`` are queued in the master."""
 
-    __slots__ = ("stream", "name", "label", "first", "inputs")
+    __slots__ = ("stream", "name", "label", "first", "inputs", "queued")
 
     def __init__(self, stream: MapStream[Any], name: str, label: str, first: int, inputs: list[bytes]) -> None:
         self.stream, self.name, self.label, self.first, self.inputs = stream, name, label, first, inputs
+        self.queued = 0
 
     def __len__(self) -> int:
         return len(self.inputs)
 
-    def queue_in(self, intake: Intake) -> None:
-        """Queue each input's call (engine's thread); one the caller gave up on meanwhile is dropped unsent."""
+    def left(self) -> range:
+        """The positions of the inputs not queued yet."""
+        return range(self.first + self.queued, self.first + len(self.inputs))
+
+    def queue_in(self, intake: Intake, room: int) -> bool:
+        """Queue the next ``room`` inputs' calls at most (engine's thread); True once all are queued."""
         stream, name, label, policy = self.stream, self.name, self.label, self.stream._policy
         live = stream.live
-        for index, payload in enumerate(self.inputs, self.first):
-            item = _Item(stream, index)
+        start = self.queued
+        end = min(len(self.inputs), start + room)
+        for offset in range(start, end):
+            item = _Item(stream, self.first + offset)
             item.task_id = intake.new_id()
             live[item.task_id] = item
-            intake.enqueue(Entry(item.task_id, name, payload, policy, item, label=label))
+            intake.enqueue(Entry(item.task_id, name, self.inputs[offset], policy, item, label=label))
+        self.queued = end
+        _count_ahead(intake, start - end)
+        return end == len(self.inputs)
+
+
+def _count_ahead(intake: Intake, change: int) -> None:
+    """Inputs handed over and not queued are in the master's ``tasks_total`` as inputs still to submit."""
+    intake.ahead = (intake.ahead or 0) + change
 
 
 def _value(outcome: Result | BaseException) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
+import itertools
 import os
 import pickle
 import signal
@@ -31,6 +32,9 @@ from mwpy.backends.local import LocalBackend
 from mwpy.errors import SlavesFailError
 from mwpy.executor import _script
 from mwpy.executor_core import _master_options
+from mwpy.executor_map import QUEUED_AHEAD
+from mwpy.names import RESOURCE_FILE
+from mwpy.resource_file import read as read_resource_file
 from tests.programs import executor_work as work
 from tests.support import PYTHON, ROOT, wait_until
 
@@ -172,18 +176,34 @@ def test_closing_map_early_cancels_what_has_not_started(tmp_path: Path) -> None:
     # shutdown(wait=True) returned: nothing was left running for ever.
 
 
-def test_shutdown_cancel_futures_ends_a_map_s_calls_not_started_with_cancelled_error(tmp_path: Path) -> None:
-    """As CPython's map over cancelled futures: the running call's value comes, the next raises CancelledError."""
+@pytest.mark.parametrize("count", [4, QUEUED_AHEAD + 100])
+def test_shutdown_cancel_futures_ends_a_map_s_calls_not_started_with_cancelled_error(
+    tmp_path: Path, count: int
+) -> None:
+    """As CPython's map over cancelled futures: the running call's value comes, the next raises CancelledError.
+
+    Past QUEUED_AHEAD calls, inputs handed over but not queued yet count in ``tasks_total`` (what ``mwpy
+    status`` shows) as inputs still to submit, and end cancelled as queued ones do.
+    """
     started, release = str(tmp_path / "started"), str(tmp_path / "release")
     ex = gated_executor(tmp_path)
-    values = ex.map(work.touch_then_wait, [started] * 4, [release] * 4, range(4))
+    values = ex.map(work.touch_then_wait, itertools.repeat(started), itertools.repeat(release), range(count))
     wait_until(Path(started).exists, 60, "the first call to start")
+    wait_until(lambda: _tasks_total(tmp_path / "work") == count, 60, f"a tasks_total of {count}")
     ex.shutdown(wait=False, cancel_futures=True)
     Path(release).touch()
     assert next(values) == 0
     with pytest.raises(cf.CancelledError):
         next(values)
     ex.shutdown(wait=True)  # returns: no call of the map was left behind
+
+
+def _tasks_total(work_folder: Path) -> int | None:
+    """What the executor's resource file (what ``mwpy status`` reads) says the computation runs in all."""
+    try:
+        return read_resource_file(work_folder / RESOURCE_FILE).tasks_total
+    except (OSError, mwpy.MwpyError):  # not written yet
+        return None
 
 
 def test_shutdown_cancel_futures_ends_a_queued_map_at_once_while_its_slave_is_busy(tmp_path: Path) -> None:
@@ -200,6 +220,14 @@ def test_shutdown_cancel_futures_ends_a_queued_map_at_once_while_its_slave_is_bu
     Path(release).touch()
     assert blocker.result(timeout=60) == 7
     ex.shutdown(wait=True)
+
+
+def test_a_map_longer_than_what_the_master_queues_at_once_gives_every_value_in_order(
+    executor: mwpy.Executor,
+) -> None:
+    """Past QUEUED_AHEAD calls, inputs wait handed over as pickled bytes and are queued as calls resolve."""
+    count = 2 * QUEUED_AHEAD + 5
+    assert list(executor.map(work.square, range(count))) == [x * x for x in range(count)]
 
 
 def test_a_map_of_a_broken_executor_raises_broken_executor() -> None:
