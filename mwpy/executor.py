@@ -191,7 +191,8 @@ class Executor(concurrent.futures.Executor):
         iterator early (``break``, an exception) cancels every task not started.
         Every input is submitted at once, as the standard executors do, until the
         calls (chunks) not yet returned hold ``window_bytes`` of pickled arguments
-        (None: 256 MiB, mwpy.streams.WINDOW_BYTES); the rest are taken as values are returned.
+        (None: 256 MiB, mwpy.streams.WINDOW_BYTES); the rest are taken as values are returned,
+        up to that bound again each time they are down to half of it.
         """
         return self._core.map(
             fn, iterables, timeout=timeout, chunksize=chunksize, window_bytes=window_bytes, kwargs=kwargs

@@ -153,8 +153,8 @@ class MapStream(Generic[R]):
             while self._returned < self._submitted:
                 # Nothing here keeps a value or its result once yielded (issue 14406).
                 yield _value(self._take(end))
-                if not self._exhausted:
-                    self.fill()
+                if not self._exhausted and self._held <= self._limit // 2:
+                    self.fill()  # half the window at once: one input per value was a hand-over (and a pass) each
         finally:
             self.close()
 
