@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import itertools
 import threading
 import time
 import weakref
@@ -123,24 +124,38 @@ class MapStream(Generic[R]):
         encoder = self._encoder()
         if encoder is None:  # the executor was collected: what was not submitted never is
             self._exhausted = True
-        first, batch = self._submitted, []  # pickled arguments of inputs first, first + 1, ...
         while not self._exhausted and (self._held < self._limit or self._submitted == self._returned):
-            args = next(self._calls, None)
-            if args is None or encoder is None:
-                self._exhausted = True
-                break
-            if self._one is None:  # what every call shares, looked up once (the function's reference, say)
-                self._one = encoder(self._fn)
-            payload = self._one[2](args, self._kwargs)
-            self._sizes.append(len(payload))
-            self._held += len(payload)
-            batch.append(payload)
-            self._submitted += 1
-            if len(batch) == SUBMIT_BATCH:
+            first, batch = self._submitted, self._pickled(encoder)
+            if batch:
                 self._hand_over(first, batch)
-                first, batch = self._submitted, []
-        if batch:
-            self._hand_over(first, batch)
+
+    def _pickled(self, encoder: Encoder | None) -> list[bytes]:
+        """The next inputs pickled: :data:`SUBMIT_BATCH` at most, until those not returned hold ``window_bytes``.
+
+        The caller's hot loop: what it needs is in local variables, not looked up per input.
+        """
+        calls: Iterator[tuple[Any, ...]] = itertools.islice(self._calls, SUBMIT_BATCH)
+        if self._one is None:  # what every call shares, looked up with the first input (the function's reference)
+            first = next(calls, None)
+            if first is None or encoder is None:
+                self._exhausted = True
+                return []
+            self._one = encoder(self._fn)
+            calls = itertools.chain((first,), calls)
+        one, kwargs, sizes, limit = self._one[2], self._kwargs, self._sizes, self._limit
+        held, batch = self._held, []
+        for args in calls:
+            payload = one(args, kwargs)
+            batch.append(payload)
+            sizes.append(len(payload))
+            held += len(payload)
+            if held >= limit:
+                break
+        else:
+            self._exhausted = len(batch) < SUBMIT_BATCH
+        self._held = held
+        self._submitted += len(batch)
+        return batch
 
     def _hand_over(self, first: int, batch: list[bytes]) -> None:
         assert self._one is not None  # made with the batch's first input

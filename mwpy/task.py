@@ -506,6 +506,20 @@ class TaskAlgorithm(Generic[P, R]):
         pickle raises pickle's own error.
         """
         self.check_arguments(args, kwargs)
+        return self.pickled(args, kwargs, max_frame, store, caller=caller)
+
+    def pickled(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        max_frame: int,
+        store: codec.Store | None = None,
+        *,
+        caller: str | None = None,
+    ) -> bytes:
+        """:meth:`encode` without the signature check: for mwpy's own call tasks, whose arguments an Executor
+        makes itself (the function's reference, its arguments, its keyword arguments), so they always fit;
+        the check was a fifth of the pickling of a no-op call."""
         name = self.name if caller is None else caller
         if store is None:
             payload = codec.encode_arguments(name, args, kwargs, as_itself=caller is not None)
