@@ -278,10 +278,10 @@ class _Item:
 
     __slots__ = ("stream", "index", "task_id", "running")
 
-    def __init__(self, stream: MapStream[Any], index: int) -> None:
+    def __init__(self, stream: MapStream[Any], index: int, task_id: int) -> None:
         self.stream = stream
         self.index = index
-        self.task_id = 0  # known once queued
+        self.task_id = task_id
         self.running = False
 
     def may_start(self) -> bool:
@@ -323,18 +323,17 @@ class MapBatch:
 
     def queue_in(self, intake: Intake, room: int) -> bool:
         """Queue the next ``room`` inputs' calls at most (engine's thread); True once all are queued."""
-        stream, name, label, policy = self.stream, self.name, self.label, self.stream._policy
-        live = stream.live
+        stream, name, label, policy, inputs = self.stream, self.name, self.label, self.stream._policy, self.inputs
+        live, new_id, enqueue = stream.live, intake.new_id, intake.enqueuer()
         start = self.queued
-        end = min(len(self.inputs), start + room)
+        end = min(len(inputs), start + room)
         for offset in range(start, end):
-            item = _Item(stream, self.first + offset)
-            item.task_id = intake.new_id()
-            live[item.task_id] = item
-            intake.enqueue(Entry(item.task_id, name, self.inputs[offset], policy, item, label=label))
+            task_id = new_id()
+            item = live[task_id] = _Item(stream, self.first + offset, task_id)
+            enqueue(Entry(task_id, name, inputs[offset], policy, item, label=label))
         self.queued = end
         _count_ahead(intake, start - end)
-        return end == len(self.inputs)
+        return end == len(inputs)
 
 
 def _count_ahead(intake: Intake, change: int) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mwpy.core.outcomes import Outcomes
@@ -79,6 +80,12 @@ class Intake:
         pickled, maybe in another thread; returns its id."""
         self._add(entry)
         return entry.task_id
+
+    def enqueuer(self) -> Callable[[Entry], object]:
+        """What queues many tasks without a journal key (an Executor's map, a batch at a time): :meth:`enqueue`,
+        or, with no queue time to stamp and the computation going on, the scheduler's own ``add``, as
+        ``submit()``'s hot path does (two calls fewer per task)."""
+        return self.enqueue if self._timed or self.finished else self._sched.add
 
     def _add(self, entry: Entry) -> None:
         if self.finished:
