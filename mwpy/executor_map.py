@@ -6,9 +6,9 @@ ran at half the master algorithm API's rate (docs/performance.md, scenario 6).
 A :class:`MapStream` is what ``mw.map`` does for a master (mwpy/streams.py)
 with a thread between them: the caller pickles inputs and hands them to the
 engine's thread ``SUBMIT_BATCH`` at a time (one lock, at most one wake-up);
-the engine's thread queues a small listener per input (:class:`_Item`), at
-most ``QUEUED_AHEAD`` of a map's calls at a time (the rest wait as pickled
-bytes), and files each result by its input's position; the caller takes
+the engine's thread queues a small listener per input (:class:`_Item`),
+keeping at most ``QUEUED_AHEAD`` of a map's calls waiting for a slave (the
+rest wait as pickled bytes), and files each result by its input's position; the caller takes
 them in order and sleeps only when the next one has not come, woken once by
 that one.
 
@@ -40,12 +40,12 @@ R = TypeVar("R")
 
 #: Inputs ``Executor.map`` hands the engine's thread at once (one lock and at most one wake-up each).
 SUBMIT_BATCH = 1024
-#: A map's calls queued in the master and not resolved, at most; the rest wait handed over as pickled bytes.
-#: With 10^5 calls queued at once (``concurrent.futures``' contract: every input submitted now), their tasks and
-#: listeners made the cyclic collector's full passes about 1.5 µs of the engine's thread per call
-#: (docs/performance.md, scenario 6); bytes are not the collector's to scan. The master API's benchmark keeps
-#: 20,000 in flight; a pass takes fewer results than this.
-QUEUED_AHEAD = 16_384
+#: A map's calls queued in the master and not sent to a slave yet, at most; the rest wait handed over as
+#: pickled bytes. With 10^5 calls queued at once (``concurrent.futures``' contract: every input submitted now),
+#: their tasks and listeners made the cyclic collector's passes about 1.5 µs of the engine's thread per call
+#: (docs/performance.md, scenario 6); bytes are not the collector's to scan. Calls sent (in slaves' windows)
+#: do not count: however many slaves there are, each gets its window. A pass sends far fewer than this.
+QUEUED_AHEAD = 4096
 #: What a task's exception is raised as by ``map``, as by the executor's futures (``SystemExit`` too).
 RAISED_AS_ITSELF = (Exception, SystemExit)
 
@@ -115,6 +115,8 @@ class MapStream(Generic[R]):
         self.cancelling = False
         #: The engine's side: the listener of each call queued and not resolved, by task id.
         self.live: dict[int, _Item] = {}
+        #: Of those, the calls that have left for a slave (may_start said yes).
+        self.sent = 0
         self._unqueued: collections.deque[MapBatch] = collections.deque()  # handed over, not all queued yet
 
     # ------------------------------------------------------------------ the caller's thread
@@ -164,23 +166,18 @@ class MapStream(Generic[R]):
 
     def values(self, end: float | None) -> Generator[R, None, None]:
         """The values in input order, each by ``end`` (monotonic) if given; closing it cancels the rest."""
+        arrived, sizes, refill_at = self._arrived, self._sizes, self._limit // 2
         try:
             while self._returned < self._submitted:
+                index = self._returned
+                self._returned = index + 1
+                self._held -= sizes.popleft()
                 # Nothing here keeps a value or its result once yielded (issue 14406).
-                yield _value(self._take(end))
-                if not self._exhausted and self._held <= self._limit // 2:
+                yield _value(arrived.pop(index) if index in arrived else self._wait(index, end))
+                if not self._exhausted and self._held <= refill_at:
                     self.fill()  # half the window at once: one input per value was a hand-over (and a pass) each
         finally:
             self.close()
-
-    def _take(self, end: float | None) -> Result | BaseException:
-        index = self._returned
-        got = self._arrived.pop(index, None)
-        if got is None:
-            got = self._wait(index, end)
-        self._returned += 1
-        self._held -= self._sizes.popleft()
-        return got
 
     def _wait(self, index: int, end: float | None) -> Result | BaseException:
         with self._wakeup:
@@ -220,13 +217,13 @@ class MapStream(Generic[R]):
         _count_ahead(intake, len(batch))  # the total the live view shows counts them already
 
     def feed(self, intake: Intake) -> bool:
-        """Queue inputs handed over while fewer than :data:`QUEUED_AHEAD` of this map's calls are queued and not
-        resolved; those of a map closed or cancelled meanwhile are dropped unsent. True while some wait."""
+        """Queue inputs handed over while fewer than :data:`QUEUED_AHEAD` of this map's calls wait for a slave;
+        those of a map closed or cancelled meanwhile are dropped unsent. True while some wait here."""
         if not self.open or self.cancelling:
             self._drop_unqueued(intake)
             return False
         unqueued = self._unqueued
-        while unqueued and (room := QUEUED_AHEAD - len(self.live)) > 0:
+        while unqueued and (room := QUEUED_AHEAD - len(self.live) + self.sent) > 0:
             if unqueued[0].queue_in(intake, room):
                 unqueued.popleft()
         return bool(unqueued)
@@ -235,6 +232,7 @@ class MapStream(Generic[R]):
         """``item``'s call is resolved: file its outcome, wake the caller if it sleeps on it."""
         if self.live.pop(item.task_id, None) is None:
             return  # resolved already (pulled back, then its result came anyway)
+        self.sent -= item.sent
         self._resolve(item.index, outcome)
 
     def _resolve(self, index: int, outcome: Result | BaseException) -> None:
@@ -276,17 +274,21 @@ class MapStream(Generic[R]):
 class _Item:
     """The scheduler's listener (mwpy/core/scheduler.py) of one input's call."""
 
-    __slots__ = ("stream", "index", "task_id", "running")
+    __slots__ = ("stream", "index", "task_id", "sent", "running")
 
     def __init__(self, stream: MapStream[Any], index: int, task_id: int) -> None:
         self.stream = stream
         self.index = index
         self.task_id = task_id
+        self.sent = False  # left for a slave (counted in stream.sent until resolved)
         self.running = False
 
     def may_start(self) -> bool:
         stream = self.stream
         if stream.open and not stream.cancelling:
+            if not self.sent:
+                self.sent = True
+                stream.sent += 1
             return True
         stream.arrive(self, concurrent.futures.CancelledError())
         return False
