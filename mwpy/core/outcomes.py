@@ -71,7 +71,7 @@ def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *
     if ok:  # the hot path, without decode_outcome's call (which says why a value does not unpickle)
         try:
             value = codec.decode_value(blob)
-        except Exception:
+        except codec.UNPICKLING_FAILURES:
             pass
         else:
             return Result(entry.task_id, entry.label, sid, entry.tag, compute_time, value=value, journaled=journaled)
