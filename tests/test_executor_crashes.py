@@ -10,7 +10,10 @@ Sources, read and rewritten (not copied):
   ``test_shutdown_deadlock``, ``test_call_item_gc_crash_or_exit``);
 * CPython ``Lib/test/test_concurrent_futures/test_deadlock.py`` at 1b2e7aadfd0b
   (``ExecutorDeadlockTest``: the crash cases that tests/test_executor_stdlib.py
-  left to issue 21 item 1, ``test_shutdown_deadlock``, ``test_crash_big_data``).
+  left to issue 21 item 1, ``test_shutdown_deadlock``, ``test_crash_big_data``);
+* dask.distributed ``distributed/tests/test_failed_workers.py`` at 014ed0753ac4
+  (``test_broken_worker_during_computation``: workers killed twice while a
+  large computation runs; the result is still right).
 
 What mwpy does where they expect ``BrokenProcessPool`` or loky's
 ``TerminatedWorkerError``: a call that kills its slave (a segfault, libc's
@@ -20,7 +23,8 @@ until more than its allowed failures died running it, then fails alone with
 executor goes on (README, "Where mwpy differs from ProcessPoolExecutor on
 purpose"). Most tests set ``--mw-allowed-failures 0`` so one death decides,
 as one crash decides in the sources. loky's memory-leak and worker-recycling
-tests are not adapted: mwpy has no per-worker memory limit or task count.
+tests are not adapted: mwpy has no per-slave memory limit or task count (its
+slaves retire by time, ``--mw-slave-lifetime``, tested in test_lifetime.py).
 
 Each test has its own executor (CPython's ``_check_error`` makes a fresh pool
 per case too), a deadline on every wait and a per-test timeout, so a hang
@@ -281,6 +285,26 @@ def test_a_busy_slave_killed_from_outside_runs_its_call_again(tmp_path: Path) ->
         assert survivor != victim
         assert (tmp_path / f"started-{survivor}").exists()
         squares_still_come(ex)
+
+
+def test_slaves_killed_twice_during_a_map_lose_and_repeat_no_result() -> None:
+    """dask test_broken_worker_during_computation: slaves killed (SIGKILL) twice while 300 calls are under way.
+
+    Under the default bound the calls each killed slave held run again (alone,
+    since which one was running is not known) and every call's result comes,
+    right and once: ``map`` yields one value per input, in order.
+    """
+    with mwpy.Executor(max_workers=2) as ex:
+        futures = [ex.submit(crash.nap_and_pid, x, 0.005) for x in range(300)]
+
+        def done(count: int) -> Callable[[], bool]:
+            return lambda: sum(f.done() for f in futures) >= count
+
+        for done_before_kill in (50, 150):
+            wait_until(done(done_before_kill), RESULT_TIMEOUT, f"{done_before_kill} calls to finish")
+            latest = max((f for f in futures if f.done()), key=lambda f: f.result()[0])
+            os.kill(latest.result()[1], signal.SIGKILL)  # a slave that is running calls of the map now
+        assert [f.result(timeout=RESULT_TIMEOUT)[0] for f in futures] == list(range(300))
 
 
 @pytest.mark.parametrize(("when", "chunksize"), [(3, 1), (7, 2), (7, 4)])

@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,6 +46,12 @@ def square_unless(x: int, bad: int) -> int:
     if x == bad:
         segfault()
     return x * x
+
+
+def nap_and_pid(x: int, seconds: float) -> tuple[int, int]:
+    """``x`` and the slave that ran it, after ``seconds`` (calls long enough to be caught running)."""
+    time.sleep(seconds)
+    return x, os.getpid()
 
 
 def kill(pid: int) -> int:
