@@ -315,17 +315,17 @@ class ExecutorCore:
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
             check = fn.check_arguments if isinstance(fn, TaskAlgorithm) else None
             reference, label = self._references.get(fn) or self._reference(fn)
-            pickled = calls.call_function.pickled  # no signature check: the call is (reference, args, kwargs)
+            encode = calls.call_function.encode  # with caller=: (reference, args, kwargs) is not checked
 
             def one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
                 if check is not None:
                     check(args, kwargs)
-                return pickled((reference, args, kwargs), {}, limit, store, caller=label)
+                return encode((reference, args, kwargs), {}, limit, store, caller=label)
 
             return calls.call_function.name, label, one
         if not callable(fn):
             raise TypeError(f"mwpy.Executor.submit() needs a function, not {type(fn).__name__}")
-        label, travelling, encode_call = _label(fn), _unwrap(fn), calls.call.pickled
+        label, travelling, encode_call = _label(fn), _unwrap(fn), calls.call.encode
 
         def one_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
             return encode_call((travelling, args, kwargs), {}, limit, store, caller=label)

@@ -503,23 +503,12 @@ class TaskAlgorithm(Generic[P, R]):
         (``--mw-max-write-buffer-size``) cannot carry fail here. ``caller``: an
         Executor's call (this is one of mwpy's own call tasks) of the user's
         function so named: messages name it, and an argument that does not
-        pickle raises pickle's own error.
+        pickle raises pickle's own error; the signature is not checked, as the
+        executor makes the call's arguments itself (function, arguments,
+        keyword arguments), and the check was a fifth of a no-op call's pickling.
         """
-        self.check_arguments(args, kwargs)
-        return self.pickled(args, kwargs, max_frame, store, caller=caller)
-
-    def pickled(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        max_frame: int,
-        store: codec.Store | None = None,
-        *,
-        caller: str | None = None,
-    ) -> bytes:
-        """:meth:`encode` without the signature check: for mwpy's own call tasks, whose arguments an Executor
-        makes itself (the function's reference, its arguments, its keyword arguments), so they always fit;
-        the check was a fifth of the pickling of a no-op call."""
+        if caller is None:
+            self.check_arguments(args, kwargs)
         name = self.name if caller is None else caller
         if store is None:
             payload = codec.encode_arguments(name, args, kwargs, as_itself=caller is not None)
