@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from mwpy.core.scheduler import Entry
 from mwpy.intake import Intake
@@ -105,7 +105,7 @@ class MapStream(Generic[R]):
         self._returned = 0  # inputs whose value was taken
         self._exhausted = False
         # Shared: written by the engine's thread, taken by the caller's (one dict operation each, under the GIL).
-        self._arrived: dict[int, Result | BaseException] = {}
+        self._arrived: dict[int, Any] = {}  # a value, or _Failed: what the call gives the caller
         self._wakeup = threading.Condition(threading.Lock())
         self._awaited = -1  # the input the caller sleeps on (set under _wakeup)
         self._broken: BaseException | None = None
@@ -179,7 +179,7 @@ class MapStream(Generic[R]):
         finally:
             self.close()
 
-    def _wait(self, index: int, end: float | None) -> Result | BaseException:
+    def _wait(self, index: int, end: float | None) -> Any:
         with self._wakeup:
             self._awaited = index
             while index not in self._arrived:
@@ -233,12 +233,15 @@ class MapStream(Generic[R]):
         if self.live.pop(item.task_id, None) is None:
             return  # resolved already (pulled back, then its result came anyway)
         self.sent -= item.sent
-        self._resolve(item.index, outcome)
+        if isinstance(outcome, BaseException) or outcome.error is not None:
+            self._resolve(item.index, _Failed(outcome))
+        else:  # the value alone waits for the caller: the result goes now, young (less for the collector)
+            self._resolve(item.index, outcome.value)
 
-    def _resolve(self, index: int, outcome: Result | BaseException) -> None:
+    def _resolve(self, index: int, filed: Any) -> None:
         self.service.map_resolved += 1
         if self.open:
-            self._arrived[index] = outcome
+            self._arrived[index] = filed
             if self._awaited == index:
                 self.service.wake_later(self)
 
@@ -268,7 +271,7 @@ class MapStream(Generic[R]):
             left = batch.left()
             _count_ahead(intake, -len(left))
             for index in left:
-                self._resolve(index, concurrent.futures.CancelledError())
+                self._resolve(index, _Failed(concurrent.futures.CancelledError()))
 
 
 class _Item:
@@ -343,10 +346,24 @@ def _count_ahead(intake: Intake, change: int) -> None:
     intake.ahead = (intake.ahead or 0) + change
 
 
-def _value(outcome: Result | BaseException) -> Any:
+def _value(filed: Any) -> Any:
     """A call's value, or its exception raised as a future would raise it."""
-    if isinstance(outcome, BaseException):
-        raise outcome
-    if outcome.error is None:
-        return outcome.value
-    raise task_exception(outcome, RAISED_AS_ITSELF)
+    if type(filed) is _Failed:
+        filed.raise_it()
+    return filed
+
+
+class _Failed:
+    """What a call that gave no value files in its value's place: its failed result or its exception (a user's
+    value never is one of these, so any value, an exception object too, is filed and returned as itself)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Result | BaseException) -> None:
+        self.outcome = outcome
+
+    def raise_it(self) -> NoReturn:
+        """Raise the exception as a future would: a task's own as itself (``SystemExit`` too)."""
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        raise task_exception(self.outcome, RAISED_AS_ITSELF)
