@@ -84,6 +84,13 @@ def test_map_of_nothing_is_empty(executor: mwpy.Executor) -> None:
     assert list(executor.map(work.square, [])) == []
 
 
+def test_map_gives_an_exception_object_returned_as_a_value_as_itself(executor: mwpy.Executor) -> None:
+    """A call that returns an exception (not raises it) gives that object as its value, as ``Future.result()``."""
+    (value,) = executor.map(ValueError, ["not raised"])
+    assert isinstance(value, ValueError)
+    assert value.args == ("not raised",)
+
+
 def test_map_raises_the_first_failure_in_input_order_as_itself(executor: mwpy.Executor) -> None:
     values = executor.map(work.fail_on_odd, [0, 2, 3, 4])
     assert next(values) == 0
