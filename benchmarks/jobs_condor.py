@@ -56,8 +56,9 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.common import REPO, BenchError, Spread
 from benchmarks.condor import PoolQueue, pool_description, pool_down
@@ -85,6 +86,7 @@ printf "%s" "$stamps" > "stamps.$1"
 """
 #: The longest one arm may take before it is removed and reported as failed.
 DEADLINE = 3600.0
+T = TypeVar("T")
 #: The first HTCondor major version that knows ``transfer_common_input``.
 COMMON_INPUT_SINCE = 24
 
@@ -149,22 +151,12 @@ def common_input_skipped(condor_version: str | None) -> str | None:
 def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, *, common: bool = False) -> dict[str, Any]:
     workdir = queue.new_workdir(f"{'common' if common else 'plain'}-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb, common=common)
-    queue.give(workdir)
-    cluster = None
-    ok = False
-    try:
-        cpu = _cpu_ticks()
-        started = time.time()
-        cluster = queue.submit(workdir, "jobs.sub")
-        queue.wait_empty(f"ClusterId == {cluster}", DEADLINE)
-        wall = time.time() - started
-        busy = _busy_since(cpu)
-        done = len(list(workdir.glob("done.*")))
-        if done != jobs:
+
+    def outputs(folder: Path) -> None:
+        if (done := len(list(folder.glob("done.*")))) != jobs:
             raise BenchError(f"plain: {done} of {jobs} jobs left their output")
-        ok = True
-    finally:
-        queue.finish(workdir, None if cluster is None else f"ClusterId == {cluster}", keep=not ok)
+
+    wall, busy, _ = _cluster(queue, workdir, "jobs.sub", outputs)
     moved = None if common else jobs * int(size_mb) * (1 << 20)  # common: once per node, Condor does not say
     return {"wall_seconds": wall, "cpu_busy": busy, "shared_bytes_moved": moved}
 
@@ -180,28 +172,40 @@ def _floor(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: i
         f"transfer_input_files = shared.bin, job.sh\nshould_transfer_files = YES\n"
         f"when_to_transfer_output = ON_EXIT\nrequest_memory = 128\nlog = floor.log\nqueue {slots}\n"
     )
+
+    def stamps(folder: Path) -> list[dict[str, Any]]:
+        records = [
+            {"slave": slot.name, "started": float(start), "ended": float(end), "seconds": float(end) - float(start)}
+            for slot in sorted(folder.glob("stamps.*"))
+            for _, start, end in (line.split() for line in slot.read_text().splitlines())
+        ]
+        done = len(list(folder.glob("done.*")))
+        if done != jobs or len(records) != jobs:
+            raise BenchError(f"floor: {done} of {jobs} jobs left their output, {len(records)} were stamped")
+        return records
+
+    wall, busy, records = _cluster(queue, workdir, "floor.sub", stamps)
+    return {"wall_seconds": wall, "cpu_busy": busy, **_spans(records), **per_job_time(records, seconds)}
+
+
+def _cluster(queue: PoolQueue, workdir: Path, submit_file: str, outcome: Callable[[Path], T]) -> tuple[float, float, T]:
+    """``condor_submit submit_file`` in ``workdir`` and wait until its cluster has left the queue: the wall time
+    from just before the submit, how busy the machine's cores were, and ``outcome(workdir)`` (which checks it)."""
     queue.give(workdir)
     cluster = None
     ok = False
     try:
         cpu = _cpu_ticks()
         started = time.time()
-        cluster = queue.submit(workdir, "floor.sub")
+        cluster = queue.submit(workdir, submit_file)
         queue.wait_empty(f"ClusterId == {cluster}", DEADLINE)
         wall = time.time() - started
         busy = _busy_since(cpu)
-        records = [
-            {"slave": slot.name, "started": float(start), "ended": float(end), "seconds": float(end) - float(start)}
-            for slot in sorted(workdir.glob("stamps.*"))
-            for _, start, end in (line.split() for line in slot.read_text().splitlines())
-        ]
-        done = len(list(workdir.glob("done.*")))
-        if done != jobs or len(records) != jobs:
-            raise BenchError(f"floor: {done} of {jobs} jobs left their output, {len(records)} were stamped")
+        found = outcome(workdir)
         ok = True
     finally:
         queue.finish(workdir, None if cluster is None else f"ClusterId == {cluster}", keep=not ok)
-    return {"wall_seconds": wall, "cpu_busy": busy, **_spans(records), **per_job_time(records, seconds)}
+    return wall, busy, found
 
 
 def _spans(records: list[dict[str, Any]]) -> dict[str, Any]:
