@@ -103,6 +103,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--arms", default="plain,mwpy", help="arms to run: plain, common, floor, mwpy (default plain,mwpy)"
     )
+    parser.add_argument(
+        "--master-options", default="", help="more --mw-* options for the jobs master, e.g. '--mw-slave-window 2'"
+    )
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument(
         "--table", type=Path, nargs="+", metavar="JSON", help="only print the table of these --json files (merged)"
@@ -217,7 +220,7 @@ def _spans(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
+def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, *, slots: int, options: str) -> dict[str, Any]:
     workdir = queue.new_workdir(f"mwpy-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb)
     shutil.copytree(SUBMIT, workdir / "submit")
@@ -232,7 +235,7 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
             "submit/jobs-master.sub",
             f"python={queue.pool['job_python']}",
             "jobs=jobs.sub",
-            "master_options=--mw-events events.jsonl",
+            f"master_options=--mw-events events.jsonl {options}".strip(),
         )
         stamps = {"master_submitted": time.time()}
         deadline = time.monotonic() + 120
@@ -334,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{size_mb:g} MB shared, {slots} slots",
                         flush=True,
                     )
-                    figures = _arm(queue, system, jobs, seconds, size_mb, slots=slots)
+                    figures = _arm(queue, system, jobs, seconds, size_mb, slots=slots, options=args.master_options)
                     runs.append({"round": number, "system": system, "seconds": seconds, "size_mb": size_mb, **figures})
                     print(f"[jobs_condor]   {figures}", flush=True)
     facts = {
@@ -346,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "condor_version": pool.get("condor_version"),
         "cycles": _cycles(pool),
         "rounds": args.rounds,
+        "master_options": args.master_options,
     }
     print()
     if cases(runs):
@@ -358,13 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _arm(queue: PoolQueue, system: str, jobs: int, seconds: float, size_mb: float, *, slots: int) -> dict[str, Any]:
+def _arm(
+    queue: PoolQueue, system: str, jobs: int, seconds: float, size_mb: float, *, slots: int, options: str
+) -> dict[str, Any]:
     """One arm's figures, ``{"error": ...}`` if it failed, or ``{"skipped": why}`` if it cannot run here."""
     if system == "common" and (why := common_input_skipped(queue.pool.get("condor_version"))):
         return {"skipped": why}
     try:
         if system == "mwpy":
-            return _mwpy(queue, jobs, seconds, size_mb, slots)
+            return _mwpy(queue, jobs, seconds, size_mb, slots=slots, options=options)
         if system == "floor":
             return _floor(queue, jobs, seconds, size_mb, slots)
         return _plain(queue, jobs, seconds, size_mb, common=system == "common")
