@@ -313,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
     if args.table:
         for result in load(args.table):
-            print(table(result, result["runs"]), end="\n\n")
-            print(span_table(result, result["runs"]), end="\n\n")
+            print(tables(result, result["runs"]), end="\n\n")
         return 0
     pool, why = pool_description()
     down = why if pool is None else pool_down(pool)
@@ -352,9 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "master_options": args.master_options,
     }
     print()
-    if cases(runs):
-        print(table(facts, runs), end="\n\n")
-    print(span_table(facts, runs))
+    print(tables(facts, runs))
     moments = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in startup(runs).items())
     print(f"\nmwpy, medians after the first condor_submit: {moments}")
     if args.json:
@@ -384,12 +381,24 @@ def _cycles(pool: dict[str, Any]) -> str:
     return "fast" if "NEGOTIATOR_INTERVAL = 1\n" in config else "stock"
 
 
+#: What the --json files of one experiment share (with the value of files written before it was kept).
+_SAME_RUN: tuple[tuple[str, str | None], ...] = (
+    ("jobs", None),
+    ("slots", None),
+    ("nodes", None),
+    ("cpus_per_node", None),
+    ("cycles", "fast"),
+    ("master_options", ""),
+)
+
+
 def load(paths: list[Path]) -> list[dict[str, Any]]:
-    """``--json`` files, those of the same pool and N merged into one result (rounds run in separate sittings)."""
+    """``--json`` files, those of the same pool, N and master options merged into one result (rounds run in
+    separate sittings)."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for path in paths:
         result = json.loads(path.read_text())
-        key = (result["jobs"], result["slots"], result["nodes"], result["cpus_per_node"], result.get("cycles", "fast"))
+        key = tuple(result.get(name, default) for name, default in _SAME_RUN)
         if key in merged:
             merged[key]["runs"] += result["runs"]
             merged[key]["rounds"] = len({r["round"] for r in merged[key]["runs"]})
@@ -457,6 +466,11 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def tables(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The walls' table (where plain Condor ran beside mwpy), then the spans' table."""
+    return f"{table(facts, runs)}\n\n{span_table(facts, runs)}" if cases(runs) else span_table(facts, runs)
+
+
 def span_table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     """The jobs' span, mwpy's and the floor's: after start-up (per slot; s per job and d over it) and first job
     to last (over N·d/slots), mwpy's s per job over the floor's (same rounds), and where the span goes."""
@@ -480,7 +494,8 @@ def span_table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 continue
             per_job = [r["slot_span_per_job_seconds"] for r in done]
             lines.append(
-                f"| {jobs} | {seconds:g} s | {size:g} MB | {system} | {_spread(per_job, '.3f')} s "
+                f"| {jobs} | {seconds:g} s | {size:g} MB | {_system_label(system, facts)} | "
+                f"{_spread(per_job, '.3f')} s "
                 f"({_spread([100 * seconds / x for x in per_job], '.0f')} %) | "
                 f"{_spread([100 * ideal / r['jobs_span_seconds'] for r in done], '.0f')} % | "
                 f"{_spread(ratios, '.3f') if system == 'mwpy' else ''} | "
@@ -490,6 +505,12 @@ def span_table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
                 f"{_spread([r['slot_end_spread_seconds'] for r in done], '.2f')} s |"
             )
     return "\n".join(lines)
+
+
+def _system_label(system: str, facts: dict[str, Any]) -> str:
+    """``mwpy``, with the master options it ran with (``--master-options``), or ``floor``."""
+    options = facts.get("master_options") if system == "mwpy" else None
+    return f"{system} `{options}`" if options else system
 
 
 def _span_cases(runs: list[dict[str, Any]]) -> dict[tuple[float, float], dict[int, dict[str, dict[str, Any]]]]:
