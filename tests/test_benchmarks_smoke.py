@@ -396,5 +396,5 @@ def test_jobs_on_the_pool_set_mwpy_span_against_the_floor_of_the_same_round() ->
     assert "| 1.200 [1.100\N{EN DASH}1.300] |" in mwpy
     assert "| 0.200 s (100 %) |" in floor
     # A run with more options for the master says so: its rounds are never merged with the default's.
-    shown = jobs_condor.span_table({**facts, "master_options": "--mw-slave-window 2"}, runs)
-    assert "| mwpy `--mw-slave-window 2` |" in shown
+    labelled = jobs_condor.span_table({**facts, "master_options": "--mw-slave-window 2"}, runs)
+    assert "| mwpy `--mw-slave-window 2` |" in labelled
