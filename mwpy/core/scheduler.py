@@ -23,6 +23,7 @@ future, a ``map`` stream) what becomes of it, without knowing what it is.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
@@ -202,8 +203,11 @@ class Scheduler:
     """Entry queues, slaves in their groups (counted in mwpy/core/groups.py) and target numbers of one master (the
     task board reads them in place)."""
 
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board", "mwpy.core.memory"),
-        "_unordered": ("mwpy.core.board", "mwpy.core.memory"), "_next_id": ("mwpy.core.board",)}  # fmt: skip
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "_slots": ("mwpy.core.board",),
+        "_unordered": ("mwpy.core.board",),
+        "_next_id": ("mwpy.core.board",),
+    }
 
     def __init__(
         self,
@@ -267,6 +271,15 @@ class Scheduler:
             self._unordered.append(task)
         else:
             self._place(task, sid)
+
+    def learned(self, algorithm: str, memory: int) -> int:
+        """``algorithm``'s tasks need ``memory`` MB from now on (mwpy/core/memory.py): new ones are born with it,
+        and each not answered yet is re-filed under it (:meth:`Shapes.refile`) -- those queued, and those in
+        flight, which a lost slave, a hand-back or a retry would queue again. Returns how many moved."""
+        self.shapes.learned[algorithm] = memory
+        held = (itertools.chain(slot.ordered, slot.in_flight.values()) for slot in self._slots.values())
+        tasks = itertools.chain(self._unordered, *held)
+        return sum(self.shapes.refile(task) for task in tasks if task.algorithm == algorithm)
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -506,6 +519,11 @@ class Scheduler:
         """The task ``sid`` runs now (:meth:`_Slot.running`), or None."""
         slot = self._slots.get(sid)
         return None if slot is None else slot.running()
+
+    def offer_of(self, sid: str) -> Offer | None:
+        """What ``sid`` offers (its Hello's shape), or None: not connected, or no shape said."""
+        slot = self._slots.get(sid)
+        return None if slot is None else slot.shape
 
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""

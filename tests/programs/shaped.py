@@ -16,12 +16,15 @@ import mwpy
 from mwpy.job_ad import own_job_id
 
 
-def offered() -> str:
-    """This slave's Condor job id, else its ``--mw-slave-resources`` from its command line (what the local
-    back end gave it)."""
+def given() -> str:
+    """This slave's ``--mw-slave-resources`` from its command line (what the local back end gave it), or "-"."""
     args = Path("/proc/self/cmdline").read_bytes().split(b"\0")
-    given = args[args.index(b"--mw-slave-resources") + 1].decode() if b"--mw-slave-resources" in args else "-"
-    return own_job_id() or given
+    return args[args.index(b"--mw-slave-resources") + 1].decode() if b"--mw-slave-resources" in args else "-"
+
+
+def offered() -> str:
+    """This slave's Condor job id, else its ``--mw-slave-resources`` (:func:`given`)."""
+    return own_job_id() or given()
 
 
 @mwpy.task(resources={"memory": "8GB"})
