@@ -32,12 +32,24 @@ def big(_: int) -> str:
     return offered()
 
 
-@mwpy.task(resources={"memory": "8GB"})
-def waits(release: str) -> str:
-    """A big task that runs until the file ``release`` exists (the test looks at the demand meanwhile)."""
+def wait_for(release: str) -> str:
+    """Runs until the file ``release`` exists (the test looks at the demand meanwhile)."""
     while not Path(release).exists():
         time.sleep(0.05)
     return offered()
+
+
+@mwpy.task(resources={"memory": "8GB"})
+def waits(release: str) -> str:
+    """A big task that runs until ``release`` exists."""
+    return wait_for(release)
+
+
+@mwpy.task(resources={"requirements": "TARGET.Memory >= 8192"})
+def waits_for_memory(release: str) -> str:
+    """Runs until ``release`` exists on a slot with 8 GB, asked in requirements (tests/test_shapes.py writes
+    the same need another way too)."""
+    return wait_for(release)
 
 
 @mwpy.task
