@@ -20,6 +20,7 @@ import pytest
 import mwpy
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ResourceFileError
+from mwpy.matching import Offer
 from mwpy.observe import statusview
 from mwpy.observe.statusview import Extra
 from mwpy.resource_file import ResourceFile, read
@@ -122,8 +123,8 @@ def _submit(sched: Scheduler, need: Resources | None) -> Entry:
 
 def test_a_task_goes_only_to_a_slave_that_satisfies_it_and_a_needless_one_anywhere() -> None:
     sched = Scheduler()
-    sched.join("small", Resources(cpus=1, memory=1024))
-    sched.join("big", Resources(cpus=1, memory=32768))
+    sched.join("small", Offer(Resources(cpus=1, memory=1024)))
+    sched.join("big", Offer(Resources(cpus=1, memory=32768)))
     needy = [_submit(sched, BIG) for _ in range(3)]
     plain = _submit(sched, None)
     taken_small = sched.take("small", NOW)

@@ -579,11 +579,11 @@ class Scheduler:
 
     # ------------------------------------------------------------------ slaves
 
-    def join(self, sid: str, shape: Offer | Resources | None = None) -> SlaveKind:
-        """A slave connected (offering ``shape``, a bare shape or with its slot's ad): put it in the first group
-        that still needs slaves."""
+    def join(self, sid: str, shape: Offer | None = None) -> SlaveKind:
+        """A slave connected (offering ``shape``, with its slot's ad if it has one): put it in the first group that
+        still needs slaves."""
         kind = self._groups.first_short()
-        self._slots[sid] = _Slot(sid, kind, Offer(shape) if isinstance(shape, Resources) else shape)
+        self._slots[sid] = _Slot(sid, kind, shape)
         self._groups.joined(kind)
         self._hungry.add(sid)
         if kind is not SlaveKind.UNORDERED:
