@@ -17,12 +17,12 @@ import attrs
 from mwpy import resource_file
 from mwpy.core.memory import MemoryLearning
 from mwpy.core.scheduler import Entry, Scheduler
-from mwpy.errors import ResourceFileError
 from mwpy.matching import Offer
-from mwpy.names import JOB_AD_VARIABLE, RESOURCE_FILE
+from mwpy.names import JOB_AD_VARIABLE
 from mwpy.pool.overseer import MIB, Limits, Overseer
 from mwpy.resources import Resources
 from mwpy.task import Policy
+from tests.condor_support import wait_resource
 from tests.programs import outgrows
 from tests.support import PROGRAMS, QUIET, mwpy_command, resource_record, wait_until
 from tests.test_condor_memory import Queue, write_resource
@@ -110,21 +110,6 @@ def test_nothing_is_learned_from_a_planned_leave_a_low_peak_or_a_shape_nobody_of
     assert learning.lost("slave-0", suspect=True) is None  # 210 of 1024 MB: lost for another reason
 
 
-def _demand(resource: Path) -> dict[str, int]:
-    """Tasks not answered per need, as the master's resource file says (none while it is not written yet)."""
-    try:
-        return {shape.resources: shape.tasks for shape in resource_file.read(resource).shapes}
-    except ResourceFileError:
-        return {}
-
-
-def _peak(resource: Path) -> int:
-    try:
-        return resource_file.read(resource).slave_peak_memory
-    except ResourceFileError:
-        return 0
-
-
 def test_a_task_running_elsewhere_when_memory_is_learned_comes_back_with_the_learned_need(tmp_path: Path) -> None:
     """Two ``grow`` tasks run on two small slaves; the first fills its slave and dies near its limit, which
     teaches that grow needs 200 MB. The second, still running on the other small slave, counts for that need at
@@ -136,7 +121,7 @@ def test_a_task_running_elsewhere_when_memory_is_learned_comes_back_with_the_lea
     job, signals, work = tmp_path / ".job.ad", tmp_path / "signals", tmp_path / "work"
     job.write_text("ClusterId = 7\nProcId = 0\n")
     signals.mkdir()
-    resource, big = work / RESOURCE_FILE, f"memory={2 * outgrows.ENOUGH}"
+    big = f"memory={2 * outgrows.ENOUGH}"
     command = mwpy_command(
         "local", str(PROGRAMS / "outgrows.py"), "--slaves", "3", "--no-progress", "--workdir", str(work),
         "--slave-resources", f"memory={outgrows.SMALL}", "--slave-resources", big, "--", str(signals),
@@ -152,11 +137,13 @@ def test_a_task_running_elsewhere_when_memory_is_learned_comes_back_with_the_lea
             for name in ("first", "second"):
                 wait_until((signals / f"{name}.started").exists, 120, f"the {name} grow task running on a small slave")
             (signals / "first.fill").touch()
-            wait_until(lambda: _peak(resource) >= outgrows.FILL << 20, 60, "the master hearing the first one's peak")
+            wait_resource(work, lambda r: r.slave_peak_memory >= outgrows.FILL << 20, "the first one's peak heard")
             (signals / "first.die").touch()
             learned = f"memory={2 * outgrows.SMALL}"  # double what the small slave offered
-            wait_until(lambda: _demand(resource).get(learned) == 2, 60, f"both grow tasks counted for {learned}")
-            assert list((resource_file.read(resource).learned_memory or {}).values()) == [2 * outgrows.SMALL]
+            record = wait_resource(
+                work, lambda r: any((s.resources, s.tasks) == (learned, 2) for s in r.shapes), f"2 tasks for {learned}"
+            )
+            assert list((record.learned_memory or {}).values()) == [2 * outgrows.SMALL]
             for signal in ("second.fill", "second.die", "release"):
                 (signals / signal).touch()
             out, err = master.communicate(timeout=180)
