@@ -58,10 +58,10 @@ class MemoryLearning:
         known = self._peaks.get(sid)
         if known is not None and peak <= known.bytes:
             return
-        running, offer = self._sched.running_on(sid), self._sched.offer_of(sid)
-        if running is None or offer is None or not offer.shape.memory:
+        held, offer = self._sched.held_by(sid), self._sched.offer_of(sid)
+        if not held or offer is None or not offer.shape.memory:
             return  # nothing runs (the peak is an earlier task's, noted then) or no memory offered
-        self._peaks[sid] = _Peak(peak, running.algorithm, offer.shape.memory)
+        self._peaks[sid] = _Peak(peak, held[0].algorithm, offer.shape.memory)  # the first in flight runs
 
     def lost(self, sid: str, *, suspect: bool) -> str | None:
         """Slave ``sid`` is gone; ``suspect``: not by plan, not at the end, not sent away. Returns a line saying
