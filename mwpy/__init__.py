@@ -44,7 +44,7 @@ from mwpy.errors import (
 KilledWorker = KilledSlaveError
 
 if TYPE_CHECKING:
-    from mwpy.core.scheduler import SlaveKind
+    from mwpy.core.groups import SlaveKind
     from mwpy.executor import Executor
     from mwpy.master import LoopEvents, Master
     from mwpy.program import exit_status, main, master, run, slave
@@ -77,7 +77,7 @@ _HOMES = {
     "File": "mwpy.wire.codec",
     "Resources": "mwpy.resources",
     "Slave": "mwpy.slave",
-    "SlaveKind": "mwpy.core.scheduler",
+    "SlaveKind": "mwpy.core.groups",
     "SlaveStatus": "mwpy.slave",
     **dict.fromkeys(("exit_status", "main", "master", "run", "slave"), "mwpy.program"),
     **dict.fromkeys(("Policy", "Result", "Submitter", "Task", "TaskAlgorithm", "TaskError"), "mwpy.task"),

@@ -130,7 +130,8 @@ def _parser(backend: BackendFactory | None = None) -> argparse.ArgumentParser:
         type=condor_job_id,
         metavar="CLUSTER.PROC",
         help="the master's own job, as condor_q shows it: once it has left the queue, remove every slave job and "
-        "exit 1, even if no resource file was ever written (default: the resource file's master_condor_job)",
+        "exit 1, even if no resource file was ever written (default: the resource file's master_condor_job); "
+        "a job the schedd never knew is refused (exit 2)",
     )
     overseer.add_argument(
         "--connect-limit",
@@ -305,11 +306,10 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     except (OSError, BackendError, ResourceFileError) as exc:
         print(f"mwpy overseer: error: {exc}", file=sys.stderr)
         return 1
-    if options.master_job and not isinstance(backend, MasterWatch):
+    if options.master_job and (unwatchable := _master_job_problem(backend, options.master_job)) is not None:
         backend.close()
-        blind = f"--master-job: the {backend.name} back end cannot see a master job"
-        print(f"mwpy overseer: error: {blind}", file=sys.stderr)
-        return 2
+        print(f"mwpy overseer: error: {unwatchable[1]}", file=sys.stderr)
+        return unwatchable[0]
     limits = Limits(
         max_jobs=options.max_jobs, max_idle=options.max_idle, batch=options.batch, max_memory=options.max_memory
     )
@@ -340,6 +340,20 @@ def _overseer(options: argparse.Namespace, factory: BackendFactory) -> int:
     if verdict in (Verdict.INVALID, Verdict.ABANDONED):
         print(f"mwpy overseer: error: {overseer.problem}", file=sys.stderr)
     return 0 if verdict is Verdict.FINISHED else 1
+
+
+def _master_job_problem(backend: Backend, job: str) -> tuple[int, str] | None:
+    """(exit status, line) when ``--master-job`` cannot be watched: the back end cannot see a master job, or
+    never knew this one (a typo would be watched for ever: it never leaves a queue it was never in), or cannot
+    be asked; None when it can be watched."""
+    if not isinstance(backend, MasterWatch):
+        return 2, f"--master-job: the {backend.name} back end cannot see a master job"
+    try:
+        if backend.master_known(job):
+            return None
+    except BackendError as exc:
+        return 1, f"--master-job {job}: {exc}"
+    return 2, f"--master-job {job}: no such master job in the queue or the history of this schedd"
 
 
 def _log_queries(backend: Backend, seconds: float) -> None:

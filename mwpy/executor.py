@@ -159,8 +159,6 @@ class Executor(concurrent.futures.Executor):
             if early is not None:
                 early.abandon()
             raise
-        #: The master's settings.
-        self._options = self._core.options
         # Collected without shutdown(): shut down without waiting (at exit, the service's own hook waits).
         weakref.finalize(self, self._core.service.shutdown, False).atexit = False
 

@@ -74,9 +74,22 @@ def _disk(value: object) -> int:
 
 
 def _requirements(value: object) -> str:
+    """An expression in one form, so that needs that differ only in how they were written are one need (one
+    demand, one shape of slave jobs): as HTCondor's ClassAd library prints it, less parentheses around it all."""
     if not isinstance(value, str):
         raise UsageError(f"resources: requirements must be a ClassAd expression as text, not {value!r}")
-    return " ".join(value.split())
+    text = " ".join(value.split())
+    if not text:
+        return text
+    import classad2  # noqa: PLC0415 -- only needs with requirements pay for HTCondor's library
+
+    try:
+        text = str(classad2.ExprTree(text))
+        while text.startswith("(") and text.endswith(")"):
+            text = str(classad2.ExprTree(text[1:-1]))  # "(a) && (b)" less its ends does not parse: it stays
+    except classad2.ClassAdException:
+        pass  # kept as written: it matches no slot (meets)
+    return text
 
 
 @attrs.frozen(cache_hash=True)  # a key of every slave's verdicts (mwpy/matching.py), looked up per dispatch

@@ -127,8 +127,9 @@ def test_a_plain_script_submits_maps_and_gets_an_exception_back_and_shutdown_lea
     assert f"map {[x * x for x in range(20)]}" in lines, report
     assert "raised Odd 3 is odd" in lines, report
     assert lines[-1] == "shut down", report
-    member = next(line.split(" ", 1)[1] for line in lines if line.startswith("member "))
-    assert resource_file.read(condor_workdir / RESOURCE).finished
+    record = resource_file.read(condor_workdir / RESOURCE)
+    assert record.finished
+    member = record.member_id  # the computation's, which its slave jobs carry
     constraint = f'MwpyMemberId == "{member}"'
     assert query(constraint) == [], "slave jobs of the computation are left in the queue"
     left = {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in history(constraint, ["ClusterId", "ProcId"])}
@@ -196,5 +197,5 @@ def test_slave_jobs_that_cannot_start_break_the_executor_counted_from_their_user
         line.startswith("broken: ") and "slave runs failed before any task had a result" in line for line in lines
     ), report
     assert lines[-1] == "shut down", report
-    member = next(line.split(" ", 1)[1] for line in lines if line.startswith("member "))
+    member = resource_file.read(condor_workdir / RESOURCE).member_id
     assert query(f'MwpyMemberId == "{member}"') == [], "slave jobs of the computation are left in the queue"

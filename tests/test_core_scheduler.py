@@ -283,7 +283,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         sched = self.sched
         held = sum(len(tasks) for sid, tasks in self.held.items() if sched.kind_of(sid) is UNORDERED)
         acquired = sched.connected()
-        needed = sum(max(0, sched._desired[kind] - acquired[kind.value]) for kind in (ORDERED, INTERMINGLE))
+        needed = sum(max(0, sched._groups._desired[kind] - acquired[kind.value]) for kind in (ORDERED, INTERMINGLE))
         wanted = len(sched._unordered) + held
         assert sched.slaves_needed == needed + max(0, wanted - acquired[UNORDERED.value])
 

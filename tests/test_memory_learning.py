@@ -1,12 +1,14 @@
 """Memory learned per task algorithm (issue 24 item 1): a slave held for memory raises its algorithm's need only.
 
-The master's bookkeeping on its own (mwpy/core/memory.py with the real scheduler), the overseer's side with an
-in-memory queue, and what ``mwpy status`` shows; ``tests/test_condor_memory.py`` runs it on the test pool.
+The master's bookkeeping on its own (mwpy/core/memory.py with the real scheduler), a real master with real local
+slaves of two shapes (tests/programs/outgrows.py), the overseer's side with an in-memory queue, and what ``mwpy
+status`` shows; ``tests/test_condor_memory.py`` runs it on the test pool.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,10 +18,13 @@ from mwpy import resource_file
 from mwpy.core.memory import MemoryLearning
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.matching import Offer
+from mwpy.names import JOB_AD_VARIABLE
 from mwpy.pool.overseer import MIB, Limits, Overseer
 from mwpy.resources import Resources
 from mwpy.task import Policy
-from tests.support import QUIET, mwpy_command, resource_record
+from tests.condor_support import wait_resource
+from tests.programs import outgrows
+from tests.support import PROGRAMS, QUIET, mwpy_command, resource_record, wait_until
 from tests.test_condor_memory import Queue, write_resource
 
 SMALL = Resources(memory=64)
@@ -51,7 +56,7 @@ def test_a_slave_lost_near_its_memory_limit_raises_the_need_of_the_algorithm_it_
     assert sched.shapes.learned == {"grow": 263}
     assert said == (
         "slave-0 was lost with a peak of 210 MB of the 64 MB it offered while running grow: grow tasks now need "
-        "263 MB (2 queued moved to that shape)"
+        "263 MB (2 queued or running moved to that shape)"
     )
     assert [task.policy.resources for task in tasks] == [grow, None, grow, None]
     sched.join("small", Offer(SMALL))
@@ -103,6 +108,49 @@ def test_nothing_is_learned_from_a_planned_leave_a_low_peak_or_a_shape_nobody_of
     learning.heard("slave-0", 210 * MIB)
     sched.leave("slave-0")
     assert learning.lost("slave-0", suspect=True) is None  # 210 of 1024 MB: lost for another reason
+
+
+def test_a_task_running_elsewhere_when_memory_is_learned_comes_back_with_the_learned_need(tmp_path: Path) -> None:
+    """Two ``grow`` tasks run on two small slaves; the first fills its slave and dies near its limit, which
+    teaches that grow needs 200 MB. The second, still running on the other small slave, counts for that need at
+    once (the overseer sizes the need's jobs by it), and when its own slave dies it goes to the big slave: it
+    does not run out again on a small one (a second death would fail it: ``allowed_failures=1``).
+
+    Only slaves that run as Condor jobs teach memory: each local slave here has a job ad, the file Condor's
+    starter names in ``_CONDOR_JOB_AD`` (the slaves inherit the variable)."""
+    job, signals, work = tmp_path / ".job.ad", tmp_path / "signals", tmp_path / "work"
+    job.write_text("ClusterId = 7\nProcId = 0\n")
+    signals.mkdir()
+    big = f"memory={2 * outgrows.ENOUGH}"
+    command = mwpy_command(
+        "local", str(PROGRAMS / "outgrows.py"), "--slaves", "3", "--no-progress", "--workdir", str(work),
+        "--slave-resources", f"memory={outgrows.SMALL}", "--slave-resources", big, "--", str(signals),
+    )  # fmt: skip
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, JOB_AD_VARIABLE: str(job)},
+    ) as master:
+        try:
+            for name in ("first", "second"):
+                wait_until((signals / f"{name}.started").exists, 120, f"the {name} grow task running on a small slave")
+            (signals / "first.fill").touch()
+            wait_resource(work, lambda r: r.slave_peak_memory >= outgrows.FILL << 20, "the first one's peak heard")
+            (signals / "first.die").touch()
+            learned = f"memory={2 * outgrows.SMALL}"  # double what the small slave offered
+            record = wait_resource(
+                work, lambda r: any((s.resources, s.tasks) == (learned, 2) for s in r.shapes), f"2 tasks for {learned}"
+            )
+            assert list((record.learned_memory or {}).values()) == [2 * outgrows.SMALL]
+            for signal in ("second.fill", "second.die", "release"):
+                (signals / signal).touch()
+            out, err = master.communicate(timeout=180)
+        finally:
+            master.kill()
+    assert master.returncode == 0, err
+    assert out.splitlines() == [f"hold {big}", f"first {big}", f"second {big}"], out + err
 
 
 def test_for_a_learning_master_a_held_job_is_replaced_without_raising_its_shape(tmp_path: Path) -> None:

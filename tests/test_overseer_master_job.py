@@ -1,4 +1,4 @@
-"""An overseer never waits for ever for a master that is not coming (issue 24 item 5, without a pool).
+"""An overseer never waits for ever for a master that is not coming (issue 24 item 5; the last test on the pool).
 
 The overseer may learn the master's job from its command line
 (``--master-job``) instead of the resource file: once that job has left the
@@ -18,6 +18,7 @@ import pytest
 
 from mwpy.backends import JobState, MasterWatch
 from mwpy.pool.overseer import Limits, Overseer, Verdict
+from tests.condor_support import RESOURCE, Pool
 from tests.support import wait_until
 from tests.test_overseer import FakeBackend, mwpy_cli, write_resource
 
@@ -32,6 +33,9 @@ class WatchedBackend(FakeBackend):
     def master_departure(self, job_id: str) -> str | None:
         self.asked.append(job_id)
         return self.departed.get(job_id)
+
+    def master_known(self, job_id: str) -> bool:
+        return True
 
 
 @pytest.fixture
@@ -128,4 +132,18 @@ def test_master_job_is_a_condor_job_id_in_the_help_and_anything_else_is_a_usage_
     assert (blind.returncode, blind.stderr) == (
         2,
         "mwpy overseer: error: --master-job: the local back end cannot see a master job\n",
+    )
+
+
+@pytest.mark.condor
+def test_a_master_job_the_schedd_never_knew_is_one_line_and_status_2(condor_pool: Pool, condor_workdir: Path) -> None:
+    """A mistyped ``--master-job`` is in neither the queue nor the history: it would never leave the queue, so the
+    overseer would watch it for ever (with no file to wait for). It says so at once instead (docs/exit-codes.md)."""
+    done = mwpy_cli(
+        "overseer", str(condor_workdir / RESOURCE), "--backend", "condor", "--master-job", "987654.3",
+        env=condor_pool.env(),
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mwpy overseer: error: --master-job 987654.3: no such master job in the queue or the history of this schedd\n",
     )

@@ -19,6 +19,7 @@ from mwpy.backends.condor_log import JobLog
 from mwpy.backends.htcondor import slave_description
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ConfigurationError
+from mwpy.matching import Offer
 from mwpy.pool import shape_plan
 from mwpy.pool.overseer import Limits, Overseer
 from mwpy.resource_file import ShapeDemand
@@ -197,12 +198,12 @@ def test_a_master_offered_no_shapes_keeps_a_need_no_slave_has_yet_for_the_overse
             told.append(reason)
             return True
 
-    sched.join("plain", Resources(cpus=1, memory=512))
+    sched.join("plain", Offer(Resources(cpus=1, memory=512)))
     task = Entry(sched.new_id(), "f", b"", Policy(resources=BIG), Listener(), label="fit")
     sched.add(task)
     assert (told, sched.take("plain", 0.0)) == ([], [])
     assert sched.shape_demand() == [(BIG, 1, 0)]
-    sched.join("shaped", Resources(cpus=1, memory=4096))
+    sched.join("shaped", Offer(Resources(cpus=1, memory=4096)))
     assert sched.take("shaped", 0.0) == [task]
 
 

@@ -20,6 +20,7 @@ import pytest
 import mwpy
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ResourceFileError
+from mwpy.matching import Offer
 from mwpy.observe import statusview
 from mwpy.observe.statusview import Extra
 from mwpy.resource_file import ResourceFile, read
@@ -70,6 +71,16 @@ def test_bad_resources_fail_at_the_decorator_with_one_usage_line(given: object, 
     assert "\n" not in str(caught.value)
 
 
+def test_requirements_are_kept_in_one_form_as_htcondor_s_classad_library_prints_them() -> None:
+    """Spacing and parentheses around the whole expression do not make another need; inner parentheses are
+    the expression's own, and text that does not parse is kept (it matches no slot)."""
+    one = Resources(requirements="Memory >= 8192")
+    assert Resources(requirements="( Memory>=8192 )") == one == Resources(requirements="((Memory  >= 8192))")
+    assert hash(Resources(requirements="(Memory >= 8192)")) == hash(one)
+    assert Resources(requirements='(HasX) && (Site=="a,b")').requirements == '(HasX) && (Site == "a,b")'
+    assert Resources(requirements="Memory >=").requirements == "Memory >="
+
+
 def test_with_policy_overrides_the_declared_need_and_keeps_it_when_left_out() -> None:
     assert shaped.big.policy.resources == Resources(memory=8192)
     assert shaped.big.with_policy(tag=1).policy.resources == Resources(memory=8192)
@@ -112,8 +123,8 @@ def _submit(sched: Scheduler, need: Resources | None) -> Entry:
 
 def test_a_task_goes_only_to_a_slave_that_satisfies_it_and_a_needless_one_anywhere() -> None:
     sched = Scheduler()
-    sched.join("small", Resources(cpus=1, memory=1024))
-    sched.join("big", Resources(cpus=1, memory=32768))
+    sched.join("small", Offer(Resources(cpus=1, memory=1024)))
+    sched.join("big", Offer(Resources(cpus=1, memory=32768)))
     needy = [_submit(sched, BIG) for _ in range(3)]
     plain = _submit(sched, None)
     taken_small = sched.take("small", NOW)
@@ -192,13 +203,13 @@ def test_the_executor_deals_its_slaves_among_shapes_and_applies_its_default_need
         assert re.match(r"task [1-9]\d* huge: needs cpus 2, memory 65536 MB", str(error)), error
 
 
-def _both_slaves_and_demand(resource: Path) -> ResourceFile | None:
-    """The master's resource file once it shows both slaves connected and a demand per need."""
+def _demand_with_slaves(resource: Path, slaves: int) -> ResourceFile | None:
+    """The master's resource file once it shows ``slaves`` slaves connected and a demand per need."""
     try:
         record = read(str(resource))
     except ResourceFileError:
         return None  # not written yet
-    return record if record.shapes and record.slaves_connected.get("unordered") == 2 else None
+    return record if record.shapes and record.slaves_connected.get("unordered") == slaves else None
 
 
 def test_the_resource_file_and_mwpy_status_show_demand_and_supply_per_need(tmp_path: Path) -> None:
@@ -208,7 +219,7 @@ def test_the_resource_file_and_mwpy_status_show_demand_and_supply_per_need(tmp_p
     shapes: list[str] = ["memory=1GB", "memory=16GB"]
     with mwpy.Executor(max_workers=2, slave_resources=shapes, workdir=tmp_path / "work") as ex:
         futures = [ex.submit(shaped.waits, str(release)) for _ in range(3)]
-        record = wait_until(lambda: _both_slaves_and_demand(resource), 60, "the demand per need in the resource file")
+        record = wait_until(lambda: _demand_with_slaves(resource, 2), 60, "the demand per need in the resource file")
         assert record is not None
         want = [{"resources": "memory=8192", "tasks": 3, "slaves": 1}]
         assert [attrs.asdict(shape) for shape in record.shapes] == want
@@ -225,6 +236,27 @@ def test_the_resource_file_and_mwpy_status_show_demand_and_supply_per_need(tmp_p
         release.touch()
         assert {future.result(timeout=60) for future in futures} == {"memory=16384"}
     assert read(str(resource)).shapes == []  # every task answered: no demand left
+
+
+def test_needs_written_differently_are_one_need_in_the_resource_file(tmp_path: Path) -> None:
+    """``TARGET.Memory >= 8192`` and ``( TARGET.Memory>=8192 )`` match the same slaves: one need, so one demand
+    entry in the resource file and one shape of slave jobs for the overseer, not two (the forms are read and
+    printed by HTCondor's ClassAd library)."""
+    release = tmp_path / "release"
+    resource = tmp_path / "work" / "resource.json"
+    written = {"requirements": "( TARGET.Memory>=8192 )"}  # the default need of plain functions
+    with mwpy.Executor(
+        max_workers=1, slave_resources=["memory=16GB"], resources=written, workdir=resource.parent
+    ) as ex:
+        futures = [ex.submit(shaped.wait_for, str(release)) for _ in range(2)]
+        futures.append(ex.submit(shaped.waits_for_memory, str(release)))  # TARGET.Memory >= 8192
+        record = wait_until(lambda: _demand_with_slaves(resource, 1), 60, "the demand per need in the resource file")
+        assert record is not None
+        assert [attrs.asdict(shape) for shape in record.shapes] == [
+            {"resources": "requirements=TARGET.Memory >= 8192", "tasks": 3, "slaves": 1}
+        ]
+        release.touch()
+        assert {future.result(timeout=60) for future in futures} == {"memory=16384"}
 
 
 def test_the_executor_refuses_slave_shapes_for_condor_slaves() -> None:

@@ -144,6 +144,10 @@ class MasterWatch(Protocol):
         """How the master's job left the queue, one line; None while it is queued or this system does not know it."""
         ...
 
+    def master_known(self, job_id: str) -> bool:
+        """Whether this system knows ``job_id`` as a master's job, queued or gone (a mistyped id: neither)."""
+        ...
+
 
 @runtime_checkable
 class ShapedJobs(Protocol):

@@ -360,26 +360,37 @@ class CondorBackend:
             _job_id(ad) == job_id for ad in self._master_log.ads
         ):
             return None
-        cluster, _, proc = job_id.partition(".")
-        constraint = f'ClusterId == {int(cluster)} && ProcId == {int(proc)} && {ROLE_ATTRIBUTE} == "master"'
-        member = self._known_member_id()
-        if member is not None:
-            constraint += f" && {MEMBER_ATTRIBUTE} == {classad2.quote(member)}"
+        constraint = self._master_constraint(job_id)
         queued = self._query("master", constraint, _MASTER_PROJECTION)
         self._adopt_member_id(queued)
         if queued and int(queued[0].get("JobStatus", 0)) not in _GONE:
             self._master_log.reconciled([_record(queued[0])], now)
             self._master_log.follow()  # its log from the start: what happened since is applied
             return None
-        if not queued:
-            self.queries["master"] += 1
-        ads = queued or list(
+        ads = queued or self._master_history(constraint)
+        self._adopt_member_id(ads)
+        return departure(job_id, ads[0]) if ads else None
+
+    def master_known(self, job_id: str) -> bool:
+        """Whether the queue or the history holds ``job_id`` as this computation's master job."""
+        constraint = self._master_constraint(job_id)
+        return bool(self._query("master", constraint, _MASTER_PROJECTION) or self._master_history(constraint))
+
+    def _master_constraint(self, job_id: str) -> str:
+        """The master job ``job_id`` (an mwpy master; this computation's, once its member id is known)."""
+        cluster, _, proc = job_id.partition(".")
+        constraint = f'ClusterId == {int(cluster)} && ProcId == {int(proc)} && {ROLE_ATTRIBUTE} == "master"'
+        member = self._known_member_id()
+        return constraint if member is None else f"{constraint} && {MEMBER_ATTRIBUTE} == {classad2.quote(member)}"
+
+    def _master_history(self, constraint: str) -> list[Any]:
+        """The master job's ad in the schedd's history (its last), or none (counted as a query of the master)."""
+        self.queries["master"] += 1
+        return list(
             self._call(
                 "read the schedd's history", lambda schedd: schedd.history(constraint, projection=_DEPARTURE, match=1)
             )
         )
-        self._adopt_member_id(ads)
-        return departure(job_id, ads[0]) if ads else None
 
     def _known_member_id(self) -> str | None:
         """The member id, if known: given, learned, or read from the resource file (which may not exist)."""

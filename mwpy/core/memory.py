@@ -10,8 +10,8 @@ peak came near what it offered (``NEAR_THE_LIMIT`` of its memory) is lost --
 not by plan, not at the end -- the algorithm it ran at that peak needs more:
 twice what the slave offered, or a quarter more than its peak, whichever is
 larger (never less than learned before). From then on that algorithm's tasks
-(those queued, those handed back, every new one) need at least that much
-memory (:meth:`mwpy.core.shapes.Shapes.need_of`): they go to slaves of a
+(those queued, those running, which a lost slave or a hand-back would queue
+again, every new one) need at least that much memory (:meth:`mwpy.core.shapes.Shapes.need_of`): they go to slaves of a
 bigger shape, which the overseer makes for their need as for any other, and
 tasks of other algorithms keep the slaves they had. The resource file
 (``learned_memory``) and ``mwpy status`` show what was learned.
@@ -27,7 +27,7 @@ import math
 
 import attrs
 
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.resources import Resources
 
 #: A lost slave's peak at or above this share of the memory it offered counts as its memory running out.
@@ -58,11 +58,10 @@ class MemoryLearning:
         known = self._peaks.get(sid)
         if known is not None and peak <= known.bytes:
             return
-        slot = self._sched._slots.get(sid)
-        running = None if slot is None else slot.running()
-        if slot is None or running is None or slot.shape is None or not slot.shape.shape.memory:
+        held, offer = self._sched.held_by(sid), self._sched.offer_of(sid)
+        if not held or offer is None or not offer.shape.memory:
             return  # nothing runs (the peak is an earlier task's, noted then) or no memory offered
-        self._peaks[sid] = _Peak(peak, running.algorithm, slot.shape.shape.memory)
+        self._peaks[sid] = _Peak(peak, held[0].algorithm, offer.shape.memory)  # the first in flight runs
 
     def lost(self, sid: str, *, suspect: bool) -> str | None:
         """Slave ``sid`` is gone; ``suspect``: not by plan, not at the end, not sent away. Returns a line saying
@@ -78,23 +77,9 @@ class MemoryLearning:
         memory = max(before, 2 * peak.offered, math.ceil(PEAK_HEADROOM * peak_mb))
         if memory == before or not shapes.attainable(Resources(memory=memory)):
             return None
-        shapes.learned[peak.algorithm] = memory
-        moved = sum(self._reshape(entry) for entry in self._queued() if entry.algorithm == peak.algorithm)
+        moved = self._sched.learned(peak.algorithm, memory)
         return (
             f"{sid} was lost with a peak of {peak_mb} MB of the {peak.offered} MB it offered while running "
-            f"{peak.algorithm}: {peak.algorithm} tasks now need {memory} MB ({moved} queued moved to that shape)"
+            f"{peak.algorithm}: {peak.algorithm} tasks now need {memory} MB ({moved} queued or running moved to "
+            "that shape)"
         )
-
-    def _queued(self) -> list[Entry]:
-        sched = self._sched
-        return [*sched._unordered, *(entry for slot in sched._slots.values() for entry in slot.ordered)]
-
-    def _reshape(self, entry: Entry) -> bool:
-        """Give a queued task its algorithm's learned need, counted anew in the demand per need."""
-        shapes, old = self._sched.shapes, entry.policy.resources
-        new = shapes.need_of(entry)
-        if new == old or new is None:
-            return False
-        shapes.settled(old)
-        shapes.take(new)
-        return True

@@ -23,7 +23,7 @@ future, a ``map`` stream) what becomes of it, without knowing what it is.
 
 from __future__ import annotations
 
-import enum
+import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Mapping
@@ -31,13 +31,16 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 import attrs
 
+from mwpy.core.groups import Groups, SlaveKind
 from mwpy.core.news import News
 from mwpy.core.shapes import Shapes, fits
-from mwpy.errors import ConfigurationError
 from mwpy.lifetime import RunTimes
 from mwpy.matching import Offer
 from mwpy.resources import Resources
 from mwpy.task import Policy, Result, Task
+
+#: SlaveKind is the groups' (mwpy/core/groups.py); a slave's group is what join() answers, so it is named here too.
+__all__ = ["Death", "Entry", "Listener", "Scheduler", "SlaveKind"]
 
 #: Work a slave should hold beyond its current task, in seconds of compute.
 PIPELINE_SECONDS = 0.005
@@ -154,14 +157,6 @@ class Death(NamedTuple):
     others: int = 0
 
 
-class SlaveKind(enum.Enum):
-    """The slave groups of CL-MW, in the order a connecting slave fills them."""
-
-    ORDERED = "ordered"
-    INTERMINGLE = "intermingle"
-    UNORDERED = "unordered"
-
-
 class _Slot:
     """The scheduler's view of one connected slave."""
 
@@ -212,10 +207,14 @@ def _failed_here(task: Entry, sid: str) -> bool:
 
 
 class Scheduler:
-    """Entry queues, slave groups and target numbers of one master (the task board reads them in place)."""
+    """Entry queues, slaves in their groups (counted in mwpy/core/groups.py) and target numbers of one master (the
+    task board reads them in place)."""
 
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_slots": ("mwpy.core.board", "mwpy.core.memory"),
-        "_unordered": ("mwpy.core.board", "mwpy.core.memory"), "_next_id": ("mwpy.core.board",)}  # fmt: skip
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "_slots": ("mwpy.core.board",),
+        "_unordered": ("mwpy.core.board",),
+        "_next_id": ("mwpy.core.board",),
+    }
 
     def __init__(
         self,
@@ -246,9 +245,7 @@ class Scheduler:
         self._slots: dict[str, _Slot] = {}
         self._hungry: set[str] = set()
         self._with_ordered_work: set[str] = set()
-        self._acquired: Counter[SlaveKind] = Counter()
-        self._desired: Counter[SlaveKind] = Counter()
-        self._auto_unordered = True
+        self._groups = Groups()
         self.general_target = 0
         self._targets: dict[str, int] = {}
         self._pending: Counter[str] = Counter()
@@ -281,6 +278,15 @@ class Scheduler:
             self._unordered.append(task)
         else:
             self._place(task, sid)
+
+    def learned(self, algorithm: str, memory: int) -> int:
+        """``algorithm``'s tasks need ``memory`` MB from now on (mwpy/core/memory.py): new ones are born with it,
+        and each not answered yet is re-filed under it (:meth:`Shapes.refile`) -- those queued, and those in
+        flight, which a lost slave, a hand-back or a retry would queue again. Returns how many moved."""
+        self.shapes.learned[algorithm] = memory
+        held = (itertools.chain(slot.ordered, slot.in_flight.values()) for slot in self._slots.values())
+        tasks = itertools.chain(self._unordered, *held)
+        return sum(self.shapes.refile(task) for task in tasks if task.algorithm == algorithm)
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -453,7 +459,7 @@ class Scheduler:
 
     def _share(self, slot: _Slot) -> int:
         """How many more shared tasks ``slot`` may hold (:func:`_fair_share`)."""
-        takers = max(self.expected_slaves, self._acquired[SlaveKind.UNORDERED] + self._acquired[SlaveKind.INTERMINGLE])
+        takers = max(self.expected_slaves, self._groups.takers())
         shared = len(self._unordered) + self._unordered_running
         return _fair_share(shared, takers, len(slot.in_flight), self._least)
 
@@ -530,6 +536,11 @@ class Scheduler:
         slot = self._slots.get(sid)
         return [] if slot is None else list(slot.in_flight.values())
 
+    def offer_of(self, sid: str) -> Offer | None:
+        """What ``sid`` offers (its Hello's shape), or None: not connected, or no shape said."""
+        slot = self._slots.get(sid)
+        return None if slot is None else slot.shape
+
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""
         wanted = set(task_ids)
@@ -584,16 +595,12 @@ class Scheduler:
 
     # ------------------------------------------------------------------ slaves
 
-    def join(self, sid: str, shape: Offer | Resources | None = None) -> SlaveKind:
-        """A slave connected (offering ``shape``, a bare shape or with its slot's ad): put it in the first group
-        that still needs slaves."""
-        kind = SlaveKind.UNORDERED
-        for wanted in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
-            if self._acquired[wanted] < self._desired[wanted]:
-                kind = wanted
-                break
-        self._slots[sid] = _Slot(sid, kind, Offer(shape) if isinstance(shape, Resources) else shape)
-        self._acquired[kind] += 1
+    def join(self, sid: str, shape: Offer | None = None) -> SlaveKind:
+        """A slave connected (offering ``shape``, with its slot's ad if it has one): put it in the first group that
+        still needs slaves."""
+        kind = self._groups.first_short()
+        self._slots[sid] = _Slot(sid, kind, shape)
+        self._groups.joined(kind)
         self._hungry.add(sid)
         if kind is not SlaveKind.UNORDERED:
             self.news.connected_ordered.append(sid)
@@ -604,7 +611,7 @@ class Scheduler:
         slot = self._slots.pop(sid, None)
         if slot is None:
             return []
-        self._acquired[slot.kind] -= 1
+        self._groups.left(slot.kind)
         self._hungry.discard(sid)
         self._with_ordered_work.discard(sid)
         lost = list(slot.in_flight.values())
@@ -627,44 +634,35 @@ class Scheduler:
 
     def allocate(self, amount: int, kind: SlaveKind) -> None:
         """Want ``amount`` more slaves of ``kind``; connected unordered slaves may move over."""
-        if amount < 0:
-            raise ConfigurationError("allocate_slaves: amount must not be negative")
-        self._desired[kind] += amount
+        self._groups.want(amount, kind)
         if kind is SlaveKind.UNORDERED:
-            self._auto_unordered = False
             return
         for slot in list(self._slots.values()):
-            if self._acquired[kind] >= self._desired[kind]:
+            if not self._groups.short(kind):
                 break
             if slot.kind is SlaveKind.UNORDERED and not slot.freeing:
-                self._acquired[SlaveKind.UNORDERED] -= 1
-                self._acquired[kind] += 1
+                self._groups.moved(SlaveKind.UNORDERED, kind)
                 self._unordered_running -= len(slot.in_flight)
                 slot.kind = kind
                 self.news.connected_ordered.append(slot.sid)
 
     def deallocate(self, amount: int, kind: SlaveKind) -> None:
         """Want ``amount`` fewer slaves of ``kind`` (never below zero); nobody is disconnected."""
-        if amount < 0:
-            raise ConfigurationError("deallocate_slaves: amount must not be negative")
-        self._desired[kind] = max(0, self._desired[kind] - amount)
-        if kind is SlaveKind.UNORDERED:
-            self._auto_unordered = False
+        self._groups.unwant(amount, kind)
 
     def free(self, sid: str) -> None:
         """Move an ordered slave to the unordered group once its ordered work in flight is done."""
         slot = self._slots.get(sid)
         if slot is None or slot.kind is SlaveKind.UNORDERED:
             return
-        self._desired[slot.kind] = max(0, self._desired[slot.kind] - 1)
+        self._groups.unwant(1, slot.kind)
         if any(t.policy.sid is not None for t in slot.in_flight.values()):
             slot.freeing = True
         else:
             self._become_unordered(slot)
 
     def _become_unordered(self, slot: _Slot) -> None:
-        self._acquired[slot.kind] -= 1
-        self._acquired[SlaveKind.UNORDERED] += 1
+        self._groups.moved(slot.kind, SlaveKind.UNORDERED)
         self._unordered_running += len(slot.in_flight)
         slot.kind = SlaveKind.UNORDERED
         slot.freeing = False
@@ -678,23 +676,16 @@ class Scheduler:
     @property
     def slaves_needed(self) -> int:
         """Slaves wanted beyond those connected: what the resource file advertises."""
-        needed = 0
-        for kind in (SlaveKind.ORDERED, SlaveKind.INTERMINGLE):
-            needed += max(0, self._desired[kind] - self._acquired[kind])
-        if self._auto_unordered:
-            wanted = len(self._unordered) + self._unordered_running
-        else:
-            wanted = self._desired[SlaveKind.UNORDERED]
-        return needed + max(0, wanted - self._acquired[SlaveKind.UNORDERED])
+        return self._groups.needed(len(self._unordered) + self._unordered_running)
 
     @property
     def reserved(self) -> int:
         """Ordered and intermingle slaves wanted (what ``allocate_slaves`` asked for them, less what was given back)."""
-        return self._desired[SlaveKind.ORDERED] + self._desired[SlaveKind.INTERMINGLE]
+        return self._groups.reserved
 
     def connected(self) -> dict[str, int]:
         """Connected slaves per group."""
-        return {kind.value: self._acquired[kind] for kind in SlaveKind}
+        return self._groups.connected()
 
     @property
     def queued_total(self) -> int:

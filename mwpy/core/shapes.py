@@ -75,6 +75,17 @@ class Shapes:
         task.policy = attrs.evolve(task.policy, resources=raised)
         return raised
 
+    def refile(self, task: _Task) -> bool:
+        """Give a task not answered yet its algorithm's learned need, its demand count moved from the old need to
+        the new one; False when the need it had was enough."""
+        old = task.policy.resources
+        new = self.need_of(task)
+        if new == old or new is None:
+            return False
+        self.settled(old)
+        self.take(new)
+        return True
+
     def settled(self, need: Resources | None) -> None:
         """A task needing ``need`` left the master's books (answered, cancelled, unrunnable)."""
         if need is not None:

@@ -1,8 +1,8 @@
 """A plain ``concurrent.futures`` script on the condor back end (tests/test_condor_executor.py).
 
 No ``@mwpy.master``, no ``mwpy.run()``: an ``mwpy.Executor(backend="condor")``
-submits, maps and gets an exception back, then prints its member id so the
-test can ask the schedd for the computation's jobs.
+submits, maps and gets an exception back; the test reads the computation's
+member id from the resource file in WORKDIR to ask the schedd for its jobs.
 
 Command line: ``executor_condor.py WORKDIR SLAVE_PYTHON MASTER_ADDRESS [PORT_RANGE]``; with ``PORT_RANGE``
 (``LOW-HIGH``) the master and its file service listen inside it (``--mw-master-port-range``, issue 24 item 4),
@@ -45,5 +45,4 @@ if __name__ == "__main__":
             executor.submit(refuse_odd, 3).result(timeout=90)
         except Odd as exc:
             print("raised", type(exc).__name__, exc, flush=True)
-        print("member", executor._options.member_id, flush=True)
     print("shut down", flush=True)

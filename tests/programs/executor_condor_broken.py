@@ -31,5 +31,4 @@ if __name__ == "__main__":
             executor.submit(one).result(timeout=400)
         except concurrent.futures.BrokenExecutor as exc:
             print("broken:", exc, flush=True)
-        print("member", executor._options.member_id, flush=True)
     print("shut down", flush=True)

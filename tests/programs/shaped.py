@@ -16,12 +16,15 @@ import mwpy
 from mwpy.job_ad import own_job_id
 
 
-def offered() -> str:
-    """This slave's Condor job id, else its ``--mw-slave-resources`` from its command line (what the local
-    back end gave it)."""
+def given() -> str:
+    """This slave's ``--mw-slave-resources`` from its command line (what the local back end gave it), or "-"."""
     args = Path("/proc/self/cmdline").read_bytes().split(b"\0")
-    given = args[args.index(b"--mw-slave-resources") + 1].decode() if b"--mw-slave-resources" in args else "-"
-    return own_job_id() or given
+    return args[args.index(b"--mw-slave-resources") + 1].decode() if b"--mw-slave-resources" in args else "-"
+
+
+def offered() -> str:
+    """This slave's Condor job id, else its ``--mw-slave-resources`` (:func:`given`)."""
+    return own_job_id() or given()
 
 
 @mwpy.task(resources={"memory": "8GB"})
@@ -29,12 +32,24 @@ def big(_: int) -> str:
     return offered()
 
 
-@mwpy.task(resources={"memory": "8GB"})
-def waits(release: str) -> str:
-    """A big task that runs until the file ``release`` exists (the test looks at the demand meanwhile)."""
+def wait_for(release: str) -> str:
+    """Runs until the file ``release`` exists (the test looks at the demand meanwhile)."""
     while not Path(release).exists():
         time.sleep(0.05)
     return offered()
+
+
+@mwpy.task(resources={"memory": "8GB"})
+def waits(release: str) -> str:
+    """A big task that runs until ``release`` exists."""
+    return wait_for(release)
+
+
+@mwpy.task(resources={"requirements": "TARGET.Memory >= 8192"})
+def waits_for_memory(release: str) -> str:
+    """Runs until ``release`` exists on a slot with 8 GB, asked in requirements (tests/test_shapes.py writes
+    the same need another way too)."""
+    return wait_for(release)
 
 
 @mwpy.task
