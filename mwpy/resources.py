@@ -192,6 +192,8 @@ def meets(need: Resources, slot: classad2.ClassAd) -> bool:
     (false, undefined, an error), does not match."""
     import classad2  # noqa: PLC0415
 
+    _load_match_semantics()
+
     try:
         job = classad2.ClassAd(
             {"RequestCpus": need.cpus, "RequestMemory": need.memory, "RequestDisk": need.disk * 1024}
@@ -201,6 +203,16 @@ def meets(need: Resources, slot: classad2.ClassAd) -> bool:
         return bool(slot.matches(job))
     except (ValueError, TypeError, RuntimeError, classad2.ClassAdException):
         return False
+
+
+def _load_match_semantics() -> None:
+    """Set HTCondor's ClassAd library up for matching as HTCondor's own tools set it up.
+
+    Importing ``htcondor2`` reads HTCondor's configuration, which turns on the negotiator's match semantics: a
+    name the job ad lacks (``Memory`` in ``Memory >= 8192``) is looked up in the slot ad. Without it, in a
+    process that has not yet parsed an ad, that name is undefined and no slot ever matched such a need.
+    """
+    import htcondor2  # noqa: F401, PLC0415 -- its import is the set-up; only needs with requirements pay for it
 
 
 def slave_shape(text: str) -> Resources:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -286,3 +287,30 @@ def test_on_condor_a_task_needing_memory_runs_only_in_a_slave_job_that_asked_for
     assert {job.split(".")[0] for job in bigs} == {str(big)}, logs(condor_workdir)
     assert len(smalls) == 6
     assert {job.split(".")[0] for job in smalls} <= {str(small), str(big)}
+
+
+#: A plain script, as a user writes it: nothing imports HTCondor's bindings before the Executor matches.
+UNSCOPED_SCRIPT = """
+from pathlib import Path
+
+import mwpy
+
+@mwpy.task(resources={"requirements": "Memory >= 8192"})
+def where() -> str:
+    args = Path("/proc/self/cmdline").read_bytes().split(b"\\0")
+    return args[args.index(b"--mw-slave-resources") + 1].decode()
+
+if __name__ == "__main__":
+    with mwpy.Executor(max_workers=2, slave_resources=["memory=1GB", "memory=16GB"]) as ex:
+        print(sorted({ex.submit(where).result(timeout=120) for _ in range(6)}))
+"""
+
+
+def test_unscoped_requirements_match_local_shapes_in_a_fresh_process(tmp_path: Path) -> None:
+    """``Memory >= 8192`` (the HTCondor manual's form, no ``TARGET.``) is true of a 16 GB slave in a script that
+    imported nothing of HTCondor's: the ClassAd library needs the configuration's match semantics, which
+    importing ``htcondor2`` sets; without it the need matched no slave (NoMatchingSlaveError)."""
+    script = tmp_path / "unscoped.py"
+    script.write_text(UNSCOPED_SCRIPT, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "['memory=16384']\n", "")
