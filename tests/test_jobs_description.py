@@ -206,6 +206,30 @@ def test_a_syntax_error_names_its_line(tmp_path: Path) -> None:
         _describe(tmp_path, "executable = /bin/echo\nfoo bar\nqueue\n")
 
 
+def test_an_include_that_cannot_run_names_its_line(tmp_path: Path) -> None:
+    """The manual's ``include : list-infiles.sh |``: condor_submit looks for the command on PATH (and fails on
+    line 6, "not a valid command"); the bindings say only "parse_up_to_q_line() failed"."""
+    script = tmp_path / "list-infiles.sh"
+    script.write_text('#!/bin/sh\necho "transfer_input_files = a.dat"\n')
+    script.chmod(0o755)
+    (tmp_path / "a.dat").write_text("a")
+    text = "executable = /bin/cat\narguments = a.dat\ninclude : {} |\nqueue\n"
+    with pytest.raises(SubmitError, match=r"jobs.sub, line 3: 'include : list-infiles.sh \|': no such command: list"):
+        _describe(tmp_path, text.format("list-infiles.sh"))
+    with pytest.raises(SubmitError, match=r"jobs.sub, line 2: 'include : other.sub': no such file: other.sub$"):
+        _describe(tmp_path, "executable = /bin/cat\ninclude : other.sub\nqueue\n")
+    (job,) = _describe(tmp_path, text.format("./list-infiles.sh")).jobs()
+    assert [item.name for item in job.inputs] == ["a.dat"]
+
+
+def test_commands_are_refused_as_htcondor_reads_them_included_or_in_a_branch_taken(tmp_path: Path) -> None:
+    (tmp_path / "accounting.sub").write_text("accounting_group = group_physics\n")
+    with pytest.raises(SubmitError, match=r"^accounting_group: not supported by mwpy jobs"):
+        _describe(tmp_path, "executable = /bin/true\ninclude : accounting.sub\nqueue\n")
+    untaken = "executable = /bin/true\nif defined GROUP\n  accounting_group = $(GROUP)\nendif\nqueue\n"
+    assert [job.job_id for job in _describe(tmp_path, untaken).jobs()] == ["1.0"]
+
+
 def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:
     description = _describe(tmp_path, "executable = /bin/true\narguments = $(Process)\nqueue 100000\n")
     assert description.total == 100_000

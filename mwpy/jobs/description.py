@@ -24,6 +24,7 @@ import contextlib
 import fnmatch
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -177,14 +178,40 @@ class SubmitDescription:
 
     def _syntax_error(self) -> str:
         line = statements.syntax_error(self.text)
-        return f"{self.path}: HTCondor cannot parse this submit file" if line is None else self._not_a_command(line)
+        if line is not None:
+            return self._not_a_command(line)
+        return self._include_error() or f"{self.path}: HTCondor cannot parse this submit file"
+
+    def _include_error(self) -> str | None:
+        """The first ``include`` whose file or command is not there (condor_submit names its line; the bindings
+        do not). A command without a ``/`` is looked for on PATH, as condor_submit runs it."""
+        for include in statements.includes(self.text):
+            where = f"{self.path}, line {include.line.number}: {include.line.text.strip()!r}"
+            words = include.target.split()
+            if include.command and words:
+                program = words[0]
+                found = shutil.which(program) if "/" not in program else shutil.which(os.path.join(self.base, program))
+                if found is None:
+                    hint = f" (a program beside the submit file is ./{program})" if "/" not in program else ""
+                    return f"{where}: no such command: {program}{hint}"
+            elif (
+                not include.command
+                and not include.optional
+                and not os.path.exists(os.path.join(self.base, include.target))
+            ):
+                return f"{where}: no such file: {include.target}"
+        return None
 
     def _not_a_command(self, line: statements.Line) -> str:
         return f"{self.path}, line {line.number}: {line.text.strip()!r} is not a submit command (expected NAME = VALUE)"
 
     def _check_commands(self) -> None:
-        """Refuse by name before any job (the values are checked per job: they may use queue variables)."""
-        for _, name, _ in statements.assignments(self.text):
+        """Refuse by name before any job (the values are checked per job: they may use queue variables).
+
+        The names are those HTCondor's parser read for some queue statement: an included file's commands count,
+        a branch of ``if``/``else`` that is not taken does not, as for condor_submit."""
+        names = {name: None for segment in self._segments for name in segment.submit}  # type: ignore[attr-defined]
+        for name in names:
             command = commands.lookup(name)
             if command is not None and not command.honoured:
                 raise SubmitError(f"{name}: not supported by mwpy jobs: {command.how}")
