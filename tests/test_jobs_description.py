@@ -151,6 +151,27 @@ def test_commands_mwpy_honours_are_accepted(tmp_path: Path, line: str) -> None:
     _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
 
 
+@pytest.mark.parametrize(
+    ("getenv", "copied"),
+    [  # the condor_submit man page's examples, and what condor_submit -dry-run of HTCondor 25 copies
+        ("!PATH, !INCLUDE", ["CUDA_HOME", "HOME", "Pfoo", "QUUX", "path_lower"]),
+        ("*cuda*", ["CUDA_HOME"]),
+        ("!path, P*, Q*", ["Pfoo", "QUUX", "path_lower"]),
+        ("CUDA_HOME; quux", ["CUDA_HOME", "QUUX"]),
+        ("true", ["CUDA_HOME", "HOME", "PATH", "Pfoo", "QUUX", "path_lower"]),
+    ],
+)
+def test_getenv_takes_condor_submit_s_match_lists(tmp_path: Path, getenv: str, copied: list[str]) -> None:
+    """Members are separated by commas, semicolons or spaces, match without regard to case, and ``!`` keeps a
+    variable out (condor_submit man page, ``getenv``)."""
+    environment = {"CUDA_HOME": "/opt/cuda", "HOME": "/h", "PATH": "/usr/bin", "Pfoo": "pf", "QUUX": "q"}
+    path = tmp_path / "jobs.sub"
+    path.write_text(f"executable = /bin/env\ngetenv = {getenv}\nqueue\n")
+    description = SubmitDescription(path, base=str(tmp_path), environment={**environment, "path_lower": "x"})
+    (job,) = description.jobs()
+    assert sorted(name for name, _ in job.environment) == copied
+
+
 def test_a_line_no_job_uses_gets_condor_submit_s_warning(tmp_path: Path) -> None:
     description = _describe(
         tmp_path,

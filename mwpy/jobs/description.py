@@ -21,7 +21,6 @@ warned about (:meth:`SubmitDescription.warnings`), as ``condor_submit`` warns.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 import re
 import shutil
@@ -550,20 +549,29 @@ def _queue_count(submit: object, qargs: str, variables: tuple[str, ...], where: 
 
 
 def _getenv(value: str, environment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """``getenv``: ``true`` copies every variable, a list of names or ``*`` patterns copies those."""
+    """``getenv`` as condor_submit reads it: ``true`` (``*``) copies every variable; a list (commas, semicolons
+    or spaces) of names and ``*`` patterns, matched without regard to case, copies those, and a ``!`` member
+    keeps a variable out (``getenv = !PATH`` copies every variable but PATH)."""
     value = value.strip()
     if not value or value.lower() in ("false", "no", "0", "f", "n"):
         return ()
-    if value.lower() in _TRUE:
-        return tuple(sorted(environment.items()))
-    patterns = _split_list(value.replace(" ", ","))
+    members = ["*"] if value.lower() in _TRUE else re.split(r"[\s,;]+", value)
+    wanted = [_env_pattern(member) for member in members if member and not member.startswith("!")]
+    refused = [_env_pattern(member[1:]) for member in members if member.startswith("!") and member[1:]]
+    if not wanted:  # only refusals: everything else
+        wanted = [_env_pattern("*")]
     return tuple(
         sorted(
             (name, setting)
             for name, setting in environment.items()
-            if any(fnmatch.fnmatchcase(name, p) for p in patterns)
+            if any(p.fullmatch(name) for p in wanted) and not any(p.fullmatch(name) for p in refused)
         )
     )
+
+
+def _env_pattern(member: str) -> re.Pattern[str]:
+    """A ``getenv`` member: ``*`` matches anything, nothing else is special; case does not matter."""
+    return re.compile(".*".join(map(re.escape, member.split("*"))), re.IGNORECASE)
 
 
 def _input(initialdir: str, entry: str, keep_paths: bool, *, common: bool = False) -> InputFile:
