@@ -251,6 +251,20 @@ def test_commands_are_refused_as_htcondor_reads_them_included_or_in_a_branch_tak
     assert [job.job_id for job in _describe(tmp_path, untaken).jobs()] == ["1.0"]
 
 
+@pytest.mark.parametrize("queue", ["queue 0", "queue x from empty.txt", "queue 3 x from empty.txt", "queue x in ()"])
+def test_an_empty_queue_statement_queues_no_job_as_condor_submit_says(tmp_path: Path, queue: str) -> None:
+    """condor_submit -dry-run of HTCondor 25: exit 0, 'has only empty "queue" commands -- no jobs queued'."""
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "jobs.sub").write_text(f"executable = /bin/sh\narguments = \"-c 'touch ran'\"\n{queue}\n")
+    assert list(_describe(tmp_path, (tmp_path / "jobs.sub").read_text()).jobs()) == []
+    done = subprocess.run(mwpy_command("jobs", "jobs.sub"), cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (
+        0,
+        'mwpy jobs: warning: "jobs.sub" has only empty "queue" commands -- no jobs queued\n',
+    )
+    assert not (tmp_path / "ran").exists()
+
+
 def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:
     description = _describe(tmp_path, "executable = /bin/true\narguments = $(Process)\nqueue 100000\n")
     assert description.total == 100_000

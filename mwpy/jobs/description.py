@@ -162,9 +162,12 @@ class SubmitDescription:
                 items = submit.itemdata()
             except Exception as exc:
                 raise SubmitError(f"{self.path}, line {statement.number}: queue {qargs.strip()}: {exc}") from None
+        if items is None and _KEYWORD.search(qargs) is not None:
+            items = []  # the bindings' answer for an empty item list (``from`` an empty file, ``in ()``)
         rows = None if items is None else _sliced(qargs, [_as_dict(item) for item in items])
         variables = tuple(rows[0]) if rows else ()
-        count = _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
+        # an empty item list queues nothing whatever its count (and its variables, which no row names, are unknown)
+        count = 1 if rows == [] else _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
         return _Segment(submit, count, rows, _spellings([*submit.keys(), *variables]))
 
     def _check_trailing_lines(self) -> None:
@@ -262,7 +265,7 @@ class SubmitDescription:
         process = 0
         for segment in self._segments:
             job = _JobMaker(self, segment)
-            for index, item in enumerate(segment.items or [{}]):
+            for index, item in enumerate([{}] if segment.items is None else segment.items):
                 for step in range(segment.count):
                     yield job.make(process, step, index, item)
                     process += 1
