@@ -265,6 +265,19 @@ def test_an_empty_queue_statement_queues_no_job_as_condor_submit_says(tmp_path: 
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.parametrize(
+    ("line", "attribute"),
+    [  # '#' is a comment at the start of a line only: condor_submit stops with "Parse error in expression"
+        ("requirements = (HasCHTCStaging == True)          # only if the job needs /staging", "Requirements"),
+        ("on_exit_remove = ExitCode == 0   # done", "OnExitRemove"),
+        ("request_memory = 1GB  # enough", "RequestMemory"),
+    ],
+)
+def test_an_expression_that_does_not_parse_is_refused_before_any_job(tmp_path: Path, line: str, attribute: str) -> None:
+    with pytest.raises(SubmitError, match=rf"^{attribute} = .* \(job 1.0\): not a ClassAd expression \(a '#' starts"):
+        _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
+
+
 def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:
     description = _describe(tmp_path, "executable = /bin/true\narguments = $(Process)\nqueue 100000\n")
     assert description.total == 100_000

@@ -56,8 +56,10 @@ _ROWS = (
     ),
     _Row(
         True,
-        "`getenv = true` copies the environment `mwpy jobs` runs in; a list of names or patterns copies "
-        "those variables (the job's `environment` wins)",
+        "`getenv = true` copies the environment `mwpy jobs` runs in; a list of names and `*` patterns "
+        "(separated by commas, semicolons or spaces, matched without regard to case) copies those variables, "
+        "and a `!` member keeps one out (`getenv = !PATH` copies all but `PATH`), as condor_submit reads it; "
+        "the job's `environment` wins",
         "getenv(get_env)",
     ),
     _Row(
@@ -103,8 +105,9 @@ _ROWS = (
         True,
         "every form, with queue variables of any name (also command names), slices, several `queue` statements "
         "(one cluster, as HTCondor 23 runs them; HTCondor 24 and later refuse them, and mwpy jobs warns), a "
-        "count that is an expression; `max_materialize` and `max_idle` bound how many jobs are made ahead "
-        "of the results",
+        "count that is an expression; statements that queue nothing (`queue 0`, an empty item list) get "
+        "condor_submit's warning and exit status 0, and nothing runs; `max_materialize` and `max_idle` bound "
+        "how many jobs are made ahead of the results",
         "queue max_materialize(JobMaterializeLimit) max_idle(JobMaterializeMaxIdle materialize_max_idle)",
     ),
     _Row(
