@@ -153,7 +153,7 @@ def test_commands_mwpy_honours_are_accepted(tmp_path: Path, line: str) -> None:
 
 @pytest.mark.parametrize(
     ("getenv", "copied"),
-    [  # the condor_submit man page's examples, and what condor_submit -dry-run of HTCondor 25 copies
+    [  # the condor_submit man page's examples, and what condor_submit -dry-run copies (HTCondor 23.9, the test pool)
         ("!PATH, !INCLUDE", ["CUDA_HOME", "HOME", "Pfoo", "QUUX", "path_lower"]),
         ("*cuda*", ["CUDA_HOME"]),
         ("!path, P*, Q*", ["Pfoo", "QUUX", "path_lower"]),
@@ -253,7 +253,7 @@ def test_commands_are_refused_as_htcondor_reads_them_included_or_in_a_branch_tak
 
 @pytest.mark.parametrize("queue", ["queue 0", "queue x from empty.txt", "queue 3 x from empty.txt", "queue x in ()"])
 def test_an_empty_queue_statement_queues_no_job_as_condor_submit_says(tmp_path: Path, queue: str) -> None:
-    """condor_submit -dry-run of HTCondor 25: exit 0, 'has only empty "queue" commands -- no jobs queued'."""
+    """condor_submit -dry-run (HTCondor 23.9, the test pool): exit 0, "... no jobs queued"."""
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "jobs.sub").write_text(f"executable = /bin/sh\narguments = \"-c 'touch ran'\"\n{queue}\n")
     assert list(_describe(tmp_path, (tmp_path / "jobs.sub").read_text()).jobs()) == []
