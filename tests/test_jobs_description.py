@@ -278,6 +278,18 @@ def test_an_expression_that_does_not_parse_is_refused_before_any_job(tmp_path: P
         _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
 
 
+@pytest.mark.parametrize(
+    ("line", "outputs"), [("", None), ("transfer_output_files =", None), ('transfer_output_files = ""', ())]
+)
+def test_transfer_output_files_empty_or_a_pair_of_quotes_as_condor_submit_reads_it(
+    tmp_path: Path, line: str, outputs: tuple[str, ...] | None
+) -> None:
+    """The manual: 'Setting transfer_output_files to the empty string ("") means no files are to be transferred';
+    condor_submit -dry-run (HTCondor 23.9) writes TransferOutput = "" for it, and nothing for an empty value."""
+    (job,) = _describe(tmp_path, f"executable = /bin/true\nshould_transfer_files = YES\n{line}\nqueue\n").jobs()
+    assert job.transfer_outputs == outputs
+
+
 def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:
     description = _describe(tmp_path, "executable = /bin/true\narguments = $(Process)\nqueue 100000\n")
     assert description.total == 100_000

@@ -86,7 +86,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "files and folders, or every new or changed top-level file when absent; `transfer_output_remaps` "
+        'files and folders, or every new or changed top-level file when absent or empty (`""`: none, as '
+        "the manual says); `transfer_output_remaps` "
         "renames them (`name = path` pairs, `;`-separated); `should_transfer_files = NO` runs the job in "
         "`initialdir`; `when_to_transfer_output = ON_SUCCESS` returns outputs only after exit 0",
         "transfer_output_files(TransferOutput TransferOutputFiles) transfer_output_remaps(TransferOutputRemaps) "

@@ -454,9 +454,12 @@ class _JobMaker:
         return (*common, *own)
 
     def _output_names(self) -> tuple[str, ...] | None:
-        if "transfer_output_files" not in self.segment.spellings:
+        """``transfer_output_files`` as condor_submit reads it: unset or empty, every new or changed top-level
+        file (None); ``""``, none (the manual's way of saying so); else the names."""
+        value = self.value("transfer_output_files").strip()
+        if not value:
             return None
-        return tuple(_split_list(self.value("transfer_output_files")))
+        return () if value == '""' else tuple(_split_list(value))
 
 
 #: should_transfer_files and when_to_transfer_output as condor_submit reads them (enum_utils.cpp's tables).
