@@ -386,15 +386,9 @@ def test_max_materialize_bounds_how_many_jobs_exist_at_once(tmp_path: Path) -> N
 def test_output_and_error_naming_one_file_get_one_stream_as_condor_merges_them(tmp_path: Path) -> None:
     """condor_submit man page (``error``): when output and error are the same file, the job's two streams are
     merged into it; neither may overwrite the other, with file transfer or in initialdir."""
-    script = "#!/bin/sh\necho out one\necho err one >&2\necho out two\necho err two >&2\n"
-    (tmp_path / "both.sh").write_text(script)
-    (tmp_path / "both.sh").chmod(0o755)
-    submit(
-        tmp_path,
-        "executable = both.sh\nshould_transfer_files = $(transfer)\noutput = both.$(transfer)\n"
-        "error = both.$(transfer)\nqueue transfer in (YES, NO)\n",
-    )
-    done = run_jobs(tmp_path)
-    assert done.returncode == 0, done.stderr
-    for transfer in ("YES", "NO"):
-        assert (tmp_path / f"both.{transfer}").read_text() == "out one\nerr one\nout two\nerr two\n"
+    turns = "; ".join(f"echo out {n}; echo err {n} >&2" for n in ("one", "two"))
+    text = f"executable = /bin/sh\narguments = \"-c '{turns}'\"\nshould_transfer_files = $(transfer)\n"
+    submit(tmp_path, text + "output = both.$(transfer)\nerror = both.$(transfer)\nqueue transfer in (YES, NO)\n")
+    assert run_jobs(tmp_path).returncode == 0
+    merged = {path.name: path.read_text() for path in tmp_path.glob("both.*")}
+    assert merged == dict.fromkeys(("both.YES", "both.NO"), "out one\nerr one\nout two\nerr two\n")
