@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import secrets
 import shutil
@@ -58,6 +59,8 @@ UPDATE_INTERVAL = 1.0
 Shape = Resources | Mapping[str, Any] | str
 #: The executor's log lines, under the name of the module its users import.
 log = safe_text.logger("mwpy.executor")
+#: The standard futures' logger: a done callback's error is logged there, as ``Future`` logs it.
+FUTURES_LOG = logging.getLogger("concurrent.futures")
 
 
 class Future(LightFuture[R]):
@@ -118,6 +121,18 @@ class Future(LightFuture[R]):
         if not self.done():
             self._finish(value, exception)
             self._service.one_done(self)
+
+    def _invoke_callbacks(self) -> None:
+        """Call the done callbacks as ``Future`` does, logging what one raises, ``SystemExit`` too.
+
+        They run on the engine's thread, which a callback's ``sys.exit()``
+        would end, breaking the executor for every other call.
+        """
+        for callback in self._done_callbacks:
+            try:
+                callback(self)
+            except (Exception, SystemExit):
+                FUTURES_LOG.exception("exception calling callback for %r", self)
 
 
 @attrs.frozen

@@ -378,8 +378,8 @@ _SPECS: dict[str, _Spec] = {
     "--mw-allowed-failures": _Spec(
         "allowed_failures",
         "N",
-        "mwpy: how many slaves may die while running one task (a segfault, os._exit, a kill "
-        "for memory) before the task fails with mwpy.KilledSlaveError (dask's KilledWorker) "
+        "mwpy: how many slaves may die while running one task alone (a segfault, os._exit, a "
+        "kill for memory) before the task fails with mwpy.KilledSlaveError (dask's KilledWorker) "
         "instead of running again, for tasks without allowed_failures= of their own. A slave "
         "that leaves on a soft-kill signal (a Condor eviction) is not counted. Default 3.",
         _non_negative_int,

@@ -4,9 +4,10 @@ A master sees a slave that dies as a connection that ends; only the process
 that started it (the local back end) learns its exit status. When a task
 kills its slaves (mwpy/core/outcomes.py fails it past its allowed failures),
 its error says how each ended: the back end appends a line ``HOST PID
-STATUS`` for every slave that exits non-zero to a file in the work folder,
-beside the resource file, and the master reads it by the (host, pid) the
-slave's Hello gave. A Condor slave is found in its jobs' user log instead
+STATUS`` for every slave that exits (0 too: a task's ``os._exit(0)`` ends
+its slave without a result) to a file in the work folder, beside the
+resource file, and the master reads it by the (host, pid) the slave's Hello
+gave. A Condor slave is found in its jobs' user log instead
 (``slaves.log``, which the overseer's jobs write beside the resource file): the
 first termination, eviction, hold or removal of its job (CLUSTER.PROC, also
 from its Hello) logged since its connection ended. Elsewhere nothing is
@@ -54,7 +55,10 @@ class Departed(Protocol):
 
 def record(folder: Path, pid: int, status: int) -> None:
     """Note that the slave process ``pid`` of this host ended with ``status`` (Popen's: -N for signal N)."""
-    fd = os.open(folder / SLAVE_EXITS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fd = os.open(folder / SLAVE_EXITS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except FileNotFoundError:
+        return  # the work folder is gone: the computation ended, and no one will ask
     try:
         os.write(fd, f"{socket.gethostname()} {pid} {status}\n".encode())  # one write: lines stay whole
     finally:

@@ -381,17 +381,27 @@ def dying(slaves: tuple[str, ...], told: dict[tuple[str, int], str], allowed: in
     return Setup(sched, outcomes, heard)
 
 
-def test_a_slave_that_dies_blames_the_task_it_ran_not_the_ones_queued_behind_it() -> None:
-    s = dying(("a", "b"), {})
-    running, queued = s.submit(), s.submit()
+def test_a_slave_that_dies_holding_several_tasks_blames_none_and_each_runs_again_alone() -> None:
+    """Which one it ran is not known (it may hold the first one's result to send with the second's)."""
+    s = dying(("a", "b"), {}, allowed=0)
+    first, second = s.submit(), s.submit()
     s.submit(), s.submit()  # with two slaves, a's fair share of four tasks is two
-    assert s.sched.take("a", NOW) == [running, queued]  # a runs the first; the second waits in its window
+    assert s.sched.take("a", NOW) == [first, second]
     s.outcomes.slave_died(Death("a", "h", 1), NOW)
     s.sched.leave("a")
-    assert [d.sid for d in running.deaths] == ["a"]
-    assert queued.deaths == ()
-    assert (s.sched.pending_total, s.sched.done_total) == (4, 0)  # one death is allowed: both run again
-    assert running in s.sched.take("b", NOW)  # first in the queue again
+    assert [(d.sid, d.others) for d in first.deaths + second.deaths] == [("a", 1), ("a", 1)]
+    assert (s.sched.pending_total, s.sched.done_total) == (4, 0)  # no death allowed, yet neither failed
+    assert s.sched.take("b", NOW) == [first]  # alone: if b dies now, it is surely first's doing
+    assert s.sched.take("b", NOW) == []  # nothing joins it, not even the tasks never suspected
+    s.outcomes.slave_died(Death("b", "h", 2), NOW)
+    s.sched.leave("b")
+    s.outcomes.settle_killed(NOW + EXIT_WAIT)
+    [result] = settled(first)
+    assert result.error is not None
+    assert result.error.message.startswith("f killed 1 slaves that ran it (allowed failures: 0)")
+    assert "a (pid 1 on h): connection lost while running it (holding 1 other tasks too)" in result.error.message
+    assert second.deaths[0].others == 1
+    assert settled(second) == []
 
 
 def test_past_its_allowed_failures_a_task_fails_with_how_each_slave_ended() -> None:

@@ -190,8 +190,8 @@ class LocalBackend:
         status = job.process.poll()
         if status is None:
             return False
-        if status != 0:  # the master names how it ended if it died running a task
-            slave_exits.record(Path(job.launch.resource_file).resolve().parent, job.process.pid, status)
+        # The master names how it ended if it died running a task: 0 too (a task's os._exit(0) leaves no result).
+        slave_exits.record(Path(job.launch.resource_file).resolve().parent, job.process.pid, status)
         job.process = None
         job.last_status = status
         job.since = time.time()

@@ -15,9 +15,10 @@ like the scheduler's:
 * a task past its timeout fails with ``TaskTimeoutError`` and names the slave
   to drop; a task too big for a slave's frames fails with ``TaskTooLarge``;
 * a task whose slaves die while running it (a segfault, ``os._exit``, a kill
-  for memory) runs again until more than its ``allowed_failures`` died; then
-  it fails with ``KilledSlaveError``, naming how each ended once the back end
-  has said (or ``EXIT_WAIT`` has passed);
+  for memory) runs again, alone on its slave, until more than its
+  ``allowed_failures`` died while they held it alone; then it fails with
+  ``KilledSlaveError``, naming how each ended once the back end has said (or
+  ``EXIT_WAIT`` has passed);
 * a task submitted with a key that the journal knows is answered from it,
   unless the entry is damaged (its digest), names another algorithm or does
   not unpickle here: then it is treated as absent and the task runs again;
@@ -60,12 +61,17 @@ def _unknown(death: Death) -> str | None:
     return None
 
 
+def _alone(deaths: tuple[Death, ...]) -> int:
+    """How many of ``deaths`` came while the slave held that task alone: those surely its doing."""
+    return sum(1 for death in deaths if not death.others)
+
+
 def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False) -> Result:
     """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
     if ok:  # the hot path, without decode_outcome's call (which says why a value does not unpickle)
         try:
             value = codec.decode_value(blob)
-        except Exception:
+        except codec.UNPICKLING_FAILURES:
             pass
         else:
             return Result(entry.task_id, entry.label, sid, entry.tag, compute_time, value=value, journaled=journaled)
@@ -206,21 +212,30 @@ class Outcomes:
         return dropped
 
     def slave_died(self, death: Death, now: float) -> None:
-        """``death.sid`` died (not told to, not handing back): its running task is blamed, and may fail.
+        """``death.sid`` died (not told to, not handing back): the task it ran is blamed, and may fail.
 
         Call it before the scheduler applies task policies to what the slave
-        held. The running task (the first in flight) counts a death; past its
-        ``allowed_failures`` it leaves the scheduler's books and fails at
-        :meth:`settle_killed` instead of going to another slave. Queued tasks
-        are not to blame.
+        held. Which task a slave that held several was running is not known:
+        it may have finished the first and kept its result to send with the
+        next (slave.RESULT_HOLD). Each of them notes the death and runs again
+        alone (Scheduler._take_unordered), so a death while a slave holds one
+        task is surely that task's. Only those count against its
+        ``allowed_failures``; past them it leaves the scheduler's books and
+        fails at :meth:`settle_killed` instead of going to another slave.
         """
         sched = self._sched
-        entry = sched.running_on(death.sid)
-        if entry is None:
+        held = sched.held_by(death.sid)
+        if len(held) > 1:
+            shared = Death(death.sid, death.host, death.pid, death.job, death.at, others=len(held) - 1)
+            for entry in held:
+                entry.deaths += (shared,)
             return
+        if not held:
+            return
+        entry = held[0]
         entry.deaths += (death,)
         allowed = entry.policy.allowed_failures
-        if len(entry.deaths) <= (self._allowed_failures if allowed is None else allowed):
+        if _alone(entry.deaths) <= (self._allowed_failures if allowed is None else allowed):
             return
         sched.abandon(death.sid, entry)
         self._condemned.append((entry, now + EXIT_WAIT))  # still pending: the master waits for its failure
@@ -243,10 +258,12 @@ class Outcomes:
         ends = tuple(
             f"{d.sid} (pid {d.pid} on {d.host}{f', Condor job {d.job}' if d.job else ''}): "
             f"{self._how_ended(d) or 'connection lost while running it'}"
+            f"{f' (holding {d.others} other tasks too)' if d.others else ''}"
             for d in entry.deaths
         )
+        killed = _alone(entry.deaths)
         message = (
-            f"{function} killed {len(ends)} slaves that ran it (allowed failures: {len(ends) - 1}), "
+            f"{function} killed {killed} slaves that ran it (allowed failures: {killed - 1}), "
             "so it is not run again: " + "; ".join(ends)
         )
         error = TaskError(*codec.failure_of(KilledSlaveError(message, function, ends)))

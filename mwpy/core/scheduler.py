@@ -150,6 +150,8 @@ class Death(NamedTuple):
     #: Its Condor job (CLUSTER.PROC), if it ran as one, and when (Unix time) its connection ended.
     job: str | None = None
     at: float = 0.0
+    #: How many other tasks the slave held when it died: with any, which one it was running is not known.
+    others: int = 0
 
 
 class SlaveKind(enum.Enum):
@@ -184,6 +186,11 @@ class _Slot:
     def running(self) -> Entry | None:
         """The task it runs now: the first in flight (a slave runs its tasks in the order sent), or None."""
         return next(iter(self.in_flight.values()), None)
+
+    def runs_alone(self) -> bool:
+        """Whether it runs a task that may kill its slave: it holds nothing more (Scheduler._take_unordered)."""
+        running = self.running()
+        return running is not None and bool(running.deaths)
 
     def begin(self) -> None:
         """Tell the task it runs now that it began (its future becomes running)."""
@@ -394,6 +401,8 @@ class Scheduler:
 
     def window(self, sid: str) -> int:
         slot = self._slots[sid]
+        if slot.runs_alone():
+            return 1
         if self.fixed_window:
             return max(self.fixed_window, self._least)
         if slot.compute_time is None:
@@ -462,18 +471,25 @@ class Scheduler:
 
     def _take_unordered(self, slot: _Slot, room: int, batch: list[Entry], now: float) -> None:
         """Fill ``batch`` up to ``room`` from the shared queue, passing over tasks that just failed on the slave
-        and, once tasks ask for resources, those its shape cannot run."""
+        and, once tasks ask for resources, those its shape cannot run. A task that was in flight on a slave that
+        died goes alone to an idle slave (:meth:`window`): a death there is surely its own (Outcomes.slave_died).
+        """
         queue, sid, shaped = self._unordered, slot.sid, self.shapes.active
         skipped: list[Entry] = []
         limit = _MAX_SHAPE_SKIP if shaped else _MAX_SKIP
         while queue and len(batch) < room and len(skipped) < limit:
             task = queue.popleft()
+            if task.deaths and (batch or slot.in_flight):
+                queue.appendleft(task)  # it waits at the head for an idle slave, the tasks behind it with it
+                break
             if task.failed_on and now < task.retry_after and _failed_here(task, sid):
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
             elif shaped and not fits(slot.shape, task.policy.resources):
                 skipped.append(task)  # left for a slave of its shape
             elif task.listener.may_start():
                 batch.append(task)
+                if task.deaths:
+                    break
             else:
                 self._cancelled(task)
         queue.extendleft(reversed(skipped))
@@ -509,10 +525,10 @@ class Scheduler:
                 found.append((sid, head))
         return found
 
-    def running_on(self, sid: str) -> Entry | None:
-        """The task ``sid`` runs now (:meth:`_Slot.running`), or None."""
+    def held_by(self, sid: str) -> list[Entry]:
+        """The tasks ``sid`` holds in flight, in the order sent."""
         slot = self._slots.get(sid)
-        return None if slot is None else slot.running()
+        return [] if slot is None else list(slot.in_flight.values())
 
     def holders(self, task_ids: list[int]) -> dict[str, list[int]]:
         """Which slave holds which of ``task_ids`` in flight (one scan of the slaves: cancelling is rare)."""

@@ -535,6 +535,10 @@ def encode_error(exc: BaseException) -> bytes:
     return encode_failure(*failure_of(exc, traceback.format_exc()))
 
 
+#: What unpickling a result may raise that fails that result alone: any error, and ``SystemExit`` (a
+#: ``__reduce__`` may call ``sys.exit``), which must not end the master. Ctrl-C still goes through.
+UNPICKLING_FAILURES: Final = (Exception, SystemExit)
+
 #: A value from :func:`encode_value`'s bytes: ``pickle.loads`` itself, the master's per-result hot path
 #: (:func:`decode_outcome` says why when it fails).
 decode_value: Final[Callable[[bytes], Any]] = pickle.loads
@@ -544,7 +548,7 @@ def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
     """``(value, None)`` or ``(None, failure)``; a blob the master cannot unpickle is a failure itself."""
     try:
         decoded = pickle.loads(blob)
-    except Exception as exc:
+    except UNPICKLING_FAILURES as exc:
         return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "", None)
     if ok:
         return decoded, None
