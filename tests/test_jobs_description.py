@@ -151,6 +151,27 @@ def test_commands_mwpy_honours_are_accepted(tmp_path: Path, line: str) -> None:
     _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
 
 
+@pytest.mark.parametrize(
+    ("getenv", "copied"),
+    [  # the condor_submit man page's examples, and what condor_submit -dry-run copies (HTCondor 23.9, the test pool)
+        ("!PATH, !INCLUDE", ["CUDA_HOME", "HOME", "Pfoo", "QUUX", "path_lower"]),
+        ("*cuda*", ["CUDA_HOME"]),
+        ("!path, P*, Q*", ["Pfoo", "QUUX", "path_lower"]),
+        ("CUDA_HOME; quux", ["CUDA_HOME", "QUUX"]),
+        ("true", ["CUDA_HOME", "HOME", "PATH", "Pfoo", "QUUX", "path_lower"]),
+    ],
+)
+def test_getenv_takes_condor_submit_s_match_lists(tmp_path: Path, getenv: str, copied: list[str]) -> None:
+    """Members are separated by commas, semicolons or spaces, match without regard to case, and ``!`` keeps a
+    variable out (condor_submit man page, ``getenv``)."""
+    environment = {"CUDA_HOME": "/opt/cuda", "HOME": "/h", "PATH": "/usr/bin", "Pfoo": "pf", "QUUX": "q"}
+    path = tmp_path / "jobs.sub"
+    path.write_text(f"executable = /bin/env\ngetenv = {getenv}\nqueue\n")
+    description = SubmitDescription(path, base=str(tmp_path), environment={**environment, "path_lower": "x"})
+    (job,) = description.jobs()
+    assert sorted(name for name, _ in job.environment) == copied
+
+
 def test_a_line_no_job_uses_gets_condor_submit_s_warning(tmp_path: Path) -> None:
     description = _describe(
         tmp_path,
@@ -204,6 +225,69 @@ def test_a_queue_count_is_an_expression(tmp_path: Path) -> None:
 def test_a_syntax_error_names_its_line(tmp_path: Path) -> None:
     with pytest.raises(SubmitError, match=r"jobs.sub, line 2: 'foo bar' is not a submit command"):
         _describe(tmp_path, "executable = /bin/echo\nfoo bar\nqueue\n")
+
+
+def test_an_include_that_cannot_run_names_its_line(tmp_path: Path) -> None:
+    """The manual's ``include : list-infiles.sh |``: condor_submit looks for the command on PATH (and fails on
+    line 6, "not a valid command"); the bindings say only "parse_up_to_q_line() failed"."""
+    script = tmp_path / "list-infiles.sh"
+    script.write_text('#!/bin/sh\necho "transfer_input_files = a.dat"\n')
+    script.chmod(0o755)
+    (tmp_path / "a.dat").write_text("a")
+    text = "executable = /bin/cat\narguments = a.dat\ninclude : {} |\nqueue\n"
+    with pytest.raises(SubmitError, match=r"jobs.sub, line 3: 'include : list-infiles.sh \|': no such command: list"):
+        _describe(tmp_path, text.format("list-infiles.sh"))
+    with pytest.raises(SubmitError, match=r"jobs.sub, line 2: 'include : other.sub': no such file: other.sub$"):
+        _describe(tmp_path, "executable = /bin/cat\ninclude : other.sub\nqueue\n")
+    (job,) = _describe(tmp_path, text.format("./list-infiles.sh")).jobs()
+    assert [item.name for item in job.inputs] == ["a.dat"]
+
+
+def test_commands_are_refused_as_htcondor_reads_them_included_or_in_a_branch_taken(tmp_path: Path) -> None:
+    (tmp_path / "accounting.sub").write_text("accounting_group = group_physics\n")
+    with pytest.raises(SubmitError, match=r"^accounting_group: not supported by mwpy jobs"):
+        _describe(tmp_path, "executable = /bin/true\ninclude : accounting.sub\nqueue\n")
+    untaken = "executable = /bin/true\nif defined GROUP\n  accounting_group = $(GROUP)\nendif\nqueue\n"
+    assert [job.job_id for job in _describe(tmp_path, untaken).jobs()] == ["1.0"]
+
+
+@pytest.mark.parametrize("queue", ["queue 0", "queue x from empty.txt", "queue 3 x from empty.txt", "queue x in ()"])
+def test_an_empty_queue_statement_queues_no_job_as_condor_submit_says(tmp_path: Path, queue: str) -> None:
+    """condor_submit -dry-run (HTCondor 23.9, the test pool): exit 0, "... no jobs queued"."""
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "jobs.sub").write_text(f"executable = /bin/sh\narguments = \"-c 'touch ran'\"\n{queue}\n")
+    assert list(_describe(tmp_path, (tmp_path / "jobs.sub").read_text()).jobs()) == []
+    done = subprocess.run(mwpy_command("jobs", "jobs.sub"), cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (
+        0,
+        'mwpy jobs: warning: "jobs.sub" has only empty "queue" commands -- no jobs queued\n',
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "attribute"),
+    [  # '#' is a comment at the start of a line only: condor_submit stops with "Parse error in expression"
+        ("requirements = (HasCHTCStaging == True)          # only if the job needs /staging", "Requirements"),
+        ("on_exit_remove = ExitCode == 0   # done", "OnExitRemove"),
+        ("request_memory = 1GB  # enough", "RequestMemory"),
+    ],
+)
+def test_an_expression_that_does_not_parse_is_refused_before_any_job(tmp_path: Path, line: str, attribute: str) -> None:
+    with pytest.raises(SubmitError, match=rf"^{attribute} = .* \(job 1.0\): not a ClassAd expression \(a '#' starts"):
+        _describe(tmp_path, f"executable = /bin/true\n{line}\nqueue\n")
+
+
+@pytest.mark.parametrize(
+    ("line", "outputs"), [("", None), ("transfer_output_files =", None), ('transfer_output_files = ""', ())]
+)
+def test_transfer_output_files_empty_or_a_pair_of_quotes_as_condor_submit_reads_it(
+    tmp_path: Path, line: str, outputs: tuple[str, ...] | None
+) -> None:
+    """The manual: 'Setting transfer_output_files to the empty string ("") means no files are to be transferred';
+    condor_submit -dry-run (HTCondor 23.9) writes TransferOutput = "" for it, and nothing for an empty value."""
+    (job,) = _describe(tmp_path, f"executable = /bin/true\nshould_transfer_files = YES\n{line}\nqueue\n").jobs()
+    assert job.transfer_outputs == outputs
 
 
 def test_a_hundred_thousand_jobs_are_generated_one_at_a_time(tmp_path: Path) -> None:

@@ -345,12 +345,27 @@ def test_remaps_getenv_common_inputs_and_an_executable_found_in_the_scratch_fold
     assert run["fetches"][hashlib.sha256(b"x" * 100_000).hexdigest()] == 1  # once for the slave, not per job
 
 
-def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_path: Path) -> None:
-    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = logs/out.$(Process)\nqueue 2\n")
+def test_output_error_and_remapped_folders_are_made_as_condor_s_file_transfer_makes_them(tmp_path: Path) -> None:
+    """condor_submit of HTCondor 23 (the test pool) queues a job whose output, error or remapped output folder is
+    missing, and its file transfer makes the folders; one that cannot be made stops the run before any job."""
+    submit(
+        tmp_path,
+        "executable = /bin/sh\narguments = \"-c 'echo out; echo err >&2; echo r > r.txt'\"\n"
+        "should_transfer_files = $(transfer)\noutput = logs.$(transfer)/out\nerror = errs.$(transfer)/deep/err\n"
+        'transfer_output_remaps = "r.txt = results.$(transfer)/r.txt"\nqueue transfer in (YES, IF_NEEDED)\n',
+    )
+    done = run_jobs(tmp_path)
+    assert done.returncode == 0, done.stderr
+    for transfer in ("YES", "IF_NEEDED"):
+        assert (tmp_path / f"logs.{transfer}" / "out").read_text() == "out\n"
+        assert (tmp_path / f"errs.{transfer}" / "deep" / "err").read_text() == "err\n"
+    assert (tmp_path / "results.YES" / "r.txt").read_text() == "r\n"  # IF_NEEDED ran in place: nothing to remap
+    (tmp_path / "afile").write_text("a file, not a folder")
+    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = afile/out.$(Process)\nqueue 2\n")
     done = run_jobs(tmp_path)
     assert (done.returncode, done.stderr) == (
         2,
-        f"mwpy jobs: error: job 1.0: output {tmp_path}/logs/out.0: its folder does not exist\n",
+        f"mwpy jobs: error: job 1.0: output {tmp_path}/afile/out.0: its folder cannot be made\n",
     )
     assert not (tmp_path / "ran").exists()
 
@@ -366,3 +381,14 @@ def test_max_materialize_bounds_how_many_jobs_exist_at_once(tmp_path: Path) -> N
         running += change
         most = max(most, running)
     assert most <= 2  # four slaves, but never more than two jobs materialized
+
+
+def test_output_and_error_naming_one_file_get_one_stream_as_condor_merges_them(tmp_path: Path) -> None:
+    """condor_submit man page (``error``): when output and error are the same file, the job's two streams are
+    merged into it; neither may overwrite the other, with file transfer or in initialdir."""
+    turns = "; ".join(f"echo out {n}; echo err {n} >&2" for n in ("one", "two"))
+    text = f"executable = /bin/sh\narguments = \"-c '{turns}'\"\nshould_transfer_files = $(transfer)\n"
+    submit(tmp_path, text + "output = both.$(transfer)\nerror = both.$(transfer)\nqueue transfer in (YES, NO)\n")
+    assert run_jobs(tmp_path).returncode == 0
+    merged = {path.name: path.read_text() for path in tmp_path.glob("both.*")}
+    assert merged == dict.fromkeys(("both.YES", "both.NO"), "out one\nerr one\nout two\nerr two\n")

@@ -125,6 +125,12 @@ def run(options: argparse.Namespace) -> int:
     except MwpyError as exc:
         print(f"mwpy jobs: error: {exc}", file=sys.stderr)
         return USAGE
+    if description.total == 0:  # condor_submit's words and status: nothing to run is no error
+        print(
+            f'mwpy jobs: warning: "{options.submit_file}" has only empty "queue" commands -- no jobs queued',
+            file=sys.stderr,
+        )
+        return 0
     if options.pool:
         from mwpy.jobs import pool  # noqa: PLC0415 (the Condor back end only when asked for)
 

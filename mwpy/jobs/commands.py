@@ -56,14 +56,17 @@ _ROWS = (
     ),
     _Row(
         True,
-        "`getenv = true` copies the environment `mwpy jobs` runs in; a list of names or patterns copies "
-        "those variables (the job's `environment` wins)",
+        "`getenv = true` copies the environment `mwpy jobs` runs in; a list of names and `*` patterns "
+        "(separated by commas, semicolons or spaces, matched without regard to case) copies those variables, "
+        "and a `!` member keeps one out (`getenv = !PATH` copies all but `PATH`), as condor_submit reads it; "
+        "the job's `environment` wins",
         "getenv(get_env)",
     ),
     _Row(
         True,
-        "stdin, stdout, stderr; relative to `initialdir`; their folders must exist before the first job "
-        "runs; `transfer_input/output/error = false` uses the path as it is on the execute side",
+        "stdin, stdout, stderr; relative to `initialdir`; the folders of stdout and stderr are made as "
+        "needed, as HTCondor's file transfer makes them (one that cannot be made stops the run before the "
+        "first job); `transfer_input/output/error = false` uses the path as it is on the execute side",
         "input(In stdin) output(Out stdout) error(Err stderr) transfer_input(TransferIn) "
         "transfer_output(TransferOut) transfer_error(TransferErr)",
     ),
@@ -83,7 +86,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "files and folders, or every new or changed top-level file when absent; `transfer_output_remaps` "
+        'files and folders, or every new or changed top-level file when absent or empty (`""`: none, as '
+        "the manual says); `transfer_output_remaps` "
         "renames them (`name = path` pairs, `;`-separated); `should_transfer_files = NO` runs the job in "
         "`initialdir`; `when_to_transfer_output = ON_SUCCESS` returns outputs only after exit 0",
         "transfer_output_files(TransferOutput TransferOutputFiles) transfer_output_remaps(TransferOutputRemaps) "
@@ -103,8 +107,9 @@ _ROWS = (
         True,
         "every form, with queue variables of any name (also command names), slices, several `queue` statements "
         "(one cluster, as HTCondor 23 runs them; HTCondor 24 and later refuse them, and mwpy jobs warns), a "
-        "count that is an expression; `max_materialize` and `max_idle` bound how many jobs are made ahead "
-        "of the results",
+        "count that is an expression; statements that queue nothing (`queue 0`, an empty item list) get "
+        "condor_submit's warning and exit status 0, and nothing runs; `max_materialize` and `max_idle` bound "
+        "how many jobs are made ahead of the results",
         "queue max_materialize(JobMaterializeLimit) max_idle(JobMaterializeMaxIdle materialize_max_idle)",
     ),
     _Row(

@@ -21,9 +21,9 @@ warned about (:meth:`SubmitDescription.warnings`), as ``condor_submit`` warns.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -162,9 +162,12 @@ class SubmitDescription:
                 items = submit.itemdata()
             except Exception as exc:
                 raise SubmitError(f"{self.path}, line {statement.number}: queue {qargs.strip()}: {exc}") from None
+        if items is None and _KEYWORD.search(qargs) is not None:
+            items = []  # the bindings' answer for an empty item list (``from`` an empty file, ``in ()``)
         rows = None if items is None else _sliced(qargs, [_as_dict(item) for item in items])
         variables = tuple(rows[0]) if rows else ()
-        count = _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
+        # an empty item list queues nothing whatever its count (and its variables, which no row names, are unknown)
+        count = 1 if rows == [] else _queue_count(submit, qargs, variables, f"{self.path}, line {statement.number}")
         return _Segment(submit, count, rows, _spellings([*submit.keys(), *variables]))
 
     def _check_trailing_lines(self) -> None:
@@ -177,14 +180,40 @@ class SubmitDescription:
 
     def _syntax_error(self) -> str:
         line = statements.syntax_error(self.text)
-        return f"{self.path}: HTCondor cannot parse this submit file" if line is None else self._not_a_command(line)
+        if line is not None:
+            return self._not_a_command(line)
+        return self._include_error() or f"{self.path}: HTCondor cannot parse this submit file"
+
+    def _include_error(self) -> str | None:
+        """The first ``include`` whose file or command is not there (condor_submit names its line; the bindings
+        do not). A command without a ``/`` is looked for on PATH, as condor_submit runs it."""
+        for include in statements.includes(self.text):
+            where = f"{self.path}, line {include.line.number}: {include.line.text.strip()!r}"
+            words = include.target.split()
+            if include.command and words:
+                program = words[0]
+                found = shutil.which(program) if "/" not in program else shutil.which(os.path.join(self.base, program))
+                if found is None:
+                    hint = f" (a program beside the submit file is ./{program})" if "/" not in program else ""
+                    return f"{where}: no such command: {program}{hint}"
+            elif (
+                not include.command
+                and not include.optional
+                and not os.path.exists(os.path.join(self.base, include.target))
+            ):
+                return f"{where}: no such file: {include.target}"
+        return None
 
     def _not_a_command(self, line: statements.Line) -> str:
         return f"{self.path}, line {line.number}: {line.text.strip()!r} is not a submit command (expected NAME = VALUE)"
 
     def _check_commands(self) -> None:
-        """Refuse by name before any job (the values are checked per job: they may use queue variables)."""
-        for _, name, _ in statements.assignments(self.text):
+        """Refuse by name before any job (the values are checked per job: they may use queue variables).
+
+        The names are those HTCondor's parser read for some queue statement: an included file's commands count,
+        a branch of ``if``/``else`` that is not taken does not, as for condor_submit."""
+        names = {name: None for segment in self._segments for name in segment.submit}  # type: ignore[attr-defined]
+        for name in names:
             command = commands.lookup(name)
             if command is not None and not command.honoured:
                 raise SubmitError(f"{name}: not supported by mwpy jobs: {command.how}")
@@ -236,7 +265,7 @@ class SubmitDescription:
         process = 0
         for segment in self._segments:
             job = _JobMaker(self, segment)
-            for index, item in enumerate(segment.items or [{}]):
+            for index, item in enumerate([{}] if segment.items is None else segment.items):
                 for step in range(segment.count):
                     yield job.make(process, step, index, item)
                     process += 1
@@ -270,15 +299,25 @@ class SubmitDescription:
 
 
 def _check_folders(spec: JobSpec) -> None:
-    """condor_submit opens stdout, stderr and the log before it queues: their folders must exist."""
+    """The folders of stdout and stderr are made as the job needs them, as HTCondor's file transfer makes them:
+    one that is missing must be one that can be made. The log's must exist (condor_submit opens it)."""
     for what, path, transferred in (
         ("output", spec.stdout, spec.transfer_streams[1]),
         ("error", spec.stderr, spec.transfer_streams[2]),
     ):
-        if path is not None and transferred and not os.path.isdir(os.path.dirname(path)):
-            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder does not exist")
+        if path is not None and transferred and not _can_make(os.path.dirname(path)):
+            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder cannot be made")
     if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):
         raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
+
+
+def _can_make(folder: str) -> bool:
+    """``folder`` exists, or its nearest existing ancestor is a folder this user may create entries in."""
+    if os.path.isdir(folder):
+        return True
+    while not os.path.lexists(folder):  # "/" always exists
+        folder = os.path.dirname(folder)
+    return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
 
 
 class _JobMaker:
@@ -415,9 +454,12 @@ class _JobMaker:
         return (*common, *own)
 
     def _output_names(self) -> tuple[str, ...] | None:
-        if "transfer_output_files" not in self.segment.spellings:
+        """``transfer_output_files`` as condor_submit reads it: unset or empty, every new or changed top-level
+        file (None); ``""``, none (the manual's way of saying so); else the names."""
+        value = self.value("transfer_output_files").strip()
+        if not value:
             return None
-        return tuple(_split_list(self.value("transfer_output_files")))
+        return () if value == '""' else tuple(_split_list(value))
 
 
 #: should_transfer_files and when_to_transfer_output as condor_submit reads them (enum_utils.cpp's tables).
@@ -523,20 +565,29 @@ def _queue_count(submit: object, qargs: str, variables: tuple[str, ...], where: 
 
 
 def _getenv(value: str, environment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """``getenv``: ``true`` copies every variable, a list of names or ``*`` patterns copies those."""
+    """``getenv`` as condor_submit reads it: ``true`` (``*``) copies every variable; a list (commas, semicolons
+    or spaces) of names and ``*`` patterns, matched without regard to case, copies those, and a ``!`` member
+    keeps a variable out (``getenv = !PATH`` copies every variable but PATH)."""
     value = value.strip()
     if not value or value.lower() in ("false", "no", "0", "f", "n"):
         return ()
-    if value.lower() in _TRUE:
-        return tuple(sorted(environment.items()))
-    patterns = _split_list(value.replace(" ", ","))
+    members = ["*"] if value.lower() in _TRUE else re.split(r"[\s,;]+", value)
+    wanted = [_env_pattern(member) for member in members if member and not member.startswith("!")]
+    refused = [_env_pattern(member[1:]) for member in members if member.startswith("!") and member[1:]]
+    if not wanted:  # only refusals: everything else
+        wanted = [_env_pattern("*")]
     return tuple(
         sorted(
             (name, setting)
             for name, setting in environment.items()
-            if any(fnmatch.fnmatchcase(name, p) for p in patterns)
+            if any(p.fullmatch(name) for p in wanted) and not any(p.fullmatch(name) for p in refused)
         )
     )
+
+
+def _env_pattern(member: str) -> re.Pattern[str]:
+    """A ``getenv`` member: ``*`` matches anything, nothing else is special; case does not matter."""
+    return re.compile(".*".join(map(re.escape, member.split("*"))), re.IGNORECASE)
 
 
 def _input(initialdir: str, entry: str, keep_paths: bool, *, common: bool = False) -> InputFile:

@@ -18,6 +18,7 @@ shape (:meth:`Placement.need`, the overseer's slave jobs per need).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -124,6 +125,8 @@ class JobAd:
         attributes.update(own)
         placement = _placement(value, spellings, own, where)
         attributes.update(_placement_attributes(placement))
+        for name, expression in attributes.items():
+            _check_expression(name, expression, where)
         hold = value("hold").strip().lower() in ("true", "yes", "t", "y", "1")
         timeout = value("kill_sig_timeout").strip() or value("job_max_vacate_time").strip()
         return cls(
@@ -192,6 +195,27 @@ def _periodic(value: Callable[[str], str], attributes: dict[str, str]) -> bool:
 def _wrapped(expression: str) -> str:
     """An expression to be joined with ``||``: parenthesised when a ``?:`` would otherwise swallow the rest."""
     return f"({expression})" if "?" in expression else expression
+
+
+def _check_expression(name: str, expression: str, where: str) -> None:
+    """condor_submit refuses an attribute that is no ClassAd expression ("Parse error in expression"): refuse it
+    before any job runs, not when the policy first evaluates it."""
+    if not _parses(expression):
+        from mwpy.jobs.description import SubmitError  # noqa: PLC0415 (one error type for the whole file's checks)
+
+        hint = " (a '#' starts a comment only at the start of a line)" if "#" in expression else ""
+        raise SubmitError(f"{name} = {expression} ({where}): not a ClassAd expression{hint}")
+
+
+@functools.lru_cache(maxsize=4096)  # most jobs of a file share their expressions
+def _parses(expression: str) -> bool:
+    import classad2  # noqa: PLC0415 (loaded with the bindings already)
+
+    try:
+        classad2.ExprTree(expression)
+    except Exception:  # the library's own exception type (classad2_impl.ClassAdException)
+        return False
+    return True
 
 
 def _integer(text: str, command: str, where: str) -> str:

@@ -155,9 +155,13 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         files.protected.add(_real_path(spec.executable))
     token = secrets.token_hex(16)
     renamed = list(spec.output_remaps)
+    for path, transferred in ((spec.stdout, spec.transfer_streams[1]), (spec.stderr, spec.transfer_streams[2])):
+        if path is not None and transferred and (spec.if_needed or not spec.transfer):  # it may be written in place
+            os.makedirs(os.path.dirname(path), exist_ok=True)
     if spec.stdout is not None and spec.transfer_streams[1]:
         renamed.append((runner.STDOUT_UPLOAD, spec.stdout))
-    if spec.stderr is not None and spec.transfer_streams[2]:
+    merged = _merged_streams(spec)
+    if spec.stderr is not None and spec.transfer_streams[2] and not merged:
         renamed.append((runner.STDERR_UPLOAD, spec.stderr))
     server.expect(
         token,
@@ -181,7 +185,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         inputs=tuple(files.inputs),
         stdin=stdin,
         stdout=_stream(spec, spec.stdout, 1),
-        stderr=_stream(spec, spec.stderr, 2),
+        stderr=None if merged else _stream(spec, spec.stderr, 2),
         transfer_outputs=spec.transfer_outputs,
         transfer=spec.transfer,
         outputs_on_success_only=spec.outputs_on_success_only,
@@ -197,6 +201,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         cpus=int(spec.ad.placement.cpus) if spec.ad.placement.cpus.isdigit() else 1,
         shared=submit_side() if spec.if_needed else None,
         in_place=(spec.executable, spec.stdin, spec.stdout, spec.stderr) if spec.if_needed else None,
+        merged_streams=merged,
     )
 
 
@@ -208,6 +213,14 @@ def submit_side() -> tuple[str, str]:
 
     domain = htcondor2.param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
     return str(domain), socket.gethostname()
+
+
+def _merged_streams(spec: JobSpec) -> bool:
+    """``output`` and ``error`` name the same file: Condor's starter gives the job one stream for both (the
+    condor_submit man page), so that neither overwrites the other."""
+    return (
+        spec.stdout is not None and spec.stdout == spec.stderr and spec.transfer_streams[1] == spec.transfer_streams[2]
+    )
 
 
 def _stream(spec: JobSpec, path: str | None, index: int) -> bool | str | None:

@@ -98,6 +98,8 @@ class JobTask:
     #: the job in initialdir with ``in_place``'s (executable, stdin, stdout, stderr) instead of in a scratch folder
     shared: tuple[str, str] | None = None
     in_place: tuple[str, str | None, str | None, str | None] | None = None
+    #: output and error name the same file: one stream for both, as Condor's starter merges them
+    merged_streams: bool = False
 
 
 @attrs.frozen
@@ -237,7 +239,11 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
     with contextlib.ExitStack() as files:
         stdin = files.enter_context(open(_path(folder, task.stdin) if task.stdin else os.devnull, "rb"))
         stdout = files.enter_context(open(_stream(folder, task.stdout, STDOUT_NAME), "wb"))
-        stderr = files.enter_context(open(_stream(folder, task.stderr, STDERR_NAME), "wb"))
+        stderr = (
+            stdout
+            if task.merged_streams
+            else files.enter_context(open(_stream(folder, task.stderr, STDERR_NAME), "wb"))
+        )
         try:
             process = subprocess.Popen(
                 [_executable(folder, task), *task.arguments],

@@ -29,6 +29,8 @@ _CONTROL = re.compile(r"^\s*(if|elif|else|endif|error|warning|include)\b", re.IG
 _REFERENCE = re.compile(r"\$[A-Za-z_]*\(\s*([A-Za-z_][\w.]*)")
 _BLOCK = re.compile(r"^\s*[+A-Za-z_][\w.+-]*\s*@=\s*(\S+)\s*$")
 _DEFINED = re.compile(r"\bdefined\s+([A-Za-z_][\w.]*)", re.IGNORECASE)
+#: ``include : FILE``, ``include : COMMAND ARGS |``, ``include command : COMMAND ARGS``, ``include ifexist : FILE``.
+_INCLUDE = re.compile(r"^\s*include\s*(command|ifexist)?\s*:\s*(.*?)\s*$", re.IGNORECASE)
 
 
 @attrs.frozen
@@ -115,6 +117,27 @@ def after_last_queue(text: str) -> list[Line]:
 def syntax_error(text: str) -> Line | None:
     """The first line that is no statement of the submit language, or None."""
     return next((line for line in logical_lines(text) if not is_statement(line)), None)
+
+
+@attrs.frozen
+class Include:
+    """An ``include`` line: what it names, and whether that is a command whose output is read."""
+
+    line: Line
+    target: str  # the file, or the command line without its ``|``
+    command: bool
+    optional: bool  # ``include ifexist``: a missing file is no error
+
+
+def includes(text: str) -> Iterator[Include]:
+    """The file's ``include`` lines, in order."""
+    for line in logical_lines(text):
+        found = _INCLUDE.match(line.text)
+        if found is None or _comment(line.text):
+            continue
+        kind, target = (found.group(1) or "").lower(), found.group(2)
+        piped = target.endswith("|")
+        yield Include(line, target.rstrip("|").strip(), kind == "command" or piped, kind == "ifexist")
 
 
 def is_statement(line: Line) -> bool:

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "transfer_input_files = `ls -m infiles/*.dat`"
