@@ -345,29 +345,36 @@ def test_remaps_getenv_common_inputs_and_an_executable_found_in_the_scratch_fold
     assert run["fetches"][hashlib.sha256(b"x" * 100_000).hexdigest()] == 1  # once for the slave, not per job
 
 
-def test_output_error_and_remapped_folders_are_made_as_condor_s_file_transfer_makes_them(tmp_path: Path) -> None:
-    """condor_submit of HTCondor 23 (the test pool) queues a job whose output, error or remapped output folder is
-    missing, and its file transfer makes the folders; one that cannot be made stops the run before any job."""
-    submit(
-        tmp_path,
-        "executable = /bin/sh\narguments = \"-c 'echo out; echo err >&2; echo r > r.txt'\"\n"
-        "should_transfer_files = $(transfer)\noutput = logs.$(transfer)/out\nerror = errs.$(transfer)/deep/err\n"
-        'transfer_output_remaps = "r.txt = results.$(transfer)/r.txt"\nqueue transfer in (YES, IF_NEEDED)\n',
-    )
-    done = run_jobs(tmp_path)
-    assert done.returncode == 0, done.stderr
-    for transfer in ("YES", "IF_NEEDED"):
-        assert (tmp_path / f"logs.{transfer}" / "out").read_text() == "out\n"
-        assert (tmp_path / f"errs.{transfer}" / "deep" / "err").read_text() == "err\n"
-    assert (tmp_path / "results.YES" / "r.txt").read_text() == "r\n"  # IF_NEEDED ran in place: nothing to remap
-    (tmp_path / "afile").write_text("a file, not a folder")
-    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = afile/out.$(Process)\nqueue 2\n")
+def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_path: Path) -> None:
+    """Issue 23 item 6: condor_submit's file checks (SUBMIT_SKIP_FILECHECK = false) stop such a file before any
+    job; HTCondor 23 and 25's file transfer would make the folder, so a misspelt one would go unnoticed."""
+    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = logs/out.$(Process)\nqueue 2\n")
     done = run_jobs(tmp_path)
     assert (done.returncode, done.stderr) == (
         2,
-        f"mwpy jobs: error: job 1.0: output {tmp_path}/afile/out.0: its folder cannot be made\n",
+        f"mwpy jobs: error: job 1.0: output {tmp_path}/logs/out.0: its folder does not exist\n",
     )
     assert not (tmp_path / "ran").exists()
+    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\nerror = errs/err\nqueue\n")
+    done = run_jobs(tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"mwpy jobs: error: job 1.0: error {tmp_path}/errs/err: its folder does not exist\n",
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+def test_remapped_outputs_folders_are_made_as_condor_s_file_transfer_makes_them(tmp_path: Path) -> None:
+    """condor_submit of HTCondor 23 and 25 (the test pools) queues a job whose remapped output's folder is missing,
+    and its file transfer makes the folder (OSPool's fastqc tutorial relies on it: tests/conformance)."""
+    submit(
+        tmp_path,
+        "executable = /bin/sh\narguments = \"-c 'echo r > r.txt'\"\nshould_transfer_files = YES\n"
+        'transfer_output_remaps = "r.txt = results/deep/r.txt"\nqueue\n',
+    )
+    done = run_jobs(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "results" / "deep" / "r.txt").read_text() == "r\n"
 
 
 def test_max_materialize_bounds_how_many_jobs_exist_at_once(tmp_path: Path) -> None:

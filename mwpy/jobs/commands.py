@@ -64,9 +64,9 @@ _ROWS = (
     ),
     _Row(
         True,
-        "stdin, stdout, stderr; relative to `initialdir`; the folders of stdout and stderr are made as "
-        "needed, as HTCondor's file transfer makes them (one that cannot be made stops the run before the "
-        "first job); `transfer_input/output/error = false` uses the path as it is on the execute side",
+        "stdin, stdout, stderr; relative to `initialdir`; their folders must exist before the first job "
+        "runs (condor_submit's file checks; HTCondor's file transfer would make a misspelt one); "
+        "`transfer_input/output/error = false` uses the path as it is on the execute side",
         "input(In stdin) output(Out stdout) error(Err stderr) transfer_input(TransferIn) "
         "transfer_output(TransferOut) transfer_error(TransferErr)",
     ),

@@ -299,25 +299,17 @@ class SubmitDescription:
 
 
 def _check_folders(spec: JobSpec) -> None:
-    """The folders of stdout and stderr are made as the job needs them, as HTCondor's file transfer makes them:
-    one that is missing must be one that can be made. The log's must exist (condor_submit opens it)."""
+    """The folders of stdout, stderr and the log must exist before the first job, as condor_submit's file
+    checks demand (``SUBMIT_SKIP_FILECHECK = false``): a misspelt folder stops the run, rather than every
+    job's output landing in a new folder of that name (HTCondor 23 and 25's file transfer would make it)."""
     for what, path, transferred in (
         ("output", spec.stdout, spec.transfer_streams[1]),
         ("error", spec.stderr, spec.transfer_streams[2]),
     ):
-        if path is not None and transferred and not _can_make(os.path.dirname(path)):
-            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder cannot be made")
+        if path is not None and transferred and not os.path.isdir(os.path.dirname(path)):
+            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder does not exist")
     if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):
         raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
-
-
-def _can_make(folder: str) -> bool:
-    """``folder`` exists, or its nearest existing ancestor is a folder this user may create entries in."""
-    if os.path.isdir(folder):
-        return True
-    while not os.path.lexists(folder):  # "/" always exists
-        folder = os.path.dirname(folder)
-    return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
 
 
 class _JobMaker:

@@ -155,9 +155,6 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
         files.protected.add(_real_path(spec.executable))
     token = secrets.token_hex(16)
     renamed = list(spec.output_remaps)
-    for path, transferred in ((spec.stdout, spec.transfer_streams[1]), (spec.stderr, spec.transfer_streams[2])):
-        if path is not None and transferred and (spec.if_needed or not spec.transfer):  # it may be written in place
-            os.makedirs(os.path.dirname(path), exist_ok=True)
     if spec.stdout is not None and spec.transfer_streams[1]:
         renamed.append((runner.STDOUT_UPLOAD, spec.stdout))
     merged = _merged_streams(spec)

@@ -927,7 +927,7 @@ class FileServer:
         with self._lock:
             if not self._charge(str(token), size, dest):
                 raise OutputRefused(f"job {token} sent more than {dest.max_bytes} bytes or {dest.max_files} files")
-        if name in streams:  # stdout, stderr, a remapped output: its folder is made as Condor makes it
+        if name in streams:  # stdout, stderr (checked before any job), a remap: its folder made as Condor makes it
             folder, name = os.path.split(streams[name])
             os.makedirs(folder, exist_ok=True)
             dest = attrs.evolve(dest, initialdir=folder)
