@@ -107,8 +107,16 @@ class Drops:
         self._read: dict[Path, int] = {}
 
     def new(self, folder: Path) -> list[int]:
-        """Pids of this host's slaves the master of ``folder`` dropped since the last call."""
-        start = self._read.get(folder, 0)
+        """Pids of this host's slaves the master of ``folder`` dropped since the last call.
+
+        The first call only notes where the file ends: lines already there are an earlier run's (a reused
+        ``--workdir``), whose pids may be this run's slaves' now. It comes before any of this run's slaves
+        can have been dropped: the back end polls from its first slave's start, a drop takes a client timeout.
+        """
+        if folder not in self._read:
+            self._read[folder] = _size(folder / SLAVE_DROPS)
+            return []
+        start = self._read[folder]
         try:
             with (folder / SLAVE_DROPS).open("rb") as file:
                 file.seek(start)
@@ -161,6 +169,14 @@ class Exits:
             if fields[:2] == [slave.host, str(slave.pid)] and len(fields) == 3 and fields[2].lstrip("-").isdigit():
                 found = describe(int(fields[2]))  # the last line wins: a pid may be reused
         return found
+
+
+def _size(path: Path) -> int:
+    """A file's size in bytes, 0 when it does not exist (yet)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _tail(path: Path, most: int) -> str:
