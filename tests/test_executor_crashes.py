@@ -39,7 +39,9 @@ import concurrent.futures as cf
 import logging
 import os
 import pickle
+import re
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -507,3 +509,55 @@ def test_a_task_that_freezes_its_slave_fails_under_mwpy_local(tmp_path: Path) ->
     assert "failed: KilledSlaveError freeze killed 1 slaves that ran it (allowed failures: 0)" in done.stdout
     assert FROZEN in done.stdout
     assert f"doubled: {[2 * x for x in range(10)]}" in done.stdout
+
+
+DYING_SCRIPT = """\
+    import ctypes
+    import faulthandler
+
+    import mwpy
+
+
+    def crash():
+        faulthandler.disable()
+        ctypes.string_at(0)  # SIGSEGV
+
+
+    def square(x):
+        return x * x
+
+
+    if __name__ == "__main__":
+        with mwpy.Executor(max_workers=2, options=["--mw-allowed-failures", "1"]) as ex:
+            doomed = ex.submit(crash)
+            print([ex.submit(square, x).result(timeout=300) for x in range(4)])
+            try:
+                doomed.result(timeout=300)
+            except mwpy.KilledSlaveError as exc:
+                print("deaths:", len(exc.deaths))
+"""
+#: The one line a slave's death prints, on the ``mwpy.master`` logger at WARNING, when its tasks run again.
+DEATH_LINE = re.compile(r"slave-\d+ disconnected \(EOF\); (1 task|\d+ tasks) in flight, queued again")
+
+
+def test_each_death_prints_at_most_one_short_line_and_the_error_is_the_future_s(tmp_path: Path) -> None:
+    """Issue 21 item 7: each death printed ``slave-N disconnected (EOF); 1 tasks in flight`` before the error.
+
+    A ProcessPoolExecutor user gets the error on the future and nothing
+    else; a dask user also sees a WARNING per worker restarted. mwpy's stderr
+    (Python's default: warnings, on the last-resort handler) has at most one
+    short line per death that sends its tasks to other slaves, saying so; the
+    death that fails the call prints nothing (its future raises), and nothing
+    else is printed: no traceback, no other line.
+    """
+    script = tmp_path / "dying.py"
+    script.write_text(textwrap.dedent(DYING_SCRIPT))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=RESULT_TIMEOUT * 2, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "[0, 1, 4, 9]"
+    deaths = int(done.stdout.splitlines()[1].removeprefix("deaths: "))
+    lines = done.stderr.splitlines()
+    assert all(DEATH_LINE.fullmatch(line) for line in lines), done.stderr
+    assert 1 <= len(lines) < deaths  # each death but the last one, which fails the call, says its tasks run again
