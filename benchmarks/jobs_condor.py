@@ -21,15 +21,29 @@ Wall time runs from just before the first ``condor_submit`` until no job of
 the arm is left in the queue. With ``--rounds R`` every case runs R times,
 the two arms in turn first (plain then mwpy, then mwpy then plain), and each
 ratio is taken within a round: the table gives median [min-max] over rounds.
+* **floor** (``--arms floor,mwpy``): no framework at all, what the machine itself costs. One Condor job
+  per slot (``queue SLOTS``, the shared input transferred once with it) runs the same ``job.sh`` back to
+  back N/slots times in its sandbox from a bash loop, each run's start and end stamped just before the
+  job is started and just after it ended (bash's ``$EPOCHREALTIME``: no process for the stamps), as the
+  slave stamps mwpy's jobs.
+
 It prints a Markdown table and ``--json FILE`` keeps every figure, for
-``python -m benchmarks.jobs_plot``. For mwpy it also says where the span from the
-first job's start to the last job's end goes beyond the ideal N·d/slots, from the
-per-job times of the run summary: the job's own run past d (process start,
-reading the shared input; median), the gap between two jobs on one slave
-(sending outputs back, the result, the next task, the scratch folder; median),
-and, per slot, how long after the first job its own first job started (the
-slaves' start-up spread) and how long before the last job's end its last one
-ended (means over the slots).
+``python -m benchmarks.jobs_plot``. A second table gives the jobs' span, two ways:
+
+* **after start-up** (issue 23's "s per 0.2 s job"): per slot, from its own first job's start to its own
+  last job's end, over the jobs it ran; the sum of those spans over the sum of the jobs is the seconds per
+  job, and d over it the span %. The slots' start-up (Condor starting the slave jobs, the first fetch of
+  the shared input) and their end spread are left out: it is what one slot pays per job once running;
+* **first job to last**: from the first job's start on any slot to the last job's end on any slot, over
+  the ideal N·d/slots; it includes the slots' start-up and end spread.
+
+Both for mwpy and for the floor, in the same round, and mwpy's seconds per job over the floor's (what
+mwpy costs beyond the machine's own process start and reading of the input). Beside them, from the
+per-job times (mwpy's from the run summary), where the span goes beyond d: the job's own run past d
+(process start, reading the shared input; median), the gap between two jobs on one slot (for mwpy:
+sending outputs back, the result, the next task, the scratch folder; median), and, per slot, how long
+after the first job its own first job started (the slaves' start-up spread) and how long before the last
+job's end its last one ended (means over the slots).
 """
 
 from __future__ import annotations
@@ -42,8 +56,9 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.common import REPO, BenchError, Spread
 from benchmarks.condor import PoolQueue, pool_description, pool_down
@@ -56,8 +71,22 @@ cat shared.bin > /dev/null
 sleep "$1"
 echo "job $2 done" > "done.$2"
 """
+#: The floor arm's Condor job: $3 runs of job.sh from run $1 x $3 on, back to back, each stamped around it.
+FLOOR = """#!/bin/bash
+# No framework: this slot's share of the jobs, one after another, as the slave would run them.
+chmod +x job.sh
+stamps=""
+for ((job = $1 * $3; job < ($1 + 1) * $3; job++)); do
+    start=$EPOCHREALTIME
+    ./job.sh "$2" "$job" > "out.$job"
+    end=$EPOCHREALTIME
+    stamps+="$job $start $end"$'\\n'
+done
+printf "%s" "$stamps" > "stamps.$1"
+"""
 #: The longest one arm may take before it is removed and reported as failed.
 DEADLINE = 3600.0
+T = TypeVar("T")
 #: The first HTCondor major version that knows ``transfer_common_input``.
 COMMON_INPUT_SINCE = 24
 
@@ -71,7 +100,12 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--first-round", type=int, default=0, help="number of the first round (0: plain first; 1: mwpy first)"
     )
-    parser.add_argument("--arms", default="plain,mwpy", help="arms to run: plain, common, mwpy (default plain,mwpy)")
+    parser.add_argument(
+        "--arms", default="plain,mwpy", help="arms to run: plain, common, floor, mwpy (default plain,mwpy)"
+    )
+    parser.add_argument(
+        "--master-options", default="", help="more --mw-* options for the jobs master, e.g. '--mw-slave-window 2'"
+    )
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument(
         "--table", type=Path, nargs="+", metavar="JSON", help="only print the table of these --json files (merged)"
@@ -120,27 +154,73 @@ def common_input_skipped(condor_version: str | None) -> str | None:
 def _plain(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, *, common: bool = False) -> dict[str, Any]:
     workdir = queue.new_workdir(f"{'common' if common else 'plain'}-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb, common=common)
+
+    def outputs(folder: Path) -> None:
+        if (done := len(list(folder.glob("done.*")))) != jobs:
+            raise BenchError(f"plain: {done} of {jobs} jobs left their output")
+
+    wall, busy, _ = _cluster(queue, workdir, "jobs.sub", outputs)
+    moved = None if common else jobs * int(size_mb) * (1 << 20)  # common: once per node, Condor does not say
+    return {"wall_seconds": wall, "cpu_busy": busy, "shared_bytes_moved": moved}
+
+
+def _floor(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
+    """The floor: one Condor job per slot runs its N/slots jobs back to back with no framework (FLOOR)."""
+    workdir = queue.new_workdir(f"floor-{seconds:g}s-{size_mb:g}MB")
+    _write_jobs(workdir, jobs, seconds, size_mb)
+    (workdir / "floor.sh").write_text(FLOOR)
+    (workdir / "floor.sh").chmod(0o755)
+    (workdir / "floor.sub").write_text(
+        f'executable = floor.sh\narguments = "$(Process) {seconds:g} {jobs // slots}"\n'
+        f"transfer_input_files = shared.bin, job.sh\nshould_transfer_files = YES\n"
+        f"when_to_transfer_output = ON_EXIT\nrequest_memory = 128\nlog = floor.log\nqueue {slots}\n"
+    )
+
+    def stamps(folder: Path) -> list[dict[str, Any]]:
+        records = [
+            {"slave": slot.name, "started": float(start), "ended": float(end), "seconds": float(end) - float(start)}
+            for slot in sorted(folder.glob("stamps.*"))
+            for _, start, end in (line.split() for line in slot.read_text().splitlines())
+        ]
+        done = len(list(folder.glob("done.*")))
+        if done != jobs or len(records) != jobs:
+            raise BenchError(f"floor: {done} of {jobs} jobs left their output, {len(records)} were stamped")
+        return records
+
+    wall, busy, records = _cluster(queue, workdir, "floor.sub", stamps)
+    return {"wall_seconds": wall, "cpu_busy": busy, **_spans(records), **per_job_time(records, seconds)}
+
+
+def _cluster(queue: PoolQueue, workdir: Path, submit_file: str, outcome: Callable[[Path], T]) -> tuple[float, float, T]:
+    """``condor_submit submit_file`` in ``workdir`` and wait until its cluster has left the queue: the wall time
+    from just before the submit, how busy the machine's cores were, and ``outcome(workdir)`` (which checks it)."""
     queue.give(workdir)
     cluster = None
     ok = False
     try:
         cpu = _cpu_ticks()
         started = time.time()
-        cluster = queue.submit(workdir, "jobs.sub")
+        cluster = queue.submit(workdir, submit_file)
         queue.wait_empty(f"ClusterId == {cluster}", DEADLINE)
         wall = time.time() - started
         busy = _busy_since(cpu)
-        done = len(list(workdir.glob("done.*")))
-        if done != jobs:
-            raise BenchError(f"plain: {done} of {jobs} jobs left their output")
+        found = outcome(workdir)
         ok = True
     finally:
         queue.finish(workdir, None if cluster is None else f"ClusterId == {cluster}", keep=not ok)
-    moved = None if common else jobs * int(size_mb) * (1 << 20)  # common: once per node, Condor does not say
-    return {"wall_seconds": wall, "cpu_busy": busy, "shared_bytes_moved": moved}
+    return wall, busy, found
 
 
-def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: int) -> dict[str, Any]:
+def _spans(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The jobs' span from the first job's start to the last job's end, the slots used, the jobs' seconds."""
+    return {
+        "jobs_span_seconds": max(line["ended"] for line in records) - min(line["started"] for line in records),
+        "job_seconds": sum(line["seconds"] for line in records),
+        "slaves_used": len({line["slave"] for line in records}),
+    }
+
+
+def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, *, slots: int, options: str) -> dict[str, Any]:
     workdir = queue.new_workdir(f"mwpy-{seconds:g}s-{size_mb:g}MB")
     _write_jobs(workdir, jobs, seconds, size_mb)
     shutil.copytree(SUBMIT, workdir / "submit")
@@ -155,7 +235,7 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
             "submit/jobs-master.sub",
             f"python={queue.pool['job_python']}",
             "jobs=jobs.sub",
-            "master_options=--mw-events events.jsonl",
+            f"master_options=--mw-events events.jsonl {options}".strip(),
         )
         stamps = {"master_submitted": time.time()}
         deadline = time.monotonic() + 120
@@ -194,9 +274,7 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
         "wall_seconds": wall,
         "cpu_busy": busy,
         "after_first_submit": {name: round(moment - started, 3) for name, moment in stamps.items()},
-        "jobs_span_seconds": stamps["last_job_ended"] - stamps["first_job_started"],
-        "job_seconds": sum(line["seconds"] for line in records),
-        "slaves_used": len({line["slave"] for line in records}),
+        **_spans(records),
         "bytes_sent": run["bytes_sent"],
         "shared_fetches": shared_fetches,
         "shared_bytes_moved": shared_fetches * int(size_mb) * (1 << 20),
@@ -205,10 +283,12 @@ def _mwpy(queue: PoolQueue, jobs: int, seconds: float, size_mb: float, slots: in
 
 
 def per_job_time(records: list[dict[str, Any]], seconds: float) -> dict[str, float]:
-    """Where the jobs' span goes beyond d per job: medians over the jobs of a job's own run past d (process
-    start, reading the input) and of the gap before the next job on the same slave (outputs back, result,
-    next task, scratch folder); means over the slaves of how long after the first job their first one
-    started (start-up spread) and how long before the last job's end their last one ended."""
+    """The span after start-up: each slot's span from its first job's start to its last job's end, summed
+    over the slots, over the jobs they ran (issue 23's "s per 0.2 s job"). Where it goes beyond d per job:
+    medians over the jobs of a job's own run past d (process start, reading the input) and of the gap before
+    the next job on the same slot (outputs back, result, next task, scratch folder); means over the slots of
+    how long after the first job their first one started (start-up spread) and how long before the last
+    job's end their last one ended."""
     own = statistics.median(record["seconds"] - seconds for record in records)
     gaps = []
     by_slave: dict[str, list[dict[str, Any]]] = {}
@@ -220,6 +300,8 @@ def per_job_time(records: list[dict[str, Any]], seconds: float) -> dict[str, flo
     first = min(record["started"] for record in records)
     last = max(record["ended"] for record in records)
     return {
+        "slot_span_per_job_seconds": sum(runs[-1]["ended"] - runs[0]["started"] for runs in by_slave.values())
+        / len(records),
         "job_overrun_seconds": own,
         "between_jobs_seconds": statistics.median(gaps) if gaps else 0.0,
         "slot_start_spread_seconds": statistics.mean(runs[0]["started"] - first for runs in by_slave.values()),
@@ -231,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
     if args.table:
         for result in load(args.table):
-            print(table(result, result["runs"]), end="\n\n")
+            print(tables(result, result["runs"]), end="\n\n")
         return 0
     pool, why = pool_description()
     down = why if pool is None else pool_down(pool)
@@ -254,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{size_mb:g} MB shared, {slots} slots",
                         flush=True,
                     )
-                    figures = _arm(queue, system, jobs, seconds, size_mb, slots=slots)
+                    figures = _arm(queue, system, jobs, seconds, size_mb, slots=slots, options=args.master_options)
                     runs.append({"round": number, "system": system, "seconds": seconds, "size_mb": size_mb, **figures})
                     print(f"[jobs_condor]   {figures}", flush=True)
     facts = {
@@ -266,9 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         "condor_version": pool.get("condor_version"),
         "cycles": _cycles(pool),
         "rounds": args.rounds,
+        "master_options": args.master_options,
     }
     print()
-    print(table(facts, runs))
+    print(tables(facts, runs))
     moments = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in startup(runs).items())
     print(f"\nmwpy, medians after the first condor_submit: {moments}")
     if args.json:
@@ -276,13 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _arm(queue: PoolQueue, system: str, jobs: int, seconds: float, size_mb: float, *, slots: int) -> dict[str, Any]:
+def _arm(
+    queue: PoolQueue, system: str, jobs: int, seconds: float, size_mb: float, *, slots: int, options: str
+) -> dict[str, Any]:
     """One arm's figures, ``{"error": ...}`` if it failed, or ``{"skipped": why}`` if it cannot run here."""
     if system == "common" and (why := common_input_skipped(queue.pool.get("condor_version"))):
         return {"skipped": why}
     try:
         if system == "mwpy":
-            return _mwpy(queue, jobs, seconds, size_mb, slots)
+            return _mwpy(queue, jobs, seconds, size_mb, slots=slots, options=options)
+        if system == "floor":
+            return _floor(queue, jobs, seconds, size_mb, slots)
         return _plain(queue, jobs, seconds, size_mb, common=system == "common")
     except BenchError as exc:
         return {"error": str(exc)}
@@ -294,12 +381,24 @@ def _cycles(pool: dict[str, Any]) -> str:
     return "fast" if "NEGOTIATOR_INTERVAL = 1\n" in config else "stock"
 
 
+#: What the --json files of one experiment share (with the value of files written before it was kept).
+_SAME_RUN: tuple[tuple[str, str | None], ...] = (
+    ("jobs", None),
+    ("slots", None),
+    ("nodes", None),
+    ("cpus_per_node", None),
+    ("cycles", "fast"),
+    ("master_options", ""),
+)
+
+
 def load(paths: list[Path]) -> list[dict[str, Any]]:
-    """``--json`` files, those of the same pool and N merged into one result (rounds run in separate sittings)."""
+    """``--json`` files, those of the same pool, N and master options merged into one result (rounds run in
+    separate sittings)."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for path in paths:
         result = json.loads(path.read_text())
-        key = (result["jobs"], result["slots"], result["nodes"], result["cpus_per_node"], result.get("cycles", "fast"))
+        key = tuple(result.get(name, default) for name, default in _SAME_RUN)
         if key in merged:
             merged[key]["runs"] += result["runs"]
             merged[key]["rounds"] = len({r["round"] for r in merged[key]["runs"]})
@@ -343,11 +442,10 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         f"{facts['cores']} cores, {facts.get('cycles', 'fast')} cycles), {facts['rounds']} round(s): "
         "median [min-max] over rounds",
         "",
-        "| N | job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy ÷ ideal N·d/slots "
+        "| N | job d | shared S | condor_submit | mwpy jobs | speed-up | mwpy ÷ ideal N·d/slots: wall "
         "(first job to last) | mwpy start: first job at | shared moved ÷ (slaves \N{MULTIPLICATION SIGN} S) | "
-        "condor_submit, transfer_common_input | speed-up over it | mwpy beyond d: job's own run; between jobs | "
-        "mwpy slots: first job after the first; last job before the last |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "condor_submit, transfer_common_input | speed-up over it |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in cases(runs):
         seconds, size, pairs = case["seconds"], case["size_mb"], case["pairs"]
@@ -361,15 +459,68 @@ def table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             f"{_spread([100 * ideal / m for m in mwpy], '.0f')} % "
             f"({_spread([100 * ideal / m['jobs_span_seconds'] for _, m in pairs], '.0f')} %) | "
             f"{_spread([m['after_first_submit']['first_job_started'] for _, m in pairs], '.1f')} s | "
-            f"{_spread(moved, '.2f')} | {_common_columns(case['commons'])} | "
-            f"{_spread([1000 * m.get('job_overrun_seconds', 0.0) for _, m in pairs], '.0f')} ms; "
-            f"{_spread([1000 * m.get('between_jobs_seconds', 0.0) for _, m in pairs], '.0f')} ms | "
-            f"{_spread([m.get('slot_start_spread_seconds', 0.0) for _, m in pairs], '.2f')} s; "
-            f"{_spread([m.get('slot_end_spread_seconds', 0.0) for _, m in pairs], '.2f')} s |"
+            f"{_spread(moved, '.2f')} | {_common_columns(case['commons'])} |"
         )
     skipped = sorted({f"{r['system']}: {r['skipped']}" for r in runs if "skipped" in r})
     lines += [f"\nSkipped, {why}" for why in skipped]
     return "\n".join(lines)
+
+
+def tables(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The walls' table (where plain Condor ran beside mwpy), then the spans' table."""
+    return f"{table(facts, runs)}\n\n{span_table(facts, runs)}" if cases(runs) else span_table(facts, runs)
+
+
+def span_table(facts: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The jobs' span, mwpy's and the floor's: after start-up (per slot; s per job and d over it) and first job
+    to last (over N·d/slots), mwpy's s per job over the floor's (same rounds), and where the span goes."""
+    jobs, slots = facts["jobs"], facts["slots"]
+    lines = [
+        "| N | job d | shared S | system | after start-up: s per job (span %) | first job to last ÷ N·d/slots | "
+        "mwpy ÷ floor, after start-up | beyond d: job's own run; between jobs | slots: first job after the "
+        "first; last job before the last |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (size, seconds), arms in _span_cases(runs).items():
+        ideal = jobs * seconds / slots
+        ratios = [
+            both["mwpy"]["slot_span_per_job_seconds"] / both["floor"]["slot_span_per_job_seconds"]
+            for both in arms.values()
+            if "mwpy" in both and "floor" in both
+        ]
+        for system in ("mwpy", "floor"):
+            done = [by_system[system] for by_system in arms.values() if system in by_system]
+            if not done:
+                continue
+            per_job = [r["slot_span_per_job_seconds"] for r in done]
+            lines.append(
+                f"| {jobs} | {seconds:g} s | {size:g} MB | {_system_label(system, facts)} | "
+                f"{_spread(per_job, '.3f')} s "
+                f"({_spread([100 * seconds / x for x in per_job], '.0f')} %) | "
+                f"{_spread([100 * ideal / r['jobs_span_seconds'] for r in done], '.0f')} % | "
+                f"{_spread(ratios, '.3f') if system == 'mwpy' else ''} | "
+                f"{_spread([1000 * r['job_overrun_seconds'] for r in done], '.0f')} ms; "
+                f"{_spread([1000 * r['between_jobs_seconds'] for r in done], '.1f')} ms | "
+                f"{_spread([r['slot_start_spread_seconds'] for r in done], '.2f')} s; "
+                f"{_spread([r['slot_end_spread_seconds'] for r in done], '.2f')} s |"
+            )
+    return "\n".join(lines)
+
+
+def _system_label(system: str, facts: dict[str, Any]) -> str:
+    """``mwpy``, with the master options it ran with (``--master-options``), or ``floor``."""
+    options = facts.get("master_options") if system == "mwpy" else None
+    return f"{system} `{options}`" if options else system
+
+
+def _span_cases(runs: list[dict[str, Any]]) -> dict[tuple[float, float], dict[int, dict[str, dict[str, Any]]]]:
+    """(S, d) -> round -> {"mwpy": run, "floor": run}: the runs of those arms that succeeded."""
+    found: dict[tuple[float, float], dict[int, dict[str, dict[str, Any]]]] = {}
+    for run in sorted(runs, key=lambda r: (r["size_mb"], r["seconds"], r["round"])):
+        if run["system"] in ("mwpy", "floor") and "slot_span_per_job_seconds" in run:
+            case = found.setdefault((run["size_mb"], run["seconds"]), {})
+            case.setdefault(run["round"], {})[run["system"]] = run
+    return found
 
 
 def _common_columns(commons: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:

@@ -370,3 +370,31 @@ def test_jobs_on_the_pool_attribute_the_span_beyond_the_ideal() -> None:
     assert figures["between_jobs_seconds"] == pytest.approx(0.0075)
     assert figures["slot_start_spread_seconds"] == pytest.approx(0.05)  # s0 at 0, s1 0.1 after
     assert figures["slot_end_spread_seconds"] == pytest.approx(0.0625)  # s0 ends 0.125 before s1
+    # After start-up, as issue 23 counts it: s0 spans 0.425 s, s1 0.45 s, over 4 jobs.
+    assert figures["slot_span_per_job_seconds"] == pytest.approx(0.21875)
+
+
+def test_jobs_on_the_pool_set_mwpy_span_against_the_floor_of_the_same_round() -> None:
+    """The span table gives, for mwpy and for the floor (no framework), the seconds per job after start-up with
+    d over it, the first-to-last span over N·d/slots, and mwpy's seconds per job over the floor's within a
+    round: round 0 1.1, round 1 1.3."""
+    base = {"seconds": 0.2, "size_mb": 50.0, "job_overrun_seconds": 0.01, "between_jobs_seconds": 0.005}
+    base |= {"slot_start_spread_seconds": 0.5, "slot_end_spread_seconds": 0.1, "jobs_span_seconds": 12.5}
+    runs = [
+        {**base, "round": 0, "system": "floor", "slot_span_per_job_seconds": 0.2},
+        {**base, "round": 0, "system": "mwpy", "slot_span_per_job_seconds": 0.22},
+        {**base, "round": 1, "system": "mwpy", "slot_span_per_job_seconds": 0.26},
+        {**base, "round": 1, "system": "floor", "slot_span_per_job_seconds": 0.2},
+        {**base, "round": 2, "system": "mwpy", "error": "mwpy: 1 failed"},
+    ]
+    facts = {"jobs": 400, "slots": 8}
+    shown = jobs_condor.span_table(facts, runs).splitlines()
+    mwpy = next(line for line in shown if "| mwpy |" in line)
+    floor = next(line for line in shown if "| floor |" in line)
+    assert "| 0.240 [0.220\N{EN DASH}0.260] s (84 [77\N{EN DASH}91] %) |" in mwpy
+    assert "| 80 % |" in mwpy  # 10 s of N·d/slots over 12.5 s
+    assert "| 1.200 [1.100\N{EN DASH}1.300] |" in mwpy
+    assert "| 0.200 s (100 %) |" in floor
+    # A run with more options for the master says so: its rounds are never merged with the default's.
+    labelled = jobs_condor.span_table({**facts, "master_options": "--mw-slave-window 2"}, runs)
+    assert "| mwpy `--mw-slave-window 2` |" in labelled

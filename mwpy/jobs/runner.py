@@ -38,7 +38,7 @@ import attrs
 from mwpy.errors import MwpyError
 from mwpy.net.cache import SlaveCache
 from mwpy.net.filestore import FileClient, FileServiceError, output_upload_name
-from mwpy.parent_death import ends_with_this_process
+from mwpy.parent_death import DeathWatch
 
 #: Scratch names of the job's streams (Condor's own), sent back under the submit file's names.
 STDOUT_NAME = "_condor_stdout"
@@ -127,14 +127,23 @@ class JobOutcome:
 
 class _SlaveState:
     """What a slave keeps between jobs of one master: its file service's connection, the slave's cache, the
-    folder the jobs' scratch folders are made in."""
+    folder the jobs' scratch folders are made in, the scratch folders of finished jobs not yet removed, and
+    the watch that kills a job when the slave dies."""
 
-    def __init__(self, service: tuple[str, int], cache: SlaveCache) -> None:
+    def __init__(self, service: tuple[str, int], cache: SlaveCache, watch: DeathWatch) -> None:
         self.workspace = Path(tempfile.mkdtemp(prefix="mwpy-jobs-"))
         atexit.register(shutil.rmtree, self.workspace, ignore_errors=True)
         self.cache = cache
         self.client = cache.client(service)
         self.host = socket.gethostname()
+        self.watch = watch
+        self.finished: list[Path] = []
+
+    def remove_finished(self) -> None:
+        """Remove the finished jobs' scratch folders: called once the next job runs, so that a job's result and
+        the next task do not wait for it (a slave that stops leaves them to the workspace's removal)."""
+        while self.finished:
+            shutil.rmtree(self.finished.pop(), ignore_errors=True)
 
 
 _state: _SlaveState | None = None
@@ -144,7 +153,7 @@ def run(task: JobTask, cache: SlaveCache) -> JobOutcome:
     """Run ``task`` on this slave, its inputs from ``cache`` (the slave's one cache, kept for its life)."""
     global _state  # the connection to this master's file service, kept between jobs
     if _state is None or _state.client.address != task.service:  # the first job, or a restarted master
-        _state = _SlaveState(task.service, cache)
+        _state = _SlaveState(task.service, cache, DeathWatch() if _state is None else _state.watch)
     if task.shared is not None and task.in_place is not None and _shares(*task.shared):
         executable, stdin, stdout, stderr = task.in_place
         task = attrs.evolve(task, transfer=False, executable=executable, stdin=stdin, stdout=stdout, stderr=stderr)
@@ -155,7 +164,7 @@ def run(task: JobTask, cache: SlaveCache) -> JobOutcome:
         fetched = _place_inputs(task, _state.cache, scratch)
         return _run_in(scratch, task, _state, fetched=fetched)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _state.finished.append(scratch)
 
 
 def _shares(domain: str, host: str) -> bool:
@@ -238,13 +247,13 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=_before_exec(task.core_size),  # noqa: PLW1509 (two system calls, before exec)
+                preexec_fn=_core_limit(task.core_size),  # noqa: PLW1509 (one system call, before exec)
             )
         except OSError as exc:  # Condor holds such a job: "Failed to execute", code 6, the errno as subcode
             reason = f"Error from {state.host}: Failed to execute '{_executable(folder, task)}': "
             reason += f"(errno={exc.errno}: '{exc.strerror}')"
             return _unstarted(task, state, started, fetched, (reason, 6, exc.errno or 0))
-        status, stopped = _wait(process, task, state.client, started)
+        status, stopped = _wait(process, task, state, started)
     ended = time.time()
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     outputs: list[str] = []
@@ -286,46 +295,49 @@ def _unstarted(
     )
 
 
-def _before_exec(core_size: int | None) -> Callable[[], None] | None:
-    """The job's core size limit (``coresize``), and SIGKILL when this slave dies.
-
-    Condor's starter kills a job whose shadow is gone; a slave that leaves by ``os._exit`` (its master lost
-    while the job ran, a stuck task) or is killed would otherwise leave the job running, in its own session,
-    for nobody. Only the job's own process gets the signal; what it started in its group is its to stop.
-    None when there is nothing to do before the exec (subprocess then takes its faster path).
-    """
-    tie = ends_with_this_process(signal.SIGKILL)
+def _core_limit(core_size: int | None) -> Callable[[], None] | None:
+    """The job's core size limit (``coresize``), set before its exec; None (the usual case) when the submit file
+    sets none: with nothing to run before the exec, subprocess starts the job by ``vfork``, not a fork of the
+    whole slave (see :mod:`mwpy.parent_death`)."""
     if core_size is None:
-        return tie  # None off Linux: no preexec_fn at all
+        return None
 
     def before_exec() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (core_size, core_size))
-        if tie is not None:
-            tie()
 
     return before_exec
 
 
 def _wait(
-    process: subprocess.Popen[bytes], task: JobTask, client: FileClient, started: float
+    process: subprocess.Popen[bytes], task: JobTask, state: _SlaveState, started: float
 ) -> tuple[int, str | None]:
     """The job's exit status, reporting its usage to the master every ``check_interval`` seconds when asked to;
     ``(status, "hold"|"remove")`` when the master's policy stopped it. A task timeout interrupts the wait: the
-    job's whole process group goes with it."""
+    job's whole process group goes with it.
+
+    While it runs the job is guarded by the slave's death watch: Condor's starter kills a job whose shadow is
+    gone; a slave that leaves by ``os._exit`` (its master lost while the job ran, a stuck task) or is killed
+    would otherwise leave the job running, in its own session, for nobody. Only the job's own process gets
+    SIGKILL; what it started in its group is its to stop. The finished jobs' scratch folders are removed
+    while it runs.
+    """
     stopped = None
     try:
+        state.watch.guard(process.pid)
+        state.remove_finished()
         while True:
             try:
                 return process.wait(timeout=task.check_interval), stopped
             except subprocess.TimeoutExpired:
                 pass
-            verdict = client.check(task.token, _usage(process.pid, started))
+            verdict = state.client.check(task.token, _usage(process.pid, started))
             if verdict is not None:
                 stopped = verdict
                 _stop(process, task, task.stop_signals[0] if verdict == "hold" else task.stop_signals[1])
     finally:
         if process.poll() is None:
             _stop(process, task, task.kill_signal)
+        state.watch.release()
 
 
 def _stop(process: subprocess.Popen[bytes], task: JobTask, signal_number: int) -> None:
