@@ -41,6 +41,9 @@ SLAVE_STDERR: Final = "slave.err"
 SLAVES_LOG: Final = "slaves.log"
 #: How local slaves that exited non-zero ended, one ``HOST PID STATUS`` line each (mwpy/slave_exits.py).
 SLAVE_EXITS: Final = "slave-exits"
+#: Slaves the master dropped as silent (client timeout), one ``HOST PID`` line each: the local back end that
+#: started them kills them (mwpy/slave_exits.py).
+SLAVE_DROPS: Final = "slave-drops"
 
 # ---------------------------------------------------------------------- sockets
 

@@ -1,4 +1,4 @@
-"""How local slaves ended, told by the back end that saw them exit to the master that saw them vanish.
+"""How local slaves ended, and which ones are stuck: what the master and the local back end tell each other.
 
 A master sees a slave that dies as a connection that ends; only the process
 that started it (the local back end) learns its exit status. When a task
@@ -12,6 +12,16 @@ gave. A Condor slave is found in its jobs' user log instead
 first termination, eviction, hold or removal of its job (CLUSTER.PROC, also
 from its Hello) logged since its connection ended. Elsewhere nothing is
 written, and the error says "connection lost while running it".
+
+The other way, the master names the slaves it dropped as silent (past
+``--mw-client-timeout``): a slave frozen in C code holding the GIL never
+exits by itself, so the local back end would keep it running and start no
+replacement. The master appends ``HOST PID`` to another file beside the
+resource file, and the local back end, which polls it, kills its slave of
+that pid (dask's nanny restarts a worker its scheduler dropped as silent
+alike). A file, not a call: under ``mwpy local`` the master is another
+process; under ``mwpy.Executor`` the same channel serves. Condor slaves are
+not named: their jobs are Condor's (and the overseer's) to end.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from mwpy.names import SLAVE_EXITS, SLAVES_LOG
+from mwpy.names import SLAVE_DROPS, SLAVE_EXITS, SLAVES_LOG
 
 #: The most of the file read (a line per failed slave: far more than a computation makes).
 MAX_READ = 1 << 20
@@ -53,16 +63,75 @@ class Departed(Protocol):
     def at(self) -> float: ...
 
 
+def work_folder(resource_file: str | None) -> Path | None:
+    """The folder the master shares with a local back end: the resource file's (None: no resource file)."""
+    return None if resource_file is None else Path(resource_file).resolve().parent
+
+
 def record(folder: Path, pid: int, status: int) -> None:
     """Note that the slave process ``pid`` of this host ended with ``status`` (Popen's: -N for signal N)."""
+    _append(folder / SLAVE_EXITS, f"{socket.gethostname()} {pid} {status}\n")
+
+
+def dropped(folder: Path | None, host: str, pid: int) -> None:
+    """Note that the master dropped the silent slave ``pid`` of ``host``: its local back end, if any, kills it."""
+    if folder is not None:
+        _append(folder / SLAVE_DROPS, f"{host} {pid}\n")
+
+
+def stuck(folder: Path | None, slave: Departed) -> bool:
+    """Name a slave dropped as silent to its local back end, which kills it (a Condor job is Condor's to end);
+    whether it is surely stuck, its silence a death: on this machine, where no network can have been lost."""
+    if slave.job is None:
+        dropped(folder, slave.host, slave.pid)
+    return slave.host == socket.gethostname()
+
+
+def _append(path: Path, line: str) -> None:
+    """Append one line, created readable by its owner only, in one write (lines stay whole)."""
     try:
-        fd = os.open(folder / SLAVE_EXITS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except FileNotFoundError:
         return  # the work folder is gone: the computation ended, and no one will ask
     try:
-        os.write(fd, f"{socket.gethostname()} {pid} {status}\n".encode())  # one write: lines stay whole
+        os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+class Drops:
+    """The local back end's reader of :func:`dropped`'s lines: the pids of this host dropped since it last read."""
+
+    def __init__(self) -> None:
+        #: Bytes of each folder's file already read (whole lines only).
+        self._read: dict[Path, int] = {}
+
+    def new(self, folder: Path) -> list[int]:
+        """Pids of this host's slaves the master of ``folder`` dropped since the last call.
+
+        The first call only notes where the file ends: lines already there are an earlier run's (a reused
+        ``--workdir``), whose pids may be this run's slaves' now. It comes before any of this run's slaves
+        can have been dropped: the back end polls from its first slave's start, a drop takes a client timeout.
+        """
+        if folder not in self._read:
+            self._read[folder] = _size(folder / SLAVE_DROPS)
+            return []
+        start = self._read[folder]
+        try:
+            with (folder / SLAVE_DROPS).open("rb") as file:
+                file.seek(start)
+                data = file.read(MAX_READ)
+        except OSError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self._read[folder] = start + len(whole)
+        host = socket.gethostname()
+        pids = []
+        for line in whole.decode("utf-8", "replace").splitlines():
+            fields = line.split(" ")
+            if len(fields) == 2 and fields[0] == host and fields[1].isdigit():
+                pids.append(int(fields[1]))
+        return pids
 
 
 def describe(status: int) -> str:
@@ -87,7 +156,7 @@ class Exits:
     @classmethod
     def beside(cls, resource_file: str | None) -> Exits:
         """The reader of the work folder a local back end shares with the master: the resource file's."""
-        return cls(None if resource_file is None else Path(resource_file).resolve().parent)
+        return cls(work_folder(resource_file))
 
     def __call__(self, slave: Departed) -> str | None:
         if self._folder is None:
@@ -100,6 +169,14 @@ class Exits:
             if fields[:2] == [slave.host, str(slave.pid)] and len(fields) == 3 and fields[2].lstrip("-").isdigit():
                 found = describe(int(fields[2]))  # the last line wins: a pid may be reused
         return found
+
+
+def _size(path: Path) -> int:
+    """A file's size in bytes, 0 when it does not exist (yet)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _tail(path: Path, most: int) -> str:

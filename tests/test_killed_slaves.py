@@ -25,7 +25,7 @@ import mwpy
 from mwpy import ExitCode, slave_exits
 from mwpy.backends.local import MAX_RESTART_DELAY, LocalBackend
 from mwpy.core.scheduler import Death
-from mwpy.names import SLAVES_LOG
+from mwpy.names import SLAVE_DROPS, SLAVES_LOG
 from tests.programs.evictable import gated
 from tests.support import PROGRAMS, PYTHON, local_master, run_local
 
@@ -210,6 +210,24 @@ def test_the_exits_file_is_read_by_host_and_pid(tmp_path: Path) -> None:
     assert exits(Death("slave-1", host, 4243)) == "exited with status 3 without a result"
     assert exits(Death("slave-2", host, 4244)) is None
     assert exits(Death("slave-3", "elsewhere", 4242)) is None
+
+
+def test_the_drops_file_names_this_host_s_dropped_slaves_once_and_whole(tmp_path: Path) -> None:
+    """The local back end kills what the master dropped as silent: its host's pids, each once, whole lines only."""
+    host = socket.gethostname()
+    slave_exits.dropped(tmp_path, host, 4241)  # an earlier run's (a reused --workdir): not this back end's
+    drops = slave_exits.Drops()
+    assert drops.new(tmp_path) == []  # the first look only notes where the file ends
+    slave_exits.dropped(tmp_path, host, 4242)
+    slave_exits.dropped(tmp_path, "elsewhere", 4243)
+    with (tmp_path / SLAVE_DROPS).open("a") as file:
+        file.write(f"{host} 42")  # a line being written: not read until whole
+    assert drops.new(tmp_path) == [4242]
+    with (tmp_path / SLAVE_DROPS).open("a") as file:
+        file.write("44\n")
+    assert drops.new(tmp_path) == [4244]
+    assert drops.new(tmp_path) == []
+    slave_exits.dropped(None, host, 1)  # no work folder (no resource file): nothing written, no error
 
 
 #: Events as HTCondor writes them in a job's user log (condor_event.cpp; the HTCondor manual's "Job Event Log

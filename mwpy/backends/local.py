@@ -7,7 +7,10 @@ by a signal) stays queued and is started again after a short delay, like
 ``on_exit_remove = (ExitBySignal == False) && (ExitCode == 0)``; one that
 exits 0 leaves the queue. A slave that keeps dying at once (a task that kills
 it, a set-up that fails) waits twice as long each time, up to
-``MAX_RESTART_DELAY``, so no fork loop forms. So a program that works with ``mwpy local`` has
+``MAX_RESTART_DELAY``, so no fork loop forms. A slave its master dropped as
+silent (frozen in C code, say, where it neither answers nor exits) is killed
+with SIGKILL, so it exits non-zero and starts again like any other
+(mwpy/slave_exits.py). So a program that works with ``mwpy local`` has
 already shown that its slaves find everything they need.
 """
 
@@ -94,6 +97,7 @@ class LocalBackend:
         self._shapes = tuple(shapes)
         self._jobs: dict[str, _LocalJob] = {}
         self._numbers = itertools.count()
+        self._drops = slave_exits.Drops()
         # The overseer's thread and ``mwpy local``'s main thread both look at the jobs; one of them
         # must not start a slave the other is starting.
         self._lock = threading.RLock()
@@ -172,8 +176,10 @@ class LocalBackend:
                 process.wait()
 
     def poll(self) -> None:
-        """Collect exited slaves (exit 0 leaves the queue) and start those whose turn has come."""
+        """Kill slaves their master dropped as silent, collect exited ones (exit 0 leaves the queue) and start
+        those whose turn has come."""
         with self._lock:
+            self._kill_dropped()
             now = time.monotonic()
             for job in list(self._jobs.values()):
                 if job.process is not None and not self._reap(job, now):
@@ -183,6 +189,16 @@ class LocalBackend:
 
     def close(self) -> None:
         self.remove(list(self._jobs))
+
+    def _kill_dropped(self) -> None:
+        """SIGKILL each running slave its master dropped as silent: stuck (it neither answers nor exits), it
+        would hold its place for ever and no replacement would start. Reaped as any slave that died."""
+        running = {job.process.pid: job.process for job in self._jobs.values() if job.process is not None}
+        resource_files = {job.launch.resource_file for job in self._jobs.values() if job.process is not None}
+        for resource_file in resource_files:
+            for pid in self._drops.new(Path(resource_file).resolve().parent):
+                if pid in running and running[pid].poll() is None:
+                    running[pid].kill()
 
     def _reap(self, job: _LocalJob, now: float) -> bool:
         """Whether the job's slave has exited; one that exited 0 leaves the queue, others start again later."""

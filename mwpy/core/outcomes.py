@@ -15,7 +15,8 @@ like the scheduler's:
 * a task past its timeout fails with ``TaskTimeoutError`` and names the slave
   to drop; a task too big for a slave's frames fails with ``TaskTooLarge``;
 * a task whose slaves die while running it (a segfault, ``os._exit``, a kill
-  for memory) runs again, alone on its slave, until more than its
+  for memory, a freeze that keeps it silent past the client timeout on the
+  master's machine) runs again, alone on its slave, until more than its
   ``allowed_failures`` died while they held it alone; then it fails with
   ``KilledSlaveError``, naming how each ended once the back end has said (or
   ``EXIT_WAIT`` has passed);
@@ -30,11 +31,13 @@ Callers pass the time (``now``, monotonic seconds) where a rule needs it.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from mwpy import slave_exits
 from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
@@ -53,6 +56,8 @@ NOT_RETRIED: Final = frozenset({"ResultTooLarge", "ResultDecodeError"})
 MASTER_TIMEOUT_GRACE = 10.0
 #: Seconds a task that killed too many slaves waits for the back end to say how the last one ended.
 EXIT_WAIT = 2.0
+#: How the local back end's kill of a slave dropped as silent reads (mwpy/slave_exits.py): said as "killed".
+KILLED_WHEN_SILENT: Final = slave_exits.describe(-signal.SIGKILL)
 #: How a dead slave ended: a text such as "killed by SIGSEGV", or None while not known (mwpy/slave_exits.py).
 HowEnded = Callable[[Death], "str | None"]
 
@@ -226,7 +231,7 @@ class Outcomes:
         sched = self._sched
         held = sched.held_by(death.sid)
         if len(held) > 1:
-            shared = Death(death.sid, death.host, death.pid, death.job, death.at, others=len(held) - 1)
+            shared = Death(death.sid, death.host, death.pid, death.job, death.at, len(held) - 1, death.silent)
             for entry in held:
                 entry.deaths += (shared,)
             return
@@ -256,8 +261,7 @@ class Outcomes:
     def _fail_killed(self, entry: Entry) -> None:
         function = entry.label  # the user's function, not mwpy's call that carries it
         ends = tuple(
-            f"{d.sid} (pid {d.pid} on {d.host}{f', Condor job {d.job}' if d.job else ''}): "
-            f"{self._how_ended(d) or 'connection lost while running it'}"
+            f"{d.sid} (pid {d.pid} on {d.host}{f', Condor job {d.job}' if d.job else ''}): {self._ended(d)}"
             f"{f' (holding {d.others} other tasks too)' if d.others else ''}"
             for d in entry.deaths
         )
@@ -271,6 +275,16 @@ class Outcomes:
         self._sched.complete(entry)
         self.deliver(entry, Result(entry.task_id, entry.algorithm, last, entry.tag, 0.0, error=error))
         self._facts(TaskFailed(last, entry.task_id, entry.algorithm, error.type, message, "", "", "", False))
+
+    def _ended(self, death: Death) -> str:
+        """How a slave that died running a task ended, as the error names it."""
+        how = self._how_ended(death)
+        if not death.silent:
+            return how or "connection lost while running it"
+        silent = f"silent for {death.silent:g} s (client timeout)"
+        if how is None:
+            return f"{silent}, dropped"
+        return f"{silent}, killed" if how == KILLED_WHEN_SILENT else f"{silent}, then {how}"
 
     def too_large(self, sid: str, entry: Entry, max_frame: int, now: float) -> None:
         """A task too big for ``sid``'s frames fails with a clear error instead of being sent."""

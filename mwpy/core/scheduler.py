@@ -155,6 +155,8 @@ class Death(NamedTuple):
     at: float = 0.0
     #: How many other tasks the slave held when it died: with any, which one it was running is not known.
     others: int = 0
+    #: Seconds it had been silent when the master dropped it (its client timeout); 0: its connection ended.
+    silent: float = 0.0
 
 
 class _Slot:

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
-from mwpy import safe_text
+from mwpy import safe_text, slave_exits
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.memory import MemoryLearning
@@ -97,6 +97,7 @@ class Engine:
         self._next_tick = 0.0
         self._last_tick = float("-inf")
         self._spinner = Spinner(options.spin_us)
+        self._work = slave_exits.work_folder(options.resource_file)  # where a local back end learns of drops
         self.host, self.port, self.bind = self._net.host, self._net.port, self._net.bind
         self.tls_fingerprint = self._net.tls_fingerprint
 
@@ -307,17 +308,19 @@ class Engine:
     def _lose(self, peer: Peer, cause: Cause, why: str, *, blame: bool = True, planned: bool = False) -> None:
         """A connection ended: close it and apply task policies to what its slave held.
 
-        A slave that hung up or broke its connection (``eof``, ``error``) while
-        the computation runs died: its running task is blamed, unless ``blame``
-        is False (it handed its tasks back, or was dropped for a task's timeout).
+        A slave that hung up, broke its connection or is stuck (slave_exits.stuck) while the computation runs
+        died: its running task is blamed, unless ``blame`` is False (it handed its tasks back, or was dropped
+        for a task's timeout).
         ``planned``: it left at the end of its lifetime.
         """
         if peer.sock is None:
             return
-        if blame and cause in ("eof", "error") and not self._net.closed and peer.sid in self._whom:
+        if blame and cause in ("eof", "error", "timeout") and not self._net.closed and peer.sid in self._whom:
             host, pid = self._whom[peer.sid]
-            death = Death(peer.sid, host, pid, self._jobs.get(peer.sid), time.time())
-            self._outcomes.slave_died(death, time.monotonic())
+            silent = self._options.client_timeout if cause == "timeout" else 0.0
+            death = Death(peer.sid, host, pid, self._jobs.get(peer.sid), time.time(), silent=silent)
+            if not silent or slave_exits.stuck(self._work, death):
+                self._outcomes.slave_died(death, time.monotonic())
         self._net.close(peer)
         sid = peer.sid
         if sid is None:

@@ -140,7 +140,7 @@ class LogRenderer(Observer):
         interrupted: Ctrl-C reaches the slaves too) tasks in flight are moot, and a warning would be noise."""
         if fact.cause != "expelled":
             level = logging.WARNING if fact.in_flight and fact.cause != "shutdown" else logging.INFO
-            log.log(level, "%s disconnected (%s); %d tasks in flight", fact.sid, fact.reason, fact.in_flight)
+            log.log(level, "%s disconnected (%s); %s", fact.sid, fact.reason, _fates(fact))
 
     def handed_back(self, fact: facts.HandedBack) -> None:
         log.info("%s is leaving %s and handed back %d tasks unstarted", fact.sid, fact.why, fact.n)
@@ -151,6 +151,18 @@ class LogRenderer(Observer):
 
     def journal_off(self, fact: facts.JournalOff) -> None:
         log.error("%s", fact.why)
+
+
+def _fates(fact: facts.SlaveLeft) -> str:
+    """What became of the tasks a slave held, in a few words: the one line a death prints says what follows."""
+    if not fact.in_flight:
+        return "no task in flight"
+    held = "1 task" if fact.in_flight == 1 else f"{fact.in_flight} tasks"
+    if fact.requeued == fact.in_flight:
+        return f"{held} in flight, queued again"
+    if fact.unrunnable == fact.in_flight:
+        return f"{held} in flight, unrunnable"
+    return f"{held} in flight: {fact.requeued} queued again, {fact.unrunnable} unrunnable"
 
 
 def forwardable(text: str, *, raw: bool = False) -> str:

@@ -37,6 +37,16 @@ def c_exit() -> NoReturn:
     raise AssertionError("still alive after exit(0)")
 
 
+def freeze(folder: str) -> NoReturn:
+    """Mark the slave as started (``started-PID``), then sleep in C holding the GIL: no heartbeat, no exit.
+
+    dask's ``test_worker_ttl_restarts_worker`` (block_evloop): only a kill from outside ends it.
+    """
+    (Path(folder) / f"started-{os.getpid()}").touch()
+    ctypes.PyDLL(None).sleep(1000)  # PyDLL keeps the GIL: the heartbeat thread never runs again
+    raise AssertionError("woke up from a 1000 s sleep")
+
+
 def sys_exit_zero() -> NoReturn:
     sys.exit(0)
 
