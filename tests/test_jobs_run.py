@@ -161,15 +161,20 @@ def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Pa
     assert not (tmp_path / "d5" / "result.txt").exists()
 
 
+def run_ok(tmp_path: Path, text: str) -> None:
+    """Write ``text`` as the submit file and run it; every job must succeed."""
+    submit(tmp_path, text)
+    done = run_jobs(tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def test_without_file_transfer_the_job_runs_in_initialdir(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
-    submit(
+    run_ok(
         tmp_path,
         "executable = /bin/sh\ntransfer_executable = false\nshould_transfer_files = NO\ninitialdir = work\n"
         "arguments = \"-c 'pwd; echo made > here.$(Process)'\"\noutput = pwd.$(Process)\nqueue 2\n",
     )
-    done = run_jobs(tmp_path)
-    assert done.returncode == 0, done.stderr
     assert (tmp_path / "work" / "pwd.1").read_text() == f"{tmp_path / 'work'}\n"
     assert (tmp_path / "work" / "here.0").read_text() == "made\n"
 
@@ -367,13 +372,11 @@ def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_pa
 def test_remapped_outputs_folders_are_made_as_condor_s_file_transfer_makes_them(tmp_path: Path) -> None:
     """condor_submit of HTCondor 23 and 25 (the test pools) queues a job whose remapped output's folder is missing,
     and its file transfer makes the folder (OSPool's fastqc tutorial relies on it: tests/conformance)."""
-    submit(
+    run_ok(
         tmp_path,
         "executable = /bin/sh\narguments = \"-c 'echo r > r.txt'\"\nshould_transfer_files = YES\n"
         'transfer_output_remaps = "r.txt = results/deep/r.txt"\nqueue\n',
     )
-    done = run_jobs(tmp_path)
-    assert done.returncode == 0, done.stderr
     assert (tmp_path / "results" / "deep" / "r.txt").read_text() == "r\n"
 
 
