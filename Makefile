@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint mutation clean
+.PHONY: demo test lint mutation bench-compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ mutation: $(BIN)/.installed
 	$(BIN)/mutmut run --max-children 1 $(MUTANTS) > mutation.log 2>&1 || { tail -n 30 mutation.log; exit 1; }
 	$(BIN)/python tools/mutation_import_time.py >> mutation.log 2>&1 || echo "an import-time mutant survived: mutation.log"
 	$(BIN)/python tools/mutation_score.py
+
+# Same-round A/B of this tree against an earlier commit (BASE, checked out once with its own venv under
+# ~/.cache/mwpy-bench-baselines): throughput, latency, master CPU per task and start-up, new / baseline.
+BASE ?= HEAD
+ROUNDS ?= 7
+bench-compare: $(BIN)/.installed
+	$(BIN)/python -m benchmarks --baseline $(BASE) --rounds $(ROUNDS) --json bench-compare.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants mutation.log
