@@ -13,6 +13,7 @@ from typing import Any
 
 from mwpy import backends, cli, options
 
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """MkDocs' hook: each marker on the page is replaced by its generated reference."""
     for name, make in (("commands", commands_reference), ("mw-options", mw_options_reference)):
@@ -28,11 +29,16 @@ def _cell(text: str) -> str:
 
 def _argument(action: argparse.Action) -> str:
     if not action.option_strings:
-        return f"`{action.metavar or action.dest.upper()}`"
-    names = ", ".join(f"`{name}`" for name in action.option_strings)
-    if action.nargs == 0:
-        return names
-    return f"{names} `{action.metavar or action.dest.upper()}`"
+        return f"`{(action.metavar or action.dest).upper()}`"
+    value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+    return ", ".join(f"`{name}{value}`" for name in action.option_strings)
+
+
+def _help(action: argparse.Action) -> str:
+    """The argument's help, with its default when the help does not give it."""
+    text = action.help or ""
+    shown = action.default not in (None, False, argparse.SUPPRESS) and "default" not in text
+    return f"{text} (default {action.default})".strip() if shown else text
 
 
 def _arguments_table(parser: argparse.ArgumentParser, skip: frozenset[str] = frozenset()) -> list[str]:
@@ -40,8 +46,7 @@ def _arguments_table(parser: argparse.ArgumentParser, skip: frozenset[str] = fro
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or action.dest in skip or action.help == argparse.SUPPRESS:
             continue
-        text = (action.help or "") % {"default": action.default, "prog": parser.prog} if action.help else ""
-        rows.append(f"| {_argument(action)} | {_cell(text)} |")
+        rows.append(f"| {_argument(action)} | {_cell(_help(action))} |")
     return rows
 
 
