@@ -26,7 +26,7 @@ lint: $(BIN)/.installed
 
 # --strict: a broken link, a missing page in the nav or an API name that does not resolve fails the build.
 docs: $(BIN)/.installed
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: lint docs
 	$(BIN)/python -m pytest
