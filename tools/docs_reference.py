@@ -1,5 +1,8 @@
 """MkDocs hook (mkdocs.yml ``hooks:``): the command and option references, generated from the parsers at build time.
 
+It also turns the Sphinx roles some docstrings use (``:class:`~mwpy.errors.UsageError```), which
+mkdocstrings prints as they are, into plain code names.
+
 A page holds a marker comment, ``<!-- generated: commands -->`` or ``<!-- generated: mw-options -->``; this
 hook replaces it with Markdown made from ``mwpy``'s argparse parsers (every back end's ``overseer`` options
 included) and from the ``--mw-*`` option registry. The help texts live once, in the code, and the site can
@@ -9,6 +12,7 @@ never describe an option the code does not have.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from mwpy import backends, cli, options
@@ -21,6 +25,15 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         if marker in markdown:
             markdown = markdown.replace(marker, make())
     return markdown
+
+
+#: A Sphinx role as the docstring renderer leaves it in the HTML: ``:class:<code>~mwpy.x.Name</code>``.
+ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|exc|data|obj):<code>(~?)([\w.]+)</code>")
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """MkDocs' hook: a Sphinx role becomes its code name (``~`` keeps the last part, as in Sphinx)."""
+    return ROLE.sub(lambda role: f"<code>{role[2].rsplit('.', 1)[-1] if role[1] else role[2]}</code>", html)
 
 
 def _cell(text: str) -> str:
