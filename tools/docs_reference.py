@@ -41,9 +41,10 @@ def _cell(text: str) -> str:
 
 
 def _argument(action: argparse.Action) -> str:
+    metavar = action.metavar if isinstance(action.metavar, str) else action.dest.upper()  # a tuple: nargs > 1
     if not action.option_strings:
-        return f"`{(action.metavar or action.dest).upper()}`"
-    value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+        return f"`{metavar.upper()}`"
+    value = "" if action.nargs == 0 else f" {metavar}"
     return ", ".join(f"`{name}{value}`" for name in action.option_strings)
 
 
