@@ -1,18 +1,19 @@
 # The two commands of the README's quick start, and what CI runs.
 #   make demo   run a real computation on local slaves (no Condor needed)
-#   make test   lint, type-check and the whole test suite (Condor tests included where a pool can run)
+#   make test   lint, type-check, build the documentation site and run the whole test suite (Condor tests included where a pool can run)
+#   make docs   build the documentation site (mkdocs.yml) into site/, failing on any broken link or reference
 #   make mutation  mutation testing of the core modules (slow, not in CI; docs/mutation.md)
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint mutation bench-compare clean
+.PHONY: demo test lint docs mutation bench-compare clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $@
 
 demo: $(BIN)/.installed
@@ -23,7 +24,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+# --strict: a broken link, a missing page in the nav or an API name that does not resolve fails the build.
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+test: lint docs
 	$(BIN)/python -m pytest
 
 # Modules and settings: [tool.mutmut] in pyproject.toml. One worker: the machine is shared.
@@ -48,4 +53,4 @@ bench-compare: $(BIN)/.installed
 	$(BIN)/python -m benchmarks --baseline $(BASE) --rounds $(ROUNDS) --json bench-compare.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants mutation.log
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache mutants mutation.log
