@@ -25,8 +25,8 @@ from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFil
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import condor_job_id, positive_float, positive_int
+from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.pool import bundle
-from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.

@@ -19,7 +19,7 @@ from mwpy.core.memory import MemoryLearning
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.matching import Offer
 from mwpy.names import JOB_AD_VARIABLE
-from mwpy.pool.overseer import MIB, Limits, Overseer
+from mwpy.overseer import MIB, Limits, Overseer
 from mwpy.resources import Resources
 from mwpy.task import Policy
 from tests.condor_support import wait_resource

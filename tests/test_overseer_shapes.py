@@ -20,8 +20,8 @@ from mwpy.backends.htcondor import slave_description
 from mwpy.core.scheduler import Entry, Scheduler
 from mwpy.errors import ConfigurationError
 from mwpy.matching import Offer
+from mwpy.overseer import Limits, Overseer
 from mwpy.pool import shape_plan
-from mwpy.pool.overseer import Limits, Overseer
 from mwpy.resource_file import ShapeDemand
 from mwpy.resources import Resources, own_shape
 from mwpy.task import Policy
