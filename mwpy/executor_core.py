@@ -35,6 +35,7 @@ from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
+from mwpy.futures import LightFuture
 from mwpy.intake import Intake
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
@@ -45,7 +46,8 @@ from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.resources import Resources, own_shape
 from mwpy.streams import WINDOW_BYTES, chunked
-from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
+from mwpy.task import TaskAlgorithm
+from mwpy.task_records import DEFAULT_POLICY, Policy, Result, unrunnable_error
 from mwpy.wire import codec
 
 __all__ = ["ExecutorCore", "Future"]
@@ -68,7 +70,7 @@ class Future(LightFuture[R]):
 
     Named as the standard class, so its repr reads ``<Future at 0x… state=…>``
     as every ``concurrent.futures`` future's does. A
-    :class:`~mwpy.task.LightFuture`, so a future nobody waits on costs no
+    :class:`~mwpy.futures.LightFuture`, so a future nobody waits on costs no
     Condition; the executor's bookkeeping is called directly instead of
     through ``add_done_callback`` (which would make one for every future).
     """

@@ -34,7 +34,7 @@ from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from mwpy.core.scheduler import Entry
 from mwpy.intake import Intake
-from mwpy.task import Policy, Result, task_exception, unrunnable_error
+from mwpy.task_records import Policy, Result, task_exception, unrunnable_error
 
 R = TypeVar("R")
 

@@ -27,7 +27,8 @@ import attrs
 from mwpy import calls
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError
-from mwpy.task import Policy, Result, TaskAlgorithm, TaskError, task_exception, unrunnable_error
+from mwpy.task import TaskAlgorithm
+from mwpy.task_records import Policy, Result, TaskError, task_exception, unrunnable_error
 from mwpy.wire import codec
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ PACKAGE = ROOT / "mwpy"
 DESIGN = ROOT / "docs" / "design.md"
 #: Imports only for type annotations (importer -> imported), each explained in docs/design.md.
 EXPLAINED_TYPE_CHECKING = {
-    ("mwpy.task", "mwpy.master"),  # a task's submit() finds the current master through a context variable
-    ("mwpy.task", "mwpy.intake"),  # a TaskFuture waits through its master's intake
+    ("mwpy.task", "mwpy.futures"),  # submit()'s return type; the master makes the future, above
+    ("mwpy.futures", "mwpy.intake"),  # a TaskFuture waits through its master's intake (loaded by the master)
     ("mwpy.streams", "mwpy.master"),  # the streams are the master's own, made by mw.map
     ("mwpy.streams", "mwpy.intake"),
     ("mwpy.program", "mwpy.master"),  # loaded for real only in a master (a slave never needs it)

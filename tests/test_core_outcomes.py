@@ -30,7 +30,7 @@ from mwpy.core.journal import Journal
 from mwpy.core.outcomes import EXIT_WAIT, MASTER_TIMEOUT_GRACE, Outcomes
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
-from mwpy.task import DEFAULT_POLICY, Policy, Result, TaskError, task_exception
+from mwpy.task_records import DEFAULT_POLICY, Policy, Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
 from tests.support import Quiet

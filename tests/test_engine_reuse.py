@@ -31,7 +31,7 @@ from mwpy.master import Master
 from mwpy.net.engine import Engine
 from mwpy.observe.audit import Audit
 from mwpy.slave import Endpoint, connect
-from mwpy.task import DEFAULT_POLICY, Result
+from mwpy.task_records import DEFAULT_POLICY, Result
 from mwpy.wire import codec, protocol
 from mwpy.wire.session import HandshakeReply, SlaveSession
 from tests.support import PROGRAMS, Quiet

@@ -27,7 +27,7 @@ from mwpy.errors import InvalidResourceFileError
 from mwpy.observe import events as ev
 from mwpy.observe import explain as explaining
 from mwpy.resource_file import Flight, TaskBoard, TooLong, Waiting
-from mwpy.task import DEFAULT_POLICY
+from mwpy.task_records import DEFAULT_POLICY
 from tests.support import (
     PROGRAMS,
     QUIET,

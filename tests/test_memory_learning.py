@@ -21,7 +21,7 @@ from mwpy.matching import Offer
 from mwpy.names import JOB_AD_VARIABLE
 from mwpy.overseer import MIB, Limits, Overseer
 from mwpy.resources import Resources
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.condor_support import wait_resource
 from tests.programs import outgrows
 from tests.support import PROGRAMS, QUIET, mwpy_command, resource_record, wait_until

@@ -24,7 +24,7 @@ from mwpy.overseer import Limits, Overseer
 from mwpy.pool import shape_plan
 from mwpy.resource_file import ShapeDemand
 from mwpy.resources import Resources, own_shape
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.support import Quiet
 from tests.test_overseer import FakeBackend, write_resource
 

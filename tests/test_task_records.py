@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from mwpy.core.scheduler import Entry
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.support import QUIET
 
 POLICY = Policy(

@@ -41,7 +41,7 @@ from mwpy import slave_exits
 from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
 from mwpy.core.scheduler import Death, Entry, Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
-from mwpy.task import Result, TaskError, task_exception
+from mwpy.task_records import Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
 

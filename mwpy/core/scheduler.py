@@ -17,7 +17,7 @@ slave groups lives in one place and can be read (and tested) on its own:
 The scheduler reads no clock: whoever calls it says what time it is (``now``,
 monotonic seconds), so a test can play any timing. It holds tasks as
 :class:`Entry` records (the task and its bookkeeping), never the user's
-:class:`~mwpy.task.Task`; and it tells each task's :class:`Listener` (a
+:class:`~mwpy.task_records.Task`; and it tells each task's :class:`Listener` (a
 future, a ``map`` stream) what becomes of it, without knowing what it is.
 """
 
@@ -37,7 +37,7 @@ from mwpy.core.shapes import Shapes, fits
 from mwpy.lifetime import RunTimes
 from mwpy.matching import Offer
 from mwpy.resources import Resources
-from mwpy.task import Policy, Result, Task
+from mwpy.task_records import Policy, Result, Task
 
 #: SlaveKind is the groups' (mwpy/core/groups.py); a slave's group is what join() answers, so it is named here too.
 __all__ = ["Death", "Entry", "Listener", "Scheduler", "SlaveKind"]
@@ -84,8 +84,8 @@ class Listener(Protocol):
 class Entry:
     """The scheduler's record of one task: what to run and for whom, and the bookkeeping of its runs.
 
-    Private to the master (the user sees :class:`~mwpy.task.Task` and
-    :class:`~mwpy.task.Result`). ``tag`` and ``key`` are the task's own, not
+    Private to the master (the user sees :class:`~mwpy.task_records.Task` and
+    :class:`~mwpy.task_records.Result`). ``tag`` and ``key`` are the task's own, not
     read from its policy on the way, so that ``mw.map`` gives each item its
     position and journal key without a policy per item.
     """
