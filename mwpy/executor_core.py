@@ -1,7 +1,7 @@
 """What an :class:`mwpy.Executor` runs: its master, its slaves' pool, and the calls handed to them.
 
 Apart from the public face (mwpy/executor.py) so that importing ``mwpy.Executor`` loads next to nothing: a
-plain local executor starts its slaves first (``_EarlySlaves`` there) and imports this module, and the mwpy
+plain local executor starts its slaves first (mwpy/executor_early.py) and imports this module, and the mwpy
 engine under it, while they start, instead of before. How an executor is built, and why, is said at the top
 of mwpy/executor.py.
 """
@@ -33,7 +33,7 @@ from mwpy import backends, calls, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script
+from mwpy.executor_early import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, EarlySlaves, main_script
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.futures import LightFuture
 from mwpy.intake import Intake
@@ -177,7 +177,7 @@ class ExecutorCore:
         resources: Shape | None,
         slave_resources: Shape | Sequence[Shape] | None,
         member_id: str,
-        early: _EarlySlaves | None,
+        early: EarlySlaves | None,
     ) -> None:
         #: What a task needs when its function does not say (``resources=``).
         self._resources = Resources.of(resources)
@@ -614,7 +614,7 @@ def _master_options(
     parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
     if rest:
         raise ConfigurationError(f"options: not --mw-* options: {rest}")
-    script, folder = _script(), os.getcwd()
+    script, folder = main_script(), os.getcwd()
     init = "-" if initializer is None else str(initializer)
     shipped: tuple[str, ...] = ()
     if backend != "local":
@@ -667,7 +667,7 @@ def _spawn_program(backend: str, workdir: Path) -> str:
     return str(copy)
 
 
-def _adopt(backend: backends.Backend, early: _EarlySlaves, resource_file: Path) -> None:
+def _adopt(backend: backends.Backend, early: EarlySlaves, resource_file: Path) -> None:
     """The local back end takes the early slaves as its first jobs, and restarts one that fails as it was started
     (told the master's address and secret on its command line: the master's are the same for its whole run)."""
     assert isinstance(backend, LocalBackend), backend  # early slaves are a plain local executor's

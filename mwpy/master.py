@@ -76,8 +76,8 @@ class Master:
     """
 
     #: What other mwpy modules may use besides the public API (tests/test_architecture.py): the intake, through
-    #: which streams and ``mwpy.Executor`` queue tasks and wait; ``_submit``, which ``submit()`` (below) calls.
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.streams", "mwpy.executor_core"),
+    #: which ``mwpy.Executor`` queues tasks and waits; ``_submit``, which ``submit()`` (below) calls.
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_core",),
                                                              "_submit": ("mwpy.task",)}  # fmt: skip
 
     def __init__(
@@ -135,10 +135,8 @@ class Master:
     # ------------------------------------------------------------------ being the current master
 
     def __enter__(self) -> Master:
-        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends.
-
-        The thread that enters is the one whose ``future.result()`` drives the loop.
-        """
+        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends; a
+        ``future.result()`` drives the loop in the thread that entered."""
         self._tokens.append(use_master(self))
         self._intake.owner = threading.get_ident()
         return self
@@ -322,12 +320,13 @@ class Master:
         Input is consumed lazily, keeping at most ``window`` tasks and ``window_bytes`` of their pickled
         arguments (beyond one task's) in the master, so an endless iterable streams with bounded memory.
         Results of these tasks go only to this iterator, never to :meth:`results`. Each result's ``tag`` is
-        the position of its arguments in the input;
-        ``key(*args)`` names each task for the journal (``--mw-journal``).
-        ``kwargs`` go to every call, as with dask's ``client.map``. Closing the
-        iterator (``break``) cancels every task that has not left for a slave.
+        the position of its arguments in the input; ``key(*args)`` names each task for the journal
+        (``--mw-journal``). ``kwargs`` go to every call, as with dask's ``client.map``. Closing the iterator
+        (``break``) cancels every task that has not left for a slave.
         """
-        return streams.as_completed(self, algorithm, iterables, window=(window, window_bytes), key=key, kwargs=kwargs)
+        return streams.as_completed(
+            self._intake, algorithm, iterables, window=(window, window_bytes), key=key, kwargs=kwargs
+        )
 
     def map(
         self,
@@ -341,18 +340,18 @@ class Master:
     ) -> Generator[Any, None, None]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
-        A task that raised makes the iterator raise that exception, as itself
-        (the slave's traceback is its ``__cause__``); one the master cannot
-        rebuild raises :class:`~mwpy.task_records.TaskRaisedError`, which names its type.
-        ``kwargs`` go to every call; closing the iterator cancels what has not started.
-        ``chunksize`` (as ``ProcessPoolExecutor.map``'s): one task makes that many
-        calls, so a tiny function pays the per-task cost once per chunk; the
-        algorithm's policy (retries, timeout) then applies to the whole chunk,
-        ``window`` counts chunks, and ``key`` cannot be given (it names one call); ``window_bytes`` as in
-        :meth:`as_completed`.
+        A task that raised makes the iterator raise that exception, as itself (the slave's traceback is its
+        ``__cause__``); one the master cannot rebuild raises :class:`~mwpy.task_records.TaskRaisedError`, which
+        names its type. ``kwargs`` go to every call; closing the iterator cancels what has not started.
+        ``chunksize`` (as ``ProcessPoolExecutor.map``'s): one task makes that many calls, so a tiny function pays
+        the per-task cost once per chunk; the algorithm's policy (retries, timeout) then applies to the whole
+        chunk, ``window`` counts chunks, and ``key`` cannot be given (it names one call); ``window_bytes`` as
+        in :meth:`as_completed`.
         """
         window_ = (window, window_bytes)
-        return streams.in_order(self, algorithm, iterables, window=window_, key=key, chunksize=chunksize, kwargs=kwargs)
+        return streams.in_order(
+            self._intake, algorithm, iterables, window=window_, key=key, chunksize=chunksize, kwargs=kwargs
+        )
 
     def _submit(self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: Any, kwargs: Any) -> TaskFuture[Any]:
         """``submit()`` (mwpy/task.py): the arguments checked and pickled here, then a task whose future settles."""

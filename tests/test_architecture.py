@@ -24,8 +24,7 @@ DESIGN = ROOT / "docs" / "design.md"
 EXPLAINED_TYPE_CHECKING = {
     ("mwpy.task", "mwpy.futures"),  # submit()'s return type; the master makes the future, above
     ("mwpy.futures", "mwpy.intake"),  # a TaskFuture waits through its master's intake (loaded by the master)
-    ("mwpy.streams", "mwpy.master"),  # the streams are the master's own, made by mw.map
-    ("mwpy.streams", "mwpy.intake"),
+    ("mwpy.streams", "mwpy.intake"),  # the streams are the master's own, made by mw.map with its intake
     ("mwpy.program", "mwpy.master"),  # loaded for real only in a master (a slave never needs it)
     ("mwpy.program", "mwpy.net.cache"),  # a slave's cache and shared objects load with their first use
     ("mwpy.program", "mwpy.net.shares"),
@@ -179,6 +178,33 @@ def test_no_import_cycle_at_run_time() -> None:
     runtime, _ = import_graph()
     found = cycle({name: deps for name, deps in runtime.items() if name != LAZY_PACKAGE})
     assert found is None, " -> ".join(found or [])
+
+
+#: The one cycle left to mwpy/jobs/'s own restructuring (on its own branch): the edge that closes it. Remove
+#: the entry when that lands; the test below then holds for the whole package.
+PENDING_EDGES = {("mwpy.jobs.jobad", "mwpy.jobs.description")}
+
+
+def all_imports() -> dict[str, set[str]]:
+    """Every import of every module: at module level, inside functions, and under ``if TYPE_CHECKING:``."""
+    runtime, typing_only = import_graph(anywhere=True)
+    return {name: deps | typing_only[name] for name, deps in runtime.items() if name != LAZY_PACKAGE}
+
+
+def test_no_import_cycle_counting_function_level_and_type_checking_imports() -> None:
+    """A cycle through a lazy or a type-checking import is a knot all the same: the modules cannot be read,
+    tested or moved apart (round 2 left one of 12 modules through task.py; executor <-> executor_core)."""
+    graph = {name: {dep for dep in deps if (name, dep) not in PENDING_EDGES} for name, deps in all_imports().items()}
+    found = cycle(graph)
+    assert found is None, " -> ".join(found or [])
+
+
+def test_the_whole_graph_holds_the_lazy_and_the_type_checking_imports() -> None:
+    """The graph the test above reads sees both kinds the run-time graph leaves out."""
+    graph = all_imports()
+    assert "mwpy.executor_core" in graph["mwpy.executor"]  # imported in the constructor, and for annotations
+    assert "mwpy.futures" in graph["mwpy.task"]  # for annotations only
+    assert "mwpy.futures" not in import_graph(anywhere=True)[0]["mwpy.task"]
 
 
 def test_every_type_checking_import_is_one_the_map_explains() -> None:
