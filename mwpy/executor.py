@@ -32,7 +32,7 @@ How it is built, and why:
   ``__main__`` travel by reference; functions of a REPL's or notebook's
   ``__main__`` (there is no file to load), lambdas and closures travel by
   value with cloudpickle (mwpy/wire/codec.py), master to slave only.
-* A future is its task's listener (mwpy/core/scheduler.py): *running* once
+* A future is its task's listener (mwpy/core/entry.py): *running* once
   its task is the first in flight on its slave; ``cancel()`` succeeds before
   that — a task still queued here is dropped unsent, one waiting in a slave's
   window is pulled back.

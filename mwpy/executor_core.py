@@ -31,7 +31,7 @@ import attrs
 
 from mwpy import backends, calls, safe_text
 from mwpy.backends.local import LocalBackend
-from mwpy.core.scheduler import Entry
+from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.executor_early import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, EarlySlaves, main_script
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
@@ -94,7 +94,7 @@ class Future(LightFuture[R]):
         standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it."""
         self.set_running_or_notify_cancel()
 
-    # The scheduler's Listener (mwpy/core/scheduler.py), called in the engine's thread.
+    # The scheduler's Listener (mwpy/core/entry.py), called in the engine's thread.
 
     def may_start(self) -> bool:
         """The task may leave for a slave unless this future was cancelled."""

@@ -1,7 +1,7 @@
 """The futures a master hands out: ``submit()``'s :class:`TaskFuture` and the :class:`LightFuture` under
 it (an Executor's futures too).
 
-A future is its task's listener (mwpy/core/scheduler.py's ``Listener``) and waits through its master's
+A future is its task's listener (mwpy/core/entry.py's ``Listener``) and waits through its master's
 intake (mwpy/intake.py), so this module sits above the intake: the intake queues a task with whatever
 listener it is given and knows no future. The master makes them (``Master._submit``).
 """
@@ -181,7 +181,7 @@ class TaskFuture(LightFuture[R]):
         self._intake.cancel([self.task_id])
         return True
 
-    # The scheduler's Listener (mwpy/core/scheduler.py): the master tells the future what becomes of its task.
+    # The scheduler's Listener (mwpy/core/entry.py): the master tells the future what becomes of its task.
 
     def may_start(self) -> bool:
         """A cancelled future's task is dropped unsent."""

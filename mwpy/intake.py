@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from mwpy.core.entry import Entry, Listener
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Listener, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
 from mwpy.net.shares import SharedObjects

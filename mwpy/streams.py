@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import attrs
 
 from mwpy import calls
-from mwpy.core.scheduler import Entry
+from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError
 from mwpy.task import TaskAlgorithm
 from mwpy.task_records import Policy, Result, TaskError, task_exception, unrunnable_error
@@ -116,7 +116,7 @@ class _Stream:
 
 
 class _Item:
-    """The listener (mwpy/core/scheduler.py) of one input's task: its result goes to the stream, in its place."""
+    """The listener (mwpy/core/entry.py) of one input's task: its result goes to the stream, in its place."""
 
     __slots__ = ("stream", "index", "task_id")
 

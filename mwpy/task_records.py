@@ -70,7 +70,7 @@ class Task:
     Unrunnable tasks are handed back to the master algorithm as these records
     (``mw.unrunnable_tasks()``); ``args``/``kwargs`` decode the stored
     arguments on demand. The master's bookkeeping of a task's runs is not
-    here: it is the scheduler's own (:class:`mwpy.core.scheduler.Entry`).
+    here: it is the scheduler's own (:class:`mwpy.core.entry.Entry`).
     """
 
     task_id: int

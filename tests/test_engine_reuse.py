@@ -24,9 +24,10 @@ import pytest
 
 import mwpy
 from mwpy import options as mwpy_options
+from mwpy.core.entry import Entry
 from mwpy.core.facts import Facts
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.master import Master
 from mwpy.net.engine import Engine
 from mwpy.observe.audit import Audit

@@ -22,7 +22,8 @@ import pytest
 from mwpy import resource_file
 from mwpy.backends.condor_match import why_idle
 from mwpy.core import board
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import InvalidResourceFileError
 from mwpy.observe import events as ev
 from mwpy.observe import explain as explaining

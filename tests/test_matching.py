@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.matching import Offer
 from mwpy.resources import Resources
 from mwpy.task_records import Policy

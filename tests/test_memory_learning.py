@@ -15,8 +15,9 @@ from pathlib import Path
 import attrs
 
 from mwpy import resource_file
+from mwpy.core.entry import Entry
 from mwpy.core.memory import MemoryLearning
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.matching import Offer
 from mwpy.names import JOB_AD_VARIABLE
 from mwpy.overseer import MIB, Limits, Overseer

@@ -12,7 +12,8 @@ import math
 import attrs
 import pytest
 
-from mwpy.core.scheduler import RETRY_DELAY, Entry, Scheduler, SlaveKind
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import RETRY_DELAY, Scheduler, SlaveKind
 from mwpy.task_records import DEFAULT_POLICY, Policy, Result
 from tests.support import QUIET
 

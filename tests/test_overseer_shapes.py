@@ -17,7 +17,8 @@ import pytest
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.condor_log import JobLog
 from mwpy.backends.htcondor import slave_description
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ConfigurationError
 from mwpy.matching import Offer
 from mwpy.overseer import Limits, Overseer

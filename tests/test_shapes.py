@@ -19,7 +19,8 @@ import attrs
 import pytest
 
 import mwpy
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ResourceFileError
 from mwpy.matching import Offer
 from mwpy.observe import statusview

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from mwpy.core.scheduler import Entry
+from mwpy.core.entry import Entry
 from mwpy.task_records import Policy
 from tests.support import QUIET
 
