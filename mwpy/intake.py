@@ -1,13 +1,12 @@
 """How tasks get into a master from its helpers, and how those helpers wait: the internal surface of a Master.
 
-:class:`~mwpy.master.Master` is the user's API. ``submit()`` (mwpy/task.py),
-its futures (mwpy/futures.py), the ``map`` streams (mwpy/streams.py) and ``mwpy.Executor`` need
-a little more: to queue a task with its own listener, to run loop passes
-while they wait, to pull cancelled tasks back. Rather than reach into the
-master's parts, they use its :class:`Intake` (``Master._intake``, the one
-private attribute the master shares: ``Master._SHARED_WITH``), which holds the
-references they need, each written once here (CPython's
-``_ExecutorManagerThread`` keeps the executor's internals the same way).
+:class:`~mwpy.master.Master` is the user's API. ``submit()``'s futures (mwpy/futures.py), the ``map`` streams
+(mwpy/streams.py) and ``mwpy.Executor`` need a little more: to queue a task with its own listener, to run loop
+passes while they wait, to pull cancelled tasks back. Rather than reach into the master's parts, they use its
+:class:`Intake`, which the master hands to the futures and streams it makes (and lends the executor as
+``Master._intake``: ``Master._SHARED_WITH``). It holds the references they need, each written once here
+(CPython's ``_ExecutorManagerThread`` keeps the executor's internals the same way), and knows none of them:
+it queues whatever listener it is given.
 """
 
 from __future__ import annotations
