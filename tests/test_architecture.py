@@ -330,3 +330,26 @@ def test_no_class_in_mwpy_is_longer_than_500_lines() -> None:
         if isinstance(node, ast.ClassDef) and node.end_lineno is not None and node.end_lineno - node.lineno >= 500
     ]
     assert long == []
+
+
+# ---------------------------------------------------------------------- the user's design card
+
+
+@pytest.mark.parametrize(
+    ("path", "defines"),
+    [
+        ("mwpy/master.py", "class Master"),
+        ("mwpy/slave.py", "class Slave"),
+        ("mwpy/resource_file.py", "class ResourceFile"),
+        ("mwpy/overseer.py", "class Overseer"),
+    ],
+)
+def test_the_modules_the_design_card_names_hold_what_it_names_them_for(path: str, defines: str) -> None:
+    """The card names these files: each holds its subject itself, not a re-export of a module elsewhere."""
+    assert re.search(rf"^{defines}\b", (ROOT / path).read_text(encoding="utf-8"), re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", ["master.sub", "slaves.sub"])
+def test_the_submit_files_the_card_names_are_at_the_top_level(name: str) -> None:
+    """``submit/NAME``, as the card writes it: a submit file with its queue statement."""
+    assert re.search(r"^\s*queue\b", (ROOT / "submit" / name).read_text(encoding="utf-8"), re.IGNORECASE | re.MULTILINE)
