@@ -35,9 +35,9 @@ test: lint docs
 # MUTANTS picks mutants by name (fnmatch), e.g. make mutation MUTANTS="'mwpy.options*'"; by default the
 # overseer's decisions only (its watcher and main loop need real files and time, minutes per mutant).
 # tools/mutation_import_time.py then tries the mutants of import-time code mutmut cannot switch on.
-MUTANTS ?= 'mwpy.core.scheduler*' 'mwpy.core.outcomes*' 'mwpy.wire.protocol*' 'mwpy.wire.codec*' 'mwpy.wire.session*' \
+MUTANTS ?= 'mwpy.core.scheduler*' 'mwpy.core.entry*' 'mwpy.core.outcomes*' 'mwpy.wire.protocol*' 'mwpy.wire.codec*' 'mwpy.wire.session*' \
 	'mwpy.resource_file*' 'mwpy.options*' \
-	'mwpy.pool.overseer.xǁOverseerǁreconcile*' 'mwpy.pool.overseer.xǁOverseerǁ_finish*' 'mwpy.pool.overseer.xǁOverseerǁ_note*' 'mwpy.pool.overseer.x__held_because*'
+	'mwpy.overseer.xǁOverseerǁreconcile*' 'mwpy.overseer.xǁOverseerǁ_finish*' 'mwpy.overseer.xǁOverseerǁ_note*' 'mwpy.overseer.x__held_because*'
 mutation: $(BIN)/.installed
 	$(BIN)/python -c 'import mutmut' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[test,mutation]'
 	rm -rf mutants

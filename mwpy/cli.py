@@ -21,12 +21,12 @@ import attrs
 from mwpy import backends, overseer_state, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job, MasterWatch
-from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
+from mwpy.errors import BackendError, ConfigurationError, EventLogError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import condor_job_id, positive_float, positive_int
+from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.pool import bundle
-from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
@@ -267,7 +267,19 @@ def _bundle(options: argparse.Namespace) -> int:
 def _report(options: argparse.Namespace) -> int:
     from mwpy.observe import report  # noqa: PLC0415 (plotly is heavy and optional)
 
-    return report.main([options.events, "-o", options.output])
+    try:
+        path = report.build_report(options.events, options.output)
+    except EventLogError as exc:
+        print(f"mwpy report: error: {exc}", file=sys.stderr)
+        return 1
+    except ImportError:
+        print("mwpy report: error: the report needs plotly: pip install 'mwpy[report]'", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"mwpy report: error: {options.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
 
 
 def _status_command(options: argparse.Namespace) -> int:

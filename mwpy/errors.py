@@ -33,7 +33,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
     ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
-    └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
+    └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task_records]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)
 
     RemoteTraceback (Exception, not an MwpyError)  the ``__cause__`` of a task's exception re-raised
@@ -185,7 +185,7 @@ class RemoteTraceback(Exception):
     Not an :class:`MwpyError`: nobody catches it; it is there so that an
     uncaught task exception prints where on the slave it happened (as
     ``concurrent.futures`` does with its ``_RemoteTraceback``). ``result`` is
-    the task's :class:`~mwpy.task.Result` (slave id, tag, compute time).
+    the task's :class:`~mwpy.task_records.Result` (slave id, tag, compute time).
     """
 
     def __init__(self, traceback: str, result: object = None) -> None:

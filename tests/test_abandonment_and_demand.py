@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from mwpy import ExitCode, resource_file
-from mwpy.pool.overseer import Limits, Overseer
+from mwpy.overseer import Limits, Overseer
 from mwpy.resource_file import ResourceFile
 from tests.support import (
     PROGRAMS,

@@ -30,8 +30,8 @@ import mwpy
 from mwpy.backends import Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import SlavesFailError
-from mwpy.executor import _script
 from mwpy.executor_core import _master_options
+from mwpy.executor_early import main_script
 from mwpy.executor_map import QUEUED_AHEAD
 from mwpy.names import RESOURCE_FILE
 from mwpy.resource_file import read as read_resource_file
@@ -539,7 +539,7 @@ def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> Non
     """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
     initializer = Path("/tmp/work/mwpy_initializer.pickle")
     options = _master_options([], Path("/tmp/rf.json"), "condor", initializer, "executor-1")
-    script = _script()
+    script = main_script()
     if script != "-":
         assert options.slave_files == (script, str(initializer))
         assert options.slave_arguments[-3:] == (os.path.basename(script), ".", initializer.name)
@@ -569,7 +569,7 @@ def test_a_plain_executor_that_cannot_be_made_leaves_no_slave_and_no_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A plain local executor starts its slaves before it reads the rest of its arguments (mwpy/executor.py,
-    ``_EarlySlaves``): a wrong one still raises its one line, and leaves neither the work folder nor a slave."""
+    ``EarlySlaves``): a wrong one still raises its one line, and leaves neither the work folder nor a slave."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = _children()
     with pytest.raises(mwpy.ConfigurationError, match="cpus must be a non-negative integer"):

@@ -22,12 +22,13 @@ import pytest
 from mwpy import resource_file
 from mwpy.backends.condor_match import why_idle
 from mwpy.core import board
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import InvalidResourceFileError
 from mwpy.observe import events as ev
 from mwpy.observe import explain as explaining
 from mwpy.resource_file import Flight, TaskBoard, TooLong, Waiting
-from mwpy.task import DEFAULT_POLICY
+from mwpy.task_records import DEFAULT_POLICY
 from tests.support import (
     PROGRAMS,
     QUIET,

@@ -29,7 +29,7 @@ from mwpy import backends, overseer_state, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
+from mwpy.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend, write_job
 from tests.support import PROGRAMS, ROOT, wait_until

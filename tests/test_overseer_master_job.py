@@ -17,7 +17,7 @@ import attrs
 import pytest
 
 from mwpy.backends import JobState, MasterWatch
-from mwpy.pool.overseer import Limits, Overseer, Verdict
+from mwpy.overseer import Limits, Overseer, Verdict
 from tests.condor_support import RESOURCE, Pool
 from tests.support import wait_until
 from tests.test_overseer import FakeBackend, mwpy_cli, write_resource

@@ -23,7 +23,7 @@ like the scheduler's:
 * a task submitted with a key that the journal knows is answered from it,
   unless the entry is damaged (its digest), names another algorithm or does
   not unpickle here: then it is treated as absent and the task runs again;
-* every result reaches the task's listener (mwpy/core/scheduler.py), which
+* every result reaches the task's listener (mwpy/core/entry.py), which
   says whether ``mw.results()`` gets it too.
 
 Callers pass the time (``now``, monotonic seconds) where a rule needs it.
@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from mwpy import slave_exits
+from mwpy.core.entry import Death, Entry
 from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
-from mwpy.core.scheduler import Death, Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
-from mwpy.task import Result, TaskError, task_exception
+from mwpy.task_records import Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
 

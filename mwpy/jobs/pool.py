@@ -45,7 +45,7 @@ PROGRAM = Path(__file__).resolve().parent / "program.py"
 #: Seconds between looks at the queue while the run goes on.
 POLL = 2.0
 #: Seconds the command waits for the overseer to leave after the master: it removes idle slave jobs at once
-#: and running ones after their grace (mwpy/pool/overseer.py's FINISH_GRACE), reconciling every 5 s.
+#: and running ones after their grace (mwpy/overseer.py's FINISH_GRACE), reconciling every 5 s.
 OVERSEER_GRACE = 60.0
 
 

@@ -53,7 +53,8 @@ from mwpy.master import Master
 from mwpy.net import filestore
 from mwpy.net.filestore import output_upload_name
 from mwpy.program import Membership, master, run
-from mwpy.task import Result, task
+from mwpy.task import task
+from mwpy.task_records import Result
 from mwpy.wire import protocol
 
 #: Exit status for a submit file mwpy cannot run (as for every other usage error).

@@ -40,6 +40,7 @@ import attrs
 import cattrs
 
 from mwpy import safe_files, strict_json
+from mwpy._version import __version__
 from mwpy.core import facts
 from mwpy.core.facts import CAUSES, OUTCOMES, Observer, Outcome
 from mwpy.errors import EventLogError, UnsafeFileError
@@ -385,8 +386,6 @@ class EventWriter:
     # -- convenience for the rare events (they build the record, so the schema is checked at the source)
 
     def master_start(self, *, member_id: str, host: str, total: int | None = None) -> MasterStart:
-        from mwpy._version import __version__  # noqa: PLC0415 (mwpy/__init__ imports much; this is tiny)
-
         record = MasterStart(
             t=self.now(),
             run=self.run,
