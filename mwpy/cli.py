@@ -432,7 +432,9 @@ def _print_status(
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:
-        rows.insert(2, ("", f"{report['master_gone']}: the computation has no master"))
+        from mwpy.observe.explain import master_left  # noqa: PLC0415 (only a gone master needs it)
+
+        rows.insert(2, ("", master_left(report["master_gone"], finished=record.finished)))
     elif record.master_condor_job:
         rows.insert(2, ("", f"master job {record.master_condor_job}"))
     jobs = report["slave_jobs"]

@@ -29,7 +29,7 @@ import classad2
 import htcondor2
 
 from mwpy import resource_file
-from mwpy.backends import Job, JobState, Launch, condor_match
+from mwpy.backends import Job, JobState, Launch, condor_match, exited
 from mwpy.backends.condor_log import RECONCILE_EVERY, JobLog
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError, UsageError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SHAPE_ATTRIBUTE, SLAVES_LOG
@@ -559,7 +559,7 @@ def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
     elif by_signal:
         reason = f"killed by signal {ad.get('ExitSignal', '?')}"
     elif exit_code:
-        reason = f"exited with status {exit_code}"
+        reason = exited(exit_code)
     entered = ad.get("EnteredCurrentStatus")
     since = float(entered) if isinstance(entered, int | float) else None
     memory_hold = state is JobState.HELD and (
