@@ -388,6 +388,7 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_running": record.tasks_running,
         "shapes": [attrs.asdict(shape) for shape in record.shapes],
         "learned_memory": record.learned_memory or {},
+        "journal_answers": record.journal_answers,
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -425,6 +426,8 @@ def _print_status(
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {needed:,} more needed{capped}"),
         *tasks,
     ]
+    if record.journal_answers:
+        rows.insert(3 + len(tasks), ("resumed", f"{record.journal_answers:,} answers from the journal"))
     if record.learned_memory:
         rows.insert(3 + len(tasks), ("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
     if record.shapes:

@@ -108,6 +108,8 @@ class Master:
                 journal = Journal(options.journal, on_failure=lambda why: self._facts(facts.JournalOff(why)))
                 undo.callback(journal.close)
             self._journal = journal
+            #: Answers the journal held when this master opened it: a restarted master says so at once.
+            resumed = len(journal) if journal is not None else 0
             self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
                                       how_ended=Exits.beside(options.resource_file))  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
@@ -126,9 +128,10 @@ class Master:
                                         secret=secret, host=self.host, port=self.port,
                                         tls_fingerprint=self._engine.tls_fingerprint, leave_at=self._engine.leave_at,
                                         condor_jobs=self._engine.condor_jobs, tasks_total=lambda: self.tasks_total,
-                                        slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
+                                        slaves_greeted=lambda: self._engine.slaves_greeted,
+                                        journal_answers=resumed)  # fmt: skip
             undo.pop_all()
-        self._facts(facts.MasterStarted(options.member_id, socket.gethostname()))
+        self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), resumed))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
         self._facts(facts.MasterReady(self.host, self.port))
         audit.flush()

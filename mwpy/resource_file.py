@@ -237,6 +237,9 @@ class ResourceFile:
     #: (mwpy/core/memory.py); None from a master that does not learn it (the overseer then raises a held
     #: job's whole shape instead).
     learned_memory: dict[str, int] | None = attrs.field(default=None, validator=_learned)
+    #: Answers the master found in its journal (--mw-journal) when it started: a restarted master answers tasks
+    #: with those keys from it instead of running them again. 0 for a fresh journal, or without one.
+    journal_answers: int = attrs.field(default=0, validator=_not_negative)
     format: str = FORMAT
     version: int = VERSION
 

@@ -54,6 +54,7 @@ class Publisher:
         tasks_total: Callable[[], int | None] | None = None,
         slaves_greeted: Callable[[], int] | None = None,
         leave_at: Mapping[str, float] | None = None,
+        journal_answers: int = 0,
     ) -> None:
         self._options = options
         #: Tasks in all when the master knows (for progress bars), else None.
@@ -64,6 +65,8 @@ class Publisher:
         self._slaves_greeted = slaves_greeted or int
         #: When (Unix time) each connected slave with a lifetime leaves by plan: each is replaced ahead of time.
         self._leave_at: Mapping[str, float] = {} if leave_at is None else leave_at
+        #: Answers the master's journal held when it started (written in every file: a resume says so).
+        self._journal_answers = journal_answers
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -139,6 +142,7 @@ class Publisher:
             task_board=board.snapshot(sched, now, self._leave_at),
             shapes=shapes,
             learned_memory=learned,
+            journal_answers=self._journal_answers,
         )
         try:
             resource_file.write(path, record)
