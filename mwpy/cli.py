@@ -371,6 +371,7 @@ def _status(options: argparse.Namespace) -> int:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
+    gone = record.removal() or gone  # the master's own word needs no schedd
     if options.explain is not None:
         return _explain(record, options, listed, why if options.condor else None, gone)
     state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"

@@ -19,6 +19,7 @@ import argparse
 import collections
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -531,6 +532,33 @@ def departure(job_id: str, ad: Mapping[str, Any]) -> str:
     if ad.get("ExitBySignal"):
         return f"master job {job_id} killed by signal {ad.get('ExitSignal', '?')}{when}"
     return f"master job {job_id} exited with status {ad.get('ExitCode', '?')}{when}"
+
+
+#: Seconds a master that got SIGTERM waits for its schedd to say whether its job was removed.
+REMOVAL_QUESTION_WAIT = 5.0
+
+
+def job_removed(job_id: str, wait: float = REMOVAL_QUESTION_WAIT) -> bool:
+    """Whether this host's schedd holds ``job_id`` as removed (``condor_rm``, ``JobStatus == 3``).
+
+    Asked by a master that got SIGTERM, which a schedd shutting down sends too (it starts the job again when it
+    comes back, and the slaves should wait for it). No answer within ``wait`` seconds (a schedd on its way down)
+    counts as not removed.
+    """
+    cluster, _, proc = job_id.partition(".")
+    answers: list[bool] = []
+
+    def ask() -> None:
+        with contextlib.suppress(htcondor2.HTCondorException, ValueError):
+            ads = htcondor2.Schedd().query(
+                constraint=f"ClusterId == {int(cluster)} && ProcId == {int(proc)}", projection=["JobStatus"]
+            )
+            answers.append(bool(ads) and int(ads[0].get("JobStatus", 0)) == int(htcondor2.JobStatus.REMOVED))
+
+    asking = threading.Thread(target=ask, name="mwpy-job-removed", daemon=True)
+    asking.start()
+    asking.join(wait)
+    return bool(answers) and answers[0]
 
 
 #: HoldReasonCode 34 (JobOutOfResources): the job used more memory than it asked for (the startd's cgroup

@@ -200,7 +200,7 @@ class Overseer:
         jobs = self.backend.jobs()
         if record.finished:
             return self._finish(jobs, _counts(jobs))
-        gone = self._master_departure(record)
+        gone = record.removal() or self._master_departure(record)
         if gone is not None:
             return self._give_up(jobs, f"{gone}: the computation has no master")
         if record.stale():

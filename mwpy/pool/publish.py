@@ -66,7 +66,7 @@ class Publisher:
         #: When (Unix time) each connected slave with a lifetime leaves by plan: each is replaced ahead of time.
         self._leave_at: Mapping[str, float] = {} if leave_at is None else leave_at
         #: Answers the master's journal held when it started (written in every file: a resume says so).
-        self._journal_answers = journal_answers
+        self.journal_answers = journal_answers
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -104,8 +104,11 @@ class Publisher:
         soon = time.time() + REPLACE_AHEAD
         return sched.slaves_needed + sum(at <= soon for at in self._leave_at.values())
 
-    def write(self, now: float, needed: int, connected: dict[str, int], *, finished: bool) -> None:
-        """Write the file now (a failure is audited: the computation goes on without it)."""
+    def write(
+        self, now: float, needed: int, connected: dict[str, int], *, finished: bool, removed: bool = False
+    ) -> None:
+        """Write the file now (a failure is audited: the computation goes on without it); ``removed``: the
+        master's Condor job was removed (``master_removed``)."""
         path = self._options.resource_file
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
@@ -142,7 +145,8 @@ class Publisher:
             task_board=board.snapshot(sched, now, self._leave_at),
             shapes=shapes,
             learned_memory=learned,
-            journal_answers=self._journal_answers,
+            journal_answers=self.journal_answers,
+            master_removed=removed,
         )
         try:
             resource_file.write(path, record)
