@@ -390,6 +390,7 @@ def _status(options: argparse.Namespace) -> int:
         "shapes": [attrs.asdict(shape) for shape in record.shapes],
         "learned_memory": record.learned_memory or {},
         "journal_answers": record.journal_answers,
+        "demand_reason": record.demand_reason,
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -425,14 +426,10 @@ def _print_status(
         ("status", f"{report['status']} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
         ("master", f"{report['master']}  member id {record.member_id!r}"),
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {needed:,} more needed{capped}"),
+        *([("demand", record.demand_reason)] if record.demand_reason else []),  # why that many (core/demand.py)
         *tasks,
+        *_side_rows(record),
     ]
-    if record.journal_answers:
-        rows.insert(3 + len(tasks), ("resumed", f"{record.journal_answers:,} answers from the journal"))
-    if record.learned_memory:
-        rows.insert(3 + len(tasks), ("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
-    if record.shapes:
-        rows.insert(3 + len(tasks), ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:
@@ -449,6 +446,16 @@ def _print_status(
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
         print(f"{name:<8} {safe_text.one_line(value)}")
+
+
+def _side_rows(record: resource_file.ResourceFile) -> list[tuple[str, str]]:
+    """The rows under the task counts that apply: demand per need, learned memory, a resume from the journal."""
+    rows = [("shapes", "; ".join(shape.describe() for shape in record.shapes))] if record.shapes else []
+    if record.learned_memory:
+        rows.append(("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
+    if record.journal_answers:
+        rows.append(("resumed", f"{record.journal_answers:,} answers from the journal"))
+    return rows
 
 
 def _explain(

@@ -126,7 +126,8 @@ class Master:
                                         host=self.host, port=self.port, tls_fingerprint=self._engine.tls_fingerprint,
                                         leave_at=self._engine.leave_at, condor_jobs=self._engine.condor_jobs,
                                         tasks_total=lambda: self.tasks_total, journal_answers=len(journal or ()),
-                                        slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
+                                        slaves_greeted=lambda: self._engine.slaves_greeted,
+                                        task_seconds=self._outcomes.mean_run)  # fmt: skip
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), self._publisher.journal_answers))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)

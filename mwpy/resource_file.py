@@ -243,6 +243,8 @@ class ResourceFile:
     #: True when the master's Condor job was removed (condor_rm): the master left for good, and slaves leave the
     #: queue (exit 0) instead of waiting for it. A master Condor starts again (a schedd restart) never says so.
     master_removed: bool = False
+    #: Why ``slaves_needed`` is what it is, once task times are measured (mwpy/core/demand.py); "" before.
+    demand_reason: str = ""
     format: str = FORMAT
     version: int = VERSION
 

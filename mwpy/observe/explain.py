@@ -164,6 +164,8 @@ def _why_waiting(record: ResourceFile, jobs: Sequence[Job] | None, condor_proble
         if connected
         else f"no slave is connected; the master wants {record.slaves_needed}"
     ]
+    if record.demand_reason:  # why that many: the master's demand model (mwpy/core/demand.py)
+        lines.append(f"the master asks for what would shorten the run: {record.demand_reason}")
     if jobs is None:
         if condor_problem:
             lines.append(f"slave jobs unknown: {condor_problem}")

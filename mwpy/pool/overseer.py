@@ -220,8 +220,10 @@ class Overseer:
         why.extend(_explain_jobs(jobs))
         counts = _counts(jobs)
         wanted = sum(group.wanted for group in groups)
+        because = f": {record.demand_reason}" if record.demand_reason else ""  # the master's demand model
         self._note(
-            f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}); "
+            f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}"
+            f"{because}); "
             f"jobs idle {counts['idle']} running {counts['running']} held {counts['held']}{_held_because(jobs)}; "
             f"submitted {submitted}, removed {removed}" + (f" -- {'; '.join(why)}" if why else "")
         )
