@@ -383,6 +383,7 @@ def _status(options: argparse.Namespace) -> int:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
+    gone = record.removal() or gone  # the master's own word needs no schedd
     if options.explain is not None:
         return _explain(record, options, listed, why if options.condor else None, gone)
     state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"
@@ -400,6 +401,8 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_running": record.tasks_running,
         "shapes": [attrs.asdict(shape) for shape in record.shapes],
         "learned_memory": record.learned_memory or {},
+        "journal_answers": record.journal_answers,
+        "demand_reason": record.demand_reason,
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -435,16 +438,16 @@ def _print_status(
         ("status", f"{report['status']} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
         ("master", f"{report['master']}  member id {record.member_id!r}"),
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {needed:,} more needed{capped}"),
+        *([("demand", record.demand_reason)] if record.demand_reason else []),  # why that many (core/demand.py)
         *tasks,
+        *_side_rows(record),
     ]
-    if record.learned_memory:
-        rows.insert(3 + len(tasks), ("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
-    if record.shapes:
-        rows.insert(3 + len(tasks), ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:
-        rows.insert(2, ("", f"{report['master_gone']}: the computation has no master"))
+        from mwpy.observe.explain import master_left  # noqa: PLC0415 (only a gone master needs it)
+
+        rows.insert(2, ("", master_left(report["master_gone"], finished=record.finished)))
     elif record.master_condor_job:
         rows.insert(2, ("", f"master job {record.master_condor_job}"))
     jobs = report["slave_jobs"]
@@ -455,6 +458,16 @@ def _print_status(
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
         print(f"{name:<8} {safe_text.one_line(value)}")
+
+
+def _side_rows(record: resource_file.ResourceFile) -> list[tuple[str, str]]:
+    """The rows under the task counts that apply: demand per need, learned memory, a resume from the journal."""
+    rows = [("shapes", "; ".join(shape.describe() for shape in record.shapes))] if record.shapes else []
+    if record.learned_memory:
+        rows.append(("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
+    if record.journal_answers:
+        rows.append(("resumed", f"{record.journal_answers:,} answers from the journal"))
+    return rows
 
 
 def _explain(

@@ -121,13 +121,14 @@ class Master:
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
             self.port_range = options.master_port_range
-            self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
-                                        secret=secret, host=self.host, port=self.port,
-                                        tls_fingerprint=self._engine.tls_fingerprint, leave_at=self._engine.leave_at,
-                                        condor_jobs=self._engine.condor_jobs, tasks_total=lambda: self.tasks_total,
-                                        slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
+            self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program, secret=secret,
+                                        host=self.host, port=self.port, tls_fingerprint=self._engine.tls_fingerprint,
+                                        leave_at=self._engine.leave_at, condor_jobs=self._engine.condor_jobs,
+                                        tasks_total=lambda: self.tasks_total, journal_answers=len(journal or ()),
+                                        slaves_greeted=lambda: self._engine.slaves_greeted,
+                                        task_seconds=self._outcomes.mean_run)  # fmt: skip
             undo.pop_all()
-        self._facts(facts.MasterStarted(options.member_id, socket.gethostname()))
+        self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), self._publisher.journal_answers))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
         self._facts(facts.MasterReady(self.host, self.port))
         audit.flush()
@@ -222,9 +223,9 @@ class Master:
     def tasks_total(self) -> int | None:
         """Tasks the computation runs in all, when known: drives progress bars and ETAs (``mwpy status``).
 
-        What the algorithm declared (``mw.tasks_total = n``); else, once a ``map`` or ``as_completed`` over
-        sized inputs has started, the tasks done, queued and running plus the inputs those calls have still to
-        submit; else None (a loop that submits as it goes says nothing of what is to come).
+        What the algorithm declared (``mw.tasks_total = n``); else, once a ``map`` or ``as_completed`` over sized
+        inputs has started, the tasks done, queued and running plus the inputs those calls have still to submit;
+        else None (a loop that submits as it goes says nothing of what is to come).
         """
         if self._declared_total is not None:
             return self._declared_total
@@ -380,18 +381,19 @@ class Master:
 
     # ------------------------------------------------------------------ the end
 
-    def finish(self, status: int = 0) -> None:
-        """Tell every slave to shut down, wait briefly for them, mark the computation finished.
-
-        ``status`` is the master's exit status, for the event log's ``master-stop``.
-        """
+    def finish(self, status: int = 0, *, removed: bool = False) -> None:
+        """Tell the slaves to shut down, wait briefly, mark the computation finished (``status``: the exit status for
+        ``master-stop``), or that its Condor job was ``removed`` (said first: Condor kills it soon; pool/removal.py)."""
         if self._intake.finished:
             return
         self._intake.finished = True
+        if removed:
+            self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=False, removed=True)
         self._engine.shutdown()
         if self._journal is not None:
             self._journal.close()
-        self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
+        if not removed:
+            self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
         self._facts(facts.MasterStopped(self._options.member_id, status, self._sched.done_total))
         self._audit.flush()
         self._observers.stop(status, summary=self.goodput_summary)

@@ -124,6 +124,12 @@ class Outcomes:
         self._condemned: list[tuple[Entry, float]] = []
         #: What ``mw.results()`` drains, in arrival order.
         self.results: list[Result] = []
+        #: Runs measured (results from slaves, answers and failures) and their seconds: the demand model's input.
+        self.runs, self.run_seconds = 0, 0.0
+
+    def mean_run(self) -> float | None:
+        """Mean seconds a task ran on its slave, over every result so far; None before the first."""
+        return self.run_seconds / self.runs if self.runs else None
 
     def take(
         self, sid: str, items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None, now: float
@@ -136,6 +142,8 @@ class Outcomes:
             if entry is None:
                 self._facts(StrayResult(sid, task_id))
                 continue
+            self.runs += 1
+            self.run_seconds += compute_time
             result = decode(entry, sid, ok, blob, compute_time)
             if outputs and task_id in outputs:
                 stdout, stderr = outputs[task_id]

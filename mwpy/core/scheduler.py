@@ -575,6 +575,11 @@ class Scheduler:
         return self._groups.needed(len(self._unordered) + self._unordered_running)
 
     @property
+    def demand_follows_tasks(self) -> bool:
+        """Whether ``slaves_needed`` is one slave per task: no group allocation was set (the demand model's case)."""
+        return self._groups.follows_tasks and not self._groups.reserved
+
+    @property
     def reserved(self) -> int:
         """Ordered and intermingle slaves wanted (what ``allocate_slaves`` asked for them, less what was given back)."""
         return self._groups.reserved

@@ -50,6 +50,8 @@ class AuditRenderer(Observer):
 
     def master_started(self, fact: facts.MasterStarted) -> None:
         self._audit(f'INIT MASTER "{fact.member_id}"')
+        if fact.journal_answers:
+            self._audit(f"RESUMED {fact.journal_answers} answers from the journal (their tasks are not run again)")
 
     def master_ready(self, fact: facts.MasterReady) -> None:
         self._audit(f"MASTER READY {fact.host}:{fact.port}")
