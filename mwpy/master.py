@@ -223,9 +223,8 @@ class Master:
     def tasks_total(self) -> int | None:
         """Tasks the computation runs in all, when known: drives progress bars and ETAs (``mwpy status``).
 
-        What the algorithm declared (``mw.tasks_total = n``); else, once a ``map`` or ``as_completed`` over sized
-        inputs has started, the tasks done, queued and running plus the inputs those calls have still to submit;
-        else None (a loop that submits as it goes says nothing of what is to come).
+        What the algorithm declared (``mw.tasks_total = n``); else, once a ``map``/``as_completed`` over sized inputs
+        started, the tasks done, queued and running plus the inputs still to submit; else None (a loop says nothing).
         """
         if self._declared_total is not None:
             return self._declared_total
