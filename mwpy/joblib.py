@@ -15,8 +15,9 @@ Ray ones, which register themselves the same way):
   makes several) share their slaves, as loky's calls share its reusable executor. When the block ends its
   instance is dropped, and with it the executor, which shuts down as a collected executor does (its slaves
   leave, its work folder goes). ``terminate()``, called after each ``Parallel`` call, lets go of that
-  ``Parallel`` so that no reference cycle keeps the instance, and its slaves, alive until a garbage
-  collection.
+  ``Parallel`` so that no reference cycle of ours keeps the instance, and its slaves, alive until a garbage
+  collection; after a failed call the exception's traceback makes one (joblib's frames), and that
+  collection ends them.
 * ``n_jobs`` is the executor's ``max_workers``; ``-1`` is every cpu (``os.cpu_count()``), ``-2`` all but one,
   as for loky; ``n_jobs=1`` runs in the caller, as joblib's process backends fall back to its
   ``SequentialBackend``. Without ``n_jobs`` it is ``-1`` (``default_n_jobs``, as dask's backend):

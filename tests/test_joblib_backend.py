@@ -21,6 +21,7 @@ from sklearn.svm import SVC
 
 import mwpy.joblib  # noqa: F401  (registers the backend "mwpy")
 from mwpy.errors import ConfigurationError, RemoteTraceback
+from tests.programs import executor_work
 from tests.programs import joblib_work as work
 from tests.support import PYTHON, wait_until
 
@@ -49,11 +50,11 @@ def test_parallel_gives_every_value_in_order_from_slave_processes() -> None:
 
 
 def test_an_exception_in_one_call_is_raised_as_itself_with_the_slave_s_traceback() -> None:
-    with parallel_config(backend="mwpy", n_jobs=2), pytest.raises(work.Odd, match="7 is odd") as raised:
-        Parallel()(delayed(work.odd_fails)(i) for i in (0, 2, 4, 7, 8, 10))
-    assert type(raised.value) is work.Odd
+    with parallel_config(backend="mwpy", n_jobs=2), pytest.raises(executor_work.Odd, match="7 is odd") as raised:
+        Parallel()(delayed(executor_work.fail_on_odd)(i) for i in (0, 2, 4, 7, 8, 10))
+    assert type(raised.value) is executor_work.Odd
     assert isinstance(raised.value.__cause__, RemoteTraceback)
-    assert "odd_fails" in str(raised.value.__cause__)
+    assert "fail_on_odd" in str(raised.value.__cause__)
 
 
 def test_the_slaves_serve_every_call_of_a_block_and_leave_with_it(private_tmp: Path) -> None:

@@ -24,16 +24,6 @@ def pid(_: int) -> int:
     return os.getpid()
 
 
-class Odd(ValueError):
-    """A user's own exception type: it must come back as itself."""
-
-
-def odd_fails(x: int) -> int:
-    if x % 2:
-        raise Odd(f"{x} is odd")
-    return x
-
-
 def division(x: int, y: int) -> float:
     return x / y
 
