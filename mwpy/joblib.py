@@ -52,8 +52,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-import joblib
-from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, ParallelBackendBase, SequentialBackend
+try:
+    import joblib
+    from joblib._parallel_backends import AutoBatchingMixin, FallbackToBackend, ParallelBackendBase, SequentialBackend
+except ImportError as missing:  # one line that says what to install, not joblib's module path
+    raise ImportError(f"mwpy.joblib needs joblib: pip install 'mwpy[joblib]' ({missing})") from missing
 
 from mwpy.errors import ConfigurationError
 from mwpy.executor import Executor
@@ -139,7 +142,7 @@ class MwpyBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignore[misc]
         future = self._executor.submit(call, *arguments)
         pending, lock = self._pending, self._lock
 
-        def forget(done: Future[Any]) -> None:  # not a bound method: a running task must not keep the backend
+        def forget(done: Future[Any]) -> None:  # not a bound method: the engine's futures hold no path to us
             with lock:
                 pending.discard(done)
 

@@ -101,6 +101,13 @@ def test_a_function_of_a_main_without_a_file_runs_by_value(tmp_path: Path) -> No
     assert done.stdout.split("\n")[0] == "[0, 3, 6, 9, 12] [-1, -1]"
 
 
+def test_without_joblib_the_import_says_what_to_install(tmp_path: Path) -> None:
+    code = "import sys\nsys.modules['joblib'] = None  # as if it were not installed\nimport mwpy.joblib\n"
+    done = subprocess.run([PYTHON, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "ImportError: mwpy.joblib needs joblib: pip install 'mwpy[joblib]'" in done.stderr
+
+
 def test_executor_options_are_checked_when_the_block_is_made() -> None:
     with pytest.raises(TypeError, match="no_such_option"):
         parallel_config(backend="mwpy", no_such_option=1)
