@@ -21,6 +21,8 @@ from sklearn.svm import SVC
 
 import mwpy.joblib  # noqa: F401  (registers the backend "mwpy")
 from mwpy.errors import ConfigurationError, RemoteTraceback
+from mwpy.names import RESOURCE_FILE
+from mwpy.resource_file import read as read_resource_file
 from tests.programs import executor_work
 from tests.programs import joblib_work as work
 from tests.support import PYTHON, wait_until
@@ -99,6 +101,15 @@ def test_a_function_of_a_main_without_a_file_runs_by_value(tmp_path: Path) -> No
     done = subprocess.run([PYTHON, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[0] == "[0, 3, 6, 9, 12] [-1, -1]"
+
+
+def test_the_block_s_keyword_arguments_go_to_the_executor(tmp_path: Path) -> None:
+    """``parallel_config(backend="mwpy", workdir=..., options=...)`` are ``mwpy.Executor``'s arguments."""
+    work_folder = tmp_path / "work"
+    with parallel_config(backend="mwpy", n_jobs=2, workdir=work_folder, options=["--mw-slave-window", "1"]):
+        assert Parallel()(delayed(work.square)(i) for i in range(10)) == [i * i for i in range(10)]
+    # Dropped with the block, the executor shuts down without waiting: its master then says it finished.
+    wait_until(lambda: read_resource_file(work_folder / RESOURCE_FILE).finished, 60, "the master to finish")
 
 
 def test_without_joblib_the_import_says_what_to_install(tmp_path: Path) -> None:
