@@ -24,6 +24,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures._base import CANCELLED, PENDING
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -91,8 +92,10 @@ class Future(LightFuture[R]):
 
     def _notify_cancelled(self) -> None:
         """The engine reached this cancelled future's task and dropped it: CANCELLED_AND_NOTIFIED, as the
-        standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it."""
-        self.set_running_or_notify_cancel()
+        standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it.
+        Once: a task asked back from a slave may be reached again, and a second notice raises."""
+        if self._state == CANCELLED:
+            self.set_running_or_notify_cancel()
 
     # The scheduler's Listener (mwpy/core/entry.py), called in the engine's thread.
 
@@ -104,8 +107,9 @@ class Future(LightFuture[R]):
         return True
 
     def began(self) -> None:
-        """The task is first in flight on its slave: this future is running (no longer cancellable)."""
-        if not self.running():
+        """The task is first in flight on its slave: this future is running (no longer cancellable). One
+        cancelled stays so: asked back from the slave's window, it comes first there before the slave answers."""
+        if self._state == PENDING:
             self._mark_running()
 
     def unrunnable(self, reason: str | None = None) -> bool:

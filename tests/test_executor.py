@@ -432,6 +432,27 @@ def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) ->
     assert not marks[1].exists()  # given back unstarted: it never ran
 
 
+def test_cancelling_the_task_next_in_a_slave_s_window_leaves_the_executor_working(tmp_path: Path) -> None:
+    """The master takes the next task in a slave's window as started once the task before it ends; one cancelled
+    meanwhile (asked back, the slave not yet answered) stays cancelled. It broke the executor ("Future in
+    unexpected state") when joblib's backend cancelled the batches behind a failed one."""
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    mark = tmp_path / "ran"
+    with mwpy.Executor(max_workers=1, options=["--mw-slave-window", "4"], workdir=tmp_path / "work") as ex:
+        try:
+            blocker = ex.submit(work.touch_then_wait, started, release, 1)
+            behind = ex.submit(work.mark, str(mark))
+            wait_until(blocker.running, 60, "the blocking task to start")
+            wait_until(lambda: ex._core._master._sched.running_total == 2, 60, "the next to reach the slave's window")
+            assert behind.cancel()
+        finally:
+            Path(release).touch()
+        assert blocker.result(timeout=60) == 1
+        assert ex.submit(work.square, 3).result(timeout=60) == 9
+        assert behind.cancelled()
+    assert not mark.exists()
+
+
 BROKEN_ON_SLAVES = """\
     import concurrent.futures
     import mwpy
