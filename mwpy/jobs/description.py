@@ -78,6 +78,11 @@ class JobSpec:
     if_needed: bool = False
 
     @property
+    def success_code(self) -> int:
+        """The exit code that means success: ``success_exit_code`` (``JobSuccessExitCode``), else 0."""
+        return int(self.ad.get("JobSuccessExitCode", "0"))
+
+    @property
     def job_id(self) -> str:
         """``cluster.process``, as Condor names a job."""
         return f"{self.cluster}.{self.process}"

@@ -382,8 +382,9 @@ def _process_order(line: str) -> tuple[int, str]:
     return (int(number) if number.isdigit() else -1, line)
 
 
-def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
-    """One summary line: how the job ended, its times, and which slave on which host ran it."""
+def outcome_record(job_id: str, result: Result, success_code: int = 0) -> dict[str, Any]:
+    """One summary line: how the job ended, its times, and which slave on which host ran it; an exit with the
+    job's ``success_exit_code`` is a success, as Condor (and DAGMan) count it."""
     if result.error is not None:
         error = result.error
         why = f"not started: {error.message}" if error.type == "JobSetupError" else f"{error.type}: {error.message}"
@@ -393,13 +394,13 @@ def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
         return {"job": job_id, "status": "failed", "why": "the slave sent no job outcome", "slave": result.slave_id}
     if outcome.signal is not None:
         why = f"killed by signal {outcome.signal}"
-    elif outcome.exit_code != 0:
+    elif outcome.exit_code != success_code:
         why = f"exit code {outcome.exit_code}"
     else:
         why = "; ".join(outcome.output_errors) if outcome.output_errors else ""
     return {
         "job": job_id,
-        "status": "ok" if outcome.ok else "failed",
+        "status": "ok" if outcome.succeeded(success_code) else "failed",
         "why": why,
         "exit_code": outcome.exit_code,
         "signal": outcome.signal,
@@ -606,10 +607,10 @@ class _Run:
             print("mwpy jobs: resumed: finished jobs are answered from the journal", file=sys.stderr)
         outcome = result.value if result.error is None else None
         if isinstance(outcome, runner.JobOutcome) and outcome.hold is not None:
-            self._not_executed(job, outcome, outcome_record(job_id, result))
+            self._not_executed(job, outcome, outcome_record(job_id, result, job.spec.success_code))
             return
         if job.life is None or not isinstance(outcome, runner.JobOutcome):
-            self.summary.job(outcome_record(job_id, result))
+            self.summary.job(outcome_record(job_id, result, job.spec.success_code))
             self._log_end(job, outcome)
             return
         now = time.time()
@@ -625,7 +626,14 @@ class _Run:
                 decision = life.exit(run, now)
             else:  # the policy stopped it while it ran: already held or removed, and logged
                 decision = job.stopped
-        self._decided(job, decision, now, run, outcome_record(job_id, result), logged=job.stopped is not None)
+        self._decided(
+            job,
+            decision,
+            now,
+            run,
+            outcome_record(job_id, result, job.spec.success_code),
+            logged=job.stopped is not None,
+        )
 
     def _log_start(self, job: _Job, started: float, host: str) -> None:
         """This run's executing event, once (from the first usage report, or from the result)."""
@@ -641,10 +649,11 @@ class _Run:
         decision = Decision(Verdict.HOLD, reason, code, subcode)
         now = time.time()
         log = self._log(job.spec)
-        if log is not None:
+        if log is not None:  # every hold is in the log, with Condor's events in its order, policy or not
             spec = job.spec
             log.executing(spec.cluster, spec.process, outcome.started, outcome.host, "")
             log.not_executed(spec.cluster, spec.process, now, decision)
+            log.held(spec.cluster, spec.process, now, decision)
         if job.life is None:  # nothing can release it
             self.summary.job({**record, "status": "held", "why": reason})
             return
@@ -653,9 +662,6 @@ class _Run:
             job.life.apply(decision, now)
         self.held[job.spec.job_id] = job
         self.summary.held_now[job.spec.job_id] = reason
-        log = self._log(job.spec)
-        if log is not None:
-            log.held(job.spec.cluster, job.spec.process, now, decision)
 
     def _decided(
         self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any], *, logged: bool = False

@@ -122,9 +122,10 @@ class JobOutcome:
     #: (reason, code, subcode) when the job could not be executed: Condor holds it (code 6, the errno)
     hold: tuple[str, int, int] | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.output_errors and self.stopped is None and self.hold is None
+    def succeeded(self, success_code: int = 0) -> bool:
+        """Exited with the job's success code (``success_code``, 0 unless declared), every output back."""
+        clean = not self.output_errors and self.stopped is None and self.hold is None
+        return clean and self.exit_code == success_code
 
 
 class _SlaveState:

@@ -1,0 +1,50 @@
+"""``mwpy jobs`` on submit files of the kind HTCondor's developers and DAGMan users write: the holds, exit codes,
+inputs and environments Condor gives them, with local slaves (tests/test_jobs_conformance.py compares the same
+files with condor_submit on a pool)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_jobs_run import run_jobs, summary
+
+htcondor2 = pytest.importorskip("htcondor2")
+
+
+def log_events(path: Path) -> dict[int, list[tuple[object, ...]]]:
+    """Each job's user-log events as a log reader (DAGMan, condor_wait) sees them: kind, and a hold's codes."""
+    found: dict[int, list[tuple[object, ...]]] = {}
+    for event in htcondor2.JobEventLog(str(path)).events(0):
+        kind = int(event.type)
+        detail = (event["HoldReasonCode"], event["HoldReasonSubCode"]) if kind == 12 else ()
+        found.setdefault(event.proc, []).append((kind, *detail))
+    return found
+
+
+def test_a_job_whose_executable_cannot_run_is_held_in_the_user_log_too(tmp_path: Path) -> None:
+    """A script whose ``#!`` is not its first line: Condor holds it (code 6, subcode 8) and says so in the log."""
+    script = tmp_path / "late_shebang.sh"
+    script.write_text("\n#!/bin/sh\necho never\n")
+    script.chmod(0o755)
+    (tmp_path / "jobs.sub").write_text("executable = late_shebang.sh\nlog = jobs.log\nqueue\n")
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 1, done.stderr
+    jobs, _ = summary(tmp_path)
+    assert jobs["1.0"]["status"] == "held"
+    assert log_events(tmp_path / "jobs.log")[0] == [(0,), (1,), (21,), (4,), (12, 6, 8)]
+
+
+def test_an_exit_with_the_declared_success_code_is_a_success(tmp_path: Path) -> None:
+    """HTCondor's manual (success_exit_code, and DAGMan's retry examples): exit 3 declared success is success."""
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/sh\narguments = \"-c 'exit 3'\"\nsuccess_exit_code = 3\nmax_retries = 2\n"
+        "log = jobs.log\nqueue\n"
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 0, done.stderr
+    assert "1 ok, 0 failed" in done.stdout
+    jobs, run = summary(tmp_path)
+    assert (jobs["1.0"]["status"], jobs["1.0"]["exit_code"], run["failed"]) == ("ok", 3, 0)
+    assert log_events(tmp_path / "jobs.log")[0] == [(0,), (1,), (5,)]
