@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mwpy.jobs.description import SubmitDescription, SubmitError, parse_arguments, parse_environment
+from mwpy.errors import SubmitError
+from mwpy.jobs.description import SubmitDescription, parse_arguments, parse_environment
 from tests.support import mwpy_command
 
 

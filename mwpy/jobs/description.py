@@ -29,12 +29,8 @@ from pathlib import Path
 
 import attrs
 
-from mwpy.errors import ConfigurationError
+from mwpy.errors import SubmitError
 from mwpy.jobs import commands, jobad, statements
-
-
-class SubmitError(ConfigurationError):
-    """The submit description cannot be run by mwpy: a refused command, a bad value, a missing input file."""
 
 
 @attrs.frozen

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from mwpy.errors import SubmitError
 from mwpy.resources import Resources
 
 #: HTCondor's DEFAULT_JOB_MAX_RETRIES: the retries a job gets when only success_exit_code or retry_until is set.
@@ -201,8 +202,6 @@ def _check_expression(name: str, expression: str, where: str) -> None:
     """condor_submit refuses an attribute that is no ClassAd expression ("Parse error in expression"): refuse it
     before any job runs, not when the policy first evaluates it."""
     if not _parses(expression):
-        from mwpy.jobs.description import SubmitError  # noqa: PLC0415 (one error type for the whole file's checks)
-
         hint = " (a '#' starts a comment only at the start of a line)" if "#" in expression else ""
         raise SubmitError(f"{name} = {expression} ({where}): not a ClassAd expression{hint}")
 
@@ -219,8 +218,6 @@ def _parses(expression: str) -> bool:
 
 
 def _integer(text: str, command: str, where: str) -> str:
-    from mwpy.jobs.description import SubmitError  # noqa: PLC0415 (one error type for the whole file's checks)
-
     if re.fullmatch(r"\s*-?\d+\s*", text) is None:
         raise SubmitError(f"{command} = {text.strip()} ({where}): expected an integer")
     return text.strip()
