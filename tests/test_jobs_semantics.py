@@ -4,6 +4,7 @@ files with condor_submit on a pool)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,40 @@ def test_an_exit_with_the_declared_success_code_is_a_success(tmp_path: Path) -> 
     jobs, run = summary(tmp_path)
     assert (jobs["1.0"]["status"], jobs["1.0"]["exit_code"], run["failed"]) == ("ok", 3, 0)
     assert log_events(tmp_path / "jobs.log")[0] == [(0,), (1,), (5,)]
+
+
+def test_a_missing_input_holds_its_job_only_and_the_others_run(tmp_path: Path) -> None:
+    """HTCondor's manual on skip_filechecks: a missing input is found when the job's files are sent; Condor holds
+    that job (code 13, the errno) and runs the others."""
+    (tmp_path / "here.txt").write_text("here\n")
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/cat\narguments = $(f)\nshould_transfer_files = YES\ntransfer_input_files = $(f)\n"
+        "skip_filechecks = true\noutput = out.$(Process)\nlog = jobs.log\nqueue f in (here.txt, gone.txt)\n"
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "1 ok, 0 failed, 1 held" in done.stdout
+    assert (tmp_path / "out.0").read_text() == "here\n"
+    jobs, _ = summary(tmp_path)
+    assert jobs["1.1"]["status"] == "held"
+    assert f"reading from file {tmp_path}/gone.txt: (errno 2) No such file or directory" in jobs["1.1"]["why"]
+    assert log_events(tmp_path / "jobs.log")[1] == [(0,), (12, 13, 2)]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_input_that_is_no_regular_file_is_refused_before_any_job(tmp_path: Path, kind: str) -> None:
+    """A FIFO or /dev/zero would never end being read: one line, exit status 2, nothing run."""
+    source = "/dev/zero"
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "pipe")
+        source = "pipe"
+    (tmp_path / "jobs.sub").write_text(
+        f"executable = /bin/true\nshould_transfer_files = YES\ntransfer_input_files = {source}\n"
+        "log = jobs.log\nqueue 2\n"
+    )
+    done = run_jobs(tmp_path, slaves=1, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "is not a regular file" in done.stderr
+    assert not (tmp_path / "jobs.log").exists()

@@ -24,6 +24,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -287,16 +288,29 @@ class SubmitDescription:
             priorities.add(spec.ad.get("JobPrio", "0"))
             if len(priorities) > 1:
                 raise SubmitError(f"job {spec.job_id}: priority differs between jobs; mwpy runs them in queue order")
-            if spec.skip_filechecks:
-                continue
             for what, path in spec.submit_side_files():
                 if path in seen:
                     continue
-                if not os.path.exists(path):
-                    raise SubmitError(f"job {spec.job_id}: {what} {path} does not exist")
+                _check_input(spec, what, path)
                 if len(seen) < 100_000:  # the shared files come first; private ones need not be remembered
                     seen.add(path)
         self._placements = placements
+
+
+def _check_input(spec: JobSpec, what: str, path: str) -> None:
+    """A file a job reads exists (unless ``skip_filechecks``) and is a file or a folder: a FIFO or a device
+    (``/dev/zero``) would never end being read, so it stops the run before any job."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        if spec.skip_filechecks:
+            return  # the job is held when its inputs are sent, as Condor holds it
+        raise SubmitError(f"job {spec.job_id}: {what} {path} does not exist") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = (
+            "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+        )
+        raise SubmitError(f"job {spec.job_id}: {what} {path} is not a regular file ({kind}): it cannot be sent")
 
 
 def _check_folders(spec: JobSpec) -> None:

@@ -28,11 +28,13 @@ if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.p
 
 import argparse
 import collections
+import errno
 import functools
 import hashlib
 import secrets
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -117,20 +119,42 @@ class _Files:
         self.protected: set[str] = set()
 
     def add(self, source: str, name: str, mode: int | None = None, *, common: bool = False) -> None:
-        """Publish ``source`` as ``name`` in the scratch folder, with its mode (read-only when ``common``)."""
-        if os.path.isdir(source):
-            for folder, dirs, files in os.walk(source):
-                dirs.sort()
-                for file in sorted(files):
-                    path = os.path.join(folder, file)
-                    if os.path.isfile(path):
-                        relative = os.path.relpath(path, source)
-                        self.add(path, f"{name}/{relative}" if name else relative, common=common)
-            return
-        digest, _ = self.server.publish(source)
-        bits = os.stat(source).st_mode & 0o7777 if mode is None else mode
+        """Publish ``source`` as ``name`` in the scratch folder, with its mode (read-only when ``common``).
+
+        A file that cannot be read (gone, unreadable, no regular file) raises :class:`InputError`: the job's
+        input transfer fails, as Condor's shadow finds it when it sends the job's files."""
+        try:
+            info = os.stat(source)
+            if stat.S_ISDIR(info.st_mode):
+                for folder, dirs, files in os.walk(source):
+                    dirs.sort()
+                    for file in sorted(files):
+                        path = os.path.join(folder, file)
+                        if os.path.isfile(path):
+                            relative = os.path.relpath(path, source)
+                            self.add(path, f"{name}/{relative}" if name else relative, common=common)
+                return
+            if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would never end being read
+                raise OSError(errno.EINVAL, "not a regular file")
+            digest, _ = self.server.publish(source)
+        except OSError as exc:
+            raise InputError(source, exc) from None
+        bits = info.st_mode & 0o7777 if mode is None else mode
         self.inputs.append((name, digest, bits & ~0o222 if common else bits))
         self.protected.add(_real_path(source))
+
+
+class InputError(MwpyError):
+    """A job's input cannot be sent: Condor holds the job (its input transfer failed), and the others run."""
+
+    def __init__(self, path: str, error: OSError) -> None:
+        self.path, self.errno, self.strerror = path, error.errno or 0, error.strerror or str(error)
+        super().__init__(f"reading from file {path}: (errno {self.errno}) {self.strerror}")
+
+    def hold(self) -> Decision:
+        """The hold Condor's shadow gives such a job (CONDOR_HOLD_CODE::TransferInputError, the errno)."""
+        where = f"at access point {socket.gethostname()} while sending files to the execution point"
+        return Decision(Verdict.HOLD, f"Transfer input files failure {where}. Details: {self}", 13, self.errno)
 
 
 def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
@@ -406,7 +430,11 @@ class _Run:
     def _send(self, job: _Job) -> None:
         job.runs += 1
         job.started_logged, job.stopped = False, None
-        task = prepare(job.spec, self.server, self.args)
+        try:
+            task = prepare(job.spec, self.server, self.args)
+        except InputError as exc:  # that job is held, the others run
+            self._held_unstarted(job, exc.hold(), {"job": job.spec.job_id})
+            return
         tag = JobTag(job.spec.job_id, task.token, job.spec.ad.placement)
         need = job.spec.ad.placement.need() if self.args.placement_shapes else None
         policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=tag, resources=need)
@@ -473,23 +501,31 @@ class _Run:
     def _not_executed(self, job: _Job, outcome: runner.JobOutcome, record: dict[str, Any]) -> None:
         """The executable could not be executed: Condor holds the job (code 6, the errno), whatever its policy."""
         assert outcome.hold is not None
-        reason, code, subcode = outcome.hold
-        decision = Decision(Verdict.HOLD, reason, code, subcode)
+        self._held_unstarted(job, Decision(Verdict.HOLD, *outcome.hold), record, (outcome.started, outcome.host))
+
+    def _held_unstarted(
+        self, job: _Job, decision: Decision, record: dict[str, Any], started: tuple[float, str] | None = None
+    ) -> None:
+        """A job Condor holds before its program runs: its inputs could not be sent, or (``started``: when and
+        where its starter tried) its executable could not be executed. Every hold is in the log, policy or not,
+        with Condor's events in its order."""
         now = time.time()
-        log = self._log(job.spec)
-        if log is not None:  # every hold is in the log, with Condor's events in its order, policy or not
-            spec = job.spec
-            log.executing(spec.cluster, spec.process, outcome.started, outcome.host, "")
-            log.not_executed(spec.cluster, spec.process, now, decision)
+        spec = job.spec
+        log = self._log(spec)
+        if log is not None:
+            if started is not None:
+                log.executing(spec.cluster, spec.process, started[0], started[1], "")
+                log.not_executed(spec.cluster, spec.process, now, decision)
             log.held(spec.cluster, spec.process, now, decision)
         if job.life is None:  # nothing can release it
-            self.summary.job({**record, "status": "held", "why": reason})
+            self.summary.job({**record, "status": "held", "why": decision.reason})
             return
         with self.lock:
-            job.life.start(outcome.started)
+            if started is not None:
+                job.life.start(started[0])
             job.life.apply(decision, now)
-        self.held[job.spec.job_id] = job
-        self.summary.held_now[job.spec.job_id] = reason
+        self.held[spec.job_id] = job
+        self.summary.held_now[spec.job_id] = decision.reason
 
     def _decided(
         self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any], *, logged: bool = False
