@@ -5,10 +5,12 @@ files with condor_submit on a pool)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.support import mwpy_command
 from tests.test_jobs_run import run_jobs, summary
 
 htcondor2 = pytest.importorskip("htcondor2")
@@ -86,3 +88,19 @@ def test_an_input_that_is_no_regular_file_is_refused_before_any_job(tmp_path: Pa
     assert done.stderr.count("\n") == 1, done.stderr
     assert "is not a regular file" in done.stderr
     assert not (tmp_path / "jobs.log").exists()
+
+
+def test_getenv_passes_the_submitter_s_environment_not_mwpy_s_changes(tmp_path: Path) -> None:
+    """Without a Condor configuration the bindings set CONDOR_CONFIG=/dev/null in mwpy's own environment: a job
+    with getenv = true gets the environment mwpy jobs was started in, as condor_submit gives it its own."""
+    (tmp_path / "jobs.sub").write_text("executable = /usr/bin/env\ngetenv = true\noutput = env.out\nqueue\n")
+    environment = {name: value for name, value in os.environ.items() if name != "CONDOR_CONFIG"}
+    environment["SUBMITTER_SETTING"] = "kept"
+    command = mwpy_command("jobs", "jobs.sub", "--slaves", "1", "--no-progress")
+    done = subprocess.run(
+        command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split("=", 1) for line in (tmp_path / "env.out").read_text().splitlines() if "=" in line)
+    assert seen["SUBMITTER_SETTING"] == "kept"
+    assert "CONDOR_CONFIG" not in seen

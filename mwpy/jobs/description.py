@@ -31,7 +31,7 @@ from pathlib import Path
 import attrs
 
 from mwpy.errors import SubmitError
-from mwpy.jobs import commands, jobad, statements
+from mwpy.jobs import bindings, commands, jobad, statements
 
 
 @attrs.frozen
@@ -152,8 +152,7 @@ class SubmitDescription:
 
     def _read(self, statement: statements.QueueStatement) -> _Segment:
         """One queue statement through ``htcondor2.Submit``: its commands, its count, its item data."""
-        import htcondor2  # noqa: PLC0415 (slow to import; only this command needs it)
-
+        htcondor2 = bindings.htcondor()
         with contextlib.chdir(self.base):  # `include`, `from FILE`, `matching` read from condor_submit's folder
             try:
                 submit = htcondor2.Submit(statement.source)
@@ -549,7 +548,8 @@ def _queue_count(submit: object, qargs: str, variables: tuple[str, ...], where: 
     library evaluates it (``queue $(N)+1`` queues N + 1 jobs).
     """
     import classad2  # noqa: PLC0415
-    import htcondor2  # noqa: PLC0415
+
+    htcondor2 = bindings.htcondor()
 
     text = qargs.strip()
     keyword = _KEYWORD.search(text)

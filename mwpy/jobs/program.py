@@ -44,7 +44,7 @@ import attrs
 
 from mwpy import program
 from mwpy.errors import MwpyError, SubmitError
-from mwpy.jobs import runner
+from mwpy.jobs import bindings, runner
 from mwpy.jobs.description import JobSpec, SubmitDescription
 from mwpy.jobs.jobad import Placement
 from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
@@ -225,9 +225,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
 def submit_side() -> tuple[str, str]:
     """This host's FileSystemDomain (HTCondor's FILESYSTEM_DOMAIN, by default its full name) and its name: a slave
     that shares them sees initialdir as it is here."""
-    import htcondor2  # noqa: PLC0415 (already loaded by the description)
-
-    domain = htcondor2.param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
+    domain = bindings.htcondor().param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
     return str(domain), socket.gethostname()
 
 
