@@ -104,3 +104,17 @@ def test_getenv_passes_the_submitter_s_environment_not_mwpy_s_changes(tmp_path: 
     seen = dict(line.split("=", 1) for line in (tmp_path / "env.out").read_text().splitlines() if "=" in line)
     assert seen["SUBMITTER_SETTING"] == "kept"
     assert "CONDOR_CONFIG" not in seen
+
+
+def test_a_refusal_names_every_unsupported_command_at_once(tmp_path: Path) -> None:
+    """Three commands mwpy jobs cannot honour (the accounting and container commands of HTCondor's manual): one
+    line names all three, so the file is fixed in one go."""
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/true\naccounting_group = group_physics\ncontainer_image = docker://python:3\n"
+        "concurrency_limits = license\nqueue\n"
+    )
+    done = run_jobs(tmp_path, slaves=1, timeout=60)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    named = line.split(": not supported by mwpy jobs: ")[0]
+    assert named == "mwpy jobs: error: accounting_group, concurrency_limits, container_image"

@@ -214,10 +214,14 @@ class SubmitDescription:
         The names are those HTCondor's parser read for some queue statement: an included file's commands count,
         a branch of ``if``/``else`` that is not taken does not, as for condor_submit."""
         names = {name: None for segment in self._segments for name in segment.submit}  # type: ignore[attr-defined]
+        refused: dict[str, list[str]] = {}  # why -> the commands refused for it, all named at once
         for name in names:
             command = commands.lookup(name)
             if command is not None and not command.honoured:
-                raise SubmitError(f"{name}: not supported by mwpy jobs: {command.how}")
+                refused.setdefault(command.how, []).append(name)
+        if refused:
+            named = ", ".join(name for group in refused.values() for name in group)
+            raise SubmitError(f"{named}: not supported by mwpy jobs: {'; '.join(refused)}")
 
     def warnings(self) -> list[str]:
         """condor_submit's warnings: a line no job uses (a misspelt command, a macro nothing refers to)."""
