@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from mwpy.errors import SubmitError
-from mwpy.jobs.description import SubmitDescription, parse_arguments, parse_environment
+from mwpy.jobs.arguments import parse_arguments, parse_environment
+from mwpy.jobs.description import SubmitDescription
 from tests.support import mwpy_command
 
 

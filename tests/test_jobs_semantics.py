@@ -118,3 +118,25 @@ def test_a_refusal_names_every_unsupported_command_at_once(tmp_path: Path) -> No
     (line,) = done.stderr.splitlines()
     named = line.split(": not supported by mwpy jobs: ")[0]
     assert named == "mwpy jobs: error: accounting_group, concurrency_limits, container_image"
+
+
+def test_job_ad_expressions_are_evaluated_per_run_and_machine_attributes_refused(tmp_path: Path) -> None:
+    """HTCondor's manual ($$([ClassAd expression]) in a submit description): NumJobCompletions grows across the
+    retries of max_retries, JobBatchName and arithmetic on the job's own attributes come from its ad."""
+    (tmp_path / "jobs.sub").write_text(
+        "executable = /bin/sh\n"
+        "arguments = \"-c 'echo run $$([NumJobCompletions]) of $$([JobBatchName]) next $$([ProcId + 10]);"
+        " echo env $RUN >&2; exit 1'\"\n"
+        'batch_name = nightly\nenvironment = "RUN=$$([NumJobCompletions])"\nmax_retries = 2\n'
+        "output = out\nerror = err\nqueue\n"
+    )
+    done = run_jobs(tmp_path, slaves=1)
+    assert done.returncode == 1, done.stderr
+    assert (tmp_path / "out").read_text() == "run 2 of nightly next 10\n"  # the third run's (stdout starts again)
+    assert (tmp_path / "err").read_text() == "env 2\n"
+    machine = tmp_path / "machine"
+    machine.mkdir()
+    (machine / "jobs.sub").write_text('executable = /bin/echo\narguments = "$$([TARGET.Memory / 2])"\nqueue\n')
+    refused = run_jobs(machine, slaves=1, timeout=60)
+    assert refused.returncode == 2
+    assert "uses TARGET.Memory of the matched machine: mwpy jobs has no machine ad" in refused.stderr

@@ -56,7 +56,9 @@ _ROWS = (
     ),
     _Row(
         True,
-        "`getenv = true` copies the environment `mwpy jobs` runs in; a list of names and `*` patterns "
+        "`getenv = true` copies the environment `mwpy jobs` was started in (not mwpy's own changes to it, such as "
+        "the `CONDOR_CONFIG=/dev/null` HTCondor's bindings set where no configuration is found); a list of names "
+        "and `*` patterns "
         "(separated by commas, semicolons or spaces, matched without regard to case) copies those variables, "
         "and a `!` member keeps one out (`getenv = !PATH` copies all but `PATH`), as condor_submit reads it; "
         "the job's `environment` wins",
@@ -80,7 +82,7 @@ _ROWS = (
         "files, `dir` and `dir/`, with their modes; `transfer_common_input` files are fetched once per slave "
         "and kept, like every shared input, and arrive read-only as HTCondor 25 hands them over; "
         "`preserve_relative_paths` keeps `a/b` as `a/b`; "
-        "`skip_filechecks` leaves missing inputs to fail the job when it starts",
+        "`skip_filechecks` leaves missing inputs to hold their job when its files are sent, as Condor holds it",
         "transfer_input_files(TransferInput TransferInputFiles) transfer_common_input(CommonInputFiles) "
         "preserve_relative_paths(PreserveRelativePaths) skip_filechecks",
     ),

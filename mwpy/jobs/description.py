@@ -32,6 +32,7 @@ import attrs
 
 from mwpy.errors import SubmitError
 from mwpy.jobs import bindings, commands, jobad, statements
+from mwpy.jobs.arguments import parse_arguments, parse_environment
 
 
 @attrs.frozen
@@ -73,6 +74,13 @@ class JobSpec:
     #: should_transfer_files = IF_NEEDED (Condor's default): a slave that shares the submit side's file system
     #: runs the job in initialdir, as Condor's starter does on a machine of the same FileSystemDomain
     if_needed: bool = False
+    #: ``arguments`` as written when it holds ``$$([expression])``: expanded and split again for each run
+    arguments_text: str = ""
+
+    @property
+    def expands(self) -> bool:
+        """Whether each run's arguments or environment hold ``$$([expression])`` of the job's ad."""
+        return bool(self.arguments_text) or any("$$([" in value for _, value in self.environment)
 
     @property
     def success_code(self) -> int:
@@ -391,6 +399,11 @@ class _JobMaker:
             self.flag("transfer_output", True) or not transfer,
             self.flag("transfer_error", True) or not transfer,
         )
+        ad = jobad.JobAd.from_commands(self.value, self.segment.spellings, where)
+        arguments = self.value("arguments") or self.value("arguments2")
+        environment = self.value("environment") or self.value("environment2")
+        if "$$(" in arguments + environment:
+            jobad.check_job_expressions(arguments + " " + environment, ad, where)
         executable = self.value("executable").strip()
         if transfer_executable:  # on the submit side, from condor_submit's folder; else as the execute side sees it
             executable = os.path.join(self.base, executable)
@@ -399,7 +412,8 @@ class _JobMaker:
             process=process,
             executable=executable,
             transfer_executable=transfer_executable,
-            arguments=parse_arguments(self.value("arguments") or self.value("arguments2"), where),
+            arguments=parse_arguments(arguments, where),
+            arguments_text=arguments if "$$(" in arguments else "",
             environment=self._environment(where),
             initialdir=initialdir,
             stdin=self._stream(initialdir, "input", streams[0]),
@@ -412,7 +426,7 @@ class _JobMaker:
             transfer=transfer,
             outputs_on_success_only=when == "ON_SUCCESS",
             log=self._path_in(initialdir, "log"),
-            ad=jobad.JobAd.from_commands(self.value, self.segment.spellings, where),
+            ad=ad,
             core_size=_core_size(self.value("core_size"), where),
             skip_filechecks=self.flag("skip_filechecks", False),
             if_needed=should == "IF_NEEDED",
@@ -432,8 +446,6 @@ class _JobMaker:
             value = self.value(command).strip().lower()
             if value and value not in allowed:
                 raise SubmitError(f"{command} = {value}: mwpy jobs honours only {' or '.join(sorted(allowed))}")
-        if "$$(" in self.value("arguments") + self.value("environment"):
-            raise SubmitError(f"{where}: $$() machine attributes are not supported by mwpy jobs")
 
     def _environment(self, where: str) -> tuple[tuple[str, str], ...]:
         explicit = parse_environment(self.value("environment") or self.value("environment2"), where)
@@ -639,71 +651,3 @@ def _core_size(value: str, where: str) -> int | None:
 
 def _split_list(value: str) -> list[str]:
     return [part.strip() for part in value.replace("\n", ",").split(",") if part.strip()]
-
-
-# ---------------------------------------------------------------------- arguments and environment
-
-
-def parse_arguments(value: str, where: str = "") -> tuple[str, ...]:
-    """``arguments`` in either syntax: the new one (in double quotes, ``'...'`` groups) or the old (spaces)."""
-    value = value.strip()
-    if not value:
-        return ()
-    if not (value.startswith('"') and value.endswith('"') and len(value) >= 2):
-        if '"' in value.replace('\\"', ""):
-            raise SubmitError(f'arguments ({where}): a double quote in the old syntax must be written \\"')
-        return tuple(part.replace('\\"', '"') for part in value.split())
-    return tuple(_new_syntax(value[1:-1].replace('""', '"'), "arguments", where))
-
-
-def parse_environment(value: str, where: str = "") -> tuple[tuple[str, str], ...]:
-    """``environment`` in either syntax: the new one (in double quotes, spaces) or the old (``A=1;B=2``)."""
-    value = value.strip()
-    if not value:
-        return ()
-    if value.startswith('"') and value.endswith('"') and len(value) >= 2:
-        words = _new_syntax(value[1:-1].replace('""', '"'), "environment", where)
-    else:
-        words = [part for part in value.split(";") if part.strip()]
-    pairs = []
-    for word in words:
-        name, sep, setting = word.partition("=")
-        if not sep or not name.strip():
-            raise SubmitError(f"environment ({where}): {word!r} is not NAME=VALUE")
-        pairs.append((name.strip(), setting))
-    return tuple(pairs)
-
-
-def _new_syntax(text: str, key: str, where: str) -> list[str]:
-    """Words split on white space; ``'...'`` keeps spaces, ``''`` inside it is one single quote."""
-    words: list[str] = []
-    word: list[str] = []
-    started = False
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char == "'":
-            end = i + 1
-            while True:
-                end = text.find("'", end)
-                if end < 0:
-                    raise SubmitError(f"{key} ({where}): unbalanced single quote")
-                if text[end + 1 : end + 2] == "'":
-                    end += 2
-                    continue
-                break
-            word.append(text[i + 1 : end].replace("''", "'"))
-            started = True
-            i = end + 1
-        elif char.isspace():
-            if started:
-                words.append("".join(word))
-                word, started = [], False
-            i += 1
-        else:
-            word.append(char)
-            started = True
-            i += 1
-    if started:
-        words.append("".join(word))
-    return words

@@ -45,6 +45,7 @@ import attrs
 from mwpy import program
 from mwpy.errors import MwpyError, SubmitError
 from mwpy.jobs import bindings, runner
+from mwpy.jobs.arguments import parse_arguments
 from mwpy.jobs.description import JobSpec, SubmitDescription
 from mwpy.jobs.jobad import Placement
 from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
@@ -412,7 +413,7 @@ class _Run:
                 self.exhausted = True
                 return None
             now = time.time()
-            job = _Job(spec, JobLife(spec, now) if spec.ad.policy else None)
+            job = _Job(spec, JobLife(spec, now) if spec.ad.policy or spec.expands else None)
             self.summary.placements[spec.ad.placement] += 1
             log = self._log(spec)
             if log is not None:
@@ -429,7 +430,7 @@ class _Run:
         job.runs += 1
         job.started_logged, job.stopped = False, None
         try:
-            task = prepare(job.spec, self.server, self.args)
+            task = prepare(self._this_run(job), self.server, self.args)
         except InputError as exc:  # that job is held, the others run
             self._held_unstarted(job, exc.hold(), {"job": job.spec.job_id})
             return
@@ -439,6 +440,18 @@ class _Run:
         with self.lock:
             self.in_flight[task.token] = job
         policy.submit(task)
+
+    def _this_run(self, job: _Job) -> JobSpec:
+        """The job as this run has it: its ``$$([expression])`` evaluated in its ad now (a job that has none is
+        sent as it was made)."""
+        spec = job.spec
+        if not spec.expands or job.life is None:
+            return spec
+        with self.lock:
+            text = job.life.expand(spec.arguments_text) if spec.arguments_text else ""
+            environment = tuple((name, job.life.expand(value)) for name, value in spec.environment)
+        arguments = parse_arguments(text, f"job {spec.job_id}") if spec.arguments_text else spec.arguments
+        return attrs.evolve(spec, arguments=arguments, environment=environment)
 
     def _log(self, spec: JobSpec) -> UserLog | None:
         if spec.log is None:
