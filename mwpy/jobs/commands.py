@@ -66,8 +66,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "stdin, stdout, stderr; relative to `initialdir`; their folders must exist before the first job "
-        "runs (condor_submit's file checks; HTCondor's file transfer would make a misspelt one); "
+        "stdin, stdout, stderr; relative to `initialdir`; a missing folder is made by the file transfer, and "
+        "holds a job that runs in place (code 7), as Condor's starter holds it; "
         "`transfer_input/output/error = false` uses the path as it is on the execute side",
         "input(In stdin) output(Out stdout) error(Err stderr) transfer_input(TransferIn) "
         "transfer_output(TransferOut) transfer_error(TransferErr)",

@@ -295,7 +295,8 @@ class SubmitDescription:
             placements.add(spec.ad.placement)
             if not os.path.isdir(spec.initialdir):
                 raise SubmitError(f"job {spec.job_id}: initialdir {spec.initialdir} does not exist")
-            _check_folders(spec)
+            if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):  # condor_submit refuses it too
+                raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
             priorities.add(spec.ad.get("JobPrio", "0"))
             if len(priorities) > 1:
                 raise SubmitError(f"job {spec.job_id}: priority differs between jobs; mwpy runs them in queue order")
@@ -322,20 +323,6 @@ def _check_input(spec: JobSpec, what: str, path: str) -> None:
             "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
         )
         raise SubmitError(f"job {spec.job_id}: {what} {path} is not a regular file ({kind}): it cannot be sent")
-
-
-def _check_folders(spec: JobSpec) -> None:
-    """The folders of stdout, stderr and the log must exist before the first job, as condor_submit's file
-    checks demand (``SUBMIT_SKIP_FILECHECK = false``): a misspelt folder stops the run, rather than every
-    job's output landing in a new folder of that name (HTCondor 23 and 25's file transfer would make it)."""
-    for what, path, transferred in (
-        ("output", spec.stdout, spec.transfer_streams[1]),
-        ("error", spec.stderr, spec.transfer_streams[2]),
-    ):
-        if path is not None and transferred and not os.path.isdir(os.path.dirname(path)):
-            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder does not exist")
-    if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):
-        raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
 
 
 class _JobMaker:
