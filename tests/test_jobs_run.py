@@ -357,9 +357,11 @@ def test_a_missing_output_folder_is_made_by_file_transfer_and_holds_a_job_that_r
     import htcondor2  # noqa: PLC0415
 
     submit(tmp_path, "executable = /bin/echo\narguments = $(Process)\nshould_transfer_files = YES\n"
-           "output = logs/out.$(Process)\nerror = errs/err.$(Process)\nqueue 2\n")  # fmt: skip
+           "output = logs/out.$(Process)\nerror = errs/err.$(Process)\nlog = logs/jobs.log\nqueue 2\n")  # fmt: skip
     done = run_jobs(tmp_path)
     assert done.returncode == 0, done.stderr
+    assert "the folder of the log" in done.stderr  # and, as in Condor, no events in it once the folder is made
+    assert not (tmp_path / "logs/jobs.log").exists()
     assert [(tmp_path / f"logs/out.{n}").read_text() for n in range(2)] == ["0\n", "1\n"]
     in_place = tmp_path / "in_place"
     in_place.mkdir()

@@ -295,8 +295,6 @@ class SubmitDescription:
             placements.add(spec.ad.placement)
             if not os.path.isdir(spec.initialdir):
                 raise SubmitError(f"job {spec.job_id}: initialdir {spec.initialdir} does not exist")
-            if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):  # condor_submit refuses it too
-                raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
             priorities.add(spec.ad.get("JobPrio", "0"))
             if len(priorities) > 1:
                 raise SubmitError(f"job {spec.job_id}: priority differs between jobs; mwpy runs them in queue order")

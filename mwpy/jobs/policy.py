@@ -32,7 +32,7 @@ from mwpy.jobs.jobad import JOB_EXPRESSION, SUBMITTED_ON_HOLD
 #: Condor's job states (JobStatus).
 IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
 #: Hold reason codes (CONDOR_HOLD_CODE).
-USER_REQUEST, JOB_POLICY, JOB_POLICY_UNDEFINED = 1, 3, 5
+USER_REQUEST, JOB_POLICY, JOB_POLICY_UNDEFINED, FAILED_TO_CREATE_PROCESS = 1, 3, 5, 6
 JOB_DURATION_EXCEEDED, JOB_EXECUTE_EXCEEDED = 46, 47
 #: Ten years ahead: a held job whose release or removal cannot fire even then stays held for good.
 _FAR = 10 * 365 * 86400

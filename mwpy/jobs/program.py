@@ -48,7 +48,7 @@ from mwpy.jobs import bindings, runner
 from mwpy.jobs.arguments import parse_arguments
 from mwpy.jobs.description import JobSpec, SubmitDescription
 from mwpy.jobs.jobad import Placement
-from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
+from mwpy.jobs.policy import FAILED_TO_CREATE_PROCESS, HELD, RUNNING, Decision, Exit, JobLife, Verdict
 from mwpy.jobs.summary import Summary, outcome_record, status_path
 from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
@@ -152,10 +152,14 @@ class InputError(MwpyError):
         self.path, self.errno, self.strerror = path, error.errno or 0, error.strerror or str(error)
         super().__init__(f"reading from file {path}: (errno {self.errno}) {self.strerror}")
 
-    def hold(self) -> Decision:
-        """The hold Condor's shadow gives such a job (CONDOR_HOLD_CODE::TransferInputError, the errno)."""
+    def hold(self, service: tuple[str, int]) -> Decision:
+        """The hold Condor's shadow gives such a job (CONDOR_HOLD_CODE::TransferInputError, the errno); ``service``
+        is where the files come from (Condor names its shadow's address)."""
         where = f"at access point {socket.gethostname()} while sending files to the execution point"
-        return Decision(Verdict.HOLD, f"Transfer input files failure {where}. Details: {self}", 13, self.errno)
+        receive = f"STARTER failed to receive file(s) from <{service[0]}:{service[1]}>"
+        return Decision(
+            Verdict.HOLD, f"Transfer input files failure {where}. Details: {self}; {receive}", 13, self.errno
+        )
 
 
 def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
@@ -432,7 +436,7 @@ class _Run:
         try:
             task = prepare(self._this_run(job), self.server, self.args)
         except InputError as exc:  # that job is held, the others run
-            self._held_unstarted(job, exc.hold(), {"job": job.spec.job_id})
+            self._held_unstarted(job, exc.hold((self.server.host, self.server.port)), {"job": job.spec.job_id})
             return
         tag = JobTag(job.spec.job_id, task.token, job.spec.ad.placement)
         need = job.spec.ad.placement.need() if self.args.placement_shapes else None
@@ -512,28 +516,29 @@ class _Run:
     def _not_executed(self, job: _Job, outcome: runner.JobOutcome, record: dict[str, Any]) -> None:
         """The executable could not be executed: Condor holds the job (code 6, the errno), whatever its policy."""
         assert outcome.hold is not None
-        self._held_unstarted(job, Decision(Verdict.HOLD, *outcome.hold), record, (outcome.started, outcome.host))
+        self._held_unstarted(job, Decision(Verdict.HOLD, *outcome.hold), record, outcome)
 
     def _held_unstarted(
-        self, job: _Job, decision: Decision, record: dict[str, Any], started: tuple[float, str] | None = None
+        self, job: _Job, decision: Decision, record: dict[str, Any], starter: runner.JobOutcome | None = None
     ) -> None:
-        """A job Condor holds before its program runs: its inputs could not be sent, or (``started``: when and
-        where its starter tried) its executable could not be executed. Every hold is in the log, policy or not,
-        with Condor's events in its order."""
+        """A job Condor holds before its program runs: its inputs could not be sent, or its starter (``starter``:
+        when and where) could not open its streams or execute it. Every hold is in the log, policy or not, with
+        Condor's events in its order: executing only when the starter got as far as the exec itself."""
         now = time.time()
         spec = job.spec
         log = self._log(spec)
         if log is not None:
-            if started is not None:
-                log.executing(spec.cluster, spec.process, started[0], started[1], "")
+            if starter is not None:
+                if decision.code == FAILED_TO_CREATE_PROCESS:
+                    log.executing(spec.cluster, spec.process, starter.started, starter.host, "")
                 log.not_executed(spec.cluster, spec.process, now, decision)
             log.held(spec.cluster, spec.process, now, decision)
         if job.life is None:  # nothing can release it
             self.summary.job({**record, "status": "held", "why": decision.reason})
             return
         with self.lock:
-            if started is not None:
-                job.life.start(started[0])
+            if starter is not None:
+                job.life.start(starter.started)
             job.life.apply(decision, now)
         self.held[spec.job_id] = job
         self.summary.held_now[spec.job_id] = decision.reason
