@@ -134,11 +134,9 @@ def _held(ad: Any) -> JobEnd:
 #: What a hold reason names that differs between runs by construction: the execute side ("Error from
 #: slot1@host:"), the access point and execution point of a transfer, and the folders of paths.
 _PLACES = (
-    (re.compile(r"^Error from [^:]*:"), "Error from EP:"),
-    (
-        re.compile(r"at access point \S+ while sending files to the execution point(?: \S+)?\. "),
-        "at AP sending to EP. ",
-    ),
+    (re.compile(r"Error from [^:\s]*:"), "Error from EP:"),
+    (re.compile(r"at access point \S+ while sending files to execution point \S+\. "), "at AP sending to EP. "),
+    (re.compile(r"SHADOW at \S+ failed"), "SHADOW at AP failed"),
     (re.compile(r"<[^<>]*>"), "<AP>"),
     (re.compile(r"(?<=['\s])/\S*/"), ".../"),
 )

@@ -153,13 +153,15 @@ class InputError(MwpyError):
         super().__init__(f"reading from file {path}: (errno {self.errno}) {self.strerror}")
 
     def hold(self, service: tuple[str, int]) -> Decision:
-        """The hold Condor's shadow gives such a job (CONDOR_HOLD_CODE::TransferInputError, the errno); ``service``
-        is where the files come from (Condor names its shadow's address)."""
-        where = f"at access point {socket.gethostname()} while sending files to the execution point"
-        receive = f"STARTER failed to receive file(s) from <{service[0]}:{service[1]}>"
-        return Decision(
-            Verdict.HOLD, f"Transfer input files failure {where}. Details: {self}; {receive}", 13, self.errno
+        """The hold Condor's shadow gives such a job (CONDOR_HOLD_CODE::TransferInputError, the errno), in its
+        words; ``service`` is where the files come from (Condor's shadow), the slave not chosen yet."""
+        host, (address, port) = socket.gethostname(), service
+        reason = (
+            f"Transfer input files failure at access point {host} while sending files to execution point {host}. "
+            f"Details: Error from {host}: Failed to transfer files: SHADOW at {address} failed to send file(s) to "
+            f"<{address}:0>: |Error: {self}; STARTER failed to receive file(s) from <{address}:{port}>"
         )
+        return Decision(Verdict.HOLD, reason, 13, self.errno)
 
 
 def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
@@ -523,15 +525,15 @@ class _Run:
     ) -> None:
         """A job Condor holds before its program runs: its inputs could not be sent, or its starter (``starter``:
         when and where) could not open its streams or execute it. Every hold is in the log, policy or not, with
-        Condor's events in its order: executing only when the starter got as far as the exec itself."""
+        Condor's events in its order: the starter's error and the eviction before the hold, and executing first
+        only when the starter got as far as the exec itself."""
         now = time.time()
         spec = job.spec
         log = self._log(spec)
         if log is not None:
-            if starter is not None:
-                if decision.code == FAILED_TO_CREATE_PROCESS:
-                    log.executing(spec.cluster, spec.process, starter.started, starter.host, "")
-                log.not_executed(spec.cluster, spec.process, now, decision)
+            if starter is not None and decision.code == FAILED_TO_CREATE_PROCESS:
+                log.executing(spec.cluster, spec.process, starter.started, starter.host, "")
+            log.not_executed(spec.cluster, spec.process, now, decision)
             log.held(spec.cluster, spec.process, now, decision)
         if job.life is None:  # nothing can release it
             self.summary.job({**record, "status": "held", "why": decision.reason})

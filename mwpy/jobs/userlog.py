@@ -132,7 +132,8 @@ class UserLog:
     def not_executed(self, cluster: int, process: int, when: float, decision: Decision) -> None:
         """021 and 004: the starter's error, then the eviction that precedes the hold (as Condor writes them)."""
         reason = _line(decision.reason)
-        where, _, message = reason.removeprefix("Error from ").partition(": ")
+        starter = re.search(r"Error from ([^:]*): (.*)", reason)  # the execute side's words within the reason
+        where, message = (starter[1], starter[2]) if starter is not None else ("", reason)
         error = f"Error from starter on {where}:\n\t{message}\n\tCode {decision.code} Subcode {decision.subcode}\n"
         self._write(_header(21, cluster, process, when) + error)
         body = (
