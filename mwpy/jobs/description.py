@@ -76,16 +76,10 @@ class JobSpec:
     if_needed: bool = False
     #: ``arguments`` as written when it holds ``$$([expression])``: expanded and split again for each run
     arguments_text: str = ""
-
-    @property
-    def expands(self) -> bool:
-        """Whether each run's arguments or environment hold ``$$([expression])`` of the job's ad."""
-        return bool(self.arguments_text) or any("$$([" in value for _, value in self.environment)
-
-    @property
-    def success_code(self) -> int:
-        """The exit code that means success: ``success_exit_code`` (``JobSuccessExitCode``), else 0."""
-        return int(self.ad.get("JobSuccessExitCode", "0"))
+    #: each run's arguments or environment hold ``$$([expression])`` of the job's ad
+    expands: bool = False
+    #: the exit code that means success: ``success_exit_code`` (``JobSuccessExitCode``), else 0
+    success_code: int = 0
 
     @property
     def job_id(self) -> str:
@@ -399,6 +393,8 @@ class _JobMaker:
             transfer_executable=transfer_executable,
             arguments=parse_arguments(arguments, where),
             arguments_text=arguments if "$$(" in arguments else "",
+            expands="$$([" in arguments + environment,
+            success_code=int(ad.get("JobSuccessExitCode", "0")),
             environment=self._environment(where),
             initialdir=initialdir,
             stdin=self._stream(initialdir, "input", streams[0]),
