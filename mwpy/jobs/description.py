@@ -68,7 +68,7 @@ class JobSpec:
     log: str | None = None  # the user log (absolute), if any
     ad: jobad.JobAd = jobad.DEFAULT_AD  # the job-ad attributes policy and placement are made of
     core_size: int | None = None  # bytes; None: the slave's own limit
-    skip_filechecks: bool = False  # missing inputs fail the job when it starts, not the run before it
+    skip_filechecks: bool = False  # missing inputs hold the job when its files are sent, not stop the run
     #: transfer_input/output/error (stdin, stdout, stderr): False uses the path on the execute side
     transfer_streams: tuple[bool, bool, bool] = (True, True, True)
     #: should_transfer_files = IF_NEEDED (Condor's default): a slave that shares the submit side's file system
