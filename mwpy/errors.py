@@ -12,7 +12,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     MwpyError
     ├── ConfigurationError (ValueError)   a wrong option, setting, file or argument
     │   ├── UsageError                    a wrong --mw-* command-line option (exit 2)
-    │   └── SubmitError                   a submit file mwpy jobs cannot run (exit 2)  [in mwpy.jobs.description]
+    │   └── SubmitError                   a submit file mwpy jobs cannot run (exit 2)
     ├── ResourceFileError                 a resource file missing, malformed or foreign
     │   └── InvalidResourceFileError      ... and waiting will not help (permanent)
     ├── JournalError                      a journal that is damaged or another program's
@@ -56,6 +56,10 @@ class ConfigurationError(MwpyError, ValueError):
 
 class UsageError(ConfigurationError):
     """A ``--mw-*`` command-line option is wrong; the program exits 2 with one line."""
+
+
+class SubmitError(ConfigurationError):
+    """``mwpy jobs`` cannot run the submit description: a refused command, a bad value, a missing input file."""
 
 
 class ResourceFileError(MwpyError):

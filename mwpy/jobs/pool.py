@@ -36,6 +36,7 @@ from typing import Any
 
 from mwpy import safe_text
 from mwpy.errors import MwpyError
+from mwpy.jobs import bindings
 from mwpy.names import RESOURCE_FILE
 
 #: The submit files shipped inside the package.
@@ -60,7 +61,7 @@ def workdir(submit_file: str) -> Path:
 
 def run(options: argparse.Namespace, program_args: list[str]) -> int:
     """Submit the master and the overseer, wait for the master, relay what it printed; its exit status."""
-    import htcondor2  # noqa: PLC0415 (only --pool needs the bindings)
+    htcondor2 = bindings.htcondor()  # only --pool needs the bindings
 
     from mwpy.backends.htcondor import explain  # noqa: PLC0415
 
