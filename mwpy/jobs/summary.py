@@ -18,7 +18,7 @@ from typing import IO, Any
 from mwpy import safe_files, safe_text
 from mwpy.jobs import runner
 from mwpy.jobs.jobad import Placement
-from mwpy.task import Result
+from mwpy.task_records import Result
 
 #: Failed jobs named on stderr at the end (the summary has them all).
 SHOWN_FAILURES = 20
