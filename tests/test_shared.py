@@ -306,6 +306,16 @@ def test_a_result_larger_than_a_frame_comes_back_through_the_file_service(execut
     assert after["result_bytes"] - before["result_bytes"] >= value.nbytes
 
 
+def test_tasks_returning_the_same_large_value_all_get_it() -> None:
+    """Eight results with one content hash: the stored file stays until the last of them is read (4 of 8
+    arrived when the first read removed it)."""
+    with mwpy.Executor(max_workers=4) as ex:
+        values = list(ex.map(work.same_large_bytes, range(8), timeout=300))
+        counters = ex.file_counters()
+    assert values == [b"\x5a" * (20 << 20)] * 8
+    assert counters["results_stored"] == 8
+
+
 def test_a_100_mb_argument_and_result_both_travel_through_the_file_service() -> None:
     data = os.urandom(100_000_000)
     with mwpy.Executor(max_workers=1) as ex:

@@ -569,6 +569,7 @@ class FileServer:
         self.checks: Callable[[str, dict[str, float]], str | None] | None = None
         #: Where slaves' large results land, named by their hash once it matched (None: results not taken).
         self.results: Path | None = None
+        self._stored: Counter[str] = Counter()  # hash -> results stored under it and not taken yet
         self._closed = False
         # The selector thread's own state (no lock: only that thread touches it).
         self._selector = selectors.DefaultSelector()
@@ -638,6 +639,22 @@ class FileServer:
                 if self._users[digest] <= 0:
                     del self._users[digest]
                     self._published.pop(digest, None)
+
+    def take_result(self, digest: str) -> bytes | None:
+        """The bytes of a result stored under ``digest`` (None: none is); its file goes once every result stored
+        under that hash was taken, so tasks returning equal values each get theirs."""
+        with self._lock:
+            if self.results is None or not self._stored[digest]:
+                return None
+            path = self.results / digest
+        try:
+            return path.read_bytes()
+        finally:
+            with self._lock:
+                self._stored[digest] -= 1
+                if not self._stored[digest]:
+                    del self._stored[digest]
+                    path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Stop: the port is closed and every connection dropped when this returns (transfers under way end)."""
@@ -893,11 +910,14 @@ class FileServer:
         try:
             if self.results is None or not isinstance(size, int) or not 0 <= size <= MAX_RESULT_BYTES:
                 raise OutputRefused(f"no result of {str(size)[:20]} bytes is taken here")
-            _keep_checked(self.results, _upload_chunks(link, size, ending), ending)
+            temporary = _write_checked(self.results, _upload_chunks(link, size, ending), ending)
         except (OutputRefused, FileServiceError, OSError) as exc:
             self._refuse(link, ending, exc)
             return
-        with self._lock:
+        digest = str(ending["sha256"])  # _write_checked matched it to the content
+        with self._lock:  # the rename and the count together: take_result() never removes a file just renamed
+            os.replace(temporary, self.results / digest)
+            self._stored[digest] += 1
             self.counters.results_stored += 1
             self.counters.result_bytes += size
             self.counters.bytes_received += size
@@ -987,17 +1007,18 @@ def _checked(chunks: Iterator[bytes], ending: dict[str, Any]) -> Iterator[bytes]
         raise FileServiceError("an output's content does not match its hash")
 
 
-def _keep_checked(folder: Path, chunks: Iterator[bytes], ending: dict[str, Any]) -> None:
-    """Write an upload into ``folder`` under the SHA-256 of its content, once it matched the announced one."""
+def _write_checked(folder: Path, chunks: Iterator[bytes], ending: dict[str, Any]) -> str:
+    """Write an upload into ``folder`` under a temporary name; that name, once its content matched the hash
+    the peer announced (in ``ending``)."""
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=UPLOAD_PREFIX)
     try:
         with os.fdopen(fd, "wb") as out:
             for chunk in _checked(chunks, ending):
                 out.write(chunk)
-        os.replace(temporary, folder / str(ending["sha256"]))  # _checked matched it to the content
     except BaseException:
         os.unlink(temporary)
         raise
+    return temporary
 
 
 def _drain(link: _Link) -> None:

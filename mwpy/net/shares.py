@@ -54,36 +54,43 @@ class _Received:
     """What slaves stored on this process's masters' file services, taken by hash as results are unpickled.
 
     One per process (a program and an Executor may each run a master): each
-    master's folder of received files is added while its file service runs.
-    A value's file goes once it is read; a returned file is hard-linked under
-    its own base name (``files/HASH.MODE/NAME``) and stays until its master
-    finishes.
+    master's file service is added while it runs. A value's file goes once
+    every result stored under its hash was read (:meth:`FileServer.take_result`);
+    a returned file is hard-linked under its own base name
+    (``files/HASH.MODE/NAME``) and stays until its master finishes.
     """
 
     def __init__(self) -> None:
-        self._folders: set[Path] = set()
+        self._servers: set[FileServer] = set()
         self._lock = threading.Lock()
 
-    def add(self, folder: Path) -> None:
+    def add(self, server: FileServer) -> None:
         with self._lock:
-            self._folders.add(folder)
+            self._servers.add(server)
 
-    def discard(self, folder: Path) -> None:
+    def discard(self, server: FileServer) -> None:
         with self._lock:
-            self._folders.discard(folder)
+            self._servers.discard(server)
+
+    def _known(self, digest: str) -> list[FileServer]:
+        if not _DIGEST.fullmatch(digest):
+            raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
+        with self._lock:
+            return list(self._servers)
 
     def _path(self, digest: str) -> Path:
-        if _DIGEST.fullmatch(digest):
-            with self._lock:
-                for folder in self._folders:
-                    if (folder / digest).is_file():
-                        return folder / digest
+        for server in self._known(digest):
+            if server.results is not None and (server.results / digest).is_file():
+                return server.results / digest
         raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
 
     def value(self, digest: str, size: int) -> Any:
-        path = self._path(digest)
-        data = path.read_bytes()
-        path.unlink()
+        for server in self._known(digest):
+            data = server.take_result(digest)
+            if data is not None:
+                break
+        else:
+            raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
         if len(data) != size:
             raise SharedObjectError(f"stored result {digest[:12]}: {len(data)} bytes, not {size}")
         return pickle.loads(data)
@@ -191,7 +198,7 @@ class SharedObjects:
                 )  # fmt: skip
                 self._server.results = self._folder / "received"
                 self._server.results.mkdir()
-                _received.add(self._server.results)
+                _received.add(self._server)
             return self._server, self._folder
 
     def counters(self) -> dict[str, Any]:
@@ -203,8 +210,7 @@ class SharedObjects:
             self._closed = True
             if self._server is not None:
                 self._server.close()
-                if self._server.results is not None:
-                    _received.discard(self._server.results)
+                _received.discard(self._server)
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
 
