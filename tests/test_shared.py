@@ -12,7 +12,9 @@ import itertools
 import json
 import os
 import pickle
+import re
 import socket
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +118,27 @@ def test_an_argument_larger_than_a_frame_travels_through_the_file_service(tmp_pa
         data = os.urandom(codec.SPILL_ABOVE + 12345)
         assert ex.submit(work.size_of, data).result(timeout=120) == len(data)
         assert ex.file_counters()["bytes_sent"] > len(data)
+
+
+def test_a_large_argument_s_file_goes_when_its_task_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arguments over 16 MiB stayed on the master's disk until the run ended; two tasks with the same ones
+    share one file, which goes when the second is done."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where this process (the master) puts its folders
+
+    def spilled() -> list[Path]:
+        return [path for path in tmp_path.glob("mwpy-shared-*/*") if re.fullmatch("[0-9a-f]{64}", path.name)]
+
+    with mwpy.Executor(max_workers=1) as ex:
+        data = os.urandom(codec.SPILL_ABOVE + 12345)
+        gate = str(tmp_path / "gate")
+        both = [ex.submit(work.length_once_open, data, gate) for _ in range(2)]
+        assert len(spilled()) == 1  # both tasks' arguments, one file
+        (tmp_path / "gate").touch()
+        assert [future.result(timeout=120) for future in both] == [len(data)] * 2
+        assert spilled() == []
+        other = os.urandom(codec.SPILL_ABOVE + 1)
+        assert ex.submit(work.size_of, other).result(timeout=120) == len(other)
+        assert spilled() == []
 
 
 def test_a_large_keyword_argument_of_map_crosses_once_per_slave(executor: mwpy.Executor) -> None:

@@ -617,6 +617,16 @@ class FileServer:
             self._published[digest] = (path, size)
             self._users[digest] += 1  # never unpublished by forget(): no job reads it
 
+    def withdraw(self, digest: str) -> bool:
+        """One :meth:`offer` of ``digest`` is over; whether that was the last (then it is no longer fetchable)."""
+        with self._lock:
+            self._users[digest] -= 1
+            if self._users[digest] > 0:
+                return False
+            del self._users[digest]
+            self._published.pop(digest, None)
+            return True
+
     def protect(self, *paths: str) -> None:
         """No output of any job may replace these files (the run's own: submit file, summary, journal...)."""
         with self._lock:

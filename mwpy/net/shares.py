@@ -46,6 +46,8 @@ from mwpy.wire.protocol import PICKLE_PROTOCOL
 log = logging.getLogger("mwpy.slave")
 master_log = safe_text.logger("mwpy.master")
 
+#: The longest payload that may name spilled arguments (a pickled handle: well under this).
+_REFERENCE_BYTES = 512
 #: What a slave may name as a stored result's hash: a SHA-256 in hex, nothing that could be a path.
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -126,6 +128,7 @@ class SharedObjects:
         self._folder: Path | None = None
         self._closed = False
         self._unavailable = False  # the file service could not start for results (address())
+        self._spilled: dict[bytes, tuple[str, int]] = {}  # spilled arguments' payload -> (hash, tasks that carry it)
         self._lock = threading.Lock()
 
     def share(self, obj: Any) -> Shared:
@@ -166,8 +169,29 @@ class SharedObjects:
         return Shared(digest, size, server.host, server.port), os.stat(path).st_mode & 0o7777
 
     def spill(self, payload: bytes) -> bytes:
-        """A task's pickled arguments too large for a frame, as the small payload that names their file."""
-        return pickle.dumps(self._offer(payload, [], keep=False), PICKLE_PROTOCOL)
+        """A task's pickled arguments too large for a frame, as the small payload that names their file (kept
+        until :meth:`release` was called as often with that payload)."""
+        handle = self._offer(payload, [], keep=False)
+        reference = pickle.dumps(handle, PICKLE_PROTOCOL)
+        with self._lock:
+            self._spilled[reference] = (handle.digest, self._spilled.get(reference, ("", 0))[1] + 1)
+        return reference
+
+    def release(self, payload: bytes) -> None:
+        """A task with ``payload`` is done: arguments :meth:`spill` stored for it go once no task needs them."""
+        if not self._spilled or len(payload) > _REFERENCE_BYTES:  # the hot path: no task's arguments were stored
+            return
+        with self._lock:
+            digest, users = self._spilled.get(payload, ("", 0))
+            if not users:
+                return
+            if users > 1:
+                self._spilled[payload] = (digest, users - 1)
+            else:
+                del self._spilled[payload]
+            server, folder = self._server, self._folder
+        if server is not None and folder is not None and server.withdraw(digest):  # each spill offered it once
+            (folder / digest).unlink(missing_ok=True)
 
     def _offer(self, body: bytes, views: list[memoryview], *, keep: bool) -> Shared:
         server, folder = self._started()
