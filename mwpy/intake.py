@@ -19,9 +19,9 @@ from typing import Any
 
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.data.shares import SharedObjects
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
-from mwpy.net.shares import SharedObjects
 from mwpy.task import Policy, TaskAlgorithm, TaskFuture
 
 
@@ -46,6 +46,7 @@ class Intake:
         #: The master's file service, for ``TaskAlgorithm.encode``: ``mwpy.File`` arguments, arguments too large.
         self.store = shares
         sched.on_leave = shares.release  # arguments the file service took for a task go when it is done
+        outcomes.received = shares  # and results slaves stored there are taken from it
         #: ``map``'s keyword arguments with the large ones shared once per slave.
         self.share_large = shares.share_large
         #: Whether tasks need their queue time (only the event log and the metrics exporter read it).

@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 
 import mwpy
+from mwpy import options as mwpy_options
 from mwpy import resource_file
+from mwpy.data.shares import SharedObjects
 from mwpy.executor_core import _master_options
 from mwpy.jobs.program import run_job
 from mwpy.jobs.runner import JobTask
@@ -367,12 +369,21 @@ def test_a_file_a_task_returns_is_a_verified_copy_on_the_master(tmp_path: Path) 
 
 def test_a_stored_result_or_file_a_slave_names_badly_is_a_failure_not_a_path(tmp_path: Path) -> None:
     """What a slave names is a hash, never a path: anything else fails that one result (ResultDecodeError)."""
-    for blob in (pickle.dumps(codec._Stored("../" * 20 + "etc/passwd", 10)), pickle.dumps(codec._Stored("0" * 64, 1))):
-        value, failure = codec.decode_outcome(True, blob)
-        assert value is None
-        assert failure is not None
-        assert failure[0] == "ResultDecodeError"
-        assert "no stored result has hash" in failure[1]
+    options, _ = mwpy_options.parse(["--mw-master", "--mw-resource-file", str(tmp_path / "resource.json")])
+    received = SharedObjects(options, b"k" * 32, "127.0.0.1", None)
+    assert received.address()[1]  # its file service runs, taking results
+    try:
+        for digest in ("../" * 20 + "etc/passwd", "0" * 64):
+            value, failure = codec.decode_outcome(True, pickle.dumps(codec._Stored(digest, 10)), received)
+            assert value is None
+            assert failure is not None
+            assert failure[0] == "ResultDecodeError"
+            assert "no stored result has hash" in failure[1]
+    finally:
+        received.close()
+    _, failure = codec.decode_outcome(True, pickle.dumps(codec._Stored("0" * 64, 1)))
+    assert failure is not None
+    assert "can only be read by its master" in failure[1]  # decoded with no master's file service
 
 
 def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:
