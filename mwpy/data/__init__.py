@@ -5,6 +5,7 @@
 :mod:`~mwpy.data.landing` (where an upload may land),
 :mod:`~mwpy.data.service` (the component: offered, taken, answered),
 :mod:`~mwpy.data.server` (its socket loop), :mod:`~mwpy.data.client`,
-:mod:`~mwpy.data.cache` (a slave's copies) and :mod:`~mwpy.data.shares`
-(shared objects, large arguments and results as explicit steps).
+:mod:`~mwpy.data.cache` (a slave's copies), :mod:`~mwpy.data.shares`
+(shared objects, large arguments and results on the master) and
+:mod:`~mwpy.data.plane` (a slave's side of them, handed to the codec per call).
 """
