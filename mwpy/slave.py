@@ -55,7 +55,7 @@ from mwpy.options import DEFAULT_SPIN_US
 from mwpy.resources import Resources
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
-from mwpy.wire.codec import decode_arguments
+from mwpy.wire.codec import DataPlane, decode_arguments_with
 from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
 
@@ -192,6 +192,8 @@ class Slave:
         #: The counters of this process's cache of shared objects (hits, misses, bytes fetched, evictions),
         #: sent with the heartbeats once they change (the program sets it: only it knows the cache).
         self.cache_counts: Callable[[], tuple[int, int, int, int]] = lambda: (0, 0, 0, 0)
+        #: What its tasks' shared objects, files and large values go through (the program sets it).
+        self.data: DataPlane | None = None
         # Reads land in one buffer: recv(256 KiB) would mmap and munmap 256 KiB per call (see master.py).
         self._buffer = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buffer)
@@ -413,7 +415,7 @@ class Slave:
         started = time.perf_counter()
         try:
             algorithm = registry.require(name)
-            args, kwargs = decode_arguments(blob)
+            args, kwargs = decode_arguments_with(blob, self.data)
             printed, warned = _Capture(), _Capture()
             # sys.stdout/stderr swapped by hand: contextlib.redirect_* cost 2 µs a task, a no-op task's whole run.
             saved = sys.stdout, sys.stderr
@@ -429,7 +431,7 @@ class Slave:
                 if printed.size or warned.size:
                     self._outputs[task_id] = (printed.text(), warned.text())
             elapsed = time.perf_counter() - started
-            out = codec.encode_result(value, self._store)
+            out = codec.encode_result(value, self._store, self.data)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)
