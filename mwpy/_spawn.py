@@ -11,9 +11,10 @@ slave role with the ``--mw-*`` options it was given.
 
 Its command line: ``_spawn.py --mw-slave --mw-resource-file F SCRIPT FOLDER
 INITIALIZER``, where ``SCRIPT`` is the user's script (``-`` when the master
-had none: a REPL or a notebook), ``FOLDER`` the master's working folder, put
-on ``sys.path`` so that the user's own modules import as they did on the
-master, and ``INITIALIZER`` the executor's pickled ``initializer`` and
+had none: a REPL or a notebook), ``FOLDER`` the master's working folder and its
+``sys.path`` (``os.pathsep`` between them; only the folder for a batch
+system's slave), put on ``sys.path`` so that the user's own modules import as
+they did on the master, and ``INITIALIZER`` the executor's pickled ``initializer`` and
 ``initargs`` (``-`` for none), which the slave role runs before it connects.
 """
 
@@ -58,7 +59,8 @@ def _main() -> int:
         print("mwpy: _spawn.py needs SCRIPT, FOLDER and INITIALIZER after the --mw-* options", file=sys.stderr)
         return 2
     script, folder, initializing = rest[-3:]
-    sys.path.insert(1, folder)
+    # The caller's folders (os.pathsep between them), after this one and before the rest, as spawn gives them.
+    sys.path[1:1] = [entry for entry in dict.fromkeys(folder.split(os.pathsep)) if entry not in sys.path]
     if script != "-":
         sys.path.insert(1, os.path.dirname(script))
         sys.argv = [script]

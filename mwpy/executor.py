@@ -244,7 +244,7 @@ class _EarlySlaves:
             #: The slaves' command line: ``mwpy/_spawn.py``'s, as the resource file would give it.
             self.command = [
                 sys.executable, SPAWN_PROGRAM, "--mw-slave", "--mw-master-host", LOCAL_HOST, "--mw-master-port", port,
-                "--mw-member-id", member_id, "--mw-secret-file", secret_file, _script(), os.getcwd(), "-",
+                "--mw-member-id", member_id, "--mw-secret-file", secret_file, _script(), search_path(), "-",
             ]  # fmt: skip
             for number in range(count):
                 sandbox = os.path.join(self.folder, slave_start.job_id(number))
@@ -262,6 +262,14 @@ class _EarlySlaves:
         if self.listener is not None:
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def search_path() -> str:
+    """The folders local slaves put on ``sys.path``: the working folder, then this process's ``sys.path`` (as
+    ``multiprocessing``'s spawn gives its children), so that what the caller imports, a slave imports; a slave
+    that starts an Executor of its own passes its caller's on."""
+    folders = [os.getcwd(), *(entry or os.getcwd() for entry in sys.path)]
+    return os.pathsep.join(dict.fromkeys(folders))
 
 
 def _script() -> str:

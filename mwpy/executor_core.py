@@ -33,7 +33,7 @@ from mwpy import backends, calls, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script
+from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script, search_path
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.intake import Intake
 from mwpy.master import Master
@@ -54,6 +54,8 @@ R = TypeVar("R")
 
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
+#: Distinct large functions sent by value whose handles are kept (each was shared once).
+LARGE_FUNCTIONS_KEPT = 64
 
 #: One slave shape as ``slave_resources=`` takes it.
 Shape = Resources | Mapping[str, Any] | str
@@ -217,7 +219,9 @@ class ExecutorCore:
             self.service.intake.expect_slaves(max_workers)
         self._limit = self.service.intake.max_frame
         #: Functions pickled for slaves (calls.call_function), with their labels.
-        self._references: dict[Callable[..., Any], tuple[bytes, str]] = {}
+        self._references: dict[Callable[..., Any], tuple[bytes | None, str]] = {}
+        #: Large functions pickled by value, by their content: their shared handles.
+        self._large_functions: dict[bytes, codec.Shared] = {}
         log.info(
             "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
             member_id, self._master.host, self._master.port, max_workers, backend, work.path,
@@ -314,7 +318,9 @@ class ExecutorCore:
             # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
             check = fn.check_arguments if isinstance(fn, TaskAlgorithm) else None
-            reference, label = self._references.get(fn) or self._reference(fn)
+            known, label = self._references.get(fn) or self._reference(fn)
+            # By value: pickled now, so that a redefined helper or a changed global is seen.
+            reference = self._by_value(fn.fn if isinstance(fn, TaskAlgorithm) else fn) if known is None else known
             encode = calls.call_function.encode  # with caller=: (reference, args, kwargs) is not checked
 
             def one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -332,15 +338,33 @@ class ExecutorCore:
 
         return calls.call.name, label, one_call
 
-    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
-        """``fn`` pickled and its label, kept for its next calls: by reference, or by value (cloudpickle) if
-        slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too)."""
-        travels = fn.fn if isinstance(fn, TaskAlgorithm) and codec.by_value(fn.fn) else fn
-        known = codec.function_reference(travels), _label(fn)
+    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes | None, str]:
+        """``fn`` pickled by reference and its label, kept for its next calls; None in place of the bytes if
+        slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too):
+        that one is pickled by value at each submit (:meth:`_by_value`)."""
+        inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
+        known = (None if codec.by_value(inner) else codec.function_reference(fn)), _label(fn)
         if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
         self._references[fn] = known
         return known
+
+    def _by_value(self, fn: Callable[..., Any]) -> bytes | codec.Shared:
+        """``fn`` pickled by value as it is now (its code, defaults and the globals it uses), as it travels.
+
+        The slave unpickles each distinct pickle once (it keeps them by content). One of at least
+        :data:`~mwpy.wire.codec.SHARE_ABOVE` bytes (a closure over a large array) is shared, once per
+        content: while it is unchanged its calls carry only the handle.
+        """
+        pickled = codec.function_reference(fn)
+        if len(pickled) < codec.SHARE_ABOVE:
+            return pickled
+        handle = self._large_functions.get(pickled)
+        if handle is None:
+            if len(self._large_functions) >= LARGE_FUNCTIONS_KEPT:
+                self._large_functions.clear()
+            handle = self._large_functions[pickled] = self.share(pickled)
+        return handle
 
 
 class _Service:
@@ -612,7 +636,7 @@ def _master_options(
     parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
     if rest:
         raise ConfigurationError(f"options: not --mw-* options: {rest}")
-    script, folder = _script(), os.getcwd()
+    script, folder = _script(), (search_path() if backend == "local" else os.getcwd())
     init = "-" if initializer is None else str(initializer)
     shipped: tuple[str, ...] = ()
     if backend != "local":

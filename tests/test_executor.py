@@ -16,6 +16,7 @@ import os
 import pickle
 import signal
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -546,7 +547,10 @@ def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> Non
     assert options.master_host is None  # listen on every interface, as execute nodes must reach it
     local = _master_options([], Path("/tmp/rf.json"), "local", None, "executor-2")
     assert local.master_host == "127.0.0.1"
-    assert local.slave_arguments[-2:] == (os.getcwd(), "-")
+    folders, initializing = local.slave_arguments[-2:]
+    assert initializing == "-"
+    assert folders.split(os.pathsep)[0] == os.getcwd()  # then the caller's sys.path, as spawn gives its children
+    assert set(folders.split(os.pathsep)) >= {entry for entry in sys.path if entry}
 
 
 def test_a_wrong_option_leaves_no_work_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
