@@ -21,7 +21,12 @@ they did on the master, and ``INITIALIZER`` the executor's pickled ``initializer
 import os
 import signal
 import sys
+import threading
+import time
 import types
+
+#: How often (seconds) a slave looks whether the program that started it is still there.
+PARENT_LOOK = 0.5
 
 # Python put this file's folder (the mwpy package itself) first on sys.path: its modules must not
 # shadow top-level ones. Its parent makes ``import mwpy`` work even from an uninstalled checkout.
@@ -43,7 +48,16 @@ def _load_script(path: str) -> None:
     del module.__dict__[SLAVE_LOADING_MARK]
 
 
+def _end_with_parent(parent: int) -> None:
+    """End this slave when the program that started it is gone (``kill -9`` leaves it no time to stop its slaves,
+    and a slave in a hung task would not notice its master's hang-up): this process is then reparented."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_LOOK)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _main() -> int:
+    threading.Thread(target=_end_with_parent, args=(os.getppid(),), name="mwpy-parent", daemon=True).start()
     # Ctrl-C in the terminal reaches the whole process group: the program that owns the executor decides
     # (its with block stops the executor, which tells its slaves to leave); a slave killed under a task
     # would only count a death against that task and print noise.

@@ -54,15 +54,16 @@ import concurrent.futures
 import itertools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from mwpy import slave_start
+from mwpy import safe_files, slave_start
 from mwpy.errors import ConfigurationError
 from mwpy.names import MASTER_BACKLOG, SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
 
@@ -83,6 +84,33 @@ WORK_PREFIX = "mwpy-executor-"
 LOCAL_HOST = "127.0.0.1"
 
 _numbers = itertools.count()
+
+#: Ctrl-C seen in this process while an executor watched (a program may catch the KeyboardInterrupt), and
+#: how many executors watch.
+_ctrl_c = 0
+_watching = 0
+
+
+def _count_ctrl_c(signum: int, frame: object) -> None:
+    """Python's own SIGINT handler (raise KeyboardInterrupt), counting: leaving a ``with`` block after a Ctrl-C
+    the program caught stops the executor as an uncaught one does, instead of waiting for a hung task."""
+    global _ctrl_c
+    _ctrl_c += 1
+    signal.default_int_handler(signum, frame)  # type: ignore[arg-type]
+
+
+def _watch_ctrl_c(start: bool) -> None:
+    """Count Ctrl-C while an executor lives; give Python's handler back after the last (asyncio.run installs
+    its own only where Python's is in place). Only the main thread may set handlers; a program's own is kept."""
+    global _watching
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _watching += 1 if start else -1
+    handler = signal.getsignal(signal.SIGINT)
+    if start and handler is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _count_ctrl_c)
+    elif not start and _watching <= 0 and handler is _count_ctrl_c:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Executor(concurrent.futures.Executor):
@@ -159,6 +187,10 @@ class Executor(concurrent.futures.Executor):
             if early is not None:
                 early.abandon()
             raise
+        self._ctrl_c_before = _ctrl_c
+        self._watching = threading.current_thread() is threading.main_thread()
+        if self._watching:
+            _watch_ctrl_c(True)
         # Collected without shutdown(): shut down without waiting (at exit, the service's own hook waits).
         weakref.finalize(self, self._core.service.shutdown, False).atexit = False
 
@@ -201,9 +233,10 @@ class Executor(concurrent.futures.Executor):
 
         A ``KeyboardInterrupt`` fails every future not done yet with ``BrokenExecutor`` (as a
         ProcessPoolExecutor whose workers Ctrl-C killed is broken), so the block ends at once and the
-        slaves are told to leave; the interrupt goes on.
+        slaves are stopped; the interrupt goes on. So does a Ctrl-C the block caught: a hung task would
+        otherwise keep it waiting for ever.
         """
-        if exc is not None and isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt) or _ctrl_c != self._ctrl_c_before:
             self._core.service.interrupt()
         self.shutdown(wait=True)
 
@@ -214,6 +247,9 @@ class Executor(concurrent.futures.Executor):
         the work folder (our own) is removed.
         """
         self._core.service.shutdown(wait, cancel_futures=cancel_futures)
+        if self._watching and threading.current_thread() is threading.main_thread():
+            self._watching = False
+            _watch_ctrl_c(False)
 
 
 class _EarlySlaves:
@@ -230,7 +266,7 @@ class _EarlySlaves:
 
     def __init__(self, count: int, member_id: str) -> None:
         self.member_id = member_id
-        self.folder = tempfile.mkdtemp(prefix=WORK_PREFIX)
+        self.folder = safe_files.run_folder(WORK_PREFIX)
         self.processes: list[subprocess.Popen[bytes]] = []
         self.listener: socket.socket | None = None
         try:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from mwpy import backends, calls, safe_text
+from mwpy import backends, calls, safe_files, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
@@ -54,6 +54,8 @@ R = TypeVar("R")
 
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
+#: How long leaving after Ctrl-C waits, at most, for the slaves to stop and the folders to go.
+INTERRUPTED_WAIT = 10.0
 #: Distinct large functions sent by value whose handles are kept (each was shared once).
 LARGE_FUNCTIONS_KEPT = 64
 
@@ -396,7 +398,9 @@ class _Service:
         self._map_submitted = 0
         self.map_resolved = 0
         self._closing = False
+        self._interrupted = False  # Ctrl-C: the slaves are stopped, not waited for
         self._broken: BaseException | None = None
+        self._stopped = threading.Event()  # set when the engine's thread has stopped all and removed its folder
         self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
         self._thread.start()
         atexit.register(self.shutdown)
@@ -458,14 +462,33 @@ class _Service:
         with contextlib.suppress(OSError):  # the engine may be closed already
             self.intake.wake()
         if wait:
-            self._thread.join()
+            # An Event, not Thread.join: a join cut short by Ctrl-C marks the thread stopped (CPython 3.11's
+            # bpo-45274 fix releases its lock), and the wait below would not wait.
+            try:
+                self._stopped.wait()
+            except KeyboardInterrupt:  # Ctrl-C while waiting for a task: stop the slaves, leave nothing behind
+                self.interrupt()
+                self._wait_interrupted()
+                raise
             atexit.unregister(self.shutdown)
 
     def interrupt(self) -> None:
-        """Ctrl-C in the ``with`` block: take no more work and break every future not done (Executor.__exit__)."""
+        """Ctrl-C in the ``with`` block: take no more work, break every future not done and stop the slaves
+        (a hung task must not keep them) (Executor.__exit__)."""
         with self._lock:
             self._closing = True
+            self._interrupted = True
         self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
+        with contextlib.suppress(OSError):  # the engine may be closed already
+            self.intake.wake()
+
+    def _wait_interrupted(self) -> None:
+        """Wait for the engine's thread to stop its slaves and remove its folders; more Ctrl-C do not cut that
+        short (they would leave them), a stuck back end does after :data:`INTERRUPTED_WAIT` seconds."""
+        deadline = time.monotonic() + INTERRUPTED_WAIT
+        while not self._stopped.is_set() and time.monotonic() < deadline:
+            with contextlib.suppress(KeyboardInterrupt):
+                self._stopped.wait(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ the engine's thread
 
@@ -485,8 +508,10 @@ class _Service:
     def _serve(self) -> None:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
         intake = self.intake
+        safe_files.sweep_dead_runs()  # what a killed run left (kill -9 removes nothing), here, off the caller's path
         try:
             with self._master, contextlib.ExitStack() as leaving:
+                leaving.callback(self._stop_slaves_if_interrupted)  # a slave in a hung task would not hear the master
                 leaving.callback(self._pool.stop_overseeing)  # before the master, leaving, tells its slaves to go
                 while True:
                     self._take_submissions()
@@ -503,9 +528,12 @@ class _Service:
             log.error("executor %s stopped: %r", self._member_id, exc)
             self._break(exc)
         finally:
-            self._pool.stop()
-            self._audit.close()
-            self._pool.work.remove()
+            try:
+                self._pool.stop()
+                self._audit.close()
+                self._pool.work.remove()
+            finally:
+                self._stopped.set()
 
     def _idle(self) -> bool:
         """Nothing submitted is left to run (under _lock)."""
@@ -543,6 +571,10 @@ class _Service:
                 submission.queue_in(self.intake)
         if self._feeding:
             self._feeding = {stream: None for stream in self._feeding if stream.feed(self.intake)}
+
+    def _stop_slaves_if_interrupted(self) -> None:
+        if self._interrupted:
+            self._pool.stop()
 
     def _break(self, exc: BaseException) -> None:
         with self._lock:

@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from mwpy import safe_text
+from mwpy import safe_files, safe_text
 from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
 from mwpy.net.cache import SlaveCache
 from mwpy.net.filestore import Counters, FileServer
@@ -184,7 +184,7 @@ class SharedObjects:
                 tls = None
                 if options.tls_cert is not None:
                     tls = protocol.tls_server_context(options.tls_cert, options.tls_key)[0]
-                self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
+                self._folder = Path(safe_files.run_folder("mwpy-shared-"))
                 self._server = FileServer(
                     secret, options.member_id, host, bind, options.master_port_range,
                     tls=tls, client_timeout=options.client_timeout,
@@ -221,7 +221,7 @@ class SlaveShares:
 
     def __init__(self, cache: SlaveCache) -> None:
         self._cache = cache
-        self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))  # mwpy.File arguments under their own names
+        self._folder = Path(safe_files.run_folder("mwpy-shared-"))  # mwpy.File arguments under their own names
         self._held: dict[bytes, tuple[str, Any]] = {}  # handle's key -> (digest, the object from its cached file)
         cache.on_evict(self._forget)
 
