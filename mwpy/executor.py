@@ -61,7 +61,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, TypeVarTuple, cast, overload
 
 from mwpy import safe_files, slave_start
 from mwpy.errors import ConfigurationError
@@ -69,12 +69,13 @@ from mwpy.names import MASTER_BACKLOG, SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
 
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
     from mwpy.executor_core import Future, Shape
-    from mwpy.wire import codec
 
 __all__ = ["Executor"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 #: The program slaves run: loads the user's script as ``__mp_main__``, then serves as a slave.
 SPAWN_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_spawn.py")
@@ -144,6 +145,52 @@ class Executor(concurrent.futures.Executor):
     futures hold its core's service, never the executor itself.
     """
 
+    # initargs checked against the initializer, as typeshed types ProcessPoolExecutor.
+    @overload
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        initializer: Callable[[], object] | None = None,
+        initargs: tuple[()] = (),
+        *,
+        backend: str = "local",
+        backend_arguments: Sequence[str] = (),
+        options: Sequence[str] = (),
+        workdir: str | os.PathLike[str] | None = None,
+        quiet: bool = False,
+        resources: Shape | None = None,
+        slave_resources: Shape | Sequence[Shape] | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *,
+        initializer: Callable[[*Ts], object],
+        initargs: tuple[*Ts],
+        backend: str = "local",
+        backend_arguments: Sequence[str] = (),
+        options: Sequence[str] = (),
+        workdir: str | os.PathLike[str] | None = None,
+        quiet: bool = False,
+        resources: Shape | None = None,
+        slave_resources: Shape | Sequence[Shape] | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        max_workers: int | None,
+        initializer: Callable[[*Ts], object],
+        initargs: tuple[*Ts],
+        *,
+        backend: str = "local",
+        backend_arguments: Sequence[str] = (),
+        options: Sequence[str] = (),
+        workdir: str | os.PathLike[str] | None = None,
+        quiet: bool = False,
+        resources: Shape | None = None,
+        slave_resources: Shape | Sequence[Shape] | None = None,
+    ) -> None: ...
     def __init__(
         self,
         max_workers: int | None = None,
@@ -194,9 +241,10 @@ class Executor(concurrent.futures.Executor):
         # Collected without shutdown(): shut down without waiting (at exit, the service's own hook waits).
         weakref.finalize(self, self._core.service.shutdown, False).atexit = False
 
-    def share(self, obj: Any) -> codec.Shared:
-        """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``)."""
-        return self._core.share(obj)
+    def share(self, obj: T) -> T:
+        """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``: typed
+        as ``obj``, which it stands for in a task's arguments)."""
+        return cast(T, self._core.share(obj))
 
     def file_counters(self) -> dict[str, Any]:
         """What the file service of shared objects sent (``Master.file_counters``)."""

@@ -22,10 +22,11 @@ import sys
 import threading
 import time
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -220,6 +221,7 @@ class ExecutorCore:
         if backend == "local":  # they connect within a second; a batch system's may never all start
             self.service.intake.expect_slaves(max_workers)
         self._limit = self.service.intake.max_frame
+        self._store = _LargeArguments(self.service.intake.store)
         #: Functions pickled for slaves (calls.call_function), with their labels.
         self._references: dict[Callable[..., Any], tuple[bytes | None, str]] = {}
         #: Large functions pickled by value, by their content: their shared handles.
@@ -241,7 +243,7 @@ class ExecutorCore:
 
     def share(self, obj: Any) -> codec.Shared:
         """:meth:`mwpy.Executor.share` (``Master.share``)."""
-        return self._master.share(obj)
+        return cast(codec.Shared, self._master.share(obj))  # the handle, which the user's type says is obj
 
     def file_counters(self) -> dict[str, Any]:
         """:meth:`mwpy.Executor.file_counters` (``Master.file_counters``)."""
@@ -315,7 +317,7 @@ class ExecutorCore:
 
         The pickler holds no reference to this executor (a map left unread must not keep it alive).
         """
-        limit, store = self._limit, self.service.intake.store
+        limit, store = self._limit, self._store
         if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
             # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
@@ -585,6 +587,41 @@ class _Service:
             future._end(None, _broken_executor(exc))
         for stream in streams:
             stream.break_with(_broken_executor(exc))
+
+
+class _LargeArguments:
+    """The file service as calls' arguments see it (:class:`mwpy.wire.codec.Store`): from the second call whose
+    arguments are too large for a frame (each crosses again, to every slave that runs one), one warning says to
+    share what the calls are given, as dask warns of a large object in a task graph."""
+
+    def __init__(self, store: codec.Store) -> None:
+        self._store = store
+        self._spilled = 0
+
+    def spill(self, payload: bytes) -> bytes:
+        self._spilled += 1
+        if self._spilled == 2:
+            warnings.warn(
+                f"mwpy: a call's arguments take {len(payload) / 1e6:.0f} MB pickled, sent with the call again "
+                "each time: share an object many calls are given once (handle = ex.share(obj)) and pass the "
+                "handle in its place",
+                stacklevel=_caller_level(),
+            )
+        return self._store.spill(payload)
+
+    def publish_file(self, path: str) -> tuple[codec.Shared, int]:
+        return self._store.publish_file(path)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside mwpy: a warning names the user's line."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _broken_executor(cause: BaseException) -> concurrent.futures.BrokenExecutor:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 _current: contextvars.ContextVar[Master | None] = contextvars.ContextVar("mwpy_current_master", default=None)
 
@@ -444,7 +445,7 @@ def current_master() -> Master | None:
     return _current.get()
 
 
-def share(obj: Any) -> codec.Shared:
+def share(obj: T) -> T:
     """``mwpy.share(obj)``: :meth:`Master.share` of the current master, for code inside a master algorithm."""
     return _current_master("mwpy.share()").share(obj)
 

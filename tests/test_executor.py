@@ -23,7 +23,7 @@ import threading
 from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -719,8 +719,9 @@ def test_a_failing_initializer_breaks_the_executor_with_its_error() -> None:
 
 def test_an_initializer_that_does_not_pickle_fails_in_the_constructor(tmp_path: Path) -> None:
     """With pickle's own error, before anything is made (no work folder is left behind)."""
+    lock: Any = threading.Lock()  # what the initializer's value may not be: it does not pickle
     with pytest.raises(TypeError, match="lock"):
-        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),), workdir=tmp_path / "w")
+        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=("folder", lock), workdir=tmp_path / "w")
     assert not (tmp_path / "w").exists()
 
 

@@ -272,6 +272,30 @@ class Shared:
 copyreg.pickle(Shared, operator.attrgetter("_reduced"))
 
 
+def _used_here(handle: Shared, *args: object, **kwargs: object) -> Any:
+    raise SharedObjectError(
+        f"{handle!r} stands for its object only in a task's arguments on a slave: pass it to submit() or map(), "
+        "or use the object itself here"
+    )
+
+
+def _no_attribute(handle: Shared, name: str) -> Any:
+    if name.startswith("__"):  # protocols looked up by pickle, copy, numpy: absent, as on any object
+        raise AttributeError(name)
+    return _used_here(handle)
+
+
+# A handle used as its object outside a task (indexed, called, added, iterated, given to numpy, an attribute
+# of the object read) says so, instead of a TypeError about a handle nobody wrote.
+for _method in (
+    "__getitem__", "__setitem__", "__len__", "__iter__", "__contains__", "__call__", "__array__", "__add__",
+    "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__",
+    "__mod__", "__pow__", "__matmul__", "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__",
+):  # fmt: skip
+    setattr(Shared, _method, _used_here)
+Shared.__getattr__ = _no_attribute  # type: ignore[attr-defined]
+
+
 def _path_text(path: str | os.PathLike[str]) -> str:
     return os.fspath(path)
 
@@ -572,8 +596,20 @@ def failure_of(exc: BaseException, trace: str = "") -> Failure:
 
 
 def encode_error(exc: BaseException) -> bytes:
-    """The exception being handled, as a failure on the wire (call from inside ``except``: the traceback goes along)."""
+    """The exception being handled, as a failure on the wire (call from inside ``except``: the traceback goes along).
+
+    On a slave, numpy's "read-only" error gets a note: a shared array arrives read-only (memory-mapped).
+    """
+    if _resolver is not None and isinstance(exc, ValueError) and "read-only" in str(exc):
+        exc.add_note(READ_ONLY_NOTE)
     return encode_failure(*failure_of(exc, traceback.format_exc()))
+
+
+#: What a task's "read-only" error says besides numpy's words.
+READ_ONLY_NOTE: Final = (
+    "mwpy: an array shared with share() (or a map keyword argument of 1 MiB or more) arrives read-only, "
+    "mapped from the slave's cache: change a copy (arr.copy())"
+)
 
 
 #: What unpickling a result may raise that fails that result alone: any error, and ``SystemExit`` (a
