@@ -47,7 +47,6 @@ from mwpy.slave_exits import Exits
 from mwpy.task import Result, Task, TaskAlgorithm, reset_master, use_master
 
 __all__ = ["LoopEvents", "Master"]
-
 T = TypeVar("T")
 
 
