@@ -56,6 +56,23 @@ def _end_with_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _take_authkey(beside: str | None) -> None:
+    """The caller's ``multiprocessing`` authkey, when it left one in the work folder (a local slave whose caller
+    imported multiprocessing: mwpy/executor.py), so that its ``Manager()`` proxies accept this slave."""
+    from mwpy.names import AUTHKEY_FILE  # noqa: PLC0415 (sys.path is fixed by now)
+
+    if beside is None:
+        return
+    try:
+        with open(os.path.join(os.path.dirname(beside), AUTHKEY_FILE), "rb") as source:
+            key = source.read()
+    except OSError:  # none left: a batch system's slave, or a caller without multiprocessing
+        return
+    import multiprocessing.process  # noqa: PLC0415 (only for a caller that uses it)
+
+    multiprocessing.process.current_process().authkey = key
+
+
 def _main() -> int:
     threading.Thread(target=_end_with_parent, args=(os.getppid(),), name="mwpy-parent", daemon=True).start()
     # Ctrl-C in the terminal reaches the whole process group: the program that owns the executor decides
@@ -68,11 +85,12 @@ def _main() -> int:
     from mwpy.wire import codec  # noqa: PLC0415
 
     arguments = sys.argv[1:]
-    _, rest = parse(arguments)
+    parsed, rest = parse(arguments)
     if len(rest) < 3:
         print("mwpy: _spawn.py needs SCRIPT, FOLDER and INITIALIZER after the --mw-* options", file=sys.stderr)
         return 2
     script, folder, initializing = rest[-3:]
+    _take_authkey(parsed.secret_file or parsed.resource_file)
     # The caller's folders (os.pathsep between them), after this one and before the rest, as spawn gives them.
     sys.path[1:1] = [entry for entry in dict.fromkeys(folder.split(os.pathsep)) if entry not in sys.path]
     if script != "-":

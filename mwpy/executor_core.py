@@ -34,7 +34,7 @@ from mwpy import backends, calls, safe_files, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.scheduler import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script, search_path
+from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script, pass_authkey, search_path
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.intake import Intake
 from mwpy.master import Master
@@ -198,6 +198,8 @@ class ExecutorCore:
             if pickled is not None:
                 initializing = work.path / INITIALIZER_FILE
                 initializing.write_bytes(pickled)
+            if early is None and backend == "local":
+                pass_authkey(work.path)
             factory = backends.lookup(backend)
             namespace = _backend_options(factory, backend, backend_arguments, work)
             quieting = ["--mw-quiet"] if quiet else []

@@ -598,11 +598,26 @@ def failure_of(exc: BaseException, trace: str = "") -> Failure:
 def encode_error(exc: BaseException) -> bytes:
     """The exception being handled, as a failure on the wire (call from inside ``except``: the traceback goes along).
 
-    On a slave, numpy's "read-only" error gets a note: a shared array arrives read-only (memory-mapped).
+    On a slave, numpy's "read-only" error gets a note (a shared array arrives read-only, memory-mapped), and
+    so does an error from a ``multiprocessing.Manager()`` proxy (it reaches its manager from local slaves only).
     """
     if _resolver is not None and isinstance(exc, ValueError) and "read-only" in str(exc):
         exc.add_note(READ_ONLY_NOTE)
+    elif any(frame.filename.endswith(_MANAGER_FILES) for frame in traceback.extract_tb(exc.__traceback__)):
+        exc.add_note(MANAGER_NOTE)
     return encode_failure(*failure_of(exc, traceback.format_exc()))
+
+
+_MANAGER_FILES: Final = (
+    os.path.join("multiprocessing", "managers.py"),
+    os.path.join("multiprocessing", "connection.py"),
+)
+#: What a task's error from a ``multiprocessing.Manager()`` proxy says besides multiprocessing's words.
+MANAGER_NOTE: Final = (
+    'mwpy: a multiprocessing.Manager() proxy reaches its manager only from local slaves (backend="local"), '
+    "which are given the caller's authkey when it imported multiprocessing before the Executor started, and "
+    "while the manager runs; elsewhere pass the data as arguments, share() it, or return it"
+)
 
 
 #: What a task's "read-only" error says besides numpy's words.
