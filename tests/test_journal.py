@@ -169,6 +169,25 @@ def test_damaged_journal_is_one_clear_line_and_status_1(tmp_path: Path, damage: 
     assert f"{journal}: cannot use as a journal" in lines[0]
 
 
+@pytest.mark.parametrize("linked", ["", "-wal"])
+def test_a_journal_path_that_is_a_symlink_is_refused_and_what_it_names_left_alone(tmp_path: Path, linked: str) -> None:
+    """A journal path linked to another program's SQLite database: mwpy wrote its table into it before."""
+    other = tmp_path / "theirs.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("create table scores (name text, score real)")
+    db.close()
+    before = other.read_bytes()
+    journal = tmp_path / "journal.sqlite"
+    if linked:
+        _journal_file(journal)
+    Path(f"{journal}{linked}").symlink_to(other)
+    done = run_alone(JOURNALED, tmp_path, "--mw-journal", str(journal), "squares", "3", str(tmp_path))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{journal}{linked}: cannot use as a journal: a symbolic link" in line
+    assert other.read_bytes() == before
+
+
 # ---------------------------------------------------------------------- file modes (issue 11, item 5)
 
 
