@@ -214,7 +214,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
         from mwpy.master import Master  # noqa: PLC0415 (a slave, which never gets here, need not load it)
 
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
-    except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
+    except (OSError, ConfigurationError, JournalError, EventLogError, ResourceFileError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return 1
     with mw:  # current while the algorithm runs; finished on the way out, whatever happens

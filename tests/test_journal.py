@@ -320,13 +320,7 @@ def test_an_event_log_on_a_disk_that_fills_says_so_once_and_the_computation_goes
     tmp_path: Path, small_disk: Path
 ) -> None:
     """Guards: the event log turns itself off with one line when its disk is full, and nothing else changes."""
-    ballast = os.open(small_disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(ballast, b"\0" * 4096):  # until the disk is full (ENOSPC)
-                pass
-    finally:
-        os.close(ballast)
+    fill(small_disk)
     events = small_disk / "events.jsonl"
     master = run_filler(tmp_path, "--mw-events", str(events), count=20)
     assert master.returncode == 0, master.err()
@@ -335,6 +329,28 @@ def test_an_event_log_on_a_disk_that_fills_says_so_once_and_the_computation_goes
     assert [line for line in master.err().splitlines() if "event log" in line] == [
         f"mwpy: {events}: cannot write the event log (No space left on device); events are off"
     ]
+
+
+def fill(disk: Path) -> None:
+    """Write ballast until the disk is full (ENOSPC)."""
+    ballast = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(ballast, b"\0" * 4096):
+                pass
+    finally:
+        os.close(ballast)
+
+
+def test_a_resource_file_and_audit_on_a_full_disk_is_one_line_and_status_1(small_disk: Path) -> None:
+    """The master waited in silence for slaves that could never find it (its resource file never written)."""
+    fill(small_disk)
+    done = run_alone(FILLER, small_disk, "fill", "3", "10")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert f"{small_disk / 'resource.json'}: cannot write the resource file (No space left on device)" in line
+    assert f"the folder mwpy writes it and its audit in, {small_disk}, needs room" in line
 
 
 @pytest.mark.parametrize("option", ["--mw-journal", "--mw-events"])
