@@ -14,6 +14,7 @@ import os
 import sqlite3
 import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,22 @@ def test_a_resource_file_and_audit_on_a_full_disk_is_one_line_and_status_1(small
     line = done.stderr.strip().splitlines()[-1]
     assert f"{small_disk / 'resource.json'}: cannot write the resource file (No space left on device)" in line
     assert f"the folder mwpy writes it and its audit in, {small_disk}, needs room" in line
+
+
+def test_a_full_temporary_folder_names_mwpy_s_folder(small_disk: Path) -> None:
+    """share() of more than the temporary folder holds: "No space left on device" named no path before."""
+    code = "import os, mwpy\nwith mwpy.Executor(max_workers=1) as ex:\n    ex.share(os.urandom(4 << 20))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+        env={**os.environ, "TMPDIR": str(small_disk)},
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"No space left on device: mwpy's folder of shared objects, {small_disk}/mwpy-shared-" in last
 
 
 @pytest.mark.parametrize("option", ["--mw-journal", "--mw-events"])

@@ -164,12 +164,15 @@ class SharedObjects:
 
     def _offer(self, body: bytes, views: list[memoryview], *, keep: bool) -> Shared:
         server, folder = self._started()
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
-            try:
-                digest, size = codec.write_shared(body, views, out)
-            except BaseException:
-                os.unlink(out.name)
-                raise
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
+                try:
+                    digest, size = codec.write_shared(body, views, out)
+                except BaseException:
+                    os.unlink(out.name)
+                    raise
+        except OSError as exc:  # a full temporary folder: say which, and whose
+            raise OSError(exc.errno, f"{exc.strerror}: mwpy's folder of shared objects, {folder}") from exc
         final = folder / digest
         os.replace(out.name, final)
         server.offer(str(final), digest, size)
