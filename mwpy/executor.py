@@ -63,7 +63,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, TypeVarTuple, cast, overload
 
-from mwpy import safe_files, slave_start
+from mwpy import slave_start
 from mwpy.errors import ConfigurationError
 from mwpy.names import AUTHKEY_FILE, MASTER_BACKLOG, SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
 
@@ -314,6 +314,8 @@ class _EarlySlaves:
 
     def __init__(self, count: int, member_id: str) -> None:
         self.member_id = member_id
+        from mwpy import safe_files  # noqa: PLC0415 (the engine imports it anyway: not on `import mwpy`'s path)
+
         self.folder = safe_files.run_folder(WORK_PREFIX)
         self.processes: list[subprocess.Popen[bytes]] = []
         self.listener: socket.socket | None = None
