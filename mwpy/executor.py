@@ -68,7 +68,21 @@ from mwpy.errors import ConfigurationError
 from mwpy.names import AUTHKEY_FILE, MASTER_BACKLOG, SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
 
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
+    from typing import TypedDict, Unpack
+
     from mwpy.executor_core import Future, Shape
+
+    class _Settings(TypedDict, total=False):
+        """The constructor's keyword-only arguments, for its overloads."""
+
+        backend: str
+        backend_arguments: Sequence[str]
+        options: Sequence[str]
+        workdir: str | os.PathLike[str] | None
+        quiet: bool
+        resources: Shape | None
+        slave_resources: Shape | Sequence[Shape] | None
+
 
 __all__ = ["Executor"]
 
@@ -145,21 +159,14 @@ class Executor(concurrent.futures.Executor):
     futures hold its core's service, never the executor itself.
     """
 
-    # initargs checked against the initializer, as typeshed types ProcessPoolExecutor.
+    # initargs checked against the initializer, as typeshed types ProcessPoolExecutor; the rest as below.
     @overload
     def __init__(
         self,
         max_workers: int | None = None,
         initializer: Callable[[], object] | None = None,
         initargs: tuple[()] = (),
-        *,
-        backend: str = "local",
-        backend_arguments: Sequence[str] = (),
-        options: Sequence[str] = (),
-        workdir: str | os.PathLike[str] | None = None,
-        quiet: bool = False,
-        resources: Shape | None = None,
-        slave_resources: Shape | Sequence[Shape] | None = None,
+        **settings: Unpack[_Settings],
     ) -> None: ...
     @overload
     def __init__(
@@ -168,13 +175,7 @@ class Executor(concurrent.futures.Executor):
         *,
         initializer: Callable[[*Ts], object],
         initargs: tuple[*Ts],
-        backend: str = "local",
-        backend_arguments: Sequence[str] = (),
-        options: Sequence[str] = (),
-        workdir: str | os.PathLike[str] | None = None,
-        quiet: bool = False,
-        resources: Shape | None = None,
-        slave_resources: Shape | Sequence[Shape] | None = None,
+        **settings: Unpack[_Settings],
     ) -> None: ...
     @overload
     def __init__(
@@ -182,14 +183,7 @@ class Executor(concurrent.futures.Executor):
         max_workers: int | None,
         initializer: Callable[[*Ts], object],
         initargs: tuple[*Ts],
-        *,
-        backend: str = "local",
-        backend_arguments: Sequence[str] = (),
-        options: Sequence[str] = (),
-        workdir: str | os.PathLike[str] | None = None,
-        quiet: bool = False,
-        resources: Shape | None = None,
-        slave_resources: Shape | Sequence[Shape] | None = None,
+        **settings: Unpack[_Settings],
     ) -> None: ...
     def __init__(
         self,
