@@ -216,7 +216,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
         from mwpy.pool.removal import MasterRemoved, leaving_when_removed  # noqa: PLC0415 (the same)
 
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
-    except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
+    except (OSError, ConfigurationError, JournalError, EventLogError, ResourceFileError) as exc:
         print(f"{_program_name()}: error: {exc}", file=sys.stderr)
         return 1
     removed = False
