@@ -67,7 +67,8 @@ from mwpy.names import SLAVE_LOADING_MARK
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
     from typing import TypedDict, Unpack
 
-    from mwpy.executor_core import Future, Shape
+    from mwpy.executor_core import Future
+    from mwpy.executor_setup import Shape
 
     class _Settings(TypedDict, total=False):
         """The constructor's keyword-only arguments, for its overloads."""

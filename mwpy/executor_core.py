@@ -8,7 +8,6 @@ of mwpy/executor.py.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import concurrent.futures
 import contextlib
@@ -17,62 +16,52 @@ import itertools
 import logging
 import os
 import secrets
-import shutil
 import sys
 import threading
 import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures._base import CANCELLED, PENDING
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import attrs
 
-from mwpy import backends, calls, safe_files, safe_text
-from mwpy.backends.local import LocalBackend
+from mwpy import backends, calls, executor_setup, safe_files, safe_text
 from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
 from mwpy.executor_early import (
-    LOCAL_HOST,
-    SPAWN_PROGRAM,
     WORK_PREFIX,
     EarlySlaves,
-    main_script,
     pass_authkey,
-    search_path,
 )
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
+from mwpy.executor_setup import Shape
 from mwpy.futures import LightFuture
 from mwpy.intake import Intake
 from mwpy.master import Master
-from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
+from mwpy.names import AUDIT_FILE, INITIALIZER_FILE
 from mwpy.net.engine import TICK
 from mwpy.observe import logs
 from mwpy.observe.audit import Audit
-from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
-from mwpy.resources import Resources, own_shape
+from mwpy.resources import Resources
 from mwpy.streams import WINDOW_BYTES, chunked
 from mwpy.task import TaskAlgorithm
 from mwpy.task_records import DEFAULT_POLICY, Policy, Result, unrunnable_error
-from mwpy.wire import codec
+from mwpy.wire import codec, importable
 
 __all__ = ["ExecutorCore", "Future"]
 
 R = TypeVar("R")
 
-#: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
-UPDATE_INTERVAL = 1.0
 #: How long leaving after Ctrl-C waits, at most, for the slaves to stop and the folders to go.
 INTERRUPTED_WAIT = 10.0
 #: Distinct large functions sent by value whose handles are kept (each was shared once).
 LARGE_FUNCTIONS_KEPT = 64
 
-#: One slave shape as ``slave_resources=`` takes it.
-Shape = Resources | Mapping[str, Any] | str
 #: The executor's log lines, under the name of the module its users import.
 log = safe_text.logger("mwpy.executor")
 #: The standard futures' logger: a done callback's error is logged there, as ``Future`` logs it.
@@ -198,7 +187,7 @@ class ExecutorCore:
     ) -> None:
         #: What a task needs when its function does not say (``resources=``).
         self._resources = Resources.of(resources)
-        shapes = _shapes(slave_resources)
+        shapes = executor_setup.shapes(slave_resources)
         if shapes and backend != "local":
             raise ConfigurationError("slave_resources= shapes local slaves; a Condor slave offers its slot's resources")
         # Slaves load the script as __mp_main__: what they pickle from it (an exception class, say) names that.
@@ -215,21 +204,22 @@ class ExecutorCore:
             if early is None and backend == "local":
                 pass_authkey(work.path)
             factory = backends.lookup(backend)
-            namespace = _backend_options(factory, backend, backend_arguments, work)
+            namespace = executor_setup.backend_options(factory, backend, backend_arguments, work)
             quieting = ["--mw-quiet"] if quiet else []
-            offer = _offer(namespace, shapes) if backend == "local" else []
-            self.options = _master_options([*options, *quieting, *offer], work.resource_file, backend, initializing,
-                                           member_id)  # fmt: skip
+            offer = executor_setup.offer(namespace, shapes) if backend == "local" else []
+            self.options = executor_setup.master_options(
+                [*options, *quieting, *offer], work.resource_file, backend, initializing, member_id
+            )
             logs.configure(self.options.log_level)  # else MWPY_LOG_LEVEL: an executor user passes no options
             audit = Audit(str(work.path / AUDIT_FILE), packets=self.options.audit_packets)
             undo.callback(audit.close)
-            program = _spawn_program(backend, work.path)
+            program = executor_setup.spawn_program(backend, work.path)
             secret = secrets.token_bytes(32) if early is None else early.secret
             listener = None if early is None else early.listener
             self._master = Master(self.options, audit=audit, secret=secret, program=program, listener=listener)
             slaves = factory.create(str(work.resource_file), namespace)
             if early is not None:  # before the overseer's first look: it finds them running
-                _adopt(slaves, early, work.resource_file)
+                executor_setup.adopt(slaves, early, work.resource_file)
             self._pool = SlavePool(work, slaves, max_workers, name=f"executor {member_id}", at_once=True)
             undo.pop_all()
         #: What the engine's thread and the futures share (never this core: see the class's docstring).
@@ -363,7 +353,7 @@ class ExecutorCore:
         slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too):
         that one is pickled by value at each submit (:meth:`_by_value`)."""
         inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
-        known = (None if codec.by_value(inner) else codec.function_reference(fn)), _label(fn)
+        known = (None if importable.by_value(inner) else codec.function_reference(fn)), _label(fn)
         if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
         self._references[fn] = known
@@ -656,29 +646,13 @@ def _label(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
-def _shapes(given: Shape | Sequence[Shape] | None) -> list[Resources]:
-    """``slave_resources=`` as a list of shapes: one record or dict, or a list of them."""
-    if given is None:
-        return []
-    many = given if isinstance(given, Sequence) and not isinstance(given, str) else [given]
-    return [shape for one in many if (shape := Resources.of(one)) is not None]
-
-
-def _offer(namespace: argparse.Namespace, shapes: list[Resources]) -> list[str]:
-    """The local slaves' shapes (``slave_resources=``, else the back end's ``--slave-resources``, else the
-    machine's), set for the back end and told to the master as the ``--mw-slave-resources`` on offer."""
-    namespace.slave_resources = shapes or namespace.slave_resources
-    offered = [own_shape(shape) for shape in namespace.slave_resources] or [own_shape()]
-    return [argument for shape in offered for argument in ("--mw-slave-resources", str(shape))]
-
-
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` as it can travel inside another call (a chunk, a partial, an initializer): a function slaves cannot
     import as its pickled bytes (:class:`_ByReference`); a task algorithm pickles by reference by itself."""
     if isinstance(fn, functools.partial):
         return functools.partial(_unwrap(fn.func), *fn.args, **fn.keywords)
     inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
-    if codec.by_value(inner):
+    if importable.by_value(inner):
         return _ByReference(codec.function_reference(inner))
     return fn
 
@@ -693,90 +667,7 @@ class _ByReference:
         return calls.functions.resolve(self.reference)(*args, **kwargs)
 
 
-def _backend_options(
-    factory: backends.BackendFactory, backend: str, arguments: Sequence[str], work: WorkFolder
-) -> argparse.Namespace:
-    """The back end's own options (``mwpy overseer``'s), from ``backend_arguments``; the work folder is ours."""
-    parser = argparse.ArgumentParser(
-        prog=f"mwpy.Executor(backend={backend!r})", add_help=False, conflict_handler="resolve"
-    )
-    parser.add_argument("--workdir", default=str(work.path))
-    factory.add_arguments(parser)
-    try:
-        namespace = parser.parse_args(list(arguments))
-    except SystemExit:
-        raise ConfigurationError(f"backend_arguments {list(arguments)!r} are not valid") from None
-    namespace.workdir = str(work.path)
-    return namespace
-
-
-def _master_options(
-    extra: Sequence[str], resource: Path, backend: str, initializer: Path | None, member_id: str
-) -> Options:
-    """The master's settings: the user's ``--mw-*`` options, then what an executor needs.
-
-    Its slaves' arguments end with what ``mwpy/_spawn.py`` reads: the script,
-    the folder and the initializer's file (``-`` for none).
-    """
-    parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
-    if rest:
-        raise ConfigurationError(f"options: not --mw-* options: {rest}")
-    script, folder = main_script(), (search_path() if backend == "local" else os.getcwd())
-    init = "-" if initializer is None else str(initializer)
-    shipped: tuple[str, ...] = ()
-    if backend != "local":
-        # A batch system's slaves run in a sandbox elsewhere: ship the files, name them as they land there.
-        shipped = tuple(path for path in (script, init) if path != "-")
-        script, init = (path if path == "-" else os.path.basename(path) for path in (script, init))
-        folder = "." if script != "-" else folder
-    return attrs.evolve(
-        parsed,
-        master_host=parsed.master_host or (LOCAL_HOST if backend == "local" else None),
-        resource_file=str(resource),
-        resource_file_update_interval=UPDATE_INTERVAL,
-        member_id=member_id,
-        slave_executable=parsed.slave_executable or sys.executable,
-        slave_files=(*parsed.slave_files, *shipped),
-        slave_arguments=(*_frame_limits(parsed), *parsed.slave_arguments, script, folder, init),
-    )
-
-
 def _pickled_initializer(initializer: Callable[..., object], initargs: tuple[Any, ...]) -> bytes:
     """``initializer`` and ``initargs`` pickled for the slaves, before anything is made (by value if slaves
     cannot import it): arguments that do not pickle fail the constructor with pickle's own error."""
     return codec.encode_initializer(_unwrap(initializer), initargs)
-
-
-def _frame_limits(options: Options) -> tuple[str, ...]:
-    """The slaves' frame limits matching the master's, when ``options`` changed them: what the master may
-    send, a slave must accept (and the other way round)."""
-    limits: tuple[str, ...] = ()
-    defaults = attrs.fields(Options)
-    if options.max_write_buffer_size != defaults.max_write_buffer_size.default:
-        limits += ("--mw-max-read-buffer-size", str(options.max_write_buffer_size))
-    if options.max_read_buffer_size != defaults.max_read_buffer_size.default:
-        limits += ("--mw-max-write-buffer-size", str(options.max_read_buffer_size))
-    return limits
-
-
-def _spawn_program(backend: str, workdir: Path) -> str:
-    """The program slaves run: ``_spawn.py`` itself locally; for a batch system, a copy in the work folder.
-
-    A batch system ships the program from the submit side, where the resource
-    file already is (the work folder must be readable there, and by the job's
-    owner); mwpy's installed files need not be (a schedd in a container or a
-    chroot, an install in another user's home).
-    """
-    if backend == "local":
-        return SPAWN_PROGRAM
-    copy = workdir / SPAWN_COPY
-    shutil.copyfile(SPAWN_PROGRAM, copy)
-    return str(copy)
-
-
-def _adopt(backend: backends.Backend, early: EarlySlaves, resource_file: Path) -> None:
-    """The local back end takes the early slaves as its first jobs, and restarts one that fails as it was started
-    (told the master's address and secret on its command line: the master's are the same for its whole run)."""
-    assert isinstance(backend, LocalBackend), backend  # early slaves are a plain local executor's
-    launch = backends.Launch(early.member_id, str(resource_file), early.command[0], early.command[1:], files=[])
-    backend.adopt(launch, early.processes)

@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from mwpy.task_records import Result, TaskError, TaskRaisedError, task_exception
-from mwpy.wire import codec
+from mwpy.wire import codec, importable
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 #: A cache of functions as a slave keeps one (mwpy/calls.py).
@@ -162,11 +162,11 @@ def test_lambdas_and_closures_travel_by_value_and_module_functions_by_reference(
         return x + offset
 
     for fn, argument, expected in ((lambda x: x * 3, 2, 6), (add, 1, 6)):
-        assert codec.by_value(fn)
+        assert importable.by_value(fn)
         reference = codec.function_reference(fn)
         assert b"cloudpickle" in reference
         assert FUNCTIONS.resolve(reference)(argument) == expected
-    assert not codec.by_value(pickle.dumps)
+    assert not importable.by_value(pickle.dumps)
     assert b"cloudpickle" not in codec.function_reference(pickle.dumps)
     blob = codec.encode_arguments("f", (lambda: "inside",), {})  # a lambda among the arguments, too
     assert codec.decode_arguments(blob)[0][0]() == "inside"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from mwpy.core import facts
 from mwpy.core.facts import Facts, Observer, Outcome
-from mwpy.observe.events import EventRenderer, EventWriter
+from mwpy.observe.event_renderer import EventRenderer
+from mwpy.observe.events import EventWriter
 
 
 class Counter(Observer):

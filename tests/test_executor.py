@@ -31,9 +31,9 @@ import mwpy
 from mwpy.backends import Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import SlavesFailError
-from mwpy.executor_core import _master_options
 from mwpy.executor_early import main_script
 from mwpy.executor_map import QUEUED_AHEAD
+from mwpy.executor_setup import master_options as _master_options
 from mwpy.names import RESOURCE_FILE
 from mwpy.resource_file import read as read_resource_file
 from tests.programs import executor_work as work

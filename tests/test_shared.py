@@ -28,7 +28,7 @@ import mwpy
 from mwpy import options as mwpy_options
 from mwpy import resource_file
 from mwpy.data.shares import SharedObjects
-from mwpy.executor_core import _master_options
+from mwpy.executor_setup import master_options as _master_options
 from mwpy.jobs.program import run_job
 from mwpy.jobs.runner import JobTask
 from mwpy.observe import events as ev

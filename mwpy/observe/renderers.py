@@ -220,7 +220,8 @@ class Observers:
         self.facts = Facts(renderers)
 
     def _open_events(self, options: Options) -> Observer:
-        from mwpy.observe.events import EventRenderer, EventWriter  # noqa: PLC0415 (only when asked for)
+        from mwpy.observe.event_renderer import EventRenderer  # noqa: PLC0415 (only when asked for)
+        from mwpy.observe.events import EventWriter  # noqa: PLC0415 (only when asked for)
 
         self.events = events = EventWriter(options.events)
         if options.events is not None:

@@ -59,7 +59,6 @@ import operator
 import os
 import pickle
 import struct
-import sys
 import traceback
 from collections.abc import Callable
 from typing import IO, Any, Final, Protocol
@@ -67,6 +66,7 @@ from typing import IO, Any, Final, Protocol
 import attrs
 
 from mwpy.errors import SharedObjectError
+from mwpy.wire import importable
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 #: What a decoded failure is: (exception type name, message, traceback text, pickled exception or None).
@@ -111,62 +111,11 @@ def encode_arguments(
 decode_arguments: Final[Callable[[bytes], tuple[tuple[Any, ...], dict[str, Any]]]] = pickle.loads
 
 
-def by_value(fn: Callable[..., Any]) -> bool:
-    """Whether slaves cannot import ``fn`` by its module and name: a lambda, a closure, or a function of
-    ``__main__`` that loading its script does not define (a notebook's, a REPL's, a script read from stdin,
-    one defined under ``if __name__ == "__main__":``)."""
-    qualname = getattr(fn, "__qualname__", "")
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        return True
-    if getattr(fn, "__module__", None) != "__main__":
-        return False
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return not isinstance(path, str) or qualname.partition(".")[0] not in _script_names(path)
-
-
-def _script_names(path: str) -> frozenset[str]:
-    """The names a slave's loading of the script at ``path`` binds (mwpy/_spawn.py runs it as ``__mp_main__``):
-    its top-level statements' names, except under ``if __name__ == "__main__":``; none if it is no file."""
-    import ast  # noqa: PLC0415 (only for a script's function sent to slaves)
-
-    try:
-        stamp = os.stat(path).st_mtime_ns
-        known = _scripts.get(path)
-        if known is not None and known[0] == stamp:
-            return known[1]
-        with open(path, "rb") as source:
-            tree = ast.parse(source.read(), path)
-    except (OSError, SyntaxError, ValueError):
-        return frozenset()
-    names: set[str] = set()
-    statements = list(tree.body)
-    while statements:
-        statement = statements.pop()
-        if isinstance(statement, ast.If) and "__main__" in ast.unparse(statement.test):
-            statements.extend(statement.orelse)  # the guard's body runs only in the master
-        elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(statement.name)
-        elif isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
-            for part in ("body", "orelse", "finalbody", "handlers"):
-                statements.extend(getattr(statement, part, ()))
-        elif isinstance(statement, ast.ExceptHandler):
-            statements.extend(statement.body)
-        else:
-            names.update(node.id for node in ast.walk(statement) if isinstance(node, ast.Name))
-            names.update((alias.asname or alias.name).partition(".")[0] for alias in getattr(statement, "names", ()))
-    _scripts[path] = (stamp, frozenset(names))
-    return _scripts[path][1]
-
-
-#: Scripts read by :func:`_script_names`: their modification time and names.
-_scripts: dict[str, tuple[int, frozenset[str]]] = {}
-
-
 def function_reference(fn: Callable[..., Any]) -> bytes:
     """A function as it travels, made once per function: by reference (its module and name) when slaves can
     import it, else by value (cloudpickle: its code, defaults and the globals it uses)."""
     try:
-        if by_value(fn):
+        if importable.by_value(fn):
             import cloudpickle  # noqa: PLC0415 (40 ms to import: only for a function sent by value)
 
             pickled: bytes = cloudpickle.dumps(fn, PICKLE_PROTOCOL)
