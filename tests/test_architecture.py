@@ -27,9 +27,9 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.streams", "mwpy.master"),  # the streams are the master's own, made by mw.map
     ("mwpy.streams", "mwpy.intake"),
     ("mwpy.program", "mwpy.master"),  # loaded for real only in a master (a slave never needs it)
-    ("mwpy.program", "mwpy.net.cache"),  # a slave's cache and shared objects load with their first use
-    ("mwpy.program", "mwpy.net.shares"),
-    ("mwpy.program", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves are not)
+    ("mwpy.slaveside.startup", "mwpy.net.cache"),  # a slave's cache and shared objects load with their first use
+    ("mwpy.slaveside.startup", "mwpy.net.shares"),
+    ("mwpy.slaveside.startup", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves not)
     ("mwpy.core.outcomes", "mwpy.core.journal"),  # sqlite3 only with --mw-journal
     ("mwpy.observe.renderers", "mwpy.observe.events"),  # the event log only with --mw-events
     ("mwpy.observe.renderers", "mwpy.observe.goodput"),

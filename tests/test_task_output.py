@@ -12,7 +12,7 @@ import pytest
 
 from mwpy.core.facts import TaskPrinted
 from mwpy.observe.renderers import OutputForwarder
-from mwpy.slave import MAX_OUTPUT
+from mwpy.slaveside.running import MAX_OUTPUT
 from tests.programs.output_tasks import chatty_task, noisy_task
 from tests.support import PROGRAMS, PYTHON, LocalMaster, local_master, mwpy_command
 
