@@ -87,7 +87,9 @@ class Slave:
         self._retirement: Retirement | None = None  # with a lifetime: whether the next task ends before it
         self.retired: str | None = None  # why the slave left by plan at the end of its lifetime, if it did
         store = (welcome.store_host, welcome.store_port)  # where a result too large for a frame goes
-        self._runner = Runner(self.slave_id, max_out=self._max_out, store=store, audit=audit, rescue=self._rescue)
+        self._runner = Runner(
+            self.slave_id, max_out=self._max_out, store=store, audit=audit, rescue=self._rescue, printed=self._printed
+        )
         self._kill = SoftKill(self._link.wake, lambda: self._runner.in_task)
         self._heartbeats = Heartbeats(
             welcome.heartbeat_interval, self._link, self._hold, audit, flush=self._flush, held=self._held_state,
@@ -265,6 +267,11 @@ class Slave:
         with contextlib.suppress(Exception):  # the process exits next, whatever happened here
             self._flush()
 
+    def _printed(self, task_id: int, stdout: str, stderr: str) -> None:
+        """What a running task printed goes now (a Results message with no result: the output pump's)."""
+        if self._lost is None:
+            self._link.send_results([], {task_id: (stdout, stderr)})
+
     def _flush(self) -> None:
         """Send the results held (from the main thread, or the heartbeat thread when they waited too long)."""
         if not self._results:
@@ -277,7 +284,7 @@ class Slave:
         outputs = {r[0]: printed.pop(r[0]) for r in results if r[0] in printed} if printed else {}
         if not results or self._lost is not None:
             return
-        if len(results) == 1:  # the runner made sure every single result fits in a frame (and output is capped)
+        if len(results) == 1:  # the runner made sure every single result fits in a frame (and its output is short)
             self._link.send_results(results, outputs)
         else:
             sizes = [len(r[2]) + _output_size(outputs.get(r[0])) for r in results]

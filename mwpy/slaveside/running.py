@@ -29,49 +29,147 @@ from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
 
 log = safe_text.logger("mwpy.slave")
 
-#: Characters of a task's stdout (and as many of its stderr) kept for its result; the rest is cut.
-MAX_OUTPUT = 64 * 1024
+#: Characters of a task's output left unsent when it ends that ride with its result; more go before it.
+WITH_RESULT = 64 * 1024
+#: Seconds the output pump waits for more lines to share a frame once a whole line was written.
+LIVE_WAIT = 0.02
+#: Characters of a stream in one frame of output (fewer if the master's frames are small).
+CHUNK = 256 * 1024
 
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
 
 
-class _Capture(io.StringIO):
-    """One stream of one task's output, kept up to MAX_OUTPUT characters (the rest is counted, not kept)."""
+class _Capture(io.TextIOBase):
+    """One stream of the running task's output (its ``sys.stdout`` or ``sys.stderr``): text waits in
+    ``pending`` until the pump sends its whole lines, or the task ends."""
 
-    #: Characters written so far (a class default: no __init__ of our own, made twice per task).
-    size = 0
+    def __init__(self, printer: _Printer) -> None:
+        self._printer = printer
+        self.pending: list[str] = []
+
+    def writable(self) -> bool:
+        return True
 
     def write(self, text: str) -> int:
-        room = MAX_OUTPUT - self.size
-        self.size += len(text)
-        if room > 0:
-            super().write(text[:room])
+        if type(text) is not str:
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        printer = self._printer
+        with printer.lock:
+            self.pending.append(text)
+            if not printer.due and "\n" in text:  # a whole line to show: the pump wakes (once per round)
+                printer.wake()
         return len(text)
 
-    def text(self) -> str:
-        kept = self.getvalue()
-        if self.size > len(kept):
-            kept += f"\n[mwpy: {self.size - len(kept)} more characters not kept]\n"
-        return kept
+    def take(self, *, whole_lines: bool) -> str:
+        """The pending text (only up to its last newline if ``whole_lines``); the caller holds the lock."""
+        if not self.pending:
+            return ""
+        text = "".join(self.pending)
+        cut = text.rfind("\n") + 1 if whole_lines else len(text)
+        self.pending = [text[cut:]] if cut < len(text) else []
+        return text[:cut]
+
+
+class _Printer:
+    """What tasks print, on its way to the master as it is written: a thread (the pump) sends the whole lines
+    written within LIVE_WAIT of each other in one frame (a Results message with no result), so a line reaches
+    the caller's screen within a fraction of a second, not when the task ends. What is left when the task
+    ends rides with its result if it is short, else goes the same way first.
+
+    The pump sends under the lock the task's writes take, so a task's output arrives in order and before its
+    result; a task that prints faster than the link carries waits for it.
+    """
+
+    def __init__(self, send: Callable[[int, str, str], None], *, chunk: int) -> None:
+        self._send = send
+        self._chunk = chunk
+        self.lock = threading.Lock()
+        self.wakeup = threading.Condition(self.lock)
+        self.due = False
+        self._task_id: int | None = None
+        self._streams = (_Capture(self), _Capture(self))
+        self._pump: threading.Thread | None = None
+        self._stop = False
+
+    def begin(self, task_id: int) -> tuple[_Capture, _Capture]:
+        """The streams the task ``task_id`` prints to."""
+        self._task_id = task_id
+        return self._streams
+
+    def wake(self) -> None:
+        """A whole line waits: wake the pump, started with the first (the caller holds the lock)."""
+        self.due = True
+        if self._pump is None:
+            self._pump = threading.Thread(target=self._run, name="mwpy-output", daemon=True)
+            self._pump.start()
+        self.wakeup.notify()
+
+    def end(self) -> tuple[str, str] | None:
+        """The task ended: what it printed that has not gone yet, to ride with its result (None: nothing)."""
+        with self.lock:
+            task_id, self._task_id = self._task_id, None  # due stays: the next task's lines join the pump's round
+            out, err = (stream.take(whole_lines=False) for stream in self._streams)
+            if not (out or err) or task_id is None:
+                return None
+            if len(out) + len(err) <= WITH_RESULT:
+                return out, err
+            self._chunks(task_id, out, err)
+        return None
+
+    def stop(self) -> None:
+        with self.lock:
+            self._stop = True
+            self.wakeup.notify()
+
+    def _run(self) -> None:
+        with self.lock:
+            while not self._stop:
+                if not self.due:
+                    self.wakeup.wait()
+                    continue
+                until = time.monotonic() + LIVE_WAIT  # lines written meanwhile share the frame (no wake-up cuts it)
+                while (left := until - time.monotonic()) > 0 and not self._stop:
+                    self.wakeup.wait(left)
+                self.due = False
+                task_id = self._task_id
+                if task_id is not None:
+                    out, err = (stream.take(whole_lines=True) for stream in self._streams)
+                    if out or err:
+                        self._chunks(task_id, out, err)
+
+    def _chunks(self, task_id: int, out: str, err: str) -> None:
+        """Send ``out`` and ``err`` in frames of a chunk's characters a stream at most (the caller holds the lock)."""
+        size = self._chunk
+        while out or err:
+            self._send(task_id, out[:size], err[:size])
+            out, err = out[size:], err[size:]
 
 
 class Runner:
     """Runs the slave's tasks one at a time (on the main thread), keeping what each printed for its result.
 
     ``rescue(result)`` sends a result at once: the watchdog's, for a task stuck past its timeout, just before
-    the process exits.
+    the process exits. ``printed(task_id, stdout, stderr)`` sends what a running task printed.
     """
 
     def __init__(
-        self, slave_id: str, *, max_out: int, store: tuple[str, int], audit: Audit, rescue: Callable[[ResultItem], None]
+        self,
+        slave_id: str,
+        *,
+        max_out: int,
+        store: tuple[str, int],
+        audit: Audit,
+        rescue: Callable[[ResultItem], None],
+        printed: Callable[[int, str, str], None],
     ) -> None:
         self._slave_id = slave_id
         self._max_out = max_out
         self._store = store  # where a result too large for a frame goes
         self._audit = audit
         self._rescue = rescue
-        #: What the finished tasks printed, if anything, by task id (taken with their results).
+        self._printer = _Printer(printed, chunk=max(1024, min(CHUNK, max_out // 10)))  # 4 bytes a char at most
+        #: What the finished tasks printed last, if anything, by task id (sent with their results).
         self.outputs: dict[int, tuple[str, str]] = {}
         #: Task id -> seconds, for queued tasks that have a timeout.
         self.timeouts: dict[int, float] = {}
@@ -95,8 +193,9 @@ class Runner:
             self._disarm()
 
     def stop(self) -> None:
-        """End the watchdog (the slave hangs up)."""
+        """End the watchdog and the output pump (the slave hangs up)."""
         self._stop.set()
+        self._printer.stop()
 
     def _call(self, item: TaskItem) -> ResultItem:
         task_id, name, blob = item
@@ -104,7 +203,7 @@ class Runner:
         try:
             algorithm = registry.require(name)
             args, kwargs = decode_arguments(blob)
-            printed, warned = _Capture(), _Capture()
+            printed, warned = self._printer.begin(task_id)
             # sys.stdout/stderr swapped by hand: contextlib.redirect_* cost 2 µs a task, a no-op task's whole run.
             saved = sys.stdout, sys.stderr
             sys.stdout, sys.stderr = printed, warned
@@ -116,8 +215,9 @@ class Runner:
                     self.in_task = False
             finally:
                 sys.stdout, sys.stderr = saved
-                if printed.size or warned.size:
-                    self.outputs[task_id] = (printed.text(), warned.text())
+                left = self._printer.end()  # also waits for a frame of its output being sent (order)
+                if left is not None:
+                    self.outputs[task_id] = left
             elapsed = time.perf_counter() - started
             out = codec.encode_result(value, self._store)
         except (Exception, SystemExit) as exc:
