@@ -82,6 +82,8 @@ class OutputKeeper(Observer):
     """What running tasks printed so far, by slave and task id; :meth:`take` gives it for the task's Result."""
 
     def __init__(self) -> None:
+        #: The usual case, cheap: all a run printed came in one piece (with its result), within the bound.
+        self._whole: dict[tuple[str, int], tuple[str, str]] = {}
         self._runs: dict[tuple[str, int], tuple[_Stream, _Stream]] = {}
         self._folder: Path | None = None
 
@@ -89,20 +91,33 @@ class OutputKeeper(Observer):
         key = (fact.sid, fact.task_id)
         run = self._runs.get(key)
         if run is None:
+            first = self._whole.pop(key, None)
+            if first is None and len(fact.stdout) <= KEPT_OUTPUT and len(fact.stderr) <= KEPT_OUTPUT:
+                self._whole[key] = (fact.stdout, fact.stderr)
+                return
             name = f"task-{fact.task_id}-{_file_safe(fact.sid)}"
             run = self._runs[key] = (_Stream(f"{name}.stdout"), _Stream(f"{name}.stderr"))
-        for stream, text in zip(run, (fact.stdout, fact.stderr), strict=True):
+            if first is not None:
+                self._add(run, *first)
+        self._add(run, fact.stdout, fact.stderr)
+
+    def _add(self, run: tuple[_Stream, _Stream], stdout: str, stderr: str) -> None:
+        for stream, text in zip(run, (stdout, stderr), strict=True):
             if text:
                 stream.add(text, self.folder)
 
     def slave_left(self, fact: facts.SlaveLeft) -> None:
         """What the unfinished tasks of a slave gone printed is dropped: a run again prints anew."""
+        for key in [key for key in self._whole if key[0] == fact.sid]:
+            del self._whole[key]
         for key in [key for key in self._runs if key[0] == fact.sid]:
             for stream in self._runs.pop(key):
                 stream.close()
 
     def take(self, sid: str, task_id: int) -> tuple[str, str] | None:
         """What the task run printed (stdout, stderr), as its Result keeps it; None if it printed nothing."""
+        if self._whole and (whole := self._whole.pop((sid, task_id), None)) is not None:
+            return whole
         if not self._runs:
             return None
         run = self._runs.pop((sid, task_id), None)

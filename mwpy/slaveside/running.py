@@ -93,8 +93,11 @@ class _Printer:
         self._stop = False
 
     def begin(self, task_id: int) -> tuple[_Capture, _Capture]:
-        """The streams the task ``task_id`` prints to."""
-        self._task_id = task_id
+        """The streams the task ``task_id`` prints to (empty: a task interrupted in :meth:`end` left nothing)."""
+        with self.lock:
+            self._task_id = task_id
+            for stream in self._streams:
+                stream.pending.clear()
         return self._streams
 
     def wake(self) -> None:
