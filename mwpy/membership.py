@@ -9,8 +9,7 @@ the master and its slaves do, with no second reading of the options.
 from __future__ import annotations
 
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from mwpy import safe_files
 from mwpy.errors import ConfigurationError, UnsafeFileError
@@ -19,8 +18,7 @@ from mwpy.errors import ConfigurationError, UnsafeFileError
 SECRET_MAX_SIZE = 4096
 
 
-@attrs.frozen
-class Membership:
+class Membership(NamedTuple):
     """This process in its computation: the secret and member id it proves membership with, its resource file.
 
     And what a service beside the master (``mwpy jobs``' file service) needs to be as safe as the master's

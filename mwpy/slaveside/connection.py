@@ -17,6 +17,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import attrs
 
@@ -42,8 +43,7 @@ class SlaveExit(Exception):
         self.reason = reason
 
 
-@attrs.frozen
-class Endpoint:
+class Endpoint(NamedTuple):
     """Where the master is and how to prove membership to it."""
 
     host: str

@@ -16,9 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mwpy import membership
 from mwpy.errors import ConfigurationError, InvalidResourceFileError, MwpyError, ResourceFileError
@@ -212,8 +210,7 @@ def _slave_data(endpoint: Endpoint, cache_size: int) -> Callable[[], tuple[int, 
     return lambda: (0, 0, 0, 0) if cache is None else cache.counts()
 
 
-@attrs.frozen
-class _Stale:
+class _Stale(NamedTuple):
     """A resource file past its stale point: why, and how long until its master counts as gone for good."""
 
     why: str
