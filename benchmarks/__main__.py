@@ -56,10 +56,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--baseline",
-        type=Path,
-        metavar="PATH",
-        help="another mwpy checkout with its own .venv: the baseline scenario runs its mwpy and this one's "
-        "in the same rounds and reports new / baseline",
+        metavar="COMMIT|PATH",
+        help="a commit of this repository (checked out once, with its own .venv, under "
+        "~/.cache/mwpy-bench-baselines) or another mwpy checkout with its own .venv: the baseline scenario runs "
+        "its mwpy and this one's in the same rounds and reports new / baseline (throughput, latency, master CPU "
+        "per task, start-up)",
     )
     parser.add_argument(
         "--peers",

@@ -254,9 +254,17 @@ class Checkout:
         return cls(REPO, sys.executable)
 
     @classmethod
-    def baseline(cls, path: Path) -> Checkout:
-        """The checkout at ``path`` run by its own ``.venv/bin/python``; :class:`BenchError` if it lacks one."""
-        root = path.resolve()
+    def baseline(cls, where: str) -> Checkout:
+        """The checkout ``where`` names, run by its own ``.venv/bin/python``.
+
+        ``where`` is a folder (another checkout with its own ``.venv``) or a
+        commit of this repository (``HEAD~3``, a tag, a hash): that commit is
+        checked out once, with its own venv, under :data:`BASELINES` and reused
+        by later runs, so "compare with commit X" is one option, not a set-up.
+        :class:`BenchError` if it is neither, or the set-up fails.
+        """
+        path = Path(where)
+        root = path.resolve() if path.is_dir() else _commit_checkout(where)
         python = root / ".venv" / "bin" / "python"
         if not python.exists():
             raise BenchError(f"{root}: no .venv/bin/python (python -m venv .venv && .venv/bin/pip install -e .)")
@@ -264,6 +272,11 @@ class Checkout:
         if not checkout.program.exists():
             raise BenchError(f"{root}: no {checkout.program.relative_to(root)}")
         return checkout
+
+    @property
+    def startup_program(self) -> Path:
+        """This checkout's short-script program (scenario 7), so each side's start-up runs its own."""
+        return self.root / "benchmarks" / "startup_program.py"
 
     @property
     def program(self) -> Path:
@@ -315,6 +328,39 @@ class Checkout:
             raise BenchError(f"{self.python} imports mwpy from {mwpy_file}, not from {self.root}")
         info.update(mwpy=mwpy_file, python_version=version)
         return info
+
+
+#: Where ``--baseline COMMIT`` keeps its checkouts, one folder per commit hash (with its own ``.venv``).
+BASELINES = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mwpy-bench-baselines"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False)
+
+
+def _commit_checkout(rev: str) -> Path:
+    """A checkout of commit ``rev`` of this repository with its own venv, made once and kept under BASELINES."""
+    found = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if found.returncode != 0:
+        raise BenchError(f"{rev!r} is neither a folder nor a commit of {REPO}")
+    root = BASELINES / found.stdout.strip()
+    python = root / ".venv" / "bin" / "python"
+    if python.exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    if not root.exists():
+        added = _git("worktree", "add", "--detach", str(root), found.stdout.strip())
+        if added.returncode != 0:
+            raise BenchError(f"git worktree add {root}: {added.stderr.strip()}")
+    steps = (
+        [sys.executable, "-m", "venv", str(root / ".venv")],
+        [str(python), "-m", "pip", "install", "--quiet", "-e", str(root)],
+    )
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"{' '.join(step)}: {done.stderr.strip()[-500:]}")
+    return root
 
 
 def _inside(path: str, root: Path) -> bool:
@@ -443,14 +489,19 @@ class RssSampler:
         return self.peak / 2**20
 
 
-def run_child_json(argv: list[str], *, timeout: float, name: str, cwd: Path | None = None) -> dict[str, Any]:
-    """Run ``argv`` (which writes JSON to the path given as its last argument) and return that JSON."""
+def run_child_json(
+    argv: list[str], *, timeout: float, name: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``argv`` (which writes JSON to the path given as its last argument) and return that JSON.
+
+    ``env``: the environment of the checkout whose program runs (default: this one's).
+    """
     with tempfile.TemporaryDirectory(prefix=f"mwpy-bench-{name}-") as tmp:
         out = Path(tmp) / "out.json"
         log = Path(tmp) / "log.txt"
         with log.open("wb") as sink:
             process = subprocess.Popen(
-                [*argv, str(out)], stdout=sink, stderr=subprocess.STDOUT, env=child_env(), cwd=cwd or tmp
+                [*argv, str(out)], stdout=sink, stderr=subprocess.STDOUT, env=env or child_env(), cwd=cwd or tmp
             )
             try:
                 code = process.wait(timeout)

@@ -1,6 +1,6 @@
 """Scenario ``overseer-queries`` (issue 24 item 3): the overseer's schedd queries per minute at 100 slave jobs.
 
-An :class:`~mwpy.pool.overseer.Overseer` with the Condor back end keeps 100
+An :class:`~mwpy.overseer.Overseer` with the Condor back end keeps 100
 slave jobs queued for a resource file that asks for 100 slaves; the jobs run
 ``/bin/sleep`` (no master: the file only names the command), so on the test
 pool's slots some run and the rest wait idle -- the job table the overseer
@@ -67,7 +67,7 @@ def _arm(
     from mwpy import resource_file  # noqa: PLC0415 - the harness imports scenarios before it knows which run
     from mwpy.backends.condor_log import RECONCILE_EVERY  # noqa: PLC0415
     from mwpy.backends.htcondor import CondorBackend  # noqa: PLC0415
-    from mwpy.pool.overseer import Limits, Overseer  # noqa: PLC0415
+    from mwpy.overseer import Limits, Overseer  # noqa: PLC0415
 
     workdir = Path(str(pool["share"])) / "bench" / f"overseer-queries-{os.getpid()}-{arm.replace(' ', '-')}"
     workdir.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from benchmarks import condor, overseer_queries, peers
 from benchmarks.common import (
     BenchError,
     Check,
+    Checkout,
     Row,
     Series,
     Settings,
@@ -494,12 +495,17 @@ def baseline(settings: Settings) -> Outcome:
         ("group100", "throughput, group 100", grouped),
         ("latency", "latency", MwpyRun(latency_params, slaves=settings.workers)),
     ]
+    script = {"tasks": sizes.script_tasks, "task_seconds": sizes.script_task_seconds, "system": "mwpy"}
     systems = []
-    for key, what, run in measurements:
-        for side, checkout in (("new", None), ("base", base)):
-            label = f"mwpy {what}, {'this checkout' if side == 'new' else f'baseline {base.root}'}"
+    for side, checkout in (("new", None), ("base", base)):
+        where = "this checkout" if checkout is None else f"baseline {checkout.root}"
+        for key, what, run in measurements:
+            label = f"mwpy {what}, {where}"
             side_run = dataclasses.replace(run, checkout=checkout)
             systems.append(System(f"{key}-{side}", label, functools.partial(_mwpy, settings, name, label, side_run)))
+        label = f"mwpy.Executor start-up (scenario 7's script), {where}"
+        start = functools.partial(_short_script, settings, name, label, script, checkout)
+        systems.append(System(f"startup-{side}", label, start))
     targets = [
         ratio("B. new / baseline throughput, default", "default-new", "default-base", "tasks_per_s", 0.95),
         ratio("B. new / baseline throughput, group 100", "group100-new", "group100-base", "tasks_per_s", 0.95),
@@ -523,6 +529,10 @@ def baseline(settings: Settings) -> Outcome:
         ratio(
             "B. new / baseline master CPU per round trip", "latency-new", "latency-base", "master_cpu_us_per_task", None
         ),
+        ratio(
+            "B. new / baseline start-up, first result", "startup-new", "startup-base", "first_result_s", 1.05, op="≤"
+        ),
+        ratio("B. new / baseline start-up, whole script", "startup-new", "startup-base", "total_s", None),
     ]
     return run_rounds(settings, name, systems, targets)
 
@@ -534,11 +544,23 @@ EXECUTOR_PROGRAM = Path(__file__).with_name("executor_program.py")
 STARTUP_PROGRAM = Path(__file__).with_name("startup_program.py")
 
 
-def _script(settings: Settings, scenario: str, label: str, program: Path, params: dict[str, Any]) -> dict[str, Any]:
-    """Run a benchmark script by path in a child process, as a user runs one; its JSON report."""
+def _script(
+    settings: Settings,
+    scenario: str,
+    label: str,
+    program: Path,
+    params: dict[str, Any],
+    *,
+    checkout: Checkout | None = None,
+) -> dict[str, Any]:
+    """Run a benchmark script by path in a child process, as a user runs one; its JSON report.
+
+    ``checkout``: another tree's interpreter and environment run it (``--baseline``); default this one.
+    """
     settings.log(f"{scenario}: {label}")
-    argv = [settings.python, str(program), json.dumps({**params, "workers": settings.workers})]
-    return run_child_json(argv, timeout=900, name=program.stem)
+    python, env = (settings.python, None) if checkout is None else (checkout.python, checkout.env())
+    argv = [python, str(program), json.dumps({**params, "workers": settings.workers})]
+    return run_child_json(argv, timeout=900, name=program.stem, env=env)
 
 
 def _script_row(settings: Settings, scenario: str, label: str, program: Path, params: dict[str, Any]) -> Row:
@@ -597,11 +619,15 @@ def executor(settings: Settings) -> Outcome:
 # ---------------------------------------------------------------------- 7. a short script's start-up
 
 
-def _short_script(settings: Settings, scenario: str, label: str, params: dict[str, Any]) -> Row:
-    """Run ``startup_program.py`` and time the whole process, start to exit, or a row saying it failed."""
+def _short_script(
+    settings: Settings, scenario: str, label: str, params: dict[str, Any], checkout: Checkout | None = None
+) -> Row:
+    """Run ``startup_program.py`` (``checkout``'s own, default this one's) and time the whole process, start to
+    exit, or a row saying it failed."""
+    program = STARTUP_PROGRAM if checkout is None else checkout.startup_program
     began = time.perf_counter()
     try:
-        report = _script(settings, scenario, label, STARTUP_PROGRAM, params)
+        report = _script(settings, scenario, label, program, params, checkout=checkout)
     except BenchError as exc:
         return Row(scenario, label, skipped=f"failed: {exc}")
     report["total_s"] = time.perf_counter() - began

@@ -46,23 +46,13 @@ KilledWorker = KilledSlaveError
 if TYPE_CHECKING:
     from mwpy.core.groups import SlaveKind
     from mwpy.executor import Executor
+    from mwpy.futures import TaskFuture
     from mwpy.master import LoopEvents, Master
     from mwpy.program import exit_status, main, master, run, slave
     from mwpy.resources import Resources
     from mwpy.slave import Slave, SlaveStatus
-    from mwpy.task import (
-        Policy,
-        Result,
-        Submitter,
-        Task,
-        TaskAlgorithm,
-        TaskError,
-        TaskFailedError,
-        TaskFuture,
-        TaskRaisedError,
-        share,
-        task,
-    )
+    from mwpy.task import Submitter, TaskAlgorithm, share, task
+    from mwpy.task_records import Policy, Result, Task, TaskError, TaskFailedError, TaskRaisedError
     from mwpy.wire.codec import File, Shared
     from mwpy.wire.protocol import ExitCode
 
@@ -80,8 +70,11 @@ _HOMES = {
     "SlaveKind": "mwpy.core.groups",
     "SlaveStatus": "mwpy.slave",
     **dict.fromkeys(("exit_status", "main", "master", "run", "slave"), "mwpy.program"),
-    **dict.fromkeys(("Policy", "Result", "Submitter", "Task", "TaskAlgorithm", "TaskError"), "mwpy.task"),
-    **dict.fromkeys(("TaskFailedError", "TaskFuture", "TaskRaisedError", "task"), "mwpy.task"),
+    **dict.fromkeys(("Submitter", "TaskAlgorithm", "task"), "mwpy.task"),
+    **dict.fromkeys(
+        ("Policy", "Result", "Task", "TaskError", "TaskFailedError", "TaskRaisedError"), "mwpy.task_records"
+    ),
+    "TaskFuture": "mwpy.futures",
 }
 #: Package attributes that are decorators and also the names of submodules.
 _DECORATORS = frozenset({"task", "master", "slave"})

@@ -21,12 +21,12 @@ import attrs
 from mwpy import backends, overseer_state, resource_file, safe_text
 from mwpy._version import __version__
 from mwpy.backends import Backend, BackendFactory, Job, MasterWatch
-from mwpy.errors import BackendError, ConfigurationError, MwpyError, ResourceFileError
+from mwpy.errors import BackendError, ConfigurationError, EventLogError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import condor_job_id, positive_float, positive_int
+from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.pool import bundle
-from mwpy.pool.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.resources import slave_shape
 
 #: The back end ``mwpy overseer`` uses without ``--backend``.
@@ -267,7 +267,19 @@ def _bundle(options: argparse.Namespace) -> int:
 def _report(options: argparse.Namespace) -> int:
     from mwpy.observe import report  # noqa: PLC0415 (plotly is heavy and optional)
 
-    return report.main([options.events, "-o", options.output])
+    try:
+        path = report.build_report(options.events, options.output)
+    except EventLogError as exc:
+        print(f"mwpy report: error: {exc}", file=sys.stderr)
+        return 1
+    except ImportError:
+        print("mwpy report: error: the report needs plotly: pip install 'mwpy[report]'", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"mwpy report: error: {options.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
 
 
 def _status_command(options: argparse.Namespace) -> int:
@@ -371,6 +383,7 @@ def _status(options: argparse.Namespace) -> int:
         print(f"mwpy status: error: {exc}", file=sys.stderr)
         return 1
     listed, why, gone = _condor_view(record, options) if options.condor is not False else (None, None, None)
+    gone = record.removal() or gone  # the master's own word needs no schedd
     if options.explain is not None:
         return _explain(record, options, listed, why if options.condor else None, gone)
     state = "finished" if record.finished else "master gone" if gone else "stale" if record.stale() else "in progress"
@@ -388,6 +401,8 @@ def _status(options: argparse.Namespace) -> int:
         "tasks_running": record.tasks_running,
         "shapes": [attrs.asdict(shape) for shape in record.shapes],
         "learned_memory": record.learned_memory or {},
+        "journal_answers": record.journal_answers,
+        "demand_reason": record.demand_reason,
     }
     report.update(jobs_command.status_report(options.resource_file))
     report["master_condor_job"] = record.master_condor_job
@@ -423,16 +438,16 @@ def _print_status(
         ("status", f"{report['status']} (written {record.age():.0f} s ago, every {record.update_interval:g} s)"),
         ("master", f"{report['master']}  member id {record.member_id!r}"),
         ("slaves", f"{connected} connected{f' ({groups})' if groups else ''}, {needed:,} more needed{capped}"),
+        *([("demand", record.demand_reason)] if record.demand_reason else []),  # why that many (core/demand.py)
         *tasks,
+        *_side_rows(record),
     ]
-    if record.learned_memory:
-        rows.insert(3 + len(tasks), ("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
-    if record.shapes:
-        rows.insert(3 + len(tasks), ("shapes", "; ".join(shape.describe() for shape in record.shapes)))
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["master_gone"]:
-        rows.insert(2, ("", f"{report['master_gone']}: the computation has no master"))
+        from mwpy.observe.explain import master_left  # noqa: PLC0415 (only a gone master needs it)
+
+        rows.insert(2, ("", master_left(report["master_gone"], finished=record.finished)))
     elif record.master_condor_job:
         rows.insert(2, ("", f"master job {record.master_condor_job}"))
     jobs = report["slave_jobs"]
@@ -443,6 +458,16 @@ def _print_status(
         rows.append(("jobs", f"unknown: {why}"))
     for name, value in rows:  # hold reasons and the summary's path may quote a job: shown safe
         print(f"{name:<8} {safe_text.one_line(value)}")
+
+
+def _side_rows(record: resource_file.ResourceFile) -> list[tuple[str, str]]:
+    """The rows under the task counts that apply: demand per need, learned memory, a resume from the journal."""
+    rows = [("shapes", "; ".join(shape.describe() for shape in record.shapes))] if record.shapes else []
+    if record.learned_memory:
+        rows.append(("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
+    if record.journal_answers:
+        rows.append(("resumed", f"{record.journal_answers:,} answers from the journal"))
+    return rows
 
 
 def _explain(

@@ -12,7 +12,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     MwpyError
     ├── ConfigurationError (ValueError)   a wrong option, setting, file or argument
     │   ├── UsageError                    a wrong --mw-* command-line option (exit 2)
-    │   └── SubmitError                   a submit file mwpy jobs cannot run (exit 2)  [in mwpy.jobs.description]
+    │   └── SubmitError                   a submit file mwpy jobs cannot run (exit 2)
     ├── ResourceFileError                 a resource file missing, malformed or foreign
     │   └── InvalidResourceFileError      ... and waiting will not help (permanent)
     ├── JournalError                      a journal that is damaged or another program's
@@ -33,7 +33,7 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
     ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
-    └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task]
+    └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task_records]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)
 
     RemoteTraceback (Exception, not an MwpyError)  the ``__cause__`` of a task's exception re-raised
@@ -56,6 +56,10 @@ class ConfigurationError(MwpyError, ValueError):
 
 class UsageError(ConfigurationError):
     """A ``--mw-*`` command-line option is wrong; the program exits 2 with one line."""
+
+
+class SubmitError(ConfigurationError):
+    """``mwpy jobs`` cannot run the submit description: a refused command, a bad value, a missing input file."""
 
 
 class ResourceFileError(MwpyError):
@@ -185,7 +189,7 @@ class RemoteTraceback(Exception):
     Not an :class:`MwpyError`: nobody catches it; it is there so that an
     uncaught task exception prints where on the slave it happened (as
     ``concurrent.futures`` does with its ``_RemoteTraceback``). ``result`` is
-    the task's :class:`~mwpy.task.Result` (slave id, tag, compute time).
+    the task's :class:`~mwpy.task_records.Result` (slave id, tag, compute time).
     """
 
     def __init__(self, traceback: str, result: object = None) -> None:

@@ -32,7 +32,7 @@ How it is built, and why:
   ``__main__`` travel by reference; functions of a REPL's or notebook's
   ``__main__`` (there is no file to load), lambdas and closures travel by
   value with cloudpickle (mwpy/wire/codec.py), master to slave only.
-* A future is its task's listener (mwpy/core/scheduler.py): *running* once
+* A future is its task's listener (mwpy/core/entry.py): *running* once
   its task is the first in flight on its slave; ``cancel()`` succeeds before
   that — a task still queued here is dropped unsent, one waiting in a slave's
   window is pulled back.
@@ -40,7 +40,7 @@ How it is built, and why:
   the pickling of calls are :mod:`mwpy.executor_core`'s, imported by the
   constructor. A plain local executor (no ``options``, ``backend_arguments``,
   ``workdir``, ``slave_resources`` or ``initializer``) starts its slaves before
-  that import (:class:`_EarlySlaves`), so their start overlaps it: told where
+  that import (:class:`~mwpy.executor_early.EarlySlaves`), so their start overlaps it: told where
   the master will listen and its secret on their command line, they need no
   resource file, and the local back end adopts them as its first jobs.
 * A task that raises is a result (its future raises its exception), run again
@@ -53,18 +53,14 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from mwpy import slave_start
 from mwpy.errors import ConfigurationError
-from mwpy.names import MASTER_BACKLOG, SLAVE_LOADING_MARK, SLAVE_SECRET_FILE
+from mwpy.executor_early import EarlySlaves
+from mwpy.names import SLAVE_LOADING_MARK
 
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
     from mwpy.executor_core import Future, Shape
@@ -74,13 +70,6 @@ __all__ = ["Executor"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: The program slaves run: loads the user's script as ``__mp_main__``, then serves as a slave.
-SPAWN_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_spawn.py")
-#: The name of an executor's own work folder (a temporary one).
-WORK_PREFIX = "mwpy-executor-"
-#: Where a local executor's master listens, and its slaves connect.
-LOCAL_HOST = "127.0.0.1"
 
 _numbers = itertools.count()
 
@@ -146,7 +135,7 @@ class Executor(concurrent.futures.Executor):
         # Without these arguments (each changes the slaves' command line or folder) the slaves need nothing the
         # engine works out: they can start now, while it loads.
         plain = not (options or backend_arguments or workdir is not None or slave_resources or initializer)
-        early = _EarlySlaves(max_workers, member_id) if backend == "local" and plain else None
+        early = EarlySlaves(max_workers, member_id) if backend == "local" and plain else None
         try:
             from mwpy.executor_core import ExecutorCore  # noqa: PLC0415 (while the early slaves start)
 
@@ -214,60 +203,3 @@ class Executor(concurrent.futures.Executor):
         the work folder (our own) is removed.
         """
         self._core.service.shutdown(wait, cancel_futures=cancel_futures)
-
-
-class _EarlySlaves:
-    """A plain local executor's slaves, started first thing: each starts Python and imports mwpy while this
-    process imports the engine (:mod:`mwpy.executor_core`), instead of after it (docs/performance.md,
-    scenario 7).
-
-    Each is started as the local back end starts a slave (mwpy/slave_start.py), in the sandbox of that back
-    end's job of the same number, and told on its command line where the master listens, its member id and
-    the file holding its secret, so it needs no resource file. The master takes the listening socket, whose
-    backlog holds their connections until it accepts; the local back end takes the processes. Only the
-    standard library is used here: the point is to come before mwpy's imports.
-    """
-
-    def __init__(self, count: int, member_id: str) -> None:
-        self.member_id = member_id
-        self.folder = tempfile.mkdtemp(prefix=WORK_PREFIX)
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.listener: socket.socket | None = None
-        try:
-            self.listener = socket.create_server((LOCAL_HOST, 0), backlog=MASTER_BACKLOG)
-            #: What --mw-secret-file holds: hex text (os.urandom is what secrets.token_bytes reads).
-            self.secret = os.urandom(32).hex().encode()
-            secret_file = os.path.join(self.folder, SLAVE_SECRET_FILE)
-            with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-                out.write(self.secret + b"\n")
-            port = str(self.listener.getsockname()[1])
-            #: The slaves' command line: ``mwpy/_spawn.py``'s, as the resource file would give it.
-            self.command = [
-                sys.executable, SPAWN_PROGRAM, "--mw-slave", "--mw-master-host", LOCAL_HOST, "--mw-master-port", port,
-                "--mw-member-id", member_id, "--mw-secret-file", secret_file, _script(), os.getcwd(), "-",
-            ]  # fmt: skip
-            for number in range(count):
-                sandbox = os.path.join(self.folder, slave_start.job_id(number))
-                os.mkdir(sandbox)
-                self.processes.append(slave_start.start_process(self.command, sandbox))
-        except BaseException:
-            self.abandon()
-            raise
-
-    def abandon(self) -> None:
-        """The executor could not be made: stop the slaves, close the socket, remove the folder."""
-        for process in self.processes:
-            process.kill()
-            process.wait()
-        if self.listener is not None:
-            self.listener.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _script() -> str:
-    """The file slaves load as ``__mp_main__``: this process's ``__main__`` script, or ``-`` for none."""
-    main = sys.modules.get("__main__")
-    path: str | None = getattr(main, "__file__", None)
-    if path is None or not os.path.isfile(path):
-        return "-"
-    return os.path.abspath(path)

@@ -1,7 +1,7 @@
 """What an :class:`mwpy.Executor` runs: its master, its slaves' pool, and the calls handed to them.
 
 Apart from the public face (mwpy/executor.py) so that importing ``mwpy.Executor`` loads next to nothing: a
-plain local executor starts its slaves first (``_EarlySlaves`` there) and imports this module, and the mwpy
+plain local executor starts its slaves first (mwpy/executor_early.py) and imports this module, and the mwpy
 engine under it, while they start, instead of before. How an executor is built, and why, is said at the top
 of mwpy/executor.py.
 """
@@ -24,6 +24,7 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures._base import CANCELLED, PENDING
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,10 +32,11 @@ import attrs
 
 from mwpy import backends, calls, safe_text
 from mwpy.backends.local import LocalBackend
-from mwpy.core.scheduler import Entry
+from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, _EarlySlaves, _script
+from mwpy.executor_early import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, EarlySlaves, main_script
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
+from mwpy.futures import LightFuture
 from mwpy.intake import Intake
 from mwpy.master import Master
 from mwpy.names import AUDIT_FILE, INITIALIZER_FILE, SPAWN_COPY
@@ -45,7 +47,8 @@ from mwpy.options import Options, parse
 from mwpy.pool.slave_pool import SlavePool, WorkFolder
 from mwpy.resources import Resources, own_shape
 from mwpy.streams import WINDOW_BYTES, chunked
-from mwpy.task import DEFAULT_POLICY, LightFuture, Policy, Result, TaskAlgorithm, unrunnable_error
+from mwpy.task import TaskAlgorithm
+from mwpy.task_records import DEFAULT_POLICY, Policy, Result, unrunnable_error
 from mwpy.wire import codec
 
 __all__ = ["ExecutorCore", "Future"]
@@ -68,7 +71,7 @@ class Future(LightFuture[R]):
 
     Named as the standard class, so its repr reads ``<Future at 0x… state=…>``
     as every ``concurrent.futures`` future's does. A
-    :class:`~mwpy.task.LightFuture`, so a future nobody waits on costs no
+    :class:`~mwpy.futures.LightFuture`, so a future nobody waits on costs no
     Condition; the executor's bookkeeping is called directly instead of
     through ``add_done_callback`` (which would make one for every future).
     """
@@ -89,10 +92,12 @@ class Future(LightFuture[R]):
 
     def _notify_cancelled(self) -> None:
         """The engine reached this cancelled future's task and dropped it: CANCELLED_AND_NOTIFIED, as the
-        standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it."""
-        self.set_running_or_notify_cancel()
+        standard executors make it when they reach its work item, so ``wait()`` and ``as_completed()`` count it.
+        Once: a task asked back from a slave may be reached again, and a second notice raises."""
+        if self._state == CANCELLED:
+            self.set_running_or_notify_cancel()
 
-    # The scheduler's Listener (mwpy/core/scheduler.py), called in the engine's thread.
+    # The scheduler's Listener (mwpy/core/entry.py), called in the engine's thread.
 
     def may_start(self) -> bool:
         """The task may leave for a slave unless this future was cancelled."""
@@ -102,8 +107,9 @@ class Future(LightFuture[R]):
         return True
 
     def began(self) -> None:
-        """The task is first in flight on its slave: this future is running (no longer cancellable)."""
-        if not self.running():
+        """The task is first in flight on its slave: this future is running (no longer cancellable). One
+        cancelled stays so: asked back from the slave's window, it comes first there before the slave answers."""
+        if self._state == PENDING:
             self._mark_running()
 
     def unrunnable(self, reason: str | None = None) -> bool:
@@ -175,7 +181,7 @@ class ExecutorCore:
         resources: Shape | None,
         slave_resources: Shape | Sequence[Shape] | None,
         member_id: str,
-        early: _EarlySlaves | None,
+        early: EarlySlaves | None,
     ) -> None:
         #: What a task needs when its function does not say (``resources=``).
         self._resources = Resources.of(resources)
@@ -612,7 +618,7 @@ def _master_options(
     parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
     if rest:
         raise ConfigurationError(f"options: not --mw-* options: {rest}")
-    script, folder = _script(), os.getcwd()
+    script, folder = main_script(), os.getcwd()
     init = "-" if initializer is None else str(initializer)
     shipped: tuple[str, ...] = ()
     if backend != "local":
@@ -665,7 +671,7 @@ def _spawn_program(backend: str, workdir: Path) -> str:
     return str(copy)
 
 
-def _adopt(backend: backends.Backend, early: _EarlySlaves, resource_file: Path) -> None:
+def _adopt(backend: backends.Backend, early: EarlySlaves, resource_file: Path) -> None:
     """The local back end takes the early slaves as its first jobs, and restarts one that fails as it was started
     (told the master's address and secret on its command line: the master's are the same for its whole run)."""
     assert isinstance(backend, LocalBackend), backend  # early slaves are a plain local executor's

@@ -32,9 +32,9 @@ import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
-from mwpy.core.scheduler import Entry
+from mwpy.core.entry import Entry
 from mwpy.intake import Intake
-from mwpy.task import Policy, Result, task_exception, unrunnable_error
+from mwpy.task_records import Policy, Result, task_exception, unrunnable_error
 
 R = TypeVar("R")
 
@@ -275,7 +275,7 @@ class MapStream(Generic[R]):
 
 
 class _Item:
-    """The scheduler's listener (mwpy/core/scheduler.py) of one input's call."""
+    """The scheduler's listener (mwpy/core/entry.py) of one input's call."""
 
     __slots__ = ("stream", "index", "task_id", "sent", "running")
 

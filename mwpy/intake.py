@@ -1,28 +1,31 @@
 """How tasks get into a master from its helpers, and how those helpers wait: the internal surface of a Master.
 
-:class:`~mwpy.master.Master` is the user's API. ``submit()`` (mwpy/task.py),
-its futures, the ``map`` streams (mwpy/streams.py) and ``mwpy.Executor`` need
-a little more: to queue a task with its own listener, to run loop passes
-while they wait, to pull cancelled tasks back. Rather than reach into the
-master's parts, they use its :class:`Intake` (``Master._intake``, the one
-private attribute the master shares: ``Master._SHARED_WITH``), which holds the
-references they need, each written once here (CPython's
-``_ExecutorManagerThread`` keeps the executor's internals the same way).
+:class:`~mwpy.master.Master` is the user's API. ``submit()``'s futures (mwpy/futures.py), the ``map`` streams
+(mwpy/streams.py) and ``mwpy.Executor`` need a little more: to queue a task with its own listener, to run loop
+passes while they wait, to pull cancelled tasks back. Rather than reach into the master's parts, they use its
+:class:`Intake`, which the master hands to the futures and streams it makes (and lends the executor as
+``Master._intake``: ``Master._SHARED_WITH``). It holds the references they need, each written once here
+(CPython's ``_ExecutorManagerThread`` keeps the executor's internals the same way), and knows none of them:
+it queues whatever listener it is given.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from mwpy.core.entry import Entry, Listener
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
 from mwpy.net.shares import SharedObjects
-from mwpy.task import Policy, TaskAlgorithm, TaskFuture
+from mwpy.task_records import Policy
+
+L = TypeVar("L", bound=Listener)
 
 
 class Intake:
@@ -58,18 +61,17 @@ class Intake:
 
     # ------------------------------------------------------------------ tasks in
 
-    def submit_future(
-        self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> TaskFuture[Any]:
-        """``submit()``: queue a task whose result goes to ``mw.results()`` and settles the returned future."""
-        payload = algorithm.encode(args, kwargs, self.max_frame, self.store)
-        future: TaskFuture[Any] = TaskFuture(self._sched.new_id(), self)
-        entry = Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key)
+    def submit(self, algorithm: str, payload: bytes, policy: Policy, listener: Callable[[int, Intake], L]) -> L:
+        """``submit()``: queue a task (its arguments checked and pickled) whose result goes to ``mw.results()`` and
+        to the listener made for it with its id (a future: mwpy/futures.py, which the intake does not know)."""
+        task_id = self._sched.new_id()
+        made = listener(task_id, self)
+        entry = Entry(task_id, algorithm, payload, policy, made, tag=policy.tag, key=policy.key)
         if self._timed or entry.key is not None or self.finished:
             self._add(entry)
         else:
             self._sched.add(entry)  # the hot path: no queue time to stamp, no journal to ask
-        return future
+        return made
 
     def new_id(self) -> int:
         """The id of a task about to be queued with :meth:`enqueue`."""
@@ -136,14 +138,14 @@ class Intake:
         """Cut the engine's wait short: the one call safe from another thread."""
         self._engine.wake()
 
-    def wait_for(self, future: TaskFuture[Any], timeout: float | None) -> None:
+    def wait_for(self, future: concurrent.futures.Future[Any], task_id: int, timeout: float | None) -> None:
         """Drive the loop until ``future`` is done or ``timeout`` passes (only in the thread that runs the master)."""
         if future.done() or threading.get_ident() != self.owner:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         while not future.done():
             if self.finished:
-                raise ComputationFinishedError(f"the computation finished before task {future.task_id} had a result")
+                raise ComputationFinishedError(f"the computation finished before task {task_id} had a result")
             wait = TICK if deadline is None else min(TICK, deadline - time.monotonic())
             if wait <= 0:
                 return

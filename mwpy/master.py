@@ -12,10 +12,9 @@ own one job:
   metrics exporter, which render the facts the others report (mwpy/core/facts.py);
 * :class:`mwpy.pool.publish.Publisher`: the resource file, how to start a slave, the slave bundle.
 
-``mw.map``/``mw.as_completed`` are :mod:`mwpy.streams`'. A master is *current* while its algorithm runs, so
-that ``hello.submit(...)`` finds it: ``with Master(...) as mw:`` makes it current and, on exit, finishes the
-computation and restores whichever master was current before (a :class:`contextvars.ContextVar` in
-:mod:`mwpy.task`, not a process global).
+``mw.map``/``mw.as_completed`` are :mod:`mwpy.streams`'. ``with Master(...) as mw:`` makes it *current*
+(``hello.submit(...)`` finds it: a :class:`contextvars.ContextVar` in :mod:`mwpy.task`) and, on exit, finishes
+the computation and restores whichever master was current before.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from mwpy.core import facts
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.errors import ConfigurationError
+from mwpy.futures import TaskFuture
 from mwpy.intake import Intake
 from mwpy.net.engine import TICK, Engine
 from mwpy.net.shares import SharedObjects
@@ -44,7 +44,8 @@ from mwpy.observe.renderers import Observers
 from mwpy.options import Options
 from mwpy.pool.publish import Publisher
 from mwpy.slave_exits import Exits
-from mwpy.task import Result, Task, TaskAlgorithm, reset_master, use_master
+from mwpy.task import Submissions, TaskAlgorithm, reset_master, use_master
+from mwpy.task_records import Policy, Result, Task
 from mwpy.wire.codec import Shared
 
 __all__ = ["LoopEvents", "Master"]
@@ -74,12 +75,10 @@ class Master:
     master; leaving the block finishes the computation.
     """
 
-    #: What other mwpy modules may use besides the public API, and which (tests/test_architecture.py fails on
-    #: any other private attribute used from outside its class): the intake (mwpy/intake.py), through which
-    #: ``submit()`` and its futures, the ``map`` streams and ``mwpy.Executor`` queue tasks and wait.
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "_intake": ("mwpy.task", "mwpy.streams", "mwpy.executor_core"),
-    }
+    #: What other mwpy modules may use besides the public API (tests/test_architecture.py): the intake, through
+    #: which ``mwpy.Executor`` queues tasks and waits; ``_submit``, which ``submit()`` (below) calls.
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_core",),
+                                                             "_submit": ("mwpy.task",)}  # fmt: skip
 
     def __init__(
         self, options: Options, *, audit: Audit, secret: bytes, program: str, listener: socket.socket | None = None
@@ -93,7 +92,7 @@ class Master:
         self._sched.shapes.offer(options.slave_resources)
         #: The total the algorithm declared (``mw.tasks_total = n``), or None.
         self._declared_total: int | None = None
-        self._tokens: list[contextvars.Token[Master | None]] = []
+        self._tokens: list[contextvars.Token[Submissions | None]] = []
         #: Whether finishing prints the goodput summary (--mw-events); off in a program with a last line of its own.
         self.goodput_summary = True
         with contextlib.ExitStack() as undo:  # a part that fails to start (a port taken) releases those before it
@@ -122,13 +121,14 @@ class Master:
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
             self.port_range = options.master_port_range
-            self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program,
-                                        secret=secret, host=self.host, port=self.port,
-                                        tls_fingerprint=self._engine.tls_fingerprint, leave_at=self._engine.leave_at,
-                                        condor_jobs=self._engine.condor_jobs, tasks_total=lambda: self.tasks_total,
-                                        slaves_greeted=lambda: self._engine.slaves_greeted)  # fmt: skip
+            self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program, secret=secret,
+                                        host=self.host, port=self.port, tls_fingerprint=self._engine.tls_fingerprint,
+                                        leave_at=self._engine.leave_at, condor_jobs=self._engine.condor_jobs,
+                                        tasks_total=lambda: self.tasks_total, journal_answers=len(journal or ()),
+                                        slaves_greeted=lambda: self._engine.slaves_greeted,
+                                        task_seconds=self._outcomes.mean_run)  # fmt: skip
             undo.pop_all()
-        self._facts(facts.MasterStarted(options.member_id, socket.gethostname()))
+        self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), self._publisher.journal_answers))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)
         self._facts(facts.MasterReady(self.host, self.port))
         audit.flush()
@@ -136,10 +136,8 @@ class Master:
     # ------------------------------------------------------------------ being the current master
 
     def __enter__(self) -> Master:
-        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends.
-
-        The thread that enters is the one whose ``future.result()`` drives the loop.
-        """
+        """Make this the current master (what ``submit()`` talks to) until the ``with`` block ends; a
+        ``future.result()`` drives the loop in the thread that entered."""
         self._tokens.append(use_master(self))
         self._intake.owner = threading.get_ident()
         return self
@@ -158,9 +156,8 @@ class Master:
     def loop(self, timeout: float | None = None) -> LoopEvents:
         """Do network I/O until there is something to report, or ``timeout`` seconds pass.
 
-        Returns the counts of results, unrunnable tasks, newly connected and
-        newly disconnected ordered slaves waiting to be drained (all zero on
-        timeout).
+        Returns the counts of results, unrunnable tasks, newly connected and newly disconnected ordered slaves
+        waiting to be drained (all zero on timeout).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         sched, outcomes, step = self._sched, self._outcomes, self._engine.step
@@ -226,19 +223,15 @@ class Master:
     def tasks_total(self) -> int | None:
         """Tasks the computation runs in all, when known: drives progress bars and ETAs (``mwpy status``).
 
-        What the algorithm declared (``mw.tasks_total = n``); else, once a
-        ``map`` or ``as_completed`` over sized inputs has started, the tasks
-        done, queued and running plus the inputs those calls have still to
-        submit; else None (a loop that submits as it goes says nothing of
-        what is to come).
+        What the algorithm declared (``mw.tasks_total = n``); else, once a ``map``/``as_completed`` over sized inputs
+        started, the tasks done, queued and running plus the inputs still to submit; else None (a loop says nothing).
         """
         if self._declared_total is not None:
             return self._declared_total
         ahead = self._intake.ahead
         if ahead is None:
             return None
-        sched = self._sched
-        return sched.done_total + sched.queued_total + sched.running_total + ahead
+        return self._sched.done_total + self._sched.queued_total + self._sched.running_total + ahead
 
     @tasks_total.setter
     def tasks_total(self, value: int | None) -> None:
@@ -327,12 +320,13 @@ class Master:
         Input is consumed lazily, keeping at most ``window`` tasks and ``window_bytes`` of their pickled
         arguments (beyond one task's) in the master, so an endless iterable streams with bounded memory.
         Results of these tasks go only to this iterator, never to :meth:`results`. Each result's ``tag`` is
-        the position of its arguments in the input;
-        ``key(*args)`` names each task for the journal (``--mw-journal``).
-        ``kwargs`` go to every call, as with dask's ``client.map``. Closing the
-        iterator (``break``) cancels every task that has not left for a slave.
+        the position of its arguments in the input; ``key(*args)`` names each task for the journal
+        (``--mw-journal``). ``kwargs`` go to every call, as with dask's ``client.map``. Closing the iterator
+        (``break``) cancels every task that has not left for a slave.
         """
-        return streams.as_completed(self, algorithm, iterables, window=(window, window_bytes), key=key, kwargs=kwargs)
+        return streams.as_completed(
+            self._intake, algorithm, iterables, window=(window, window_bytes), key=key, kwargs=kwargs
+        )
 
     def map(
         self,
@@ -346,18 +340,23 @@ class Master:
     ) -> Generator[Any, None, None]:
         """Like the builtin ``map`` (and ``Executor.map``), run on the slaves: values in input order.
 
-        A task that raised makes the iterator raise that exception, as itself
-        (the slave's traceback is its ``__cause__``); one the master cannot
-        rebuild raises :class:`~mwpy.task.TaskRaisedError`, which names its type.
-        ``kwargs`` go to every call; closing the iterator cancels what has not started.
-        ``chunksize`` (as ``ProcessPoolExecutor.map``'s): one task makes that many
-        calls, so a tiny function pays the per-task cost once per chunk; the
-        algorithm's policy (retries, timeout) then applies to the whole chunk,
-        ``window`` counts chunks, and ``key`` cannot be given (it names one call); ``window_bytes`` as in
-        :meth:`as_completed`.
+        A task that raised makes the iterator raise that exception, as itself (the slave's traceback is its
+        ``__cause__``); one the master cannot rebuild raises :class:`~mwpy.task_records.TaskRaisedError`, which
+        names its type. ``kwargs`` go to every call; closing the iterator cancels what has not started.
+        ``chunksize`` (as ``ProcessPoolExecutor.map``'s): one task makes that many calls, so a tiny function pays
+        the per-task cost once per chunk; the algorithm's policy (retries, timeout) then applies to the whole
+        chunk, ``window`` counts chunks, and ``key`` cannot be given (it names one call); ``window_bytes`` as
+        in :meth:`as_completed`.
         """
         window_ = (window, window_bytes)
-        return streams.in_order(self, algorithm, iterables, window=window_, key=key, chunksize=chunksize, kwargs=kwargs)
+        return streams.in_order(
+            self._intake, algorithm, iterables, window=window_, key=key, chunksize=chunksize, kwargs=kwargs
+        )
+
+    def _submit(self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: Any, kwargs: Any) -> TaskFuture[Any]:
+        """``submit()`` (mwpy/task.py): the arguments checked and pickled here, then a task whose future settles."""
+        payload = algorithm.encode(args, kwargs, self._intake.max_frame, self._intake.store)
+        return self._intake.submit(algorithm.name, payload, policy, TaskFuture)
 
     # ------------------------------------------------------------------ objects shared once per slave
 
@@ -381,18 +380,19 @@ class Master:
 
     # ------------------------------------------------------------------ the end
 
-    def finish(self, status: int = 0) -> None:
-        """Tell every slave to shut down, wait briefly for them, mark the computation finished.
-
-        ``status`` is the master's exit status, for the event log's ``master-stop``.
-        """
+    def finish(self, status: int = 0, *, removed: bool = False) -> None:
+        """Tell the slaves to shut down, wait briefly, mark the computation finished (``status``: the exit status for
+        ``master-stop``), or that its Condor job was ``removed`` (said first: Condor kills it soon; pool/removal.py)."""
         if self._intake.finished:
             return
         self._intake.finished = True
+        if removed:
+            self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=False, removed=True)
         self._engine.shutdown()
         if self._journal is not None:
             self._journal.close()
-        self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
+        if not removed:
+            self._publisher.write(time.monotonic(), 0, self._sched.connected(), finished=True)
         self._facts(facts.MasterStopped(self._options.member_id, status, self._sched.done_total))
         self._audit.flush()
         self._observers.stop(status, summary=self.goodput_summary)

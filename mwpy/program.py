@@ -114,6 +114,9 @@ def main(
 
 # ---------------------------------------------------------------------- master
 
+#: The exit status of a master whose Condor job was removed (128 + SIGTERM, as a shell reports it).
+REMOVED = 143
+
 
 def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
     algorithm = _algorithms.get("master")
@@ -135,17 +138,23 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
             )
         )
         from mwpy.master import Master  # noqa: PLC0415 (a slave, which never gets here, need not load it)
+        from mwpy.pool.removal import MasterRemoved, leaving_when_removed  # noqa: PLC0415 (the same)
 
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
     except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
         print(f"{program_name()}: error: {exc}", file=sys.stderr)
         return 1
+    removed = False
     with mw:  # current while the algorithm runs; finished on the way out, whatever happens
         try:
-            returned = algorithm(mw, argv)
+            with leaving_when_removed():
+                returned = algorithm(mw, argv)
             status = exit_status(returned)
             if status != returned:
                 audit(f"MASTER ALGORITHM RETURNED {returned!r}: exit status {status}")
+        except MasterRemoved:
+            status, removed = REMOVED, True
+            audit(f"MASTER JOB REMOVED (condor_rm): the slaves are told to leave; exit status {status}")
         except KeyboardInterrupt:
             status = 130
         except SystemExit as exc:  # sys.exit() or argparse in the master algorithm: its status, no traceback
@@ -155,7 +164,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
             sys.stderr.write(safe_text.terminal(traceback.format_exc()))
             audit("MASTER ALGORITHM RAISED: exit status 255")
             status = 255
-        mw.finish(status)
+        mw.finish(status, removed=removed)
     return status
 
 

@@ -237,12 +237,26 @@ class ResourceFile:
     #: (mwpy/core/memory.py); None from a master that does not learn it (the overseer then raises a held
     #: job's whole shape instead).
     learned_memory: dict[str, int] | None = attrs.field(default=None, validator=_learned)
+    #: Answers the master found in its journal (--mw-journal) when it started: a restarted master answers tasks
+    #: with those keys from it instead of running them again. 0 for a fresh journal, or without one.
+    journal_answers: int = attrs.field(default=0, validator=_not_negative)
+    #: True when the master's Condor job was removed (condor_rm): the master left for good, and slaves leave the
+    #: queue (exit 0) instead of waiting for it. A master Condor starts again (a schedd restart) never says so.
+    master_removed: bool = False
+    #: Why ``slaves_needed`` is what it is, once task times are measured (mwpy/core/demand.py); "" before.
+    demand_reason: str = ""
     format: str = FORMAT
     version: int = VERSION
 
     @property
     def finished(self) -> bool:
         return self.computation_status == FINISHED
+
+    def removal(self) -> str | None:
+        """``master job 52.0 removed (its resource file says so)`` when the master said its job was removed."""
+        if not self.master_removed:
+            return None
+        return f"master job {self.master_condor_job} removed (its resource file says so)"
 
     def age(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.timestamp

@@ -190,7 +190,7 @@ def meets(need: Resources, slot: classad2.ClassAd) -> bool:
     ``RequestDisk`` (KB) and ``RequestGPUs`` (MY) against the slot (TARGET). So ``Memory >= 8192`` is
     ``(Memory >= 8192)``, and numbers compare as numbers. An expression that does not parse, or is not true
     (false, undefined, an error), does not match."""
-    import classad2  # noqa: PLC0415
+    import classad2  # noqa: PLC0415 -- only needs with requirements pay for HTCondor's library
 
     _load_match_semantics()
 

@@ -51,7 +51,7 @@ _SLACK = 2.0
 
 
 class Departed(Protocol):
-    """What is known of a slave that died: mwpy.core.scheduler.Death."""
+    """What is known of a slave that died: mwpy.core.entry.Death."""
 
     @property
     def host(self) -> str: ...

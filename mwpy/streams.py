@@ -10,9 +10,9 @@ result in the stream's queue and never in ``mw.results()``. Closing a stream
 (``break``, an exception, garbage collection) drops what has not left for a
 slave and asks slaves to give back what waits in their windows.
 
-These use the master through its intake (mwpy/intake.py, the internal
-surface ``Master._SHARED_WITH`` declares): queueing a prepared task, running
-passes, cancelling, and the count of inputs still to come.
+These use the master through its intake (mwpy/intake.py), which the master
+hands them: queueing a prepared task, running passes, cancelling, and the
+count of inputs still to come. They know no master (it imports them).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import attrs
 
 from mwpy import calls
-from mwpy.core.scheduler import Entry
+from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError
-from mwpy.task import Policy, Result, TaskAlgorithm, TaskError, task_exception, unrunnable_error
+from mwpy.task import TaskAlgorithm
+from mwpy.task_records import Policy, Result, TaskError, task_exception, unrunnable_error
 from mwpy.wire import codec
 
 if TYPE_CHECKING:
     from mwpy.intake import Intake
-    from mwpy.master import Master
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ Window = tuple[int, int]
 
 
 def as_completed(
-    master: Master,
+    intake: Intake,
     algorithm: TaskAlgorithm[..., Any],
     iterables: tuple[Iterable[Any], ...],
     *,
@@ -55,13 +55,13 @@ def as_completed(
 ) -> Generator[Result, None, None]:
     """``mw.as_completed``: each Result as it arrives (its ``tag`` is its input's position)."""
     algorithm = _check_algorithm("as_completed", algorithm)
-    kwargs = master._intake.share_large(kwargs) if kwargs else kwargs
+    kwargs = intake.share_large(kwargs) if kwargs else kwargs
     calls_ = _Calls(algorithm, algorithm.policy, zip(*iterables, strict=False), _known_length(iterables), key, kwargs)
-    return _as_they_come(_stream(master, calls_, window))
+    return _as_they_come(_stream(intake, calls_, window))
 
 
 def in_order(
-    master: Master,
+    intake: Intake,
     algorithm: TaskAlgorithm[..., Any],
     iterables: tuple[Iterable[Any], ...],
     *,
@@ -74,16 +74,16 @@ def in_order(
     algorithm = _check_algorithm("map", algorithm)
     if chunksize < 1:
         raise ConfigurationError("chunksize must be at least 1")
-    kwargs = master._intake.share_large(kwargs) if kwargs else kwargs
+    kwargs = intake.share_large(kwargs) if kwargs else kwargs
     each = zip(*iterables, strict=False)
     size = _known_length(iterables)
     if chunksize == 1:
-        return _in_order(_stream(master, _Calls(algorithm, algorithm.policy, each, size, key, kwargs), window))
+        return _in_order(_stream(intake, _Calls(algorithm, algorithm.policy, each, size, key, kwargs), window))
     if key is not None:
         raise ConfigurationError("key names one call's task: it cannot be given with chunksize > 1")
     chunks = _chunks(algorithm, each, chunksize, kwargs)
     calls_ = _Calls(calls.map_chunk, algorithm.policy, chunks, None if size is None else -(-size // chunksize))
-    return _flattened(_in_order(_stream(master, calls_, window)))
+    return _flattened(_in_order(_stream(intake, calls_, window)))
 
 
 @attrs.frozen
@@ -116,7 +116,7 @@ class _Stream:
 
 
 class _Item:
-    """The listener (mwpy/core/scheduler.py) of one input's task: its result goes to the stream, in its place."""
+    """The listener (mwpy/core/entry.py) of one input's task: its result goes to the stream, in its place."""
 
     __slots__ = ("stream", "index", "task_id")
 
@@ -142,20 +142,19 @@ class _Item:
         return False  # a stream's results are its own, not mw.results()'s
 
 
-def _stream(master: Master, calls_: _Calls, window: Window) -> Generator[tuple[int, Result], None, None]:
+def _stream(intake: Intake, calls_: _Calls, window: Window) -> Generator[tuple[int, Result], None, None]:
     """Submit ``calls_`` lazily, at most ``window`` (tasks, bytes) outstanding; yield (input position, result)."""
     if window[0] < 1:
         raise ConfigurationError("window must be at least 1")
     if window[1] < 1:
         raise ConfigurationError("window_bytes must be at least 1")
-    return _streaming(master, calls_, *window)
+    return _streaming(intake, calls_, *window)
 
 
 def _streaming(
-    master: Master, calls_: _Calls, window: int, window_bytes: int
+    intake: Intake, calls_: _Calls, window: int, window_bytes: int
 ) -> Generator[tuple[int, Result], None, None]:
     algorithm, policy, key, kwargs = calls_.algorithm, calls_.policy, calls_.key, calls_.kwargs
-    intake = master._intake
     stream = _Stream()
     arrived, live = stream.arrived, stream.live
     items = enumerate(calls_.each)

@@ -1,10 +1,11 @@
-"""Task algorithms, task policies, and the Task / Result records.
+"""Task algorithms: the ``@mwpy.task`` decorator, the registry of task algorithms, the current master.
 
 A task algorithm is an ordinary function decorated with :func:`task`. The
 master submits tasks for it (``hello.submit("x")``); a slave running the same
 program finds the function by its name and calls it. Arguments are pickled at
 submit time, so an argument that cannot travel fails at the call site, not
-minutes later on a slave.
+minutes later on a slave. The records a task is made of live in
+mwpy/task_records.py, its future in mwpy/futures.py (made by the master).
 
 Two pieces of process state live here, both explicit objects:
 
@@ -14,419 +15,55 @@ Two pieces of process state live here, both explicit objects:
   :meth:`Registry.snapshot`/:meth:`Registry.restore` (or :meth:`Registry.clear`).
 * the *current master*, a :class:`contextvars.ContextVar`: what ``submit()``
   and the target numbers talk to. ``with Master(...) as mw:`` sets it and
-  restores the previous one on exit; nothing else needs to.
+  restores the previous one on exit; nothing else needs to. It is typed as
+  :class:`Submissions`, what this module asks of it, so that nothing here
+  imports the master: a slave loads this module and never the master's parts.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import contextvars
 import importlib
 import inspect
 import math
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import attrs
 
-from mwpy import safe_text
-from mwpy.errors import (
-    ConfigurationError,
-    MwpyError,
-    NoMatchingSlaveError,
-    NotInMasterError,
-    RemoteTraceback,
-    UnrunnableTaskError,
-)
+from mwpy.errors import ConfigurationError, MwpyError, NotInMasterError
 from mwpy.resources import Resources
+from mwpy.task_records import DEFAULT_POLICY, Policy
 from mwpy.wire import codec
 from mwpy.wire.protocol import fits
 
 if TYPE_CHECKING:
-    from mwpy.intake import Intake
-    from mwpy.master import Master
+    from mwpy.futures import TaskFuture
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_current: contextvars.ContextVar[Master | None] = contextvars.ContextVar("mwpy_current_master", default=None)
 
+class Submissions(Protocol):
+    """What ``submit()`` and the target numbers ask of the current master (:class:`mwpy.master.Master`)."""
 
-@attrs.frozen
-class Policy:
-    """How and where one task runs (CL-MW's task policy).
+    def _submit(
+        self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> TaskFuture[Any]: ...
 
-    ``sid``: run only on this ordered slave (``None``: any slave).
-    ``tag``: any picklable value, handed back unchanged with the result.
-    ``retry``: when the slave running the task vanishes, queue it again
-    (``False``: hand it back as unrunnable).
-    ``do_it_anyway``: an ordered task whose slave vanished moves to the
-    unordered pool instead of becoming unrunnable.
-    ``key``: a stable name for the task; with a journal, a task whose key
-    already has a journaled result is answered from the journal.
-    ``retries``: how many more times a task that *raised* runs (on other
-    slaves where possible) before its failure is handed over; ``None``: the
-    master's ``--mw-task-attempts`` (default: none), or none at all when
-    ``retry=False``. ``retry_on``: retry only exceptions of these types.
-    ``allowed_failures``: how many slaves may die while running the task
-    (a segfault, ``os._exit``, a kill for memory) and it still runs again;
-    the next death fails it with :class:`~mwpy.errors.KilledSlaveError`
-    (dask's ``allowed-failures``); ``None``: the master's
-    ``--mw-allowed-failures`` (default 3).
-    ``resources``: what a slave must offer to run the task (``None``: any slave).
-    """
+    def share(self, obj: Any) -> codec.Shared: ...
 
-    sid: str | None = None
-    tag: Any = None
-    retry: bool = True
-    do_it_anyway: bool = False
-    key: str | None = None
-    retries: int | None = None
-    retry_on: tuple[type[BaseException], ...] | None = None
-    #: Seconds a run may take before it fails with TaskTimeoutError (None: the master's --mw-task-timeout).
-    timeout: float | None = None
-    allowed_failures: int | None = None
-    resources: Resources | None = None
+    def target_number_for(self, algorithm: str) -> int: ...
 
-    def attempts(self, default: int) -> int:
-        """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""
-        if self.retries is not None:
-            return 1 + self.retries
-        return default if self.retry else 1
+    def set_target_number_for(self, algorithm: str, value: int) -> None: ...
 
+    def pending_tasks_for(self, algorithm: str) -> int: ...
 
-DEFAULT_POLICY = Policy()
 
+_current: contextvars.ContextVar[Submissions | None] = contextvars.ContextVar("mwpy_current_master", default=None)
 
-@attrs.frozen(eq=False)
-class Task:
-    """A task as the master algorithm sees it: what to run, under which policy.
 
-    Unrunnable tasks are handed back to the master algorithm as these records
-    (``mw.unrunnable_tasks()``); ``args``/``kwargs`` decode the stored
-    arguments on demand. The master's bookkeeping of a task's runs is not
-    here: it is the scheduler's own (:class:`mwpy.core.scheduler.Entry`).
-    """
-
-    task_id: int
-    algorithm: str
-    payload: bytes = attrs.field(repr=False)
-    policy: Policy
-
-    @property
-    def sid(self) -> str | None:
-        return self.policy.sid
-
-    @property
-    def tag(self) -> Any:
-        return self.policy.tag
-
-    @property
-    def args(self) -> tuple[Any, ...]:
-        return codec.decode_arguments(self.payload)[0]
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return codec.decode_arguments(self.payload)[1]
-
-
-@attrs.frozen
-class TaskError:
-    """Why a task produced no value: the exception as text, so it always travels.
-
-    ``pickled`` is the exception itself, pickled on the slave when it could
-    be: :meth:`exception` rebuilds it for futures, ``mw.map`` and
-    ``Executor.map``, which raise it as itself.
-    """
-
-    type: str
-    message: str
-    traceback: str
-    pickled: bytes | None = attrs.field(default=None, repr=False)
-
-
-@attrs.frozen
-class Result:
-    """One computed task: its value, or the error it raised on the slave."""
-
-    task_id: int
-    algorithm: str
-    slave_id: str
-    tag: Any
-    compute_time: float
-    value: Any = None
-    error: TaskError | None = None
-    #: True when the value came from the result journal instead of a run.
-    journaled: bool = False
-    #: What the task printed on the slave (each stream capped at 64 KiB characters; "" when nothing).
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-_CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
-#: Held while a LightFuture's condition is made, and while its settler checks that none exists yet.
-_MAKING = threading.Lock()
-
-
-class _MadeOnFirstUse:
-    """A ``Future`` attribute made when first read (then it sits in the instance and this is bypassed)."""
-
-    def __init__(self, make: Callable[[], object]) -> None:
-        self._make = make
-        self._name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    def __get__(self, instance: object, owner: type | None = None) -> Any:
-        if instance is None:
-            return self
-        return instance.__dict__.setdefault(self._name, self._make())
-
-
-class _ConditionOnFirstUse:
-    """``LightFuture._condition``: made under ``_MAKING``, which also sets ``_shared`` (what the settler reads)."""
-
-    def __get__(self, instance: LightFuture[Any] | None, owner: type | None = None) -> Any:
-        if instance is None:
-            return self
-        with _MAKING:
-            condition = instance.__dict__.setdefault("_condition", threading.Condition())
-            instance._shared = True
-        return condition
-
-
-class LightFuture(concurrent.futures.Future[R]):
-    """A ``concurrent.futures.Future`` that makes its ``threading.Condition`` only when someone needs it.
-
-    ``Future()`` builds a Condition, an RLock and two lists: about 0.8 µs and
-    1.6 KB, and three lock round trips more to start and settle it. A master
-    that streams 10^5 tasks and keeps none of their futures paid that per
-    task. Here the condition and the lists are made on first use (a
-    ``result()`` or ``exception()`` that must wait, ``wait()``,
-    ``as_completed()``, ``add_done_callback()``, ``cancel()``); until then
-    the thread that starts and settles the future changes its state under a
-    module lock, which also guards making the condition, so no waiter can
-    miss the news. From then on the standard methods run unchanged.
-    """
-
-    _condition = _ConditionOnFirstUse()
-    #: Whether a condition exists (set under _MAKING): a class attribute until then, so no instance dict is made.
-    _shared = False
-    _waiters = _MadeOnFirstUse(list)
-    _done_callbacks = _MadeOnFirstUse(list)
-
-    # Until set on the instance, these class values stand in (Future.__init__, not called, would set them).
-    _state = PENDING
-    _result: Any = None
-    _exception: BaseException | None = None
-    #: What the task printed on its slave (as ``Result.stdout``/``.stderr``), once it is done.
-    stdout = ""
-    stderr = ""
-
-    def __init__(self) -> None:  # not Future.__init__: that is the cost this class avoids
-        pass
-
-    # One read of one attribute needs no lock (Future takes its condition for these).
-    def done(self) -> bool:
-        return self._state == FINISHED or self._state in _CANCELLED
-
-    def cancelled(self) -> bool:
-        return self._state in _CANCELLED
-
-    def running(self) -> bool:
-        return self._state == RUNNING
-
-    def result(self, timeout: float | None = None) -> R:
-        if self._state == FINISHED and self._exception is None:
-            return self._result  # type: ignore[no-any-return]
-        return super().result(timeout)
-
-    def cancel(self) -> bool:
-        if self._state in (RUNNING, FINISHED):
-            return False  # neither state ever becomes cancelled: no lock needed to say so
-        return super().cancel()
-
-    def _mark_running(self) -> bool:
-        """``set_running_or_notify_cancel`` for a future that may still have no condition; True when running."""
-        with _MAKING:
-            if not self._shared and self._state == PENDING:
-                self._state = RUNNING
-                return True
-        return self.running() or self.set_running_or_notify_cancel()
-
-    #: The exceptions of tasks this future raises as themselves (others as a TaskRaisedError): no SystemExit,
-    #: which would end the master's program from ``result()``.
-    RAISED_AS_ITSELF: tuple[type[BaseException], ...] = (Exception,)
-
-    def _settle_with(self, result: Result) -> None:
-        """The task's value, or its exception as itself (built only while the future is not done yet)."""
-        if result.stdout or result.stderr:
-            self.stdout, self.stderr = result.stdout, result.stderr
-        if result.error is None:
-            self._finish(result.value, None)
-        elif not self.done():
-            self._finish(None, task_exception(result, self.RAISED_AS_ITSELF))
-
-    def _finish(self, value: Any, exception: BaseException | None) -> None:
-        """``set_result``/``set_exception`` unless the future is done already (a cancelled one stays so)."""
-        with _MAKING:
-            if not self._shared:  # nobody waits or listens: no one to tell
-                if self._state != FINISHED and self._state not in _CANCELLED:
-                    self._result, self._exception, self._state = value, exception, FINISHED
-                return
-        with contextlib.suppress(concurrent.futures.InvalidStateError):
-            if exception is None:
-                self.set_result(value)
-            else:
-                self.set_exception(exception)
-
-
-class TaskFuture(LightFuture[R]):
-    """What ``submit()`` returns in a master algorithm: a ``concurrent.futures.Future`` with the task's id.
-
-    ``result()`` and ``exception()`` called in the master's thread drive the
-    master loop until the task is answered (nobody else would), so a master
-    algorithm can simply write ``hello.submit(x).result()``. From another
-    thread they wait like any future. ``cancel()`` succeeds until the task
-    leaves for a slave; a cancelled task never reaches ``mw.results()``.
-    Every other result still appears in ``mw.results()`` as well: the loop
-    API is unchanged, and the future is a second view of the same result.
-    """
-
-    def __init__(self, task_id: int, intake: Intake) -> None:  # no super().__init__(): LightFuture's does nothing
-        self.task_id = task_id
-        self._intake = intake  # its master's: how to drive the loop while waiting, how to pull the task back
-
-    def __repr__(self) -> str:
-        return f"<TaskFuture task {self.task_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
-
-    def result(self, timeout: float | None = None) -> R:
-        """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``)."""
-        if self._state != FINISHED:
-            self._intake.wait_for(self, timeout)
-        return super().result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The task's exception as itself, or None; waits like :meth:`result`."""
-        self._intake.wait_for(self, timeout)
-        return super().exception(timeout)
-
-    def cancel(self) -> bool:
-        """Cancel the task if it has not started: queued here, or waiting in a slave's window (pulled back).
-
-        Call it from the master's thread (the engine is not thread-safe).
-        """
-        if not super().cancel():
-            return False
-        self._intake.cancel([self.task_id])
-        return True
-
-    # The scheduler's Listener (mwpy/core/scheduler.py): the master tells the future what becomes of its task.
-
-    def may_start(self) -> bool:
-        """A cancelled future's task is dropped unsent."""
-        return self._state not in _CANCELLED
-
-    def began(self) -> None:
-        """The task is first in flight on its slave: running, so no longer cancellable.
-
-        No lock: only the master's thread changes this future's state before it
-        is done (``cancel()`` is called there too), and going from pending to
-        running wakes no waiter.
-        """
-        if self._state == PENDING:
-            self._state = RUNNING
-        elif self._state != RUNNING:
-            self.set_running_or_notify_cancel()
-
-    def unrunnable(self, reason: str | None = None) -> bool:
-        self._finish(None, unrunnable_error(self.task_id, reason))
-        return True
-
-    def settle(self, result: Result) -> bool:
-        """The result settles the future and goes to ``mw.results()`` too, unless the future was cancelled."""
-        if self._state in _CANCELLED:
-            return False  # no result of a cancelled task reaches the user
-        if result.error is None and not (result.stdout or result.stderr):
-            self._finish(result.value, None)  # the hot path, without _settle_with's call
-        else:
-            self._settle_with(result)
-        return True
-
-
-class TaskFailedError(MwpyError):
-    """Raised by the convenience API when a task raised on its slave."""
-
-    def __init__(self, result: Result) -> None:
-        assert result.error is not None
-        self.result = result
-        error = result.error  # the slave's words, shown safe (mwpy/safe_text.py); the Result keeps them as they are
-        one_line, lines = safe_text.one_line, safe_text.terminal
-        super().__init__(
-            f"task '{one_line(result.algorithm)}' failed on {one_line(result.slave_id)}: "
-            f"{one_line(error.type)}: {lines(error.message)}\n{lines(error.traceback)}"
-        )
-
-
-class TaskRaisedError(TaskFailedError):
-    """A task raised an exception the master cannot rebuild (its class does not unpickle here).
-
-    ``type_name`` names the exception's type as the slave saw it; the
-    message and the slave's traceback are in the text, as for
-    :class:`TaskFailedError`.
-    """
-
-    def __init__(self, result: Result) -> None:
-        super().__init__(result)
-        assert result.error is not None
-        self.type_name = result.error.type
-
-
-def task_exception(result: Result, as_itself: tuple[type[BaseException], ...] = (Exception,)) -> BaseException:
-    """The exception to raise for a failed ``result``: the task's own when it unpickles and is one of
-    ``as_itself``, else a TaskFailedError.
-
-    The slave's traceback is attached as ``__cause__`` (a
-    :class:`~mwpy.errors.RemoteTraceback`, as ``concurrent.futures`` attaches
-    its ``_RemoteTraceback``), so an uncaught one prints both.
-    """
-    error = result.error
-    assert error is not None
-    exc = None if error.pickled is None else codec.decode_exception(error.pickled)
-    if not isinstance(exc, as_itself):
-        failed = TaskRaisedError(result) if error.pickled is not None or error.traceback else TaskFailedError(result)
-        _add_output_notes(failed, result)
-        return failed
-    exc.__cause__ = RemoteTraceback(safe_text.terminal(error.traceback), result)  # printed: shown safe
-    _add_output_notes(exc, result)
-    return exc
-
-
-def unrunnable_error(task_id: int, reason: str | None = None) -> UnrunnableTaskError:
-    """What the future of a task raises whose slave vanished and whose policy forbids running it again, or
-    (``reason``) that no slave on offer can run."""
-    if reason is not None:
-        return NoMatchingSlaveError(reason)  # it names the task
-    return UnrunnableTaskError(f"task {task_id}: its slave vanished and its policy forbids running it again")
-
-
-def _add_output_notes(exc: BaseException, result: Result) -> None:
-    """What the task printed goes with its exception (PEP 678 notes: shown under the traceback)."""
-    for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
-        if text:
-            shown = safe_text.terminal(text.rstrip())  # printed under the traceback; the Result has it as written
-            exc.add_note(f"[task {result.task_id} {name} on {safe_text.one_line(result.slave_id)}]\n{shown}")
-
-
-def use_master(master: Master | None) -> contextvars.Token[Master | None]:
+def use_master(master: Submissions | None) -> contextvars.Token[Submissions | None]:
     """Make ``master`` the one ``submit`` and target numbers talk to; ``reset_master(token)`` undoes it.
 
     ``Master.__enter__``/``__exit__`` call these; code that cannot use ``with`` may too.
@@ -434,12 +71,12 @@ def use_master(master: Master | None) -> contextvars.Token[Master | None]:
     return _current.set(master)
 
 
-def reset_master(token: contextvars.Token[Master | None]) -> None:
+def reset_master(token: contextvars.Token[Submissions | None]) -> None:
     """Restore the current master that was in place before ``use_master`` returned ``token``."""
     _current.reset(token)
 
 
-def current_master() -> Master | None:
+def current_master() -> Submissions | None:
     """The master tasks are submitted to here, if any."""
     return _current.get()
 
@@ -449,7 +86,7 @@ def share(obj: Any) -> codec.Shared:
     return _current_master("mwpy.share()").share(obj)
 
 
-def _current_master(what: str) -> Master:
+def _current_master(what: str) -> Submissions:
     master = _current.get()
     if master is None:
         raise NotInMasterError(f"{what} can only be called while the master algorithm runs")
@@ -533,7 +170,7 @@ class TaskAlgorithm(Generic[P, R]):
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
         """Queue one task with the default policy; returns its future (``.task_id`` is its id)."""
-        return _current_master(f"{self.name}.submit()")._intake.submit_future(self, self.policy, args, kwargs)
+        return _current_master(f"{self.name}.submit()")._submit(self, self.policy, args, kwargs)
 
     def with_policy(
         self,
@@ -616,7 +253,7 @@ class Submitter(Generic[P, R]):
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> TaskFuture[R]:
         """Queue one task under this policy; returns its future (``.task_id`` is its id)."""
         name = self.algorithm.name
-        return _current_master(f"{name}.submit()")._intake.submit_future(self.algorithm, self.policy, args, kwargs)
+        return _current_master(f"{name}.submit()")._submit(self.algorithm, self.policy, args, kwargs)
 
     __call__ = submit
 

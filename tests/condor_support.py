@@ -154,7 +154,8 @@ def setup_workdir(pool: Pool, workdir: Path, programs: Sequence[str] = ()) -> No
 
     ``programs`` are file names in tests/programs/, copied to the top of ``workdir``.
     """
-    shutil.copytree(SUBMIT, workdir / "submit")
+    # As docs/condor.md tells a user to copy it (`cp -r submit examples $demo`): cp -r keeps symbolic links.
+    subprocess.run(["cp", "-r", str(SUBMIT), str(workdir / "submit")], check=True)
     shutil.copytree(ROOT / "examples", workdir / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     for name in programs:
         shutil.copy(PROGRAMS / name, workdir / name)

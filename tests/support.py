@@ -27,7 +27,7 @@ from mwpy.errors import ResourceFileError
 from mwpy.master import Master
 from mwpy.observe.audit import Audit
 from mwpy.resource_file import ResourceFile
-from mwpy.task import Result, Task
+from mwpy.task_records import Result, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

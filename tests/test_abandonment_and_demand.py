@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from mwpy import ExitCode, resource_file
-from mwpy.pool.overseer import Limits, Overseer
+from mwpy.overseer import Limits, Overseer
 from mwpy.resource_file import ResourceFile
 from tests.support import (
     PROGRAMS,
@@ -61,6 +61,19 @@ def test_a_slave_past_the_abandonment_limit_leaves_the_queue_at_once(tmp_path: P
     assert len(lines) == 1, lines
     assert "gone for good" in lines[0]
     assert "--mw-abandon-after 100" in lines[0]
+
+
+def test_a_slave_whose_master_job_was_removed_leaves_the_queue_at_once(tmp_path: Path) -> None:
+    """The master's file says its Condor job was removed (condor_rm): a slave job that starts now exits 0 with one
+    line at once (on_exit_remove takes it out) instead of waiting ``--mw-abandon-after`` for a master that will
+    not come back; the file is fresh, so nothing else would tell it."""
+    rf = tmp_path / "resource.json"
+    write(rf, master_removed=True, master_condor_job="52.0")
+    slave = spawn_slave(TRUST_STREAM, tmp_path)
+    assert slave.wait(60) == ExitCode.OK, slave.err()
+    lines = slave.err().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "the master's Condor job was removed (condor_rm)" in lines[0], lines
 
 
 def test_a_slave_on_a_stale_file_waits_for_its_master_then_leaves_the_queue(tmp_path: Path) -> None:

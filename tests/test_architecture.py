@@ -22,10 +22,9 @@ PACKAGE = ROOT / "mwpy"
 DESIGN = ROOT / "docs" / "design.md"
 #: Imports only for type annotations (importer -> imported), each explained in docs/design.md.
 EXPLAINED_TYPE_CHECKING = {
-    ("mwpy.task", "mwpy.master"),  # a task's submit() finds the current master through a context variable
-    ("mwpy.task", "mwpy.intake"),  # a TaskFuture waits through its master's intake
-    ("mwpy.streams", "mwpy.master"),  # the streams are the master's own, made by mw.map
-    ("mwpy.streams", "mwpy.intake"),
+    ("mwpy.task", "mwpy.futures"),  # submit()'s return type; the master makes the future, above
+    ("mwpy.futures", "mwpy.intake"),  # a TaskFuture waits through its master's intake (loaded by the master)
+    ("mwpy.streams", "mwpy.intake"),  # the streams are the master's own, made by mw.map with its intake
     ("mwpy.program", "mwpy.master"),  # loaded for real only in a master (a slave never needs it)
     ("mwpy.slaveside.startup", "mwpy.net.cache"),  # a slave's cache and shared objects load with their first use
     ("mwpy.slaveside.startup", "mwpy.net.shares"),
@@ -181,6 +180,33 @@ def test_no_import_cycle_at_run_time() -> None:
     assert found is None, " -> ".join(found or [])
 
 
+#: The one cycle left to mwpy/jobs/'s own restructuring (on its own branch): the edge that closes it. Remove
+#: the entry when that lands; the test below then holds for the whole package.
+PENDING_EDGES = {("mwpy.jobs.jobad", "mwpy.jobs.description")}
+
+
+def all_imports() -> dict[str, set[str]]:
+    """Every import of every module: at module level, inside functions, and under ``if TYPE_CHECKING:``."""
+    runtime, typing_only = import_graph(anywhere=True)
+    return {name: deps | typing_only[name] for name, deps in runtime.items() if name != LAZY_PACKAGE}
+
+
+def test_no_import_cycle_counting_function_level_and_type_checking_imports() -> None:
+    """A cycle through a lazy or a type-checking import is a knot all the same: the modules cannot be read,
+    tested or moved apart (round 2 left one of 12 modules through task.py; executor <-> executor_core)."""
+    graph = {name: {dep for dep in deps if (name, dep) not in PENDING_EDGES} for name, deps in all_imports().items()}
+    found = cycle(graph)
+    assert found is None, " -> ".join(found or [])
+
+
+def test_the_whole_graph_holds_the_lazy_and_the_type_checking_imports() -> None:
+    """The graph the test above reads sees both kinds the run-time graph leaves out."""
+    graph = all_imports()
+    assert "mwpy.executor_core" in graph["mwpy.executor"]  # imported in the constructor, and for annotations
+    assert "mwpy.futures" in graph["mwpy.task"]  # for annotations only
+    assert "mwpy.futures" not in import_graph(anywhere=True)[0]["mwpy.task"]
+
+
 def test_every_type_checking_import_is_one_the_map_explains() -> None:
     _, typing_only = import_graph()
     pairs = {(name, dep) for name, deps in typing_only.items() for dep in deps if name != LAZY_PACKAGE}
@@ -304,3 +330,26 @@ def test_no_class_in_mwpy_is_longer_than_500_lines() -> None:
         if isinstance(node, ast.ClassDef) and node.end_lineno is not None and node.end_lineno - node.lineno >= 500
     ]
     assert long == []
+
+
+# ---------------------------------------------------------------------- the user's design card
+
+
+@pytest.mark.parametrize(
+    ("path", "defines"),
+    [
+        ("mwpy/master.py", "class Master"),
+        ("mwpy/slave.py", "class Slave"),
+        ("mwpy/resource_file.py", "class ResourceFile"),
+        ("mwpy/overseer.py", "class Overseer"),
+    ],
+)
+def test_the_modules_the_design_card_names_hold_what_it_names_them_for(path: str, defines: str) -> None:
+    """The card names these files: each holds its subject itself, not a re-export of a module elsewhere."""
+    assert re.search(rf"^{defines}\b", (ROOT / path).read_text(encoding="utf-8"), re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", ["master.sub", "slaves.sub"])
+def test_the_submit_files_the_card_names_are_at_the_top_level(name: str) -> None:
+    """``submit/NAME``, as the card writes it: a submit file with its queue statement."""
+    assert re.search(r"^\s*queue\b", (ROOT / "submit" / name).read_text(encoding="utf-8"), re.IGNORECASE | re.MULTILINE)

@@ -27,8 +27,6 @@ from benchmarks.common import Check, Row, Series, Settings, Sizes, percentile
 REPO = Path(__file__).resolve().parent.parent
 #: The whole quick run (two rounds) takes ~45 s here on a busy machine; this is the deadline, not an expectation.
 DEADLINE = 400
-#: A checkout with its own .venv for the --baseline test (a worktree of an older commit); skipped when absent.
-BASELINE = Path(os.environ.get("MWPY_BENCH_BASELINE", "/work/wt/base"))
 QUICK_PEERS = "processpool-submit,processpool-1,processpool-100,floor,floor-event-loop"
 
 
@@ -195,23 +193,41 @@ def test_json_describes_the_run(quick_report: dict[str, Any]) -> None:
     assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "6", "7", "E"}
 
 
-@pytest.mark.skipif(
-    not (BASELINE / ".venv" / "bin" / "python").exists(),
-    reason=f"no baseline checkout with a .venv at {BASELINE} (set MWPY_BENCH_BASELINE to a worktree of another commit)",
-)
-def test_baseline_runs_each_checkout_with_its_own_mwpy(tmp_path: Path) -> None:
-    report = _run_harness(tmp_path / "baseline.json", "--rounds", "1", "--baseline", str(BASELINE))
-    base = BASELINE.resolve()
+def test_baseline_commit_runs_each_checkout_with_its_own_mwpy(tmp_path: Path) -> None:
+    """``--baseline COMMIT`` checks the commit out with its own venv and measures both trees in the same rounds."""
+    cache = tmp_path / "cache"
+    os.environ["XDG_CACHE_HOME"] = str(cache)  # the harness's child reads it; restored below
+    try:
+        report = _run_harness(tmp_path / "baseline.json", "--rounds", "1", "--baseline", "HEAD")
+    finally:
+        del os.environ["XDG_CACHE_HOME"]
+        for made in (cache / "mwpy-bench-baselines").glob("*"):
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(made)], check=False)
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    base = cache / "mwpy-bench-baselines" / head.stdout.strip()
+    assert report["checkouts"]["baseline"]["commit"] == head.stdout.strip()
     assert report["checkouts"]["baseline"]["mwpy"].startswith(str(base))
     assert report["checkouts"]["new"]["mwpy"].startswith(str(REPO))
     rows = {row["key"]: row for row in report["rows"]}
-    assert set(rows) == {f"{m}-{side}" for m in ("default", "group100", "latency") for side in ("new", "base")}
+    measured = ("default", "group100", "latency", "startup")
+    assert set(rows) == {f"{m}-{side}" for m in measured for side in ("new", "base")}
     for key, row in rows.items():
         assert row["skipped"] is None, row
-        assert row["runs"][0]["extra"]["checkout"] == str(base if key.endswith("-base") else REPO)
+        if not key.startswith("startup"):
+            assert row["runs"][0]["extra"]["checkout"] == str(base if key.endswith("-base") else REPO)
     checks = {c["target"]: c for c in report["checks"]}
-    assert checks["B. new / baseline throughput, default"]["measured"] > 0
-    assert checks["B. new / baseline latency p50"]["measured"] > 0
+    for target in ("throughput, default", "latency p50", "master CPU per task, default", "start-up, first result"):
+        assert checks[f"B. new / baseline {target}"]["measured"] > 0, target
+
+
+def test_baseline_that_is_neither_folder_nor_commit_is_one_line() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--baseline", "no-such-commit-or-folder"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert "'no-such-commit-or-folder' is neither a folder nor a commit" in completed.stderr
+    assert "Traceback" not in completed.stderr
 
 
 def test_condor_is_skipped_with_a_reason_without_a_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from mwpy.task import Result, TaskError, TaskRaisedError, task_exception
+from mwpy.task_records import Result, TaskError, TaskRaisedError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 

@@ -27,7 +27,7 @@ import pytest
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.htcondor import slave_description
-from mwpy.pool.overseer import MIB, Limits, Overseer
+from mwpy.overseer import MIB, Limits, Overseer
 from mwpy.resource_file import ResourceFile
 from tests.condor_support import (
     RESOURCE,

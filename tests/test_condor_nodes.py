@@ -23,7 +23,7 @@ import pytest
 
 from mwpy.backends import JobState
 from mwpy.backends.htcondor import CondorBackend
-from mwpy.pool.overseer import Limits, Overseer, Verdict
+from mwpy.overseer import Limits, Overseer, Verdict
 from mwpy.resources import Resources
 from tests.condor_support import (
     COMPLETED,

@@ -19,7 +19,7 @@ import pytest
 
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.htcondor import CondorBackend, read_submit_commands
-from mwpy.pool.overseer import Limits, Overseer, Verdict
+from mwpy.overseer import Limits, Overseer, Verdict
 from tests.condor_support import (
     COMPLETED,
     FS_BINDING,

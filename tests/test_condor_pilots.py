@@ -3,9 +3,11 @@
 Item 5, no zombie pilots: once the master job has left the queue
 (``condor_rm``), the overseer removes every slave job of the computation in
 its next reconciliation and says how the master left, and so does ``mwpy
-status``; without an overseer, slaves leave the queue by themselves (exit 0)
-within ``--mw-abandon-after`` of their master's last word, instead of being
-started again and again. What is asserted is read from sources that are
+status``; without an overseer, the slaves of a removed master leave the queue
+by themselves (exit 0) within a minute (the master, told by the schedd that
+its job was removed, says so and tells them to leave), instead of being
+started again and again, while a master Condor starts again (a pool restart)
+keeps them. What is asserted is read from sources that are
 always written: the resource file, the overseer's output, the slaves' user
 log and the schedd's queue.
 """
@@ -91,27 +93,67 @@ def test_the_overseer_removes_every_slave_job_once_the_master_job_is_removed(
     assert report["slave_jobs"]["total"] == 0
 
 
-def test_slaves_without_an_overseer_leave_the_queue_once_their_master_is_gone(
+def submit_static(pool: Pool, workdir: Path, release: Path) -> int:
+    """docs/condor.md's static recipe: master.sub (gated.py, 2 tasks that wait for ``release``), then slaves.sub
+    with 2 slaves and its defaults; returns once both slaves are connected. The master's bindings reach the
+    test pool's older schedd with FS_BINDING."""
+    setup_workdir(pool, workdir, ["gated.py"])
+    master = submit_master(
+        pool, workdir, "program=gated.py", f"program_args={release} 2", f"extra_environment={FS_BINDING}"
+    )
+    pool.condor_submit(workdir, "submit/slaves.sub", "slaves=2", "program=gated.py")
+    wait_resource(workdir, lambda r: r.slaves_connected["unordered"] == 2, "2 slaves connected", timeout=90)
+    return master
+
+
+def test_slaves_without_an_overseer_leave_the_queue_within_a_minute_of_condor_rm_of_their_master(
     condor_pool: Pool, condor_workdir: Path
 ) -> None:
-    release = condor_workdir / "release"
-    setup_workdir(condor_pool, condor_workdir, ["gated.py"])
-    master = submit_master(
-        condor_pool, condor_workdir, "program=gated.py", f"program_args={release} 2", "update_interval=2"
-    )
-    condor_pool.condor_submit(
-        condor_workdir, "submit/slaves.sub", "slaves=2", "program=gated.py", "slave_options=--mw-abandon-after 5"
-    )
-    wait_resource(condor_workdir, lambda r: r.slaves_connected["unordered"] == 2, "2 slaves connected", timeout=90)
+    """condor_rm's SIGTERM: the master asks the schedd, finds its job removed, says so in its resource file
+    (``master_removed``) and tells its slaves to leave; every slave job leaves by itself (exit 0, on_exit_remove)
+    within 60 s with at most 2 starts, not after --mw-abandon-after and 6 restarts."""
+    master = submit_static(condor_pool, condor_workdir, condor_workdir / "release")
     remove_master(condor_pool, condor_workdir, master)
 
-    wait_gone(condor_workdir, "slave", DEADLINE)  # by themselves: nobody removes them
+    wait_gone(condor_workdir, "slave", 60)  # by themselves: nobody removes them
     lives = slave_lives(condor_workdir)
     assert len(lives) == 2, lives
     assert all(life[-1] == "ended exit 0" for life in lives.values()), (lives, logs(condor_workdir))
-    for job in lives:
-        err = (condor_workdir / f"slave.{job}.err").read_text(encoding="utf-8")
-        assert "the master is gone for good" in err, err  # the last run's one line says why the job ends
+    assert all(life.count("started") <= 2 for life in lives.values()), lives
+    record = read_resource(condor_workdir)
+    assert record is not None, logs(condor_workdir)
+    assert (record.master_removed, record.finished) == (True, False)
+    audit = (condor_workdir / f"master.{master}.0.audit").read_text()
+    assert "MASTER JOB REMOVED (condor_rm)" in audit, audit
+    report = status_json(condor_workdir, condor_pool.env())
+    assert report["master_gone"] == f"master job {master}.0 removed (its resource file says so)", report
+
+
+def test_a_pool_restart_keeps_the_slaves_of_the_master_condor_starts_again(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """A schedd that shuts down sends the master SIGTERM too, but its job is not removed: the master says
+    nothing of the kind, Condor starts it again, and the same slave jobs serve it to the end."""
+    release = condor_workdir / "release"
+    master = submit_static(condor_pool, condor_workdir, release)
+    first = read_resource(condor_workdir)
+    assert first is not None
+    first_pid, slave_jobs = first.master_pid, set(slave_lives(condor_workdir))
+
+    condor_pool.restart()
+    again = wait_resource(
+        condor_workdir,
+        lambda r: r.master_pid != first_pid and r.slaves_connected["unordered"] == 2,
+        "the restarted master with both slaves back",
+        timeout=DEADLINE,
+    )
+    assert not again.master_removed
+    release.touch()
+    assert "squares [0, 1]" in wait_master_done(condor_workdir, master), logs(condor_workdir)
+    wait_gone(condor_workdir, "slave", 60)
+    lives = slave_lives(condor_workdir)
+    assert set(lives) == slave_jobs, lives  # the same jobs: none left the queue, none was added
+    assert all(life[-1] == "ended exit 0" for life in lives.values()), (lives, logs(condor_workdir))
 
 
 def test_an_overseer_whose_master_job_never_writes_its_resource_file_leaves_the_queue(

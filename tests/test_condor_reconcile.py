@@ -17,7 +17,7 @@ import pytest
 from mwpy.backends import JobState
 from mwpy.backends.htcondor import CondorBackend
 from mwpy.observe import events
-from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
+from mwpy.overseer import Decision, Limits, Overseer, Verdict
 from tests import test_condor_nodes
 from tests.condor_support import (
     RESOURCE,

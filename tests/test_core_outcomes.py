@@ -17,6 +17,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from mwpy.core.entry import Death, Entry
 from mwpy.core.facts import (
     Facts,
     JournalEntryUnusable,
@@ -28,10 +29,10 @@ from mwpy.core.facts import (
 )
 from mwpy.core.journal import Journal
 from mwpy.core.outcomes import EXIT_WAIT, MASTER_TIMEOUT_GRACE, Outcomes
-from mwpy.core.scheduler import Death, Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.observe.task_output import OutputKeeper
-from mwpy.task import DEFAULT_POLICY, Policy, Result, TaskError, task_exception
+from mwpy.task_records import DEFAULT_POLICY, Policy, Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
 from tests.support import Quiet

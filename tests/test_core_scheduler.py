@@ -12,8 +12,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mwpy.core.scheduler import MAX_WINDOW, Entry, Scheduler, SlaveKind
-from mwpy.task import DEFAULT_POLICY, Policy
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import MAX_WINDOW, Scheduler, SlaveKind
+from mwpy.task_records import DEFAULT_POLICY, Policy
 from tests.support import QUIET
 
 #: The time every call of these tests happens at, unless a test says otherwise: the scheduler has no clock.

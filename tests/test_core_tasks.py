@@ -20,7 +20,8 @@ import pytest
 
 import mwpy
 from mwpy import NotInMasterError, RemoteTraceback, Result, Submitter
-from mwpy.task import Policy, lookup
+from mwpy.task import lookup
+from mwpy.task_records import Policy
 from tests.programs.workload import (
     block,
     checked,

@@ -24,14 +24,15 @@ import pytest
 
 import mwpy
 from mwpy import options as mwpy_options
+from mwpy.core.entry import Entry
 from mwpy.core.facts import Facts
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.master import Master
 from mwpy.net.engine import Engine
 from mwpy.observe.audit import Audit
 from mwpy.slave import Endpoint, connect
-from mwpy.task import DEFAULT_POLICY, Result
+from mwpy.task_records import DEFAULT_POLICY, Result
 from mwpy.wire import codec, protocol
 from mwpy.wire.session import HandshakeReply, SlaveSession
 from tests.support import PROGRAMS, Quiet

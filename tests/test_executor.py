@@ -30,8 +30,8 @@ import mwpy
 from mwpy.backends import Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import SlavesFailError
-from mwpy.executor import _script
 from mwpy.executor_core import _master_options
+from mwpy.executor_early import main_script
 from mwpy.executor_map import QUEUED_AHEAD
 from mwpy.names import RESOURCE_FILE
 from mwpy.resource_file import read as read_resource_file
@@ -432,6 +432,27 @@ def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) ->
     assert not marks[1].exists()  # given back unstarted: it never ran
 
 
+def test_cancelling_the_task_next_in_a_slave_s_window_leaves_the_executor_working(tmp_path: Path) -> None:
+    """The master takes the next task in a slave's window as started once the task before it ends; one cancelled
+    meanwhile (asked back, the slave not yet answered) stays cancelled. It broke the executor ("Future in
+    unexpected state") when joblib's backend cancelled the batches behind a failed one."""
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    mark = tmp_path / "ran"
+    with mwpy.Executor(max_workers=1, options=["--mw-slave-window", "4"], workdir=tmp_path / "work") as ex:
+        try:
+            blocker = ex.submit(work.touch_then_wait, started, release, 1)
+            behind = ex.submit(work.mark, str(mark))
+            wait_until(blocker.running, 60, "the blocking task to start")
+            wait_until(lambda: ex._core._master._sched.running_total == 2, 60, "the next to reach the slave's window")
+            assert behind.cancel()
+        finally:
+            Path(release).touch()
+        assert blocker.result(timeout=60) == 1
+        assert ex.submit(work.square, 3).result(timeout=60) == 9
+        assert behind.cancelled()
+    assert not mark.exists()
+
+
 BROKEN_ON_SLAVES = """\
     import concurrent.futures
     import mwpy
@@ -539,7 +560,7 @@ def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> Non
     """The condor path is not run here (no pool in these tests); what its slaves are told is checked."""
     initializer = Path("/tmp/work/mwpy_initializer.pickle")
     options = _master_options([], Path("/tmp/rf.json"), "condor", initializer, "executor-1")
-    script = _script()
+    script = main_script()
     if script != "-":
         assert options.slave_files == (script, str(initializer))
         assert options.slave_arguments[-3:] == (os.path.basename(script), ".", initializer.name)
@@ -569,7 +590,7 @@ def test_a_plain_executor_that_cannot_be_made_leaves_no_slave_and_no_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A plain local executor starts its slaves before it reads the rest of its arguments (mwpy/executor.py,
-    ``_EarlySlaves``): a wrong one still raises its one line, and leaves neither the work folder nor a slave."""
+    ``EarlySlaves``): a wrong one still raises its one line, and leaves neither the work folder nor a slave."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = _children()
     with pytest.raises(mwpy.ConfigurationError, match="cpus must be a non-negative integer"):

@@ -22,12 +22,13 @@ import pytest
 from mwpy import resource_file
 from mwpy.backends.condor_match import why_idle
 from mwpy.core import board
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import InvalidResourceFileError
 from mwpy.observe import events as ev
 from mwpy.observe import explain as explaining
 from mwpy.resource_file import Flight, TaskBoard, TooLong, Waiting
-from mwpy.task import DEFAULT_POLICY
+from mwpy.task_records import DEFAULT_POLICY
 from tests.support import (
     PROGRAMS,
     QUIET,
@@ -252,6 +253,18 @@ def test_a_task_no_connected_slave_would_live_to_finish_says_slave_lifetime_too_
         "leave by plan before one that long would end; it waits for a fresh slave"
     )
     assert not any("lifetime" in line for line in explaining.explain(record, 8, now=1001.0))  # a quick kind
+
+
+def test_a_master_job_that_left_after_finishing_is_not_called_lost() -> None:
+    """A master that finished (its file says so) and then left the queue ended the computation; only one that left
+    before it finished (``condor_rm``, a crash) leaves the computation without a master."""
+    board = TaskBoard(issued=5)
+    gone = "master job 52.0 exited with status 0 at 10:00:00"
+    finished = resource_record(timestamp=1000.0, computation_status="finished", slaves_needed=0, task_board=board)
+    assert explaining.explain(finished, 3, master_gone=gone, now=1001.0)[1] == f"{gone}: the computation finished"
+    removed = "master job 52.0 removed at 10:00:00 (via condor_rm (by user me))"
+    lost = explaining.explain(resource_record(timestamp=1000.0, task_board=board), 3, master_gone=removed, now=1001.0)
+    assert lost[1] == f"{removed}: the computation has no master, and nothing runs any more"
 
 
 def test_the_board_applies_the_slaves_own_rule_per_algorithm_to_their_measured_runs() -> None:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from mwpy.errors import SubmitError
 from mwpy.jobs import commands
-from mwpy.jobs.description import SubmitDescription, SubmitError
+from mwpy.jobs.description import SubmitDescription
 from tests.support import ROOT, mwpy_command
 
 KNOWN = [

@@ -127,7 +127,27 @@ def _history_of(constraint: str, projection: list[str]) -> list[Any]:
 
 
 def _held(ad: Any) -> JobEnd:
-    return JobEnd("held", hold=f"{ad.get('HoldReason')} [{ad.get('HoldReasonCode')}/{ad.get('HoldReasonSubCode')}]")
+    hold = f"{neutral(ad.get('HoldReason'))} [{ad.get('HoldReasonCode')}/{ad.get('HoldReasonSubCode')}]"
+    return JobEnd("held", hold=hold)
+
+
+#: What a hold reason names that differs between runs by construction: the execute side ("Error from
+#: slot1@host:"), the access point and execution point of a transfer, and the folders of paths.
+_PLACES = (
+    (re.compile(r"Error from [^:\s]*:"), "Error from EP:"),
+    (re.compile(r"at access point \S+ while sending files to execution point \S+\. "), "at AP sending to EP. "),
+    (re.compile(r"SHADOW at \S+ failed"), "SHADOW at AP failed"),
+    (re.compile(r"<[^<>]*>"), "<AP>"),
+    (re.compile(r"(?<=['\s])/\S*/"), ".../"),
+)
+
+
+def neutral(reason: object) -> str:
+    """A hold reason with the places it names made neutral, the rest as it is."""
+    text = str(reason)
+    for pattern, replacement in _PLACES:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _completed(ad: Any) -> JobEnd:
@@ -193,7 +213,7 @@ def _summary_ends(path: Path) -> dict[int, JobEnd]:
             continue
         process = int(line["job"].rpartition(".")[2])
         if line["status"] == "held":
-            ends[process] = JobEnd("held", hold=line["why"])
+            ends[process] = JobEnd("held", hold=neutral(line["why"]))
         elif line["status"] == "removed":
             ends[process] = JobEnd("removed")
         else:
@@ -257,9 +277,21 @@ def events(folder: Path, renamed: Callable[[str], str] = str) -> dict[str, list[
             if kind == 5:
                 detail = (event.get("ReturnValue"), event.get("TerminatedBySignal"))
             elif kind == 12:
-                detail = (event.get("HoldReason"), event.get("HoldReasonCode"), event.get("HoldReasonSubCode"))
+                detail = (neutral(event.get("HoldReason")), event.get("HoldReasonCode"), event.get("HoldReasonSubCode"))
             found.setdefault(f"{name} {event.proc}", []).append((kind, *detail))
     return found
+
+
+def _before_our_removal(
+    found: dict[str, list[tuple[Any, ...]]], ends: dict[int, JobEnd]
+) -> dict[str, list[tuple[Any, ...]]]:
+    """The reference's events without the aborted event (009) of run_condor's own condor_rm of the jobs it left
+    held: the case's jobs end held, as mwpy's do."""
+    return {
+        key: kinds[:-1] if kinds[-1:] == [(9,)] and ends.get(int(key.rsplit(" ", 1)[1]), JobEnd("")).state == "held"
+        else kinds
+        for key, kinds in found.items()
+    }  # fmt: skip
 
 
 def _holds_as_mwpy_says(ends: dict[int, JobEnd]) -> dict[int, JobEnd]:
@@ -294,6 +326,6 @@ def test_a_published_submit_file_runs_under_mwpy_jobs_as_under_condor_submit(
     expected_ends = _holds_as_mwpy_says(condor_ends)
     assert pool_ends == expected_ends, pool_said
     assert local_ends == expected_ends, local_said
-    expected_events = events(reference)
+    expected_events = _before_our_removal(events(reference), condor_ends)
     assert events(pooled, as_named_by(names, cluster, master)) == expected_events, pool_said
     assert events(local) == expected_events, local_said

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mwpy.jobs.description import SubmitDescription, SubmitError, parse_arguments, parse_environment
+from mwpy.errors import SubmitError
+from mwpy.jobs.arguments import parse_arguments, parse_environment
+from mwpy.jobs.description import SubmitDescription
 from tests.support import mwpy_command
 
 

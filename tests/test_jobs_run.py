@@ -350,23 +350,31 @@ def test_remaps_getenv_common_inputs_and_an_executable_found_in_the_scratch_fold
     assert run["fetches"][hashlib.sha256(b"x" * 100_000).hexdigest()] == 1  # once for the slave, not per job
 
 
-def test_a_run_with_output_and_error_folders_missing_stops_before_any_job(tmp_path: Path) -> None:
-    """Issue 23 item 6: condor_submit's file checks (SUBMIT_SKIP_FILECHECK = false) stop such a file before any
-    job; HTCondor 23 and 25's file transfer would make the folder, so a misspelt one would go unnoticed."""
-    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\noutput = logs/out.$(Process)\nqueue 2\n")
+def test_a_missing_output_folder_is_made_by_file_transfer_and_holds_a_job_that_runs_in_place(tmp_path: Path) -> None:
+    """As condor_submit runs the OSG wordcount tutorial (no ``logs/`` folder): with file transfer the folder is
+    made and the jobs succeed; a job that runs in place (should_transfer_files = NO) is held with the starter's
+    reason, per job, with its 012 event."""
+    import htcondor2  # noqa: PLC0415
+
+    submit(tmp_path, "executable = /bin/echo\narguments = $(Process)\nshould_transfer_files = YES\n"
+           "output = logs/out.$(Process)\nerror = errs/err.$(Process)\nlog = logs/jobs.log\nqueue 2\n")  # fmt: skip
     done = run_jobs(tmp_path)
-    assert (done.returncode, done.stderr) == (
-        2,
-        f"mwpy jobs: error: job 1.0: output {tmp_path}/logs/out.0: its folder does not exist\n",
+    assert done.returncode == 0, done.stderr
+    assert "the folder of the log" in done.stderr  # and, as in Condor, no events in it once the folder is made
+    assert not (tmp_path / "logs/jobs.log").exists()
+    assert [(tmp_path / f"logs/out.{n}").read_text() for n in range(2)] == ["0\n", "1\n"]
+    in_place = tmp_path / "in_place"
+    in_place.mkdir()
+    submit(in_place, "executable = /bin/echo\nshould_transfer_files = NO\noutput = logs/out\nlog = jobs.log\nqueue\n")
+    done = run_jobs(in_place)
+    assert done.returncode == 1, done.stderr
+    jobs, _ = summary(in_place)
+    assert jobs["1.0"]["status"] == "held"
+    assert jobs["1.0"]["why"].endswith(
+        f"Failed to open '{in_place}/logs/out' as standard output: No such file or directory (errno 2)"
     )
-    assert not (tmp_path / "ran").exists()
-    submit(tmp_path, "executable = /bin/sh\narguments = \"-c 'touch ran'\"\nerror = errs/err\nqueue\n")
-    done = run_jobs(tmp_path)
-    assert (done.returncode, done.stderr) == (
-        2,
-        f"mwpy jobs: error: job 1.0: error {tmp_path}/errs/err: its folder does not exist\n",
-    )
-    assert not (tmp_path / "ran").exists()
+    held = [event for event in htcondor2.JobEventLog(str(in_place / "jobs.log")).events(0) if int(event.type) == 12]
+    assert [(event["HoldReasonCode"], event["HoldReasonSubCode"]) for event in held] == [(7, 2)]
 
 
 def test_remapped_outputs_folders_are_made_as_condor_s_file_transfer_makes_them(tmp_path: Path) -> None:

@@ -24,7 +24,16 @@ from mwpy import ExitCode
 from mwpy.core.journal import Journal
 from mwpy.core.journal import digest as journal_digest
 from tests.programs.trust_journal import executions
-from tests.support import PROGRAMS, Proc, reap_spawned, run_program, spawn_master, spawn_slave, wait_until
+from tests.support import (
+    PROGRAMS,
+    Proc,
+    mwpy_command,
+    reap_spawned,
+    run_program,
+    spawn_master,
+    spawn_slave,
+    wait_until,
+)
 
 JOURNALED = PROGRAMS / "trust_journal.py"
 COUNT = 60
@@ -104,6 +113,30 @@ def test_master_killed_half_way_resumes_from_its_journal(tmp_path: Path) -> None
     assert all(line["journaled"] for line in printed(third))
     assert len(printed(third)) == COUNT
     assert executions(runs) == after
+
+
+def test_a_restarted_master_says_at_once_how_many_answers_it_takes_from_its_journal(tmp_path: Path) -> None:
+    """Before the program's last line, and before any slave: the audit, the event log's ``master-start`` and
+    ``mwpy status`` say how many answers the journal holds (``mwpy jobs`` says so in its own status)."""
+    journal = Journal(tmp_path / "journal.sqlite")
+    for i in range(846):
+        journal.record(f"square-{i}", "journaled_square", b"\x80\x05K\x01.", "slave-0", 0.1)
+    journal.close()
+    events = tmp_path / "events.jsonl"
+    master = spawn_master(JOURNALED, tmp_path, "--mw-journal", str(tmp_path / "journal.sqlite"), "--mw-events",
+                          str(events), "--mw-audit-file", str(tmp_path / "master.audit"), "squares", "900",
+                          str(tmp_path))  # fmt: skip
+    audit = (tmp_path / "master.audit").read_text()
+    assert "RESUMED 846 answers from the journal (their tasks are not run again)" in audit, audit
+    status = subprocess.run(
+        mwpy_command("status", str(tmp_path / "resource.json"), "--no-condor"), capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    assert "resumed  846 answers from the journal" in status.stdout.splitlines(), status.stdout
+    start = wait_until(lambda: [line for line in events.read_text().splitlines() if "master-start" in line], 30,
+                       "the master-start event")  # fmt: skip
+    assert json.loads(start[0])["journal_answers"] == 846
+    master.kill()
 
 
 def run_alone(program: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:

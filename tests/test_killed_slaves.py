@@ -24,7 +24,7 @@ import pytest
 import mwpy
 from mwpy import ExitCode, slave_exits
 from mwpy.backends.local import MAX_RESTART_DELAY, LocalBackend
-from mwpy.core.scheduler import Death
+from mwpy.core.entry import Death
 from mwpy.names import SLAVE_DROPS, SLAVES_LOG
 from tests.programs.evictable import gated
 from tests.support import PROGRAMS, PYTHON, local_master, run_local

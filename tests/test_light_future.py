@@ -1,4 +1,4 @@
-"""mwpy.task.LightFuture: a concurrent.futures.Future without a Condition until someone needs one.
+"""mwpy.futures.LightFuture: a concurrent.futures.Future without a Condition until someone needs one.
 
 Futures settled before anyone looked, settled while another thread waits, and
 looked at through every concurrent.futures entry point must behave exactly as
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from mwpy.task import LightFuture
+from mwpy.futures import LightFuture
 
 #: A generous deadline for waits that must end at once (never reached unless a wake-up is lost).
 DEADLINE = 30.0

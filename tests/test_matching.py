@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.matching import Offer
 from mwpy.resources import Resources
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.support import PROGRAMS, QUIET, reap_spawned, spawn_master, spawn_slave
 
 #: A dynamic slot's machine ad on node 1 of the test pool (tools/condor_pool.py advertises MwpyNode), trimmed.

@@ -15,13 +15,14 @@ from pathlib import Path
 import attrs
 
 from mwpy import resource_file
+from mwpy.core.entry import Entry
 from mwpy.core.memory import MemoryLearning
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.matching import Offer
 from mwpy.names import JOB_AD_VARIABLE
-from mwpy.pool.overseer import MIB, Limits, Overseer
+from mwpy.overseer import MIB, Limits, Overseer
 from mwpy.resources import Resources
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.condor_support import wait_resource
 from tests.programs import outgrows
 from tests.support import PROGRAMS, QUIET, mwpy_command, resource_record, wait_until

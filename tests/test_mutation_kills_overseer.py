@@ -19,7 +19,7 @@ import pytest
 
 from mwpy import resource_file
 from mwpy.backends import Job, JobState, Launch
-from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
+from mwpy.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 
 

@@ -12,8 +12,9 @@ import math
 import attrs
 import pytest
 
-from mwpy.core.scheduler import RETRY_DELAY, Entry, Scheduler, SlaveKind
-from mwpy.task import DEFAULT_POLICY, Policy, Result
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import RETRY_DELAY, Scheduler, SlaveKind
+from mwpy.task_records import DEFAULT_POLICY, Policy, Result
 from tests.support import QUIET
 
 #: The time every call of these tests happens at, unless a test says otherwise: the scheduler has no clock.

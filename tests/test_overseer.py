@@ -29,7 +29,7 @@ from mwpy import backends, overseer_state, resource_file
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.local import LocalBackend
 from mwpy.errors import BackendError, ConfigurationError
-from mwpy.pool.overseer import Decision, Limits, Overseer, Verdict
+from mwpy.overseer import Decision, Limits, Overseer, Verdict
 from mwpy.resource_file import ResourceFile
 from tests.programs.spool_backend import SpoolBackend, write_job
 from tests.support import PROGRAMS, ROOT, wait_until
@@ -517,6 +517,22 @@ def test_local_back_end_keeps_a_failed_slave_queued_and_starts_it_again(tmp_path
         wait_until(lambda: not backend.jobs(), 30, "the slave job to leave the queue")
         assert (tmp_path / "jobs" / "local.0" / "runs").read_text() == "3"  # exit 1, exit 1, exit 0: gone
         assert (tmp_path / "jobs" / "local.0" / "resource.json").read_text() == rf.read_text()
+    finally:
+        backend.close()
+
+
+def test_a_failed_slave_job_names_its_exit_status_as_the_slaves_stderr_does(tmp_path: Path) -> None:
+    """``mwpy status`` and the overseer quote a job's reason: ``exited with status 3`` alone leaves the user to
+    look the number up; the slave's own line says ``[exit status 3 UNREACHABLE: ...]`` (docs/exit-codes.md)."""
+    rf = tmp_path / "resource.json"
+    shutil.copy(PROGRAMS / "gated.py", tmp_path / "program.py")
+    arguments = ["program.py", "--mw-slave", "--mw-resource-file", rf.name, "--mw-connect-timeout", "0.5"]
+    record = write_resource(rf, slave_executable=sys.executable, slave_arguments=arguments, secret="00" * 32)
+    backend = LocalBackend(tmp_path / "jobs", restart_delay=3600)  # nobody listens on port 1: one failed run
+    try:
+        backend.submit(Launch.of(record, str(rf)), 1)
+        wait_until(lambda: backend.jobs()[0].exit_code, 30, "the slave's run to fail")
+        assert (backend.jobs()[0].reason or "").startswith("exited with status 3 UNREACHABLE: "), backend.jobs()
     finally:
         backend.close()
 

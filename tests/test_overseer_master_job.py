@@ -17,7 +17,7 @@ import attrs
 import pytest
 
 from mwpy.backends import JobState, MasterWatch
-from mwpy.pool.overseer import Limits, Overseer, Verdict
+from mwpy.overseer import Limits, Overseer, Verdict
 from tests.condor_support import RESOURCE, Pool
 from tests.support import wait_until
 from tests.test_overseer import FakeBackend, mwpy_cli, write_resource
@@ -60,6 +60,15 @@ def test_a_master_job_that_leaves_before_writing_its_file_takes_the_jobs_with_it
         "master job 5.0 exited with status 2 at 10:00:00: the computation has no master; removed its 2 slave jobs"
     )
     assert set(backend.asked) == {"5.0"}
+
+
+def test_a_master_that_says_its_job_was_removed_takes_the_jobs_with_it_without_asking_the_schedd(rf: Path) -> None:
+    """The master's own word (``master_removed``, written on condor_rm's SIGTERM) is enough: a back end that cannot
+    see the master's job (another schedd's, or none) does not keep the slave jobs queued."""
+    backend = FakeBackend(queue={"7.0": JobState.RUNNING, "7.1": JobState.IDLE})
+    write_resource(rf, needed=0, master_condor_job="5.0", master_removed=True)
+    decision = Overseer(rf, backend, Limits()).reconcile()
+    assert (decision.verdict, decision.removed, backend.queue) == (Verdict.ABANDONED, 2, {})
 
 
 def test_the_master_job_named_on_the_command_line_wins_over_the_file_s(rf: Path) -> None:

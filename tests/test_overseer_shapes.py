@@ -17,14 +17,15 @@ import pytest
 from mwpy.backends import Job, JobState, Launch
 from mwpy.backends.condor_log import JobLog
 from mwpy.backends.htcondor import slave_description
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ConfigurationError
 from mwpy.matching import Offer
+from mwpy.overseer import Limits, Overseer
 from mwpy.pool import shape_plan
-from mwpy.pool.overseer import Limits, Overseer
 from mwpy.resource_file import ShapeDemand
 from mwpy.resources import Resources, own_shape
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.support import Quiet
 from tests.test_overseer import FakeBackend, write_resource
 

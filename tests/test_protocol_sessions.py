@@ -31,7 +31,8 @@ from mwpy.errors import ComputationFinishedError, ConfigurationError, Membership
 from mwpy.master import Master
 from mwpy.observe.audit import Audit
 from mwpy.slave import ExitCode as FromSlave
-from mwpy.task import DEFAULT_POLICY, current_master, registry, task
+from mwpy.task import current_master, registry, task
+from mwpy.task_records import DEFAULT_POLICY
 from mwpy.wire import codec, protocol
 from mwpy.wire.protocol import Cancel, Cancelled, Heartbeat, Hello, Refuse, Results, Shutdown, Tasks, Welcome
 from mwpy.wire.session import (
@@ -637,7 +638,7 @@ def test_with_master_makes_it_current_and_restores_the_previous_one(tmp_path: Pa
                 assert double.submit(1).task_id == 1
             assert current_master() is outer
             with pytest.raises(ComputationFinishedError):
-                inner._intake.submit_future(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
+                inner._submit(double, DEFAULT_POLICY, (1,), {})  # a finished master, still reachable
             assert double.pending_tasks() == 0
         assert current_master() is None
         with pytest.raises(NotInMasterError):

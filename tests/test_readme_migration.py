@@ -1,4 +1,4 @@
-"""README's "Migrating" table, checked by running each row's mwpy form (issue 21 item 7).
+"""The how-to guides' porting tables (docs/howto/port-from-*.md), checked by running each row's mwpy form.
 
 A row followed literally must work: the dask row once read "ex.map(...) for
 client.map(...)", and its users' ``.result()`` on the values gave
@@ -20,11 +20,17 @@ MIGRATION = PROGRAMS / "migration.py"
 ELSEWHERE = {"Parsl: HighThroughputExecutor + HTCondorProvider"}
 
 
+#: The guides whose tables tests/programs/migration.py runs; the joblib guide's example runs in tests/test_docs_site.py.
+GUIDES = ("port-from-processpool.md", "port-from-dask.md", "port-from-parsl.md")
+
+
 def readme_rows() -> set[str]:
-    """The first cell of each row of README's migration table, without its backquotes."""
-    text = (ROOT / "README.md").read_text()
-    table = text.split("### Migrating", 1)[1].split("\n\n", 2)[1]
-    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| you wrote")]
+    """The first cell of each row of the guides' porting tables, without its backquotes."""
+    rows = []
+    for guide in GUIDES:
+        text = (ROOT / "docs" / "howto" / guide).read_text()
+        table = text.split("| you wrote | with mwpy |", 1)[1].split("\n\n", 1)[0]
+        rows += [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("|---")]
     return {re.sub(r"`", "", row.split(" | ")[0][2:]).strip() for row in rows}
 
 

@@ -1,4 +1,4 @@
-"""``python -m mwpy.observe.report`` (docs/observability.md): one self-contained HTML file, in a real browser."""
+"""``mwpy report`` (docs/observability.md): one self-contained HTML file, in a real browser."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ DRAWN = {
 
 def _report_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mwpy.observe.report", *args],
+        [sys.executable, "-m", "mwpy", "report", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -18,7 +18,7 @@ from mwpy import safe_text
 from mwpy.core.facts import TaskPrinted
 from mwpy.observe.audit import Audit
 from mwpy.observe.renderers import OutputForwarder
-from mwpy.task import Result, TaskError, TaskFailedError
+from mwpy.task_records import Result, TaskError, TaskFailedError
 from tests.support import ROOT
 
 #: What a hostile task writes: clipboard write (OSC 52), window title, clear screen, line forgery, a C1 CSI,

@@ -19,14 +19,15 @@ import attrs
 import pytest
 
 import mwpy
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ResourceFileError
 from mwpy.matching import Offer
 from mwpy.observe import statusview
 from mwpy.observe.statusview import Extra
 from mwpy.resource_file import ResourceFile, read
 from mwpy.resources import Resources, own_shape
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 from tests.condor_support import Pool, logs, setup_workdir, submit_master, wait_master_done
 from tests.programs import shaped
 from tests.support import PROGRAMS, QUIET, Quiet, mwpy_command, wait_until

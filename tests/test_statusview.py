@@ -50,7 +50,7 @@ def _record(**changes: Any) -> ResourceFile:
 
 @contextlib.contextmanager
 def terminal(*args: str) -> Iterator[Terminal]:
-    term = Terminal([sys.executable, "-m", "mwpy.observe.statusview", *args])
+    term = Terminal([sys.executable, "-m", "mwpy", "status", *args])
     try:
         yield term
     finally:
@@ -102,7 +102,7 @@ def test_without_a_terminal_it_prints_plain_lines(tmp_path: Path) -> None:
     rf = tmp_path / "resource.json"
     resource_file.write(rf, _record(computation_status="finished", tasks_done=12, slaves_connected={"unordered": 2}))
     done = subprocess.run(
-        [sys.executable, "-m", "mwpy.observe.statusview", str(rf), "--watch", "--no-condor", "--total", "12"],
+        [sys.executable, "-m", "mwpy", "status", str(rf), "--watch", "--no-condor", "--total", "12"],
         capture_output=True,
         text=True,
         timeout=DEADLINE,
@@ -119,7 +119,7 @@ def test_an_unusable_resource_file_is_one_line_and_status_1(tmp_path: Path) -> N
     rf = tmp_path / "resource.json"
     rf.write_text('{"format": "something else"}', encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "mwpy.observe.statusview", str(rf), "--watch", "--no-condor"],
+        [sys.executable, "-m", "mwpy", "status", str(rf), "--watch", "--no-condor"],
         capture_output=True,
         text=True,
         timeout=DEADLINE,

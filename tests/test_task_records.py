@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from mwpy.core.scheduler import Entry
-from mwpy.task import Policy
+from mwpy.core.entry import Entry
+from mwpy.task_records import Policy
 from tests.support import QUIET
 
 POLICY = Policy(

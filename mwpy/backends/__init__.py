@@ -2,7 +2,8 @@
 
 A back end knows nothing of mwpy's protocol: it runs the command the resource
 file describes, ships the files it names, and keeps a failed slave queued
-(Condor's ``on_exit_remove = (ExitBySignal == False) && (ExitCode == 0)``).
+(Condor's ``on_exit_remove = (ExitBySignal == False) && (ExitCode == 0)``);
+it names a slave's exit status as the slave's stderr line does (:func:`exited`).
 The overseer decides how many; the back end only does as it is told.
 
 Back ends plug in: :func:`register` names a factory (built-ins: ``local`` and
@@ -29,6 +30,16 @@ import attrs
 from mwpy.errors import BackendError, ConfigurationError
 from mwpy.resource_file import ResourceFile
 from mwpy.resources import Resources
+from mwpy.wire.protocol import ExitCode
+
+
+def exited(status: int) -> str:
+    """``exited with status 4 MASTER_LOST``: a slave job's exit status with the name its stderr line gives it
+    (docs/exit-codes.md); a status mwpy does not choose has no name."""
+    try:
+        return f"exited with status {status} {ExitCode(status).name}"
+    except ValueError:
+        return f"exited with status {status}"
 
 
 class JobState(enum.Enum):

@@ -19,6 +19,7 @@ import argparse
 import collections
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ import classad2
 import htcondor2
 
 from mwpy import resource_file
-from mwpy.backends import Job, JobState, Launch, condor_match
+from mwpy.backends import Job, JobState, Launch, condor_match, exited
 from mwpy.backends.condor_log import RECONCILE_EVERY, JobLog
 from mwpy.errors import BackendError, ConfigurationError, ResourceFileError, UsageError
 from mwpy.names import MEMBER_ATTRIBUTE, ROLE_ATTRIBUTE, SHAPE_ATTRIBUTE, SLAVES_LOG
@@ -533,6 +534,33 @@ def departure(job_id: str, ad: Mapping[str, Any]) -> str:
     return f"master job {job_id} exited with status {ad.get('ExitCode', '?')}{when}"
 
 
+#: Seconds a master that got SIGTERM waits for its schedd to say whether its job was removed.
+REMOVAL_QUESTION_WAIT = 5.0
+
+
+def job_removed(job_id: str, wait: float = REMOVAL_QUESTION_WAIT) -> bool:
+    """Whether this host's schedd holds ``job_id`` as removed (``condor_rm``, ``JobStatus == 3``).
+
+    Asked by a master that got SIGTERM, which a schedd shutting down sends too (it starts the job again when it
+    comes back, and the slaves should wait for it). No answer within ``wait`` seconds (a schedd on its way down)
+    counts as not removed.
+    """
+    cluster, _, proc = job_id.partition(".")
+    answers: list[bool] = []
+
+    def ask() -> None:
+        with contextlib.suppress(htcondor2.HTCondorException, ValueError):
+            ads = htcondor2.Schedd().query(
+                constraint=f"ClusterId == {int(cluster)} && ProcId == {int(proc)}", projection=["JobStatus"]
+            )
+            answers.append(bool(ads) and int(ads[0].get("JobStatus", 0)) == int(htcondor2.JobStatus.REMOVED))
+
+    asking = threading.Thread(target=ask, name="mwpy-job-removed", daemon=True)
+    asking.start()
+    asking.join(wait)
+    return bool(answers) and answers[0]
+
+
 #: HoldReasonCode 34 (JobOutOfResources): the job used more memory than it asked for (the startd's cgroup
 #: policy); a site's periodic hold says so in its reason instead ("memory usage exceeded request_memory").
 MEMORY_HOLD_CODE = 34
@@ -559,7 +587,7 @@ def _job(ad: Mapping[str, Any], failed_runs: int | None = None) -> Job | None:
     elif by_signal:
         reason = f"killed by signal {ad.get('ExitSignal', '?')}"
     elif exit_code:
-        reason = f"exited with status {exit_code}"
+        reason = exited(exit_code)
     entered = ad.get("EnteredCurrentStatus")
     since = float(entered) if isinstance(entered, int | float) else None
     memory_hold = state is JobState.HELD and (

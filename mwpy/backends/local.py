@@ -30,7 +30,7 @@ from pathlib import Path
 import attrs
 
 from mwpy import slave_exits, slave_start
-from mwpy.backends import Job, JobState, Launch
+from mwpy.backends import Job, JobState, Launch, exited
 from mwpy.errors import BackendError
 from mwpy.names import SLAVE_STDERR
 from mwpy.resources import Resources, slave_shape
@@ -70,7 +70,7 @@ class _LocalJob:
         status = self.last_status
         if not status:  # not exited yet, or exited 0 (and about to leave the queue)
             return Job(self.job_id, state, exit_code=status, since=self.since, failed_runs=self.failed_runs)
-        how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        how = f"killed by signal {-status}" if status < 0 else exited(status)
         last = last_line(self.sandbox / SLAVE_STDERR)
         reason = f"{how}: {last}" if last else how
         exit_code = status if status > 0 else None

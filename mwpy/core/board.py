@@ -12,8 +12,8 @@ interval), never per task. Each part is bounded so that a queue of millions
 costs the master a fixed walk and the file a few KiB: past the bounds the
 board says how much it left out, and the reader says "at least".
 
-It reads the scheduler's queues in place and changes nothing; it lives here,
-not in :class:`~mwpy.core.scheduler.Scheduler`, whose class is at its size limit.
+It reads the scheduler's queues in place and changes nothing: a view for the resource file's readers, apart
+from the rules that change the queues (:class:`~mwpy.core.scheduler.Scheduler`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from mwpy.core.scheduler import Entry, Scheduler
+from mwpy.core.entry import Entry
+from mwpy.core.scheduler import Scheduler
 from mwpy.resource_file import Flight, Need, TaskBoard, TooLong, Waiting
 
 #: Queued tasks walked at most, all queues together.

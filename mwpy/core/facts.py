@@ -32,10 +32,12 @@ OUTCOMES: Final = ("ok", "error", "retried")
 
 
 class MasterStarted(NamedTuple):
-    """The master listens; no slave has connected yet."""
+    """The master listens; no slave has connected yet. ``journal_answers``: answers its journal holds already
+    (a restarted master takes them instead of running those tasks again)."""
 
     member_id: str
     host: str
+    journal_answers: int = 0
 
 
 class MasterReady(NamedTuple):

@@ -82,6 +82,11 @@ class Groups:
         return needed + max(0, wanted - self._acquired[SlaveKind.UNORDERED])
 
     @property
+    def follows_tasks(self) -> bool:
+        """Whether the unordered group wants one slave per task (the program never set its allocation)."""
+        return self._auto_unordered
+
+    @property
     def reserved(self) -> int:
         """Ordered and intermingle slaves wanted (what ``allocate_slaves`` asked for them, less what was given back)."""
         return sum(self._desired[kind] for kind in _RESERVED)

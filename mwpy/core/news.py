@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-#: The scheduler's task record (``mwpy.core.scheduler.Entry``).
+#: The scheduler's task record (``mwpy.core.entry.Entry``).
 T = TypeVar("T")
 
 

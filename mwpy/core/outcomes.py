@@ -23,7 +23,7 @@ like the scheduler's:
 * a task submitted with a key that the journal knows is answered from it,
   unless the entry is damaged (its digest), names another algorithm or does
   not unpickle here: then it is treated as absent and the task runs again;
-* every result reaches the task's listener (mwpy/core/scheduler.py), which
+* every result reaches the task's listener (mwpy/core/entry.py), which
   says whether ``mw.results()`` gets it too.
 
 Callers pass the time (``now``, monotonic seconds) where a rule needs it.
@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from mwpy import slave_exits
+from mwpy.core.entry import Death, Entry
 from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
-from mwpy.core.scheduler import Death, Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
-from mwpy.task import Result, TaskError, task_exception
+from mwpy.task_records import Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
 
@@ -135,6 +136,12 @@ class Outcomes:
         self._condemned: list[tuple[Entry, float]] = []
         #: What ``mw.results()`` drains, in arrival order.
         self.results: list[Result] = []
+        #: Runs measured (results from slaves, answers and failures) and their seconds: the demand model's input.
+        self.runs, self.run_seconds = 0, 0.0
+
+    def mean_run(self) -> float | None:
+        """Mean seconds a task ran on its slave, over every result so far; None before the first."""
+        return self.run_seconds / self.runs if self.runs else None
 
     def take(
         self, sid: str, items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None, now: float
@@ -155,6 +162,8 @@ class Outcomes:
             if entry is None:
                 self._facts(StrayResult(sid, task_id))
                 continue
+            self.runs += 1
+            self.run_seconds += compute_time
             result = decode(entry, sid, ok, blob, compute_time)
             if printed is not None:
                 result = attrs.evolve(result, stdout=printed[0], stderr=printed[1])

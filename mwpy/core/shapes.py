@@ -20,7 +20,7 @@ import attrs
 
 from mwpy.matching import Offer
 from mwpy.resources import Resources
-from mwpy.task import Policy
+from mwpy.task_records import Policy
 
 
 class _Task(Protocol):

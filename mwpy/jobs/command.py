@@ -183,7 +183,7 @@ def failed_jobs_summarised(summary: str, *, since: float) -> bool:
 def status_report(resource: str) -> dict[str, Any]:
     """``{"jobs": counts}`` when the computation is an ``mwpy jobs`` run (for ``mwpy status``), else ``{}``.
 
-    The master keeps the counts in ``RESOURCE.jobs`` (mwpy.jobs.program); a
+    The master keeps the counts in ``RESOURCE.jobs`` (mwpy.jobs.summary); a
     file that is missing, too big or not the expected JSON shows nothing.
     """
     try:

@@ -56,7 +56,9 @@ _ROWS = (
     ),
     _Row(
         True,
-        "`getenv = true` copies the environment `mwpy jobs` runs in; a list of names and `*` patterns "
+        "`getenv = true` copies the environment `mwpy jobs` was started in (not mwpy's own changes to it, such as "
+        "the `CONDOR_CONFIG=/dev/null` HTCondor's bindings set where no configuration is found); a list of names "
+        "and `*` patterns "
         "(separated by commas, semicolons or spaces, matched without regard to case) copies those variables, "
         "and a `!` member keeps one out (`getenv = !PATH` copies all but `PATH`), as condor_submit reads it; "
         "the job's `environment` wins",
@@ -64,8 +66,8 @@ _ROWS = (
     ),
     _Row(
         True,
-        "stdin, stdout, stderr; relative to `initialdir`; their folders must exist before the first job "
-        "runs (condor_submit's file checks; HTCondor's file transfer would make a misspelt one); "
+        "stdin, stdout, stderr; relative to `initialdir`; a missing folder is made by the file transfer, and "
+        "holds a job that runs in place (code 7), as Condor's starter holds it; "
         "`transfer_input/output/error = false` uses the path as it is on the execute side",
         "input(In stdin) output(Out stdout) error(Err stderr) transfer_input(TransferIn) "
         "transfer_output(TransferOut) transfer_error(TransferErr)",
@@ -80,7 +82,7 @@ _ROWS = (
         "files, `dir` and `dir/`, with their modes; `transfer_common_input` files are fetched once per slave "
         "and kept, like every shared input, and arrive read-only as HTCondor 25 hands them over; "
         "`preserve_relative_paths` keeps `a/b` as `a/b`; "
-        "`skip_filechecks` leaves missing inputs to fail the job when it starts",
+        "`skip_filechecks` leaves missing inputs to hold their job when its files are sent, as Condor holds it",
         "transfer_input_files(TransferInput TransferInputFiles) transfer_common_input(CommonInputFiles) "
         "preserve_relative_paths(PreserveRelativePaths) skip_filechecks",
     ),

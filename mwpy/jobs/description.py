@@ -24,17 +24,15 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import attrs
 
-from mwpy.errors import ConfigurationError
-from mwpy.jobs import commands, jobad, statements
-
-
-class SubmitError(ConfigurationError):
-    """The submit description cannot be run by mwpy: a refused command, a bad value, a missing input file."""
+from mwpy.errors import SubmitError
+from mwpy.jobs import bindings, commands, jobad, statements
+from mwpy.jobs.arguments import parse_arguments, parse_environment
 
 
 @attrs.frozen
@@ -70,12 +68,18 @@ class JobSpec:
     log: str | None = None  # the user log (absolute), if any
     ad: jobad.JobAd = jobad.DEFAULT_AD  # the job-ad attributes policy and placement are made of
     core_size: int | None = None  # bytes; None: the slave's own limit
-    skip_filechecks: bool = False  # missing inputs fail the job when it starts, not the run before it
+    skip_filechecks: bool = False  # missing inputs hold the job when its files are sent, not stop the run
     #: transfer_input/output/error (stdin, stdout, stderr): False uses the path on the execute side
     transfer_streams: tuple[bool, bool, bool] = (True, True, True)
     #: should_transfer_files = IF_NEEDED (Condor's default): a slave that shares the submit side's file system
     #: runs the job in initialdir, as Condor's starter does on a machine of the same FileSystemDomain
     if_needed: bool = False
+    #: ``arguments`` as written when it holds ``$$([expression])``: expanded and split again for each run
+    arguments_text: str = ""
+    #: each run's arguments or environment hold ``$$([expression])`` of the job's ad
+    expands: bool = False
+    #: the exit code that means success: ``success_exit_code`` (``JobSuccessExitCode``), else 0
+    success_code: int = 0
 
     @property
     def job_id(self) -> str:
@@ -150,8 +154,7 @@ class SubmitDescription:
 
     def _read(self, statement: statements.QueueStatement) -> _Segment:
         """One queue statement through ``htcondor2.Submit``: its commands, its count, its item data."""
-        import htcondor2  # noqa: PLC0415 (slow to import; only this command needs it)
-
+        htcondor2 = bindings.htcondor()
         with contextlib.chdir(self.base):  # `include`, `from FILE`, `matching` read from condor_submit's folder
             try:
                 submit = htcondor2.Submit(statement.source)
@@ -213,10 +216,14 @@ class SubmitDescription:
         The names are those HTCondor's parser read for some queue statement: an included file's commands count,
         a branch of ``if``/``else`` that is not taken does not, as for condor_submit."""
         names = {name: None for segment in self._segments for name in segment.submit}  # type: ignore[attr-defined]
+        refused: dict[str, list[str]] = {}  # why -> the commands refused for it, all named at once
         for name in names:
             command = commands.lookup(name)
             if command is not None and not command.honoured:
-                raise SubmitError(f"{name}: not supported by mwpy jobs: {command.how}")
+                refused.setdefault(command.how, []).append(name)
+        if refused:
+            named = ", ".join(name for group in refused.values() for name in group)
+            raise SubmitError(f"{named}: not supported by mwpy jobs: {'; '.join(refused)}")
 
     def warnings(self) -> list[str]:
         """condor_submit's warnings: a line no job uses (a misspelt command, a macro nothing refers to)."""
@@ -282,34 +289,32 @@ class SubmitDescription:
             placements.add(spec.ad.placement)
             if not os.path.isdir(spec.initialdir):
                 raise SubmitError(f"job {spec.job_id}: initialdir {spec.initialdir} does not exist")
-            _check_folders(spec)
             priorities.add(spec.ad.get("JobPrio", "0"))
             if len(priorities) > 1:
                 raise SubmitError(f"job {spec.job_id}: priority differs between jobs; mwpy runs them in queue order")
-            if spec.skip_filechecks:
-                continue
             for what, path in spec.submit_side_files():
                 if path in seen:
                     continue
-                if not os.path.exists(path):
-                    raise SubmitError(f"job {spec.job_id}: {what} {path} does not exist")
+                _check_input(spec, what, path)
                 if len(seen) < 100_000:  # the shared files come first; private ones need not be remembered
                     seen.add(path)
         self._placements = placements
 
 
-def _check_folders(spec: JobSpec) -> None:
-    """The folders of stdout, stderr and the log must exist before the first job, as condor_submit's file
-    checks demand (``SUBMIT_SKIP_FILECHECK = false``): a misspelt folder stops the run, rather than every
-    job's output landing in a new folder of that name (HTCondor 23 and 25's file transfer would make it)."""
-    for what, path, transferred in (
-        ("output", spec.stdout, spec.transfer_streams[1]),
-        ("error", spec.stderr, spec.transfer_streams[2]),
-    ):
-        if path is not None and transferred and not os.path.isdir(os.path.dirname(path)):
-            raise SubmitError(f"job {spec.job_id}: {what} {path}: its folder does not exist")
-    if spec.log is not None and not os.path.isdir(os.path.dirname(spec.log)):
-        raise SubmitError(f"job {spec.job_id}: log {spec.log}: its folder does not exist")
+def _check_input(spec: JobSpec, what: str, path: str) -> None:
+    """A file a job reads exists (unless ``skip_filechecks``) and is a file or a folder: a FIFO or a device
+    (``/dev/zero``) would never end being read, so it stops the run before any job."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        if spec.skip_filechecks:
+            return  # the job is held when its inputs are sent, as Condor holds it
+        raise SubmitError(f"job {spec.job_id}: {what} {path} does not exist") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = (
+            "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+        )
+        raise SubmitError(f"job {spec.job_id}: {what} {path} is not a regular file ({kind}): it cannot be sent")
 
 
 class _JobMaker:
@@ -373,6 +378,11 @@ class _JobMaker:
             self.flag("transfer_output", True) or not transfer,
             self.flag("transfer_error", True) or not transfer,
         )
+        ad = jobad.JobAd.from_commands(self.value, self.segment.spellings, where)
+        arguments = self.value("arguments") or self.value("arguments2")
+        environment = self.value("environment") or self.value("environment2")
+        if "$$(" in arguments + environment:
+            jobad.check_job_expressions(arguments + " " + environment, ad, where)
         executable = self.value("executable").strip()
         if transfer_executable:  # on the submit side, from condor_submit's folder; else as the execute side sees it
             executable = os.path.join(self.base, executable)
@@ -381,7 +391,10 @@ class _JobMaker:
             process=process,
             executable=executable,
             transfer_executable=transfer_executable,
-            arguments=parse_arguments(self.value("arguments") or self.value("arguments2"), where),
+            arguments=parse_arguments(arguments, where),
+            arguments_text=arguments if "$$(" in arguments else "",
+            expands="$$([" in arguments + environment,
+            success_code=int(ad.get("JobSuccessExitCode", "0")),
             environment=self._environment(where),
             initialdir=initialdir,
             stdin=self._stream(initialdir, "input", streams[0]),
@@ -394,7 +407,7 @@ class _JobMaker:
             transfer=transfer,
             outputs_on_success_only=when == "ON_SUCCESS",
             log=self._path_in(initialdir, "log"),
-            ad=jobad.JobAd.from_commands(self.value, self.segment.spellings, where),
+            ad=ad,
             core_size=_core_size(self.value("core_size"), where),
             skip_filechecks=self.flag("skip_filechecks", False),
             if_needed=should == "IF_NEEDED",
@@ -414,8 +427,6 @@ class _JobMaker:
             value = self.value(command).strip().lower()
             if value and value not in allowed:
                 raise SubmitError(f"{command} = {value}: mwpy jobs honours only {' or '.join(sorted(allowed))}")
-        if "$$(" in self.value("arguments") + self.value("environment"):
-            raise SubmitError(f"{where}: $$() machine attributes are not supported by mwpy jobs")
 
     def _environment(self, where: str) -> tuple[tuple[str, str], ...]:
         explicit = parse_environment(self.value("environment") or self.value("environment2"), where)
@@ -534,7 +545,8 @@ def _queue_count(submit: object, qargs: str, variables: tuple[str, ...], where: 
     library evaluates it (``queue $(N)+1`` queues N + 1 jobs).
     """
     import classad2  # noqa: PLC0415
-    import htcondor2  # noqa: PLC0415
+
+    htcondor2 = bindings.htcondor()
 
     text = qargs.strip()
     keyword = _KEYWORD.search(text)
@@ -620,71 +632,3 @@ def _core_size(value: str, where: str) -> int | None:
 
 def _split_list(value: str) -> list[str]:
     return [part.strip() for part in value.replace("\n", ",").split(",") if part.strip()]
-
-
-# ---------------------------------------------------------------------- arguments and environment
-
-
-def parse_arguments(value: str, where: str = "") -> tuple[str, ...]:
-    """``arguments`` in either syntax: the new one (in double quotes, ``'...'`` groups) or the old (spaces)."""
-    value = value.strip()
-    if not value:
-        return ()
-    if not (value.startswith('"') and value.endswith('"') and len(value) >= 2):
-        if '"' in value.replace('\\"', ""):
-            raise SubmitError(f'arguments ({where}): a double quote in the old syntax must be written \\"')
-        return tuple(part.replace('\\"', '"') for part in value.split())
-    return tuple(_new_syntax(value[1:-1].replace('""', '"'), "arguments", where))
-
-
-def parse_environment(value: str, where: str = "") -> tuple[tuple[str, str], ...]:
-    """``environment`` in either syntax: the new one (in double quotes, spaces) or the old (``A=1;B=2``)."""
-    value = value.strip()
-    if not value:
-        return ()
-    if value.startswith('"') and value.endswith('"') and len(value) >= 2:
-        words = _new_syntax(value[1:-1].replace('""', '"'), "environment", where)
-    else:
-        words = [part for part in value.split(";") if part.strip()]
-    pairs = []
-    for word in words:
-        name, sep, setting = word.partition("=")
-        if not sep or not name.strip():
-            raise SubmitError(f"environment ({where}): {word!r} is not NAME=VALUE")
-        pairs.append((name.strip(), setting))
-    return tuple(pairs)
-
-
-def _new_syntax(text: str, key: str, where: str) -> list[str]:
-    """Words split on white space; ``'...'`` keeps spaces, ``''`` inside it is one single quote."""
-    words: list[str] = []
-    word: list[str] = []
-    started = False
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char == "'":
-            end = i + 1
-            while True:
-                end = text.find("'", end)
-                if end < 0:
-                    raise SubmitError(f"{key} ({where}): unbalanced single quote")
-                if text[end + 1 : end + 2] == "'":
-                    end += 2
-                    continue
-                break
-            word.append(text[i + 1 : end].replace("''", "'"))
-            started = True
-            i = end + 1
-        elif char.isspace():
-            if started:
-                words.append("".join(word))
-                word, started = [], False
-            i += 1
-        else:
-            word.append(char)
-            started = True
-            i += 1
-    if started:
-        words.append("".join(word))
-    return words

@@ -25,12 +25,27 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from mwpy.errors import SubmitError
 from mwpy.resources import Resources
 
 #: HTCondor's DEFAULT_JOB_MAX_RETRIES: the retries a job gets when only success_exit_code or retry_until is set.
 DEFAULT_MAX_RETRIES = 2
 #: Hold reason code of a job submitted with ``hold = true`` (CONDOR_HOLD_CODE::SubmittedOnHold).
 SUBMITTED_ON_HOLD = 15
+
+#: The attributes the schedd and the shadow keep in a job's ad (:class:`mwpy.jobs.policy.JobLife` keeps them):
+#: what ``$$([expression])`` may refer to beside the submit file's own attributes.
+SCHEDD_ATTRIBUTES = frozenset(
+    "ClusterId ProcId Owner QDate JobUniverse Cmd Iwd JobStatus LastJobStatus EnteredCurrentStatus NumJobStarts "  # noqa: SIM905
+    "JobRunCount NumJobCompletions NumHolds NumSystemHolds ExitBySignal ExitCode ExitSignal RemoteWallClockTime "
+    "LastRemoteWallClockTime CumulativeSlotTime RemoteUserCpu RemoteSysCpu CumulativeRemoteUserCpu "
+    "CumulativeRemoteSysCpu CurrentTime JobStartDate JobCurrentStartDate JobCurrentStartExecutingDate ShadowBday "
+    "CompletionDate HoldReason HoldReasonCode HoldReasonSubCode LastHoldReason LastHoldReasonCode ReleaseReason "
+    "RemoveReason ResidentSetSize MemoryUsage ImageSize".split()
+)
+#: ``$$([expression])``: evaluated in the job's ad when it is matched (each run); ``$$(Name)``: the machine's.
+JOB_EXPRESSION = re.compile(r"\$\$\(\[(.*?)\]\)")
+_MACHINE_ATTRIBUTE = re.compile(r"\$\$\((?!\[)([^)]*)\)")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGTP]?)B?\s*$", re.IGNORECASE)
@@ -201,8 +216,6 @@ def _check_expression(name: str, expression: str, where: str) -> None:
     """condor_submit refuses an attribute that is no ClassAd expression ("Parse error in expression"): refuse it
     before any job runs, not when the policy first evaluates it."""
     if not _parses(expression):
-        from mwpy.jobs.description import SubmitError  # noqa: PLC0415 (one error type for the whole file's checks)
-
         hint = " (a '#' starts a comment only at the start of a line)" if "#" in expression else ""
         raise SubmitError(f"{name} = {expression} ({where}): not a ClassAd expression{hint}")
 
@@ -219,8 +232,6 @@ def _parses(expression: str) -> bool:
 
 
 def _integer(text: str, command: str, where: str) -> str:
-    from mwpy.jobs.description import SubmitError  # noqa: PLC0415 (one error type for the whole file's checks)
-
     if re.fullmatch(r"\s*-?\d+\s*", text) is None:
         raise SubmitError(f"{command} = {text.strip()} ({where}): expected an integer")
     return text.strip()
@@ -301,3 +312,27 @@ def _placement_attributes(placement: Placement) -> dict[str, str]:
     if placement.rank:
         found["Rank"] = placement.rank
     return found
+
+
+def check_job_expressions(text: str, ad: JobAd, where: str) -> None:
+    """``$$(...)`` in ``text`` (arguments, environment): ``$$([expression])`` of the job's own ad is evaluated
+    per run (:meth:`mwpy.jobs.policy.JobLife.expand`); what needs the matched machine's ad (``$$(Name)``, an
+    expression naming a machine attribute) is refused, as mwpy's slaves have no machine ad for a job."""
+    import classad2  # noqa: PLC0415 (loaded with the bindings already)
+
+    plain = _MACHINE_ATTRIBUTE.search(text)
+    if plain is not None:
+        raise SubmitError(f"{where}: $$({plain[1]}) is an attribute of the matched machine: {_NO_MACHINE}")
+    names = SCHEDD_ATTRIBUTES | {name for name, _ in ad.attributes}
+    for found in JOB_EXPRESSION.finditer(text):
+        try:
+            tree = classad2.ExprTree(found[1])
+        except Exception:  # the library's own exception type
+            raise SubmitError(f"{where}: $$([{found[1]}]): not a ClassAd expression") from None
+        machine = [name for name in classad2.ClassAd(dict.fromkeys(names, 0)).externalRefs(tree) if name]
+        if machine:
+            attributes = ", ".join(sorted(machine))
+            raise SubmitError(f"{where}: $$([{found[1]}]) uses {attributes} of the matched machine: {_NO_MACHINE}")
+
+
+_NO_MACHINE = "mwpy jobs has no machine ad (only $$([expression]) of the job's own attributes is evaluated)"

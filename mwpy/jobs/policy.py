@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import getpass
+import re
 import time
 from typing import Any
 
@@ -26,12 +27,12 @@ import attrs
 import classad2
 
 from mwpy.jobs.description import JobSpec
-from mwpy.jobs.jobad import SUBMITTED_ON_HOLD
+from mwpy.jobs.jobad import JOB_EXPRESSION, SUBMITTED_ON_HOLD
 
 #: Condor's job states (JobStatus).
 IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
 #: Hold reason codes (CONDOR_HOLD_CODE).
-USER_REQUEST, JOB_POLICY, JOB_POLICY_UNDEFINED = 1, 3, 5
+USER_REQUEST, JOB_POLICY, JOB_POLICY_UNDEFINED, FAILED_TO_CREATE_PROCESS = 1, 3, 5, 6
 JOB_DURATION_EXCEEDED, JOB_EXECUTE_EXCEEDED = 46, 47
 #: Ten years ahead: a held job whose release or removal cannot fire even then stays held for good.
 _FAR = 10 * 365 * 86400
@@ -175,6 +176,19 @@ class JobLife:
             if self._fires(ad, "PeriodicRelease") or self._fires(ad, "PeriodicRemove"):
                 return False
         return True
+
+    def expand(self, text: str) -> str:
+        """``$$([expression])`` in ``text``, each evaluated in the job's ad now (as the schedd expands it when the
+        job is matched, so ``NumJobCompletions`` grows across retries): a string as it is, another value as the
+        ClassAd library writes it."""
+
+        def value(found: re.Match[str]) -> str:
+            result = classad2.ExprTree(found[1]).eval(self.ad)
+            if isinstance(result, str) and not isinstance(result, classad2.Value):
+                return result
+            return str(classad2.ClassAd({"Value": result}).lookup("Value"))
+
+        return JOB_EXPRESSION.sub(value, text)
 
     # ------------------------------------------------------------------ AnalyzePolicy
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from mwpy import safe_text
 from mwpy.errors import MwpyError
+from mwpy.jobs import bindings
 from mwpy.names import RESOURCE_FILE
 
 #: The submit files shipped inside the package.
@@ -45,7 +46,7 @@ PROGRAM = Path(__file__).resolve().parent / "program.py"
 #: Seconds between looks at the queue while the run goes on.
 POLL = 2.0
 #: Seconds the command waits for the overseer to leave after the master: it removes idle slave jobs at once
-#: and running ones after their grace (mwpy/pool/overseer.py's FINISH_GRACE), reconciling every 5 s.
+#: and running ones after their grace (mwpy/overseer.py's FINISH_GRACE), reconciling every 5 s.
 OVERSEER_GRACE = 60.0
 
 
@@ -60,7 +61,7 @@ def workdir(submit_file: str) -> Path:
 
 def run(options: argparse.Namespace, program_args: list[str]) -> int:
     """Submit the master and the overseer, wait for the master, relay what it printed; its exit status."""
-    import htcondor2  # noqa: PLC0415 (only --pool needs the bindings)
+    htcondor2 = bindings.htcondor()  # only --pool needs the bindings
 
     from mwpy.backends.htcondor import explain  # noqa: PLC0415
 

@@ -28,42 +28,41 @@ if __name__ == "__main__" and sys.path and os.path.realpath(sys.path[0]) == os.p
 
 import argparse
 import collections
+import errno
 import functools
 import hashlib
-import json
 import secrets
-import shutil
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
 import attrs
 
-from mwpy import program, safe_files, safe_text
-from mwpy.errors import MwpyError
-from mwpy.jobs import runner
-from mwpy.jobs.description import JobSpec, SubmitDescription, SubmitError
+from mwpy import program
+from mwpy.errors import MwpyError, SubmitError
+from mwpy.jobs import bindings, runner
+from mwpy.jobs.arguments import parse_arguments
+from mwpy.jobs.description import JobSpec, SubmitDescription
 from mwpy.jobs.jobad import Placement
-from mwpy.jobs.policy import HELD, RUNNING, Decision, Exit, JobLife, Verdict
+from mwpy.jobs.policy import FAILED_TO_CREATE_PROCESS, HELD, RUNNING, Decision, Exit, JobLife, Verdict
+from mwpy.jobs.summary import Summary, outcome_record, status_path
 from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
 from mwpy.net import filestore
 from mwpy.net.filestore import output_upload_name
 from mwpy.program import Membership, master, run
-from mwpy.task import Result, task
+from mwpy.task import task
+from mwpy.task_records import Result
 from mwpy.wire import protocol
 
 #: Exit status for a submit file mwpy cannot run (as for every other usage error).
 USAGE = 2
 #: Jobs submitted ahead of the results by default: enough for every slave's window, small in memory.
 MAX_PENDING = 2000
-#: Failed jobs named on stderr at the end (the summary has them all).
-SHOWN_FAILURES = 20
-#: Characters of each failed job's reason in that list (the summary has all of it).
-SHOWN_WHY = 300
 #: Seconds between evaluations of the periodic expressions (HTCondor's PERIODIC_EXPR_INTERVAL default).
 PERIODIC_INTERVAL = 60.0
 
@@ -122,20 +121,48 @@ class _Files:
         self.protected: set[str] = set()
 
     def add(self, source: str, name: str, mode: int | None = None, *, common: bool = False) -> None:
-        """Publish ``source`` as ``name`` in the scratch folder, with its mode (read-only when ``common``)."""
-        if os.path.isdir(source):
-            for folder, dirs, files in os.walk(source):
-                dirs.sort()
-                for file in sorted(files):
-                    path = os.path.join(folder, file)
-                    if os.path.isfile(path):
-                        relative = os.path.relpath(path, source)
-                        self.add(path, f"{name}/{relative}" if name else relative, common=common)
-            return
-        digest, _ = self.server.publish(source)
-        bits = os.stat(source).st_mode & 0o7777 if mode is None else mode
+        """Publish ``source`` as ``name`` in the scratch folder, with its mode (read-only when ``common``).
+
+        A file that cannot be read (gone, unreadable, no regular file) raises :class:`InputError`: the job's
+        input transfer fails, as Condor's shadow finds it when it sends the job's files."""
+        try:
+            info = os.stat(source)
+            if stat.S_ISDIR(info.st_mode):
+                for folder, dirs, files in os.walk(source):
+                    dirs.sort()
+                    for file in sorted(files):
+                        path = os.path.join(folder, file)
+                        if os.path.isfile(path):
+                            relative = os.path.relpath(path, source)
+                            self.add(path, f"{name}/{relative}" if name else relative, common=common)
+                return
+            if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would never end being read
+                raise OSError(errno.EINVAL, "not a regular file")
+            digest, _ = self.server.publish(source)
+        except OSError as exc:
+            raise InputError(source, exc) from None
+        bits = info.st_mode & 0o7777 if mode is None else mode
         self.inputs.append((name, digest, bits & ~0o222 if common else bits))
         self.protected.add(_real_path(source))
+
+
+class InputError(MwpyError):
+    """A job's input cannot be sent: Condor holds the job (its input transfer failed), and the others run."""
+
+    def __init__(self, path: str, error: OSError) -> None:
+        self.path, self.errno, self.strerror = path, error.errno or 0, error.strerror or str(error)
+        super().__init__(f"reading from file {path}: (errno {self.errno}) {self.strerror}")
+
+    def hold(self, service: tuple[str, int]) -> Decision:
+        """The hold Condor's shadow gives such a job (CONDOR_HOLD_CODE::TransferInputError, the errno), in its
+        words; ``service`` is where the files come from (Condor's shadow), the slave not chosen yet."""
+        host, (address, port) = socket.gethostname(), service
+        reason = (
+            f"Transfer input files failure at access point {host} while sending files to execution point {host}. "
+            f"Details: Error from {host}: Failed to transfer files: SHADOW at {address} failed to send file(s) to "
+            f"<{address}:0>: |Error: {self}; STARTER failed to receive file(s) from <{address}:{port}>"
+        )
+        return Decision(Verdict.HOLD, reason, 13, self.errno)
 
 
 def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
@@ -206,9 +233,7 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
 def submit_side() -> tuple[str, str]:
     """This host's FileSystemDomain (HTCondor's FILESYSTEM_DOMAIN, by default its full name) and its name: a slave
     that shares them sees initialdir as it is here."""
-    import htcondor2  # noqa: PLC0415 (already loaded by the description)
-
-    domain = htcondor2.param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
+    domain = bindings.htcondor().param.get("FILESYSTEM_DOMAIN") or socket.getfqdn()
     return str(domain), socket.gethostname()
 
 
@@ -248,172 +273,6 @@ def _checked_while_running(spec: JobSpec) -> bool:
     return any(ad.get(name, "false") != "false" for name in ("PeriodicHold", "PeriodicRemove")) or bool(
         ad.get("AllowedJobDuration") or ad.get("AllowedExecuteDuration")
     )
-
-
-def status_path(resource: str) -> str:
-    """Where the master keeps its job counts for ``mwpy status``: beside the resource file."""
-    return resource + ".jobs"
-
-
-class _Summary:
-    """The run summary: one JSON line per job when it is done for good, a last line for the run, one line of text.
-
-    It also keeps the job counts beside the resource file (at most once a
-    second, and at the end), where ``mwpy status`` shows them.
-    """
-
-    def __init__(self, path: str, total: int, status: str | None, batch: str) -> None:
-        self.out: IO[str] = open(path, "w+")  # noqa: SIM115 (kept open for the run, closed by close())
-        self.total = total
-        self.status = status
-        self.batch = batch
-        self.counts: collections.Counter[str] = collections.Counter()
-        self.placements: collections.Counter[Placement] = collections.Counter()  # jobs made, by what they ask
-        self.journaled = 0
-        self.held_now: dict[str, str] = {}  # job -> hold reason, of the jobs held now (for good or not yet)
-        self.waiting_release = 0  # of those, the ones a periodic_release may still release
-        self.failed: list[str] = []  # the first failed jobs in queue order, for the last lines (bounded)
-        self._written = 0.0
-        self._write_status()
-
-    @property
-    def done(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def failures(self) -> int:
-        return self.done - self.counts["ok"]
-
-    def job(self, record: dict[str, Any]) -> None:
-        self.out.write(json.dumps(record) + "\n")
-        self.out.flush()
-        self.counts[record["status"]] += 1
-        self.journaled += bool(record.get("journaled"))
-        if record["status"] != "ok":
-            why = safe_text.one_line(record["why"])[:SHOWN_WHY]  # quotes the job (file names it made): shown safe
-            self.failed.append(f"{record['job']} ({why})")
-            if len(self.failed) > 10 * SHOWN_FAILURES:
-                self.failed = sorted(self.failed, key=_process_order)[:SHOWN_FAILURES]
-        self._tick()
-
-    def _tick(self) -> None:
-        """At most once a second: make sure the summary is still ours, and write the job counts."""
-        now = time.monotonic()
-        if now - self._written < 1.0:
-            return
-        self._written = now
-        self._keep_own_file()
-        self._write_status()
-
-    def _write_status(self) -> None:
-        if self.status is None:
-            return
-        counts = {
-            "total": self.total,
-            "finished": self.done,
-            "failed": self.failures,
-            "held": len(self.held_now),
-            "waiting_release": self.waiting_release,
-            "hold_reasons": dict(list(self.held_now.items())[:SHOWN_FAILURES]),
-            "journaled": self.journaled,
-            "batch": self.batch,
-            "summary": self.out.name,
-        }
-        safe_files.write_atomically(self.status, json.dumps(counts).encode(), mode=None)
-
-    def _keep_own_file(self) -> None:
-        """The file at the summary's path must be the one written here, or its lines would go nowhere.
-
-        Removed or replaced during the run (by a job sharing the folder, say: outputs never replace it), it is
-        written out again in full and the run goes on with it, saying so once.
-        """
-        path = self.out.name
-        try:
-            ours = os.path.samestat(os.stat(path), os.fstat(self.out.fileno()))
-        except OSError:
-            ours = False
-        if ours:
-            return
-        print(f"mwpy jobs: note: {path} was removed or replaced during the run; written again in full", file=sys.stderr)
-        self.out.flush()
-        mode = os.fstat(self.out.fileno()).st_mode & 0o777  # as the summary was made
-        with os.fdopen(os.dup(self.out.fileno()), "rb") as source, safe_files.replacing(path, mode=mode) as copy:
-            source.seek(0)
-            shutil.copyfileobj(source, copy)
-        self.out.close()
-        self.out = open(path, "a+")  # noqa: SIM115 (kept open for the run, closed by close())
-
-    def close(self, started: float, counters: dict[str, Any]) -> None:
-        self._keep_own_file()
-        elapsed = time.time() - started
-        run = {
-            "jobs": self.total,
-            "failed": self.failures,
-            "held": self.counts["held"],
-            "removed": self.counts["removed"],
-            "journaled": self.journaled,
-            "batch": self.batch,
-            "seconds": elapsed,
-            "placements": [{"placement": p.describe(), "jobs": n} for p, n in self.placements.most_common()],
-            **counters,
-        }
-        self.out.write(json.dumps({"run": run}) + "\n")
-        self.out.close()
-        self._write_status()
-        print(f"mwpy jobs: {self.line(elapsed)}")
-        if self.failed:
-            self.failed.sort(key=_process_order)
-            more = self.failures - SHOWN_FAILURES
-            shown = ", ".join(self.failed[:SHOWN_FAILURES]) + (f" and {more} more" if more > 0 else "")
-            print(f"mwpy jobs: failed: {shown}", file=sys.stderr)
-
-    def line(self, elapsed: float) -> str:
-        """``N jobs in S s: X ok, Y failed[, Z held][, W removed][; J answered from the journal]; summary in F``."""
-        failed = self.failures - self.counts["held"] - self.counts["removed"]
-        parts = [f"{self.counts['ok']} ok", f"{failed} failed"]
-        parts += [f"{self.counts[k]} {k}" for k in ("held", "removed") if self.counts[k]]
-        journal = f"; {self.journaled} answered from the journal" if self.journaled else ""
-        return f"{self.done} jobs in {elapsed:.1f} s: {', '.join(parts)}{journal}; summary in {self.out.name}"
-
-
-def _process_order(line: str) -> tuple[int, str]:
-    """``"1.12 (exit code 3)"`` sorts by its process number, so the list reads in queue order."""
-    number = line.split(" ", 1)[0].rpartition(".")[2]
-    return (int(number) if number.isdigit() else -1, line)
-
-
-def outcome_record(job_id: str, result: Result) -> dict[str, Any]:
-    """One summary line: how the job ended, its times, and which slave on which host ran it."""
-    if result.error is not None:
-        error = result.error
-        why = f"not started: {error.message}" if error.type == "JobSetupError" else f"{error.type}: {error.message}"
-        return {"job": job_id, "status": "failed", "why": why, "slave": result.slave_id, "journaled": result.journaled}
-    outcome = result.value
-    if not isinstance(outcome, runner.JobOutcome):
-        return {"job": job_id, "status": "failed", "why": "the slave sent no job outcome", "slave": result.slave_id}
-    if outcome.signal is not None:
-        why = f"killed by signal {outcome.signal}"
-    elif outcome.exit_code != 0:
-        why = f"exit code {outcome.exit_code}"
-    else:
-        why = "; ".join(outcome.output_errors) if outcome.output_errors else ""
-    return {
-        "job": job_id,
-        "status": "ok" if outcome.ok else "failed",
-        "why": why,
-        "exit_code": outcome.exit_code,
-        "signal": outcome.signal,
-        "started": outcome.started,
-        "ended": outcome.ended,
-        "seconds": round(outcome.ended - outcome.started, 6),
-        "slave": result.slave_id,
-        "host": outcome.host,
-        "pid": outcome.pid,
-        "outputs": list(outcome.outputs),
-        "output_errors": list(outcome.output_errors),
-        "fetched_bytes": outcome.fetched_bytes,
-        "journaled": result.journaled,
-    }
 
 
 @attrs.frozen
@@ -459,7 +318,7 @@ def main(mw: Master, argv: list[str]) -> int:
     server.protect(args.submit_file, args.summary, *me.own_files, *([status] if status else []))
     first = next(description.jobs())
     batch = (first.ad.get("JobBatchName") or first.ad.get("JobDescription")).strip('"')  # as condor_q names a batch
-    summary = _Summary(args.summary, description.total, status, batch)
+    summary = Summary(args.summary, description.total, status, batch)
     started = time.time()
     try:
         _Run(mw, description, server, summary, args).run()
@@ -486,7 +345,7 @@ class _Run:
         mw: Master,
         description: SubmitDescription,
         server: filestore.FileServer,
-        summary: _Summary,
+        summary: Summary,
         args: argparse.Namespace,
     ) -> None:
         self.mw = mw
@@ -561,7 +420,7 @@ class _Run:
                 self.exhausted = True
                 return None
             now = time.time()
-            job = _Job(spec, JobLife(spec, now) if spec.ad.policy else None)
+            job = _Job(spec, JobLife(spec, now) if spec.ad.policy or spec.expands else None)
             self.summary.placements[spec.ad.placement] += 1
             log = self._log(spec)
             if log is not None:
@@ -577,13 +436,29 @@ class _Run:
     def _send(self, job: _Job) -> None:
         job.runs += 1
         job.started_logged, job.stopped = False, None
-        task = prepare(job.spec, self.server, self.args)
+        try:
+            task = prepare(self._this_run(job), self.server, self.args)
+        except InputError as exc:  # that job is held, the others run
+            self._held_unstarted(job, exc.hold((self.server.host, self.server.port)), {"job": job.spec.job_id})
+            return
         tag = JobTag(job.spec.job_id, task.token, job.spec.ad.placement)
         need = job.spec.ad.placement.need() if self.args.placement_shapes else None
         policy = run_job.with_policy(key=job_key(job.spec, job.runs), tag=tag, resources=need)
         with self.lock:
             self.in_flight[task.token] = job
         policy.submit(task)
+
+    def _this_run(self, job: _Job) -> JobSpec:
+        """The job as this run has it: its ``$$([expression])`` evaluated in its ad now (a job that has none is
+        sent as it was made)."""
+        spec = job.spec
+        if not spec.expands or job.life is None:
+            return spec
+        with self.lock:
+            text = job.life.expand(spec.arguments_text) if spec.arguments_text else ""
+            environment = tuple((name, job.life.expand(value)) for name, value in spec.environment)
+        arguments = parse_arguments(text, f"job {spec.job_id}") if spec.arguments_text else spec.arguments
+        return attrs.evolve(spec, arguments=arguments, environment=environment)
 
     def _log(self, spec: JobSpec) -> UserLog | None:
         if spec.log is None:
@@ -606,10 +481,10 @@ class _Run:
             print("mwpy jobs: resumed: finished jobs are answered from the journal", file=sys.stderr)
         outcome = result.value if result.error is None else None
         if isinstance(outcome, runner.JobOutcome) and outcome.hold is not None:
-            self._not_executed(job, outcome, outcome_record(job_id, result))
+            self._not_executed(job, outcome, outcome_record(job_id, result, job.spec.success_code))
             return
         if job.life is None or not isinstance(outcome, runner.JobOutcome):
-            self.summary.job(outcome_record(job_id, result))
+            self.summary.job(outcome_record(job_id, result, job.spec.success_code))
             self._log_end(job, outcome)
             return
         now = time.time()
@@ -625,7 +500,14 @@ class _Run:
                 decision = life.exit(run, now)
             else:  # the policy stopped it while it ran: already held or removed, and logged
                 decision = job.stopped
-        self._decided(job, decision, now, run, outcome_record(job_id, result), logged=job.stopped is not None)
+        self._decided(
+            job,
+            decision,
+            now,
+            run,
+            outcome_record(job_id, result, job.spec.success_code),
+            logged=job.stopped is not None,
+        )
 
     def _log_start(self, job: _Job, started: float, host: str) -> None:
         """This run's executing event, once (from the first usage report, or from the result)."""
@@ -637,25 +519,32 @@ class _Run:
     def _not_executed(self, job: _Job, outcome: runner.JobOutcome, record: dict[str, Any]) -> None:
         """The executable could not be executed: Condor holds the job (code 6, the errno), whatever its policy."""
         assert outcome.hold is not None
-        reason, code, subcode = outcome.hold
-        decision = Decision(Verdict.HOLD, reason, code, subcode)
+        self._held_unstarted(job, Decision(Verdict.HOLD, *outcome.hold), record, outcome)
+
+    def _held_unstarted(
+        self, job: _Job, decision: Decision, record: dict[str, Any], starter: runner.JobOutcome | None = None
+    ) -> None:
+        """A job Condor holds before its program runs: its inputs could not be sent, or its starter (``starter``:
+        when and where) could not open its streams or execute it. Every hold is in the log, policy or not, with
+        Condor's events in its order: the starter's error and the eviction before the hold, and executing first
+        only when the starter got as far as the exec itself."""
         now = time.time()
-        log = self._log(job.spec)
+        spec = job.spec
+        log = self._log(spec)
         if log is not None:
-            spec = job.spec
-            log.executing(spec.cluster, spec.process, outcome.started, outcome.host, "")
+            if starter is not None and decision.code == FAILED_TO_CREATE_PROCESS:
+                log.executing(spec.cluster, spec.process, starter.started, starter.host, "")
             log.not_executed(spec.cluster, spec.process, now, decision)
+            log.held(spec.cluster, spec.process, now, decision)
         if job.life is None:  # nothing can release it
-            self.summary.job({**record, "status": "held", "why": reason})
+            self.summary.job({**record, "status": "held", "why": decision.reason})
             return
         with self.lock:
-            job.life.start(outcome.started)
+            if starter is not None:
+                job.life.start(starter.started)
             job.life.apply(decision, now)
-        self.held[job.spec.job_id] = job
-        self.summary.held_now[job.spec.job_id] = reason
-        log = self._log(job.spec)
-        if log is not None:
-            log.held(job.spec.cluster, job.spec.process, now, decision)
+        self.held[spec.job_id] = job
+        self.summary.held_now[spec.job_id] = decision.reason
 
     def _decided(
         self, job: _Job, decision: Decision, now: float, run: Exit, record: dict[str, Any], *, logged: bool = False

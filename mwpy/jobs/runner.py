@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import attrs
 
@@ -122,9 +123,10 @@ class JobOutcome:
     #: (reason, code, subcode) when the job could not be executed: Condor holds it (code 6, the errno)
     hold: tuple[str, int, int] | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.output_errors and self.stopped is None and self.hold is None
+    def succeeded(self, success_code: int = 0) -> bool:
+        """Exited with the job's success code (``success_code``, 0 unless declared), every output back."""
+        clean = not self.output_errors and self.stopped is None and self.hold is None
+        return clean and self.exit_code == success_code
 
 
 class _SlaveState:
@@ -237,13 +239,14 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     with contextlib.ExitStack() as files:
-        stdin = files.enter_context(open(_path(folder, task.stdin) if task.stdin else os.devnull, "rb"))
-        stdout = files.enter_context(open(_stream(folder, task.stdout, STDOUT_NAME), "wb"))
-        stderr = (
-            stdout
-            if task.merged_streams
-            else files.enter_context(open(_stream(folder, task.stderr, STDERR_NAME), "wb"))
-        )
+        try:
+            stdin = _standard(files, _path(folder, task.stdin) if task.stdin else os.devnull, "input")
+            stdout = _standard(files, _stream(folder, task.stdout, STDOUT_NAME), "output")
+            stderr = (
+                stdout if task.merged_streams else _standard(files, _stream(folder, task.stderr, STDERR_NAME), "error")
+            )
+        except _Unopened as exc:  # Condor's starter holds such a job (a missing output folder where it runs in place)
+            return _unstarted(task, state, started, fetched, (f"Error from {state.host}: {exc}", exc.code, exc.errno))
         try:
             process = subprocess.Popen(
                 [_executable(folder, task), *task.arguments],
@@ -281,6 +284,23 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
         sys_cpu=round(used.ru_stime - children.ru_stime, 6),
         stopped=stopped,
     )
+
+
+class _Unopened(MwpyError):
+    """A standard stream of the job could not be opened: the job does not start (Condor's starter holds it)."""
+
+    def __init__(self, path: str, name: str, error: OSError) -> None:
+        super().__init__(f"Failed to open '{path}' as standard {name}: {error.strerror} (errno {error.errno})")
+        self.errno = error.errno or 0
+        self.code = 8 if name == "input" else 7  # CONDOR_HOLD_CODE::UnableToOpenInput / UnableToOpenOutput
+
+
+def _standard(files: contextlib.ExitStack, path: str, name: str) -> BinaryIO:
+    """The job's standard ``name`` (input, output, error), opened for it, or :class:`_Unopened`."""
+    try:
+        return files.enter_context(open(path, "rb" if name == "input" else "wb"))
+    except OSError as exc:
+        raise _Unopened(path, name, exc) from None
 
 
 def _unstarted(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import time
 
 from mwpy.jobs.policy import Decision, Exit
@@ -65,6 +66,12 @@ class UserLog:
     def __init__(self, path: str) -> None:
         self.path = path
         self._submitted: set[tuple[int, int]] | None = None  # read from the file on the first submit
+        #: Its folder is not there when the first job is made: Condor writes no event to such a log (not even
+        #: once the file transfer has made the folder for the outputs), and neither does mwpy; a note says so.
+        self.missing = not os.path.isdir(os.path.dirname(path))
+        if self.missing:
+            print(f"mwpy jobs: note: the folder of the log {path} does not exist: no events are written to it, "
+                  "as Condor writes none", file=sys.stderr)  # fmt: skip
 
     def _already_submitted(self, cluster: int, process: int) -> bool:
         if self._submitted is None:
@@ -78,6 +85,8 @@ class UserLog:
         return (cluster, process) in self._submitted  # this master makes each job once: only older ones count
 
     def _write(self, text: str) -> None:
+        if self.missing:
+            return
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (text + "...\n").encode())
@@ -123,7 +132,8 @@ class UserLog:
     def not_executed(self, cluster: int, process: int, when: float, decision: Decision) -> None:
         """021 and 004: the starter's error, then the eviction that precedes the hold (as Condor writes them)."""
         reason = _line(decision.reason)
-        where, _, message = reason.removeprefix("Error from ").partition(": ")
+        starter = re.search(r"Error from ([^:]*): (.*)", reason)  # the execute side's words within the reason
+        where, message = (starter[1], starter[2]) if starter is not None else ("", reason)
         error = f"Error from starter on {where}:\n\t{message}\n\tCode {decision.code} Subcode {decision.subcode}\n"
         self._write(_header(21, cluster, process, when) + error)
         body = (

@@ -12,9 +12,8 @@ what may be sent. The engine applies the scheduler's decisions and hands each
 Results message to :class:`~mwpy.core.outcomes.Outcomes`, which decides what
 a result means. What is said about a connection is reported once, as a fact
 (mwpy/core/facts.py), for the audit, the log and the event log to render;
-the resource file is a tick callback's. Nothing here knows
-:class:`~mwpy.master.Master`: a process that is a slave upstream and a master
-downstream (docs/scaling.md's sub-master) can drive an engine of its own
+the resource file is a tick callback's. Nothing here knows :class:`~mwpy.master.Master`: a process that is
+a slave upstream and a master downstream (docs/scaling.md's sub-master) can drive an engine of its own
 (tests/test_engine_reuse.py).
 """
 
@@ -28,10 +27,11 @@ from collections.abc import Callable, Mapping
 
 from mwpy import safe_text, slave_exits
 from mwpy.core import facts
+from mwpy.core.entry import Death, Entry
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.memory import MemoryLearning
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Death, Entry, Scheduler
+from mwpy.core.scheduler import Scheduler
 from mwpy.errors import ProtocolError
 from mwpy.lifetime import PLANNED_LEAVE
 from mwpy.matching import Offer

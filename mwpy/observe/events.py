@@ -40,6 +40,7 @@ import attrs
 import cattrs
 
 from mwpy import safe_files, strict_json
+from mwpy._version import __version__
 from mwpy.core import facts
 from mwpy.core.facts import CAUSES, OUTCOMES, Observer, Outcome
 from mwpy.errors import EventLogError, UnsafeFileError
@@ -91,6 +92,8 @@ class MasterStart(Event):
     member_id: str
     #: Tasks the program will submit, when it says so in advance (drives progress bars and ETAs).
     total: int | None = None
+    #: Answers the master's journal held when it started: a restarted master takes them instead of running.
+    journal_answers: int = attrs.field(default=0, validator=_not_negative)
 
 
 @attrs.frozen(kw_only=True)
@@ -384,9 +387,9 @@ class EventWriter:
 
     # -- convenience for the rare events (they build the record, so the schema is checked at the source)
 
-    def master_start(self, *, member_id: str, host: str, total: int | None = None) -> MasterStart:
-        from mwpy._version import __version__  # noqa: PLC0415 (mwpy/__init__ imports much; this is tiny)
-
+    def master_start(
+        self, *, member_id: str, host: str, total: int | None = None, journal_answers: int = 0
+    ) -> MasterStart:
         record = MasterStart(
             t=self.now(),
             run=self.run,
@@ -395,6 +398,7 @@ class EventWriter:
             version=__version__,
             member_id=member_id,
             total=total,
+            journal_answers=journal_answers,
         )
         self.emit(record)
         self.flush(force=True)
@@ -517,7 +521,7 @@ class EventRenderer(Observer):
         self._writer.flush()  # a clock read, a write at most every FLUSH_INTERVAL
 
     def master_started(self, fact: facts.MasterStarted) -> None:
-        self._writer.master_start(member_id=fact.member_id, host=fact.host)
+        self._writer.master_start(member_id=fact.member_id, host=fact.host, journal_answers=fact.journal_answers)
 
     def master_stopped(self, fact: facts.MasterStopped) -> None:
         self._writer.master_stop(status=fact.status, tasks_done=fact.tasks_done)

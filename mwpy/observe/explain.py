@@ -164,6 +164,8 @@ def _why_waiting(record: ResourceFile, jobs: Sequence[Job] | None, condor_proble
         if connected
         else f"no slave is connected; the master wants {record.slaves_needed}"
     ]
+    if record.demand_reason:  # why that many: the master's demand model (mwpy/core/demand.py)
+        lines.append(f"the master asks for what would shorten the run: {record.demand_reason}")
     if jobs is None:
         if condor_problem:
             lines.append(f"slave jobs unknown: {condor_problem}")
@@ -203,7 +205,7 @@ def explain(
         raise UnknownTaskError(f"task {task} is unknown: the master has issued {issued}")
     lines = [f"task {task}, as of the resource file written {duration(record.age(now))} ago:"]
     if master_gone:
-        lines.append(f"{master_gone}: the computation has no master, and nothing runs any more")
+        lines.append(master_left(master_gone, finished=record.finished))
     elif record.stale(now):
         lines.append("the resource file is stale: the master has not rewritten it in time and may be gone")
     where = _where(board, task, now)
@@ -227,6 +229,14 @@ def explain(
         + ("" if board.flights_complete else " and some slaves' tasks")
         + ")",
     ]
+
+
+def master_left(master_gone: str, *, finished: bool) -> str:
+    """How the master's job left the queue, and what it means: a master that finished ended the computation;
+    one that left before (``condor_rm``, a crash) leaves it without a master."""
+    if finished:
+        return f"{master_gone}: the computation finished"
+    return f"{master_gone}: the computation has no master, and nothing runs any more"
 
 
 def _count(n: int, noun: str) -> str:

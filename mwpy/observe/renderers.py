@@ -51,6 +51,8 @@ class AuditRenderer(Observer):
 
     def master_started(self, fact: facts.MasterStarted) -> None:
         self._audit(f'INIT MASTER "{fact.member_id}"')
+        if fact.journal_answers:
+            self._audit(f"RESUMED {fact.journal_answers} answers from the journal (their tasks are not run again)")
 
     def master_ready(self, fact: facts.MasterReady) -> None:
         self._audit(f"MASTER READY {fact.host}:{fact.port}")
@@ -227,7 +229,7 @@ class Observers:
 
         self.events = events = EventWriter(options.events)
         if options.events is not None:
-            from mwpy.observe import goodput  # noqa: PLC0415
+            from mwpy.observe import goodput  # noqa: PLC0415 (the slot-time account only with --mw-events)
 
             self._accountant = goodput.Accountant()
             events.subscribers.append(self._accountant.add)
@@ -255,7 +257,7 @@ class Observers:
         if self.events is not None and self.events.failed is not None:
             print(f"mwpy: {self.events.failed}", file=sys.stderr)
         if summary and self._accountant is not None and status != INTERRUPTED:  # Ctrl-C: one line, nothing more
-            from mwpy.observe import goodput  # noqa: PLC0415
+            from mwpy.observe import goodput  # noqa: PLC0415 (loaded already: an accountant exists)
 
             account = self._accountant.result()
             if account.slaves or account.tasks_ok or account.tasks_failed:  # a run that never started: no zeros

@@ -16,10 +16,8 @@ Plots: tasks completed per second; slaves connected against slaves needed
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -29,7 +27,6 @@ from typing import Any, ClassVar
 import attrs
 
 from mwpy import safe_files, safe_text
-from mwpy.errors import EventLogError
 from mwpy.observe import events as ev
 from mwpy.observe import goodput
 from mwpy.observe.runtimes import BUCKETS_PER_DECADE, RunTimes, slowest
@@ -606,30 +603,3 @@ def build_report(events_path: str | os.PathLike[str], output_path: str | os.Path
     target = Path(output_path)
     safe_files.write_atomically(target, text.encode("utf-8"))  # 0600, as the event log it shows
     return target
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``mwpy report EVENTS [-o report.html]``: 0, or 1 with one line for a bad log; 2 for bad arguments."""
-    parser = argparse.ArgumentParser(
-        prog="mwpy report", description="Write one self-contained HTML report (plots, goodput, failures)."
-    )
-    parser.add_argument("events", help="the event log a master wrote with --mw-events")
-    parser.add_argument("-o", "--output", default="report.html", help="where to write it (default report.html)")
-    options = parser.parse_args(argv)
-    try:
-        path = build_report(options.events, options.output)
-    except EventLogError as exc:
-        print(f"mwpy report: error: {exc}", file=sys.stderr)
-        return 1
-    except ImportError:
-        print("mwpy report: error: the report needs plotly: pip install 'mwpy[report]'", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"mwpy report: error: {options.output}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

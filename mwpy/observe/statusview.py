@@ -18,14 +18,12 @@ which is why it may import rich at module level.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import errno
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TextIO
 
 import attrs
 from rich.console import Console, Group, RenderableType
@@ -335,7 +333,7 @@ def condor_counter(member_id: str, clock: Callable[[], float] = time.monotonic) 
         now = clock()
         analyse = now - analysed_at >= ANALYSIS_INTERVAL
         try:
-            from mwpy.backends.htcondor import job_counts  # noqa: PLC0415
+            from mwpy.backends.htcondor import job_counts  # noqa: PLC0415 (the bindings: slow, only for Condor runs)
 
             counts, idle_why = job_counts(member_id, analyse=analyse)
         except (ImportError, RuntimeError) as exc:
@@ -463,38 +461,3 @@ def watch(
     if status == 1:
         print(f"mwpy status: error: {follower.problem}", file=sys.stderr)
     return status
-
-
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    """``python -m mwpy.observe.statusview RESOURCE [--watch]`` until ``mwpy status --watch`` calls :func:`watch`."""
-    parser = argparse.ArgumentParser(prog="mwpy status", description="Show a computation from its resource file.")
-    parser.add_argument("resource_file")
-    parser.add_argument("--watch", action="store_true", help="keep showing it until the computation finishes")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
-    parser.add_argument("--total", type=int, help="tasks in all, for the progress bar and ETA")
-    parser.add_argument("--events", help="the master's event log (--mw-events): recent failures, the total")
-    parser.add_argument("--condor", action=argparse.BooleanOptionalAction, default=None, help="Condor job counts")
-    options = parser.parse_args(argv)
-    if options.interval <= 0:
-        parser.error("--interval: expected a positive number")
-    console = Console(file=out) if out is not None else Console()
-    if options.watch:
-        return watch(
-            options.resource_file,
-            interval=options.interval,
-            total=options.total,
-            events=options.events,
-            condor=options.condor,
-            console=console,
-        )
-    try:
-        record = resource_file.read(options.resource_file)
-    except ResourceFileError as exc:
-        print(f"mwpy status: error: {exc}", file=sys.stderr)
-        return 1
-    console.print(render(record, Extra(total=options.total), None, time.time()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from mwpy import resource_file
-from mwpy.core import board
+from mwpy.core import board, demand
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
 from mwpy.job_ad import own_job_id
@@ -54,6 +54,8 @@ class Publisher:
         tasks_total: Callable[[], int | None] | None = None,
         slaves_greeted: Callable[[], int] | None = None,
         leave_at: Mapping[str, float] | None = None,
+        journal_answers: int = 0,
+        task_seconds: Callable[[], float | None] | None = None,
     ) -> None:
         self._options = options
         #: Tasks in all when the master knows (for progress bars), else None.
@@ -64,6 +66,16 @@ class Publisher:
         self._slaves_greeted = slaves_greeted or int
         #: When (Unix time) each connected slave with a lifetime leaves by plan: each is replaced ahead of time.
         self._leave_at: Mapping[str, float] = {} if leave_at is None else leave_at
+        #: Answers the master's journal held when it started (written in every file: a resume says so).
+        self.journal_answers = journal_answers
+        #: The mean run time of the tasks answered so far (None before the first): the demand model's input.
+        self._task_seconds = task_seconds or (lambda: None)
+        #: When (monotonic) the master first asked for slaves with none connected, until the first came; then
+        #: the seconds that took: what a slave's start-up costs the run, as the demand model counts it.
+        self._asked_at: float | None = None
+        self._startup: float | None = None
+        #: Why the demand last published is what it is (mwpy/core/demand.py), for the file's demand_reason.
+        self._why = ""
         self._facts = facts
         self._sched = sched
         self._program = os.path.abspath(program)
@@ -85,24 +97,46 @@ class Publisher:
 
     def maybe_write(self, now: float, *, finished: bool) -> None:
         """Rewrite the file if what it says changed (debounced) or it is due for a refresh."""
-        needed, connected = self._needed(), self._sched.connected()
+        connected = self._sched.connected()
+        needed = self._needed(now, sum(connected.values()))
         key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total(),
                self._shapes(), dict(self._sched.shapes.learned))  # fmt: skip
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
 
-    def _needed(self) -> int:
-        """Slaves wanted beyond those connected, plus a replacement for each that leaves by plan within
-        ``REPLACE_AHEAD`` while tasks remain: a batch system takes a while to start a job."""
+    def _needed(self, now: float, connected: int) -> int:
+        """Slaves wanted beyond those connected (as many as would shorten the run, once task times are measured:
+        mwpy/core/demand.py), plus a replacement for each that leaves by plan within ``REPLACE_AHEAD`` while
+        tasks remain: a batch system takes a while to start a job."""
         sched = self._sched
+        self._measure_startup(now, connected, sched.slaves_needed)
         if not sched.pending_total:
+            self._why = ""
             return sched.slaves_needed
+        wanted = demand.Demand(sched.slaves_needed)
+        if sched.demand_follows_tasks:
+            wanted = demand.adaptive(per_task=sched.slaves_needed, tasks=sched.pending_total, connected=connected,
+                                     task_seconds=self._task_seconds(), startup_seconds=self._startup)  # fmt: skip
+        self._why = wanted.why
         soon = time.time() + REPLACE_AHEAD
-        return sched.slaves_needed + sum(at <= soon for at in self._leave_at.values())
+        return wanted.needed + sum(at <= soon for at in self._leave_at.values())
 
-    def write(self, now: float, needed: int, connected: dict[str, int], *, finished: bool) -> None:
-        """Write the file now (a failure is audited: the computation goes on without it)."""
+    def _measure_startup(self, now: float, connected: int, asked: int) -> None:
+        """Time from the first demand with no slave connected to the first slave connected: a slave's start-up."""
+        if self._startup is not None:
+            return
+        if connected:
+            if self._asked_at is not None:
+                self._startup = now - self._asked_at
+        elif asked and self._asked_at is None:
+            self._asked_at = now
+
+    def write(
+        self, now: float, needed: int, connected: dict[str, int], *, finished: bool, removed: bool = False
+    ) -> None:
+        """Write the file now (a failure is audited: the computation goes on without it); ``removed``: the
+        master's Condor job was removed (``master_removed``)."""
         path = self._options.resource_file
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
@@ -139,6 +173,9 @@ class Publisher:
             task_board=board.snapshot(sched, now, self._leave_at),
             shapes=shapes,
             learned_memory=learned,
+            journal_answers=self.journal_answers,
+            master_removed=removed,
+            demand_reason="" if finished else self._why,
         )
         try:
             resource_file.write(path, record)

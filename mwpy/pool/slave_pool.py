@@ -3,7 +3,7 @@
 ``mwpy local`` (mwpy/pool/local.py) and ``mwpy.Executor`` (mwpy/executor.py)
 start their slaves the same way, as the overseer starts them on a pool: the
 master publishes a resource file in a work folder, and an
-:class:`~mwpy.pool.overseer.Overseer` with a back end (local processes, or
+:class:`~mwpy.overseer.Overseer` with a back end (local processes, or
 Condor jobs) keeps at most N slave jobs matched to it, in a thread.
 :class:`SlavePool` is that arrangement, once: it also watches for slaves that
 fail before the computation has any result (:class:`SetupFailures`: they
@@ -27,8 +27,8 @@ from mwpy import safe_text
 from mwpy.backends import Backend
 from mwpy.errors import BackendError
 from mwpy.names import RESOURCE_FILE
+from mwpy.overseer import Limits, Overseer
 from mwpy.pool.failing_slaves import SetupFailures
-from mwpy.pool.overseer import Limits, Overseer
 
 log = safe_text.logger(__name__)
 

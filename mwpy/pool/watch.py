@@ -1,7 +1,7 @@
 """Watching the resource file for rewrites (watchdog), so the overseer reacts within moments of one.
 
 Its own module, imported only once the overseer has made its first
-reconciliation (mwpy/pool/overseer.py): watchdog's import and its threads
+reconciliation (mwpy/overseer.py): watchdog's import and its threads
 take a while, and a short script's first slaves should not wait for them.
 """
 

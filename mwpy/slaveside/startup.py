@@ -292,6 +292,10 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, _Stale | None]:
             audit(f"WARNING {exc}; using --mw-master-host and --mw-master-port")
     if record is not None and record.finished:
         raise SlaveExit(ExitCode.OK, "the resource file says the computation is finished")
+    if record is not None and record.master_removed:
+        why = "the master's Condor job was removed (condor_rm): the computation has no master; leaving the queue"
+        print(f"{program_name()}: {why}", file=sys.stderr)  # exit 0 is quiet otherwise: say why the job ends
+        raise SlaveExit(ExitCode.OK, why)
 
     def pick(field: str, from_file: Any) -> Any:
         given = getattr(options, field)

@@ -1,9 +1,11 @@
-"""README's "Migrating" table, each row's mwpy form run as a user would write it (tests/test_readme_migration.py).
+"""The how-to guides' porting tables (docs/howto/port-from-*.md), each row's mwpy form run as a user writes it.
+
+tests/test_readme_migration.py runs it.
 
 ``migration.py executor FOLDER`` runs the rows written with ``mwpy.Executor``;
 ``mwpy local migration.py -- --mw-task-attempts 3 FOLDER`` runs the
 rows written in a master algorithm. Each row that worked prints ``ok ROW``
-(ROW is the row's first cell in README); FOLDER holds the flaky task's runs.
+(ROW is the row's first cell in its guide); FOLDER holds the flaky task's runs.
 """
 
 from __future__ import annotations

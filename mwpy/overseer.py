@@ -200,7 +200,7 @@ class Overseer:
         jobs = self.backend.jobs()
         if record.finished:
             return self._finish(jobs, _counts(jobs))
-        gone = self._master_departure(record)
+        gone = record.removal() or self._master_departure(record)
         if gone is not None:
             return self._give_up(jobs, f"{gone}: the computation has no master")
         if record.stale():
@@ -220,8 +220,10 @@ class Overseer:
         why.extend(_explain_jobs(jobs))
         counts = _counts(jobs)
         wanted = sum(group.wanted for group in groups)
+        because = f": {record.demand_reason}" if record.demand_reason else ""  # the master's demand model
         self._note(
-            f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}); "
+            f"wanted {wanted} (connected {sum(record.slaves_connected.values())} + needed {record.slaves_needed}"
+            f"{because}); "
             f"jobs idle {counts['idle']} running {counts['running']} held {counts['held']}{_held_because(jobs)}; "
             f"submitted {submitted}, removed {removed}" + (f" -- {'; '.join(why)}" if why else "")
         )
