@@ -62,7 +62,7 @@ from typing import Any, TypeVar
 
 from benchmarks.common import REPO, BenchError, Spread
 from benchmarks.condor import PoolQueue, pool_description, pool_down
-from mwpy.net.filestore import sha256_of
+from mwpy.data.service import sha256_of
 
 SUBMIT = REPO / "submit"
 JOB = """#!/bin/sh

@@ -30,8 +30,8 @@ catches those; the built-in is a courtesy, the mwpy class is the contract.
     │   └── NoMatchingSlaveError          ... no slave on offer has the resources it needs
     ├── KilledSlaveError                  a task killed too many slaves running it (dask's KilledWorker)
     ├── SharedObjectError                 a shared object (mw.share) cannot be had here, or its file is bad
-    ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.net.filestore]
-    ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.net.filestore]
+    ├── FileServiceError                  an input fetch or output upload failed   [in mwpy.data.service]
+    ├── OutputRefused                     an output a slave sent lands nowhere safe [in mwpy.data.landing]
     ├── JobSetupError                     a submit-file job could not start on its slave [in mwpy.jobs.runner]
     └── TaskFailedError                   a task raised (or could not run)   [in mwpy.task_records]
         └── TaskRaisedError               ... an exception the master cannot rebuild (names its type)

@@ -587,7 +587,7 @@ class _ByReference:
     reference: bytes
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return codec.resolve_function(self.reference)(*args, **kwargs)
+        return calls.functions.resolve(self.reference)(*args, **kwargs)
 
 
 def _backend_options(

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from mwpy.core.entry import Entry, Listener
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler
+from mwpy.data.shares import SharedObjects
 from mwpy.errors import ComputationFinishedError
 from mwpy.net.engine import TICK, Engine
-from mwpy.net.shares import SharedObjects
 from mwpy.task_records import Policy
 
 L = TypeVar("L", bound=Listener)
@@ -48,6 +48,8 @@ class Intake:
         self.max_frame = max_frame
         #: The master's file service, for ``TaskAlgorithm.encode``: ``mwpy.File`` arguments, arguments too large.
         self.store = shares
+        sched.on_leave = shares.release  # arguments the file service took for a task go when it is done
+        outcomes.received = shares  # and results slaves stored there are taken from it
         #: ``map``'s keyword arguments with the large ones shared once per slave.
         self.share_large = shares.share_large
         #: Whether tasks need their queue time (only the event log and the metrics exporter read it).
@@ -96,6 +98,8 @@ class Intake:
             entry.queued_at = time.monotonic()  # the event log's queue wait starts here
         if entry.key is None or not self._outcomes.replay(entry):  # a key may be answered from the journal
             self._sched.add(entry)
+        else:
+            self.store.release(entry.payload)
 
     def cancel(self, task_ids: list[int]) -> list[int]:
         """Cancelled futures: tasks still queued here are dropped when they would leave (their listener says no);

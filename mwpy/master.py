@@ -34,11 +34,11 @@ from mwpy import streams
 from mwpy.core import facts
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
+from mwpy.data.shares import SharedObjects
 from mwpy.errors import ConfigurationError
 from mwpy.futures import TaskFuture
 from mwpy.intake import Intake
 from mwpy.net.engine import TICK, Engine
-from mwpy.net.shares import SharedObjects
 from mwpy.observe.audit import Audit
 from mwpy.observe.renderers import Observers
 from mwpy.options import Options

@@ -39,6 +39,7 @@ from mwpy.slaveside.connection import Endpoint, Link, SlaveExit, open_link
 from mwpy.slaveside.lifecycle import RESULT_HOLD, Evicted, Heartbeats, HoldWatch, SoftKill
 from mwpy.slaveside.running import Runner
 from mwpy.wire import protocol
+from mwpy.wire.codec import DataPlane
 from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
 from mwpy.wire.session import SlaveSession
 
@@ -106,6 +107,15 @@ class Slave:
     @cache_counts.setter
     def cache_counts(self, counts: Callable[[], tuple[int, int, int, int]]) -> None:
         self._heartbeats.cache_counts = counts
+
+    @property
+    def data(self) -> DataPlane | None:
+        """What its tasks' shared objects, files and large values go through (start-up sets it)."""
+        return self._runner.data
+
+    @data.setter
+    def data(self, data: DataPlane | None) -> None:
+        self._runner.data = data
 
     # ------------------------------------------------------------------ loop variants
 

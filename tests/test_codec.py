@@ -20,6 +20,9 @@ from mwpy.task_records import Result, TaskError, TaskRaisedError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import PICKLE_PROTOCOL
 
+#: A cache of functions as a slave keeps one (mwpy/calls.py).
+FUNCTIONS = codec.Functions()
+
 
 def test_a_value_travels_with_pickle_protocol_5() -> None:
     """Out-of-band capable buffers (pickle.PickleBuffer) need protocol 5: a task may return one."""
@@ -143,7 +146,7 @@ def test_arguments_travel_as_args_and_kwargs_and_fail_at_the_call_site_when_they
 
 def test_a_function_travels_by_reference_and_is_unpickled_once_per_process() -> None:
     reference = codec.function_reference(pickle.dumps)
-    assert codec.resolve_function(reference) is pickle.dumps
+    assert FUNCTIONS.resolve(reference) is pickle.dumps
     lock = threading.Lock()
     with pytest.raises(TypeError, match=r"^cannot send the function .*<lambda> to slaves: .*lock"):
         codec.function_reference(lambda: not lock.locked())  # by value, but what it closes over cannot travel
@@ -162,7 +165,7 @@ def test_lambdas_and_closures_travel_by_value_and_module_functions_by_reference(
         assert codec.by_value(fn)
         reference = codec.function_reference(fn)
         assert b"cloudpickle" in reference
-        assert codec.resolve_function(reference)(argument) == expected
+        assert FUNCTIONS.resolve(reference)(argument) == expected
     assert not codec.by_value(pickle.dumps)
     assert b"cloudpickle" not in codec.function_reference(pickle.dumps)
     blob = codec.encode_arguments("f", (lambda: "inside",), {})  # a lambda among the arguments, too
@@ -176,13 +179,13 @@ def fresh_reference() -> bytes:
 
 def test_a_function_is_unpickled_once_then_found_and_the_cache_is_bounded() -> None:
     reference = fresh_reference()
-    first = codec.resolve_function(reference)
+    first = FUNCTIONS.resolve(reference)
     assert isinstance(first, functools.partial)
     assert first.func is int
-    assert codec.resolve_function(reference) is first  # found, not unpickled again
+    assert FUNCTIONS.resolve(reference) is first  # found, not unpickled again
     for _ in range(codec.FUNCTIONS_KEPT):
-        codec.resolve_function(fresh_reference())
-    assert codec.resolve_function(reference) is not first  # forgotten once FUNCTIONS_KEPT others came
+        FUNCTIONS.resolve(fresh_reference())
+    assert FUNCTIONS.resolve(reference) is not first  # forgotten once FUNCTIONS_KEPT others came
 
 
 def test_a_failure_of_an_exception_outside_an_except_carries_no_traceback() -> None:

@@ -1,9 +1,9 @@
 """The master's file service is as safe as the task channel (issue 22 item 5, docs/security.md).
 
-Each test runs the real :class:`~mwpy.net.filestore.FileServer` (in its own
+Each test runs the real :class:`~mwpy.data.server.FileServer` (in its own
 process, tests/programs/file_service.py, where a test limits its threads or
 descriptors as an attacker would exhaust them) and talks to it over real
-sockets: honest slaves (:class:`~mwpy.net.filestore.FileClient`) that must
+sockets: honest slaves (:class:`~mwpy.data.client.FileClient`) that must
 keep fetching, and outsiders without the secret that must get nothing, hold
 no thread, and be gone one client timeout after they connected.
 """
@@ -11,6 +11,7 @@ no thread, and be gone one client timeout after they connected.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import resource
@@ -27,15 +28,21 @@ import psutil
 import pytest
 
 from mwpy import resource_file
+from mwpy.data import link as data_link
+from mwpy.data import server as data_server
+from mwpy.data.client import FileClient
+from mwpy.data.landing import UPLOAD_PREFIX
+from mwpy.data.server import FileServer
+from mwpy.data.service import FileServiceError
 from mwpy.jobs.command import PROGRAM as JOBS
-from mwpy.net import filestore
-from mwpy.net.filestore import FileClient, FileServer, FileServiceError
+from mwpy.jobs.outputs import Destination, JobOutputs
 from mwpy.wire import protocol
 from tests.programs.file_service import MEMBER, SECRET
 from tests.programs.trust_net import Proxy
 from tests.support import PROGRAMS, PYTHON, ROOT, spawn_master, spawn_slave, wait_until
 
 SERVICE = PROGRAMS / "file_service.py"
+PEERS = PROGRAMS / "peer_files.py"
 CERT = ROOT / "tests" / "data" / "tls-cert.pem"
 KEY = ROOT / "tests" / "data" / "tls-key.pem"
 #: The content every test fetches: recognisable on the wire.
@@ -226,7 +233,7 @@ def test_a_deeply_nested_header_costs_its_connection_and_no_traceback(tmp_path: 
     RecursionError that killed a service thread with a traceback on the master's stderr."""
     with service(tmp_path) as svc:
         with socket.create_connection(("127.0.0.1", svc.port), timeout=DEADLINE) as sock:
-            link = filestore._client_handshake(sock, SECRET, MEMBER)
+            link = data_link.client_handshake(sock, SECRET, MEMBER)
             link.send(b"G", b"[" * 200_000)
             assert dropped(sock, DEADLINE)
         assert svc.fetch(tmp_path / "got") == CONTENT
@@ -334,7 +341,7 @@ def test_a_file_changed_after_it_was_offered_is_never_taken_for_its_hash(tmp_pat
             client.fetch(digest, tmp_path / "short")
         assert not (tmp_path / "changed").exists()
         assert not (tmp_path / "short").exists()
-        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(filestore.UPLOAD_PREFIX)] == []
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(UPLOAD_PREFIX)] == []
         client.fetch(kept_digest, tmp_path / "got")
         assert (tmp_path / "got").read_bytes() == CONTENT + b"kept"
     finally:
@@ -348,7 +355,7 @@ def test_with_tls_a_file_of_many_reads_arrives_whole(tmp_path: Path) -> None:
     context, fingerprint = protocol.tls_server_context(str(CERT), str(KEY))
     server = FileServer(SECRET, MEMBER, tls=context, client_timeout=CLIENT_TIMEOUT)
     data = tmp_path / "data"
-    content = os.urandom(2 * filestore.RAW_CHUNK + 12345)
+    content = os.urandom(2 * data_link.RAW_CHUNK + 12345)
     data.write_bytes(content)
     digest, _ = server.publish(str(data))
     client = FileClient("127.0.0.1", server.port, SECRET, MEMBER, fingerprint)
@@ -373,11 +380,11 @@ def test_outputs_sent_back_to_back_all_land_and_the_connection_serves_on(tmp_pat
     digest, _ = server.publish(str(data))
     landed = tmp_path / "landed"
     landed.mkdir()
-    server.expect("job-1", filestore.Destination(str(landed), frozenset()))
+    JobOutputs.of(server).expect("job-1", Destination(str(landed), frozenset()))
     sent = tmp_path / "sent"
     sent.mkdir()
     outputs = []
-    for number in range(3 * filestore.REQUEST_BURST + 1):
+    for number in range(3 * data_server.REQUEST_BURST + 1):
         path = sent / f"out.{number}"
         path.write_bytes(os.urandom(number * 97))
         outputs.append((path.name, path))
@@ -391,3 +398,32 @@ def test_outputs_sent_back_to_back_all_land_and_the_connection_serves_on(tmp_pat
     assert sorted(p.name for p in landed.iterdir()) == sorted(name for name, _ in outputs)
     assert all((landed / name).read_bytes() == path.read_bytes() for name, path in outputs)
     assert (tmp_path / "input").read_bytes() == CONTENT
+
+
+# ---------------------------------------------------------------------- the data plane in any process
+
+
+def test_a_slave_serves_what_it_holds_to_another_slave_by_content_hash(tmp_path: Path) -> None:
+    """The file service is a component, not the master's: one slave-side process serves a file it holds and
+    another fetches it by SHA-256 into its cache, both proving the computation's secret; a peer with another
+    secret gets nothing."""
+    held = tmp_path / "held.bin"
+    held.write_bytes(os.urandom(3 << 20))
+    digest = hashlib.sha256(held.read_bytes()).hexdigest()
+    env = {**os.environ, "MWPY_TEST_PEER_SECRET": secrets.token_hex(32)}
+    with subprocess.Popen(
+        [PYTHON, str(PEERS), "serve", str(held)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+    ) as serving:
+        assert serving.stdout is not None
+        assert serving.stdin is not None
+        offered = json.loads(serving.stdout.readline())
+        assert offered["digest"] == digest
+        fetch = [PYTHON, str(PEERS), "fetch", str(offered["port"]), digest]
+        fetched = subprocess.run(fetch, env=env, capture_output=True, text=True, timeout=120, check=True)
+        assert json.loads(fetched.stdout) == {"sha256": digest, "size": 3 << 20}
+        outsider = {**env, "MWPY_TEST_PEER_SECRET": secrets.token_hex(32)}
+        refused = subprocess.run(fetch, check=False, env=outsider, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1
+        assert "handshake failed" in refused.stderr
+        serving.stdin.close()
+        assert serving.wait(timeout=30) == 0

@@ -19,9 +19,12 @@ import pytest
 
 from mwpy import safe_text
 from mwpy.core.journal import Journal
+from mwpy.data import link as data_link
+from mwpy.data.client import FileClient
+from mwpy.data.server import FileServer
+from mwpy.data.service import FileServiceError
 from mwpy.jobs.command import PROGRAM
-from mwpy.net import filestore
-from mwpy.net.filestore import Destination, FileClient, FileServer, FileServiceError
+from mwpy.jobs.outputs import Destination, JobOutputs
 from mwpy.wire import protocol
 from tests.support import PROGRAMS, spawn_master, spawn_slave
 from tests.test_jobs_run import run_jobs
@@ -48,7 +51,9 @@ def job(tmp_path: Path, server: FileServer) -> Path:
     iwd.mkdir()
     (iwd / "input.dat").write_text("precious")
     (tmp_path / "outside").mkdir()
-    server.expect("t1", Destination(str(iwd), frozenset({str(iwd / "input.dat")}), max_bytes=1000, max_files=20))
+    JobOutputs.of(server).expect(
+        "t1", Destination(str(iwd), frozenset({str(iwd / "input.dat")}), max_bytes=1000, max_files=20)
+    )
     return iwd
 
 
@@ -79,7 +84,9 @@ def test_names_that_leave_initialdir_are_refused(server: FileServer, job: Path, 
 
 def test_a_folder_symlink_out_of_initialdir_is_not_followed(server: FileServer, job: Path, tmp_path: Path) -> None:
     (job / "link").symlink_to(tmp_path / "outside")
-    server.expect("t2", Destination(str(job), frozenset(), outputs=("link",)))  # transfer_output_files = link
+    JobOutputs.of(server).expect(
+        "t2", Destination(str(job), frozenset(), outputs=("link",))
+    )  # transfer_output_files = link
     refusal = _upload(server, tmp_path, "link/evil", token="t2")
     assert refusal is not None
     assert "symbolic link" in refusal
@@ -116,7 +123,7 @@ def test_outputs_of_a_job_not_in_flight_and_over_budget_are_refused(
 
 def test_content_that_does_not_match_its_hash_is_not_kept(server: FileServer, job: Path) -> None:
     with socket.create_connection((server.host, server.port)) as sock:
-        link = filestore._client_handshake(sock, SECRET, MEMBER)
+        link = data_link.client_handshake(sock, SECRET, MEMBER)
         link.send_json(b"P", {"job": "t1", "name": "forged", "size": 4, "executable": False})
         link.send(b"D", b"real")
         link.send_json(b"E", {"sha256": hashlib.sha256(b"fake").hexdigest()})
@@ -133,11 +140,11 @@ def test_a_forged_or_replayed_frame_ends_the_conversation(server: FileServer, tm
     digest, _ = server.publish(str(data))
     fetch = b"G" + json.dumps({"sha256": digest}).encode()
     with socket.create_connection((server.host, server.port)) as sock:
-        filestore._client_handshake(sock, SECRET, MEMBER)
+        data_link.client_handshake(sock, SECRET, MEMBER)
         sock.sendall(protocol.HEADER.pack(len(fetch) + protocol.TAG_SIZE) + fetch + b"\0" * protocol.TAG_SIZE)
         assert _answer(sock) == b""
     with socket.create_connection((server.host, server.port)) as sock:
-        link = filestore._client_handshake(sock, SECRET, MEMBER)
+        link = data_link.client_handshake(sock, SECRET, MEMBER)
         sealed = link._channel.seal_body(fetch)
         sock.sendall(sealed)
         _, header = link.receive_json(b"S")  # the genuine frame is served (its content, then a sealed end) ...
@@ -231,7 +238,7 @@ def test_without_transfer_output_files_only_top_level_files_that_are_not_hidden(
 def test_with_transfer_output_files_only_the_named_entries_and_their_trees(server: FileServer, tmp_path: Path) -> None:
     iwd = tmp_path / "named"
     iwd.mkdir()
-    server.expect("t3", Destination(str(iwd), frozenset(), outputs=("out", "log.txt")))
+    JobOutputs.of(server).expect("t3", Destination(str(iwd), frozenset(), outputs=("out", "log.txt")))
     for accepted in ("log.txt", "out/a/b/c.dat", "out/.hidden-in-a-named-tree"):
         assert _upload(server, tmp_path, accepted, token="t3") is None, accepted
     for refused in ("other", "out2/x", ".ssh/authorized_keys", "outside.txt"):
@@ -318,7 +325,7 @@ def test_a_stored_result_is_kept_only_under_the_hash_of_its_content(server: File
     server.results = tmp_path / "received"
     server.results.mkdir()
     with socket.create_connection((server.host, server.port)) as sock:
-        link = filestore._client_handshake(sock, SECRET, MEMBER)
+        link = data_link.client_handshake(sock, SECRET, MEMBER)
         link.send_json(b"R", {"size": 4})
         link.send(b"D", b"real")
         link.send_json(b"E", {"sha256": hashlib.sha256(b"fake").hexdigest()})

@@ -15,9 +15,9 @@ import tracemalloc
 from collections import deque
 from pathlib import Path
 
+from mwpy.data.server import FileServer
 from mwpy.jobs import program
 from mwpy.jobs.description import SubmitDescription
-from mwpy.net import filestore
 
 
 def _held(folder: Path, count: int) -> int:
@@ -27,7 +27,7 @@ def _held(folder: Path, count: int) -> int:
         f"queue {count}\n"
     )
     description = SubmitDescription(folder / "jobs.sub", base=str(folder))
-    server = filestore.FileServer(b"k" * 32, "memory-test")
+    server = FileServer(b"k" * 32, "memory-test")
     limits = argparse.Namespace(max_output_bytes=1 << 30, max_output_files=100)
     in_flight: deque[str] = deque()
     tracemalloc.start()

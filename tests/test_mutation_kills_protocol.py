@@ -286,7 +286,7 @@ def test_a_frame_with_a_wrong_tag_or_out_of_sequence_is_refused() -> None:
 
 
 def test_verify_body_checks_tag_and_sequence_and_returns_the_data_unpickled() -> None:
-    """mwpy/net/filestore.py's frames carry JSON and file bytes: checked exactly as messages are, never unpickled."""
+    """mwpy/data/'s frames carry JSON and file bytes: checked exactly as messages are, never unpickled."""
     master = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=True)
     slave = protocol.derive_channel(SECRET, MASTER_NONCE, SLAVE_NONCE, is_master=False)
     first, second = master.seal_body(b"Gnot a pickle")[4:], master.seal_body(b"D")[4:]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import mwpy
+from mwpy.data.server import FileServer
 from mwpy.errors import ConfigurationError
-from mwpy.net.filestore import FileServer
 from tests.programs import shared_work as work
 from tests.support import PROGRAMS, PYTHON, free_port, start_master
 

@@ -12,7 +12,9 @@ import itertools
 import json
 import os
 import pickle
+import re
 import socket
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,9 @@ import numpy as np
 import pytest
 
 import mwpy
+from mwpy import options as mwpy_options
 from mwpy import resource_file
+from mwpy.data.shares import SharedObjects
 from mwpy.executor_core import _master_options
 from mwpy.jobs.program import run_job
 from mwpy.jobs.runner import JobTask
@@ -116,6 +120,27 @@ def test_an_argument_larger_than_a_frame_travels_through_the_file_service(tmp_pa
         data = os.urandom(codec.SPILL_ABOVE + 12345)
         assert ex.submit(work.size_of, data).result(timeout=120) == len(data)
         assert ex.file_counters()["bytes_sent"] > len(data)
+
+
+def test_a_large_argument_s_file_goes_when_its_task_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arguments over 16 MiB stayed on the master's disk until the run ended; two tasks with the same ones
+    share one file, which goes when the second is done."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where this process (the master) puts its folders
+
+    def spilled() -> list[Path]:
+        return [path for path in tmp_path.glob("mwpy-shared-*/*") if re.fullmatch("[0-9a-f]{64}", path.name)]
+
+    with mwpy.Executor(max_workers=1) as ex:
+        data = os.urandom(codec.SPILL_ABOVE + 12345)
+        gate = str(tmp_path / "gate")
+        both = [ex.submit(work.length_once_open, data, gate) for _ in range(2)]
+        assert len(spilled()) == 1  # both tasks' arguments, one file
+        (tmp_path / "gate").touch()
+        assert [future.result(timeout=120) for future in both] == [len(data)] * 2
+        assert spilled() == []
+        other = os.urandom(codec.SPILL_ABOVE + 1)
+        assert ex.submit(work.size_of, other).result(timeout=120) == len(other)
+        assert spilled() == []
 
 
 def test_a_large_keyword_argument_of_map_crosses_once_per_slave(executor: mwpy.Executor) -> None:
@@ -306,6 +331,16 @@ def test_a_result_larger_than_a_frame_comes_back_through_the_file_service(execut
     assert after["result_bytes"] - before["result_bytes"] >= value.nbytes
 
 
+def test_tasks_returning_the_same_large_value_all_get_it() -> None:
+    """Eight results with one content hash: the stored file stays until the last of them is read (4 of 8
+    arrived when the first read removed it)."""
+    with mwpy.Executor(max_workers=4) as ex:
+        values = list(ex.map(work.same_large_bytes, range(8), timeout=300))
+        counters = ex.file_counters()
+    assert values == [b"\x5a" * (20 << 20)] * 8
+    assert counters["results_stored"] == 8
+
+
 def test_a_100_mb_argument_and_result_both_travel_through_the_file_service() -> None:
     data = os.urandom(100_000_000)
     with mwpy.Executor(max_workers=1) as ex:
@@ -334,12 +369,21 @@ def test_a_file_a_task_returns_is_a_verified_copy_on_the_master(tmp_path: Path) 
 
 def test_a_stored_result_or_file_a_slave_names_badly_is_a_failure_not_a_path(tmp_path: Path) -> None:
     """What a slave names is a hash, never a path: anything else fails that one result (ResultDecodeError)."""
-    for blob in (pickle.dumps(codec._Stored("../" * 20 + "etc/passwd", 10)), pickle.dumps(codec._Stored("0" * 64, 1))):
-        value, failure = codec.decode_outcome(True, blob)
-        assert value is None
-        assert failure is not None
-        assert failure[0] == "ResultDecodeError"
-        assert "no stored result has hash" in failure[1]
+    options, _ = mwpy_options.parse(["--mw-master", "--mw-resource-file", str(tmp_path / "resource.json")])
+    received = SharedObjects(options, b"k" * 32, "127.0.0.1", None)
+    assert received.address()[1]  # its file service runs, taking results
+    try:
+        for digest in ("../" * 20 + "etc/passwd", "0" * 64):
+            value, failure = codec.decode_outcome(True, pickle.dumps(codec._Stored(digest, 10)), received)
+            assert value is None
+            assert failure is not None
+            assert failure[0] == "ResultDecodeError"
+            assert "no stored result has hash" in failure[1]
+    finally:
+        received.close()
+    _, failure = codec.decode_outcome(True, pickle.dumps(codec._Stored("0" * 64, 1)))
+    assert failure is not None
+    assert "can only be read by its master" in failure[1]  # decoded with no master's file service
 
 
 def test_the_journal_keeps_a_stored_result_s_value_not_its_hash() -> None:

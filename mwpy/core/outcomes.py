@@ -72,8 +72,18 @@ def _alone(deaths: tuple[Death, ...]) -> int:
     return sum(1 for death in deaths if not death.others)
 
 
-def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *, journaled: bool = False) -> Result:
-    """Turn a wire result into a Result; a value the master cannot unpickle becomes an error."""
+def decode(
+    entry: Entry,
+    sid: str,
+    ok: bool,
+    blob: bytes,
+    compute_time: float,
+    *,
+    journaled: bool = False,
+    received: codec.Received | None = None,
+) -> Result:
+    """Turn a wire result into a Result; a value the master cannot unpickle becomes an error. ``received``: the
+    master's file service's results, for a value or a file a slave stored there (the blob names its hash)."""
     if ok:  # the hot path, without decode_outcome's call (which says why a value does not unpickle)
         try:
             value = codec.decode_value(blob)
@@ -81,7 +91,7 @@ def decode(entry: Entry, sid: str, ok: bool, blob: bytes, compute_time: float, *
             pass
         else:
             return Result(entry.task_id, entry.label, sid, entry.tag, compute_time, value=value, journaled=journaled)
-    value, failure = codec.decode_outcome(ok, blob)  # a failure, or why the value does not unpickle
+    value, failure = codec.decode_outcome(ok, blob, received)  # a failure, a stored value, or why it does not unpickle
     error = None if failure is None else TaskError(*failure)
     return Result(entry.task_id, entry.label, sid, entry.tag, compute_time, value, error, journaled and error is None)
 
@@ -136,6 +146,8 @@ class Outcomes:
         self._condemned: list[tuple[Entry, float]] = []
         #: What ``mw.results()`` drains, in arrival order.
         self.results: list[Result] = []
+        #: Where results a slave stored on the master's file service are taken from (set with that service).
+        self.received: codec.Received | None = None
         #: Runs measured (results from slaves, answers and failures) and their seconds: the demand model's input.
         self.runs, self.run_seconds = 0, 0.0
 
@@ -164,7 +176,7 @@ class Outcomes:
                 continue
             self.runs += 1
             self.run_seconds += compute_time
-            result = decode(entry, sid, ok, blob, compute_time)
+            result = decode(entry, sid, ok, blob, compute_time, received=self.received)
             if printed is not None:
                 result = attrs.evolve(result, stdout=printed[0], stderr=printed[1])
             if result.error is None:

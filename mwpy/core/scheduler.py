@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 from mwpy.core.entry import Entry
@@ -156,6 +156,9 @@ class Scheduler:
         self.unrunnable_total = 0
         #: What the master algorithm has yet to be told; the master drains it.
         self.news: News[Entry] = News()
+        #: Told the payload of each task that leaves the books (done, dropped, cancelled): the master's file
+        #: service frees the arguments it stored for it.
+        self.on_leave: Callable[[bytes], None] | None = None
 
     # ------------------------------------------------------------------ tasks
 
@@ -225,6 +228,8 @@ class Scheduler:
             self.news.unrunnable.append(task)
 
     def _forget(self, task: Entry) -> None:
+        if self.on_leave is not None:
+            self.on_leave(task.payload)
         self._pending[task.algorithm] -= 1
         if not self._pending[task.algorithm]:
             del self._pending[task.algorithm]
@@ -289,6 +294,8 @@ class Scheduler:
 
     def complete(self, task: Entry) -> None:
         """The task's result has been handed over: it leaves the master's memory."""
+        if self.on_leave is not None:
+            self.on_leave(task.payload)
         pending = self._pending
         algorithm = task.algorithm
         pending[algorithm] -= 1

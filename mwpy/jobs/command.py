@@ -22,8 +22,8 @@ from typing import Any
 
 from mwpy import safe_files, safe_text
 from mwpy.errors import MwpyError
+from mwpy.jobs import outputs
 from mwpy.jobs.description import SubmitDescription
-from mwpy.net import filestore
 from mwpy.options import positive_float, positive_int
 from mwpy.pool.local import run_local
 
@@ -62,14 +62,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     jobs.add_argument(
         "--max-output-bytes",
         type=positive_int,
-        default=filestore.MAX_OUTPUT_BYTES,
-        help=f"most bytes of output one job may send back (default {filestore.MAX_OUTPUT_BYTES})",
+        default=outputs.MAX_OUTPUT_BYTES,
+        help=f"most bytes of output one job may send back (default {outputs.MAX_OUTPUT_BYTES})",
     )
     jobs.add_argument(
         "--max-output-files",
         type=positive_int,
-        default=filestore.MAX_OUTPUT_FILES,
-        help=f"most output files one job may send back (default {filestore.MAX_OUTPUT_FILES})",
+        default=outputs.MAX_OUTPUT_FILES,
+        help=f"most output files one job may send back (default {outputs.MAX_OUTPUT_FILES})",
     )
     jobs.add_argument(
         "--slave-python",

@@ -43,17 +43,18 @@ from typing import Any
 import attrs
 
 from mwpy import program
+from mwpy.data.server import FileServer
+from mwpy.data.service import HASH_MEMORY
 from mwpy.errors import MwpyError, SubmitError
-from mwpy.jobs import bindings, runner
+from mwpy.jobs import bindings, outputs, runner
 from mwpy.jobs.arguments import parse_arguments
 from mwpy.jobs.description import JobSpec, SubmitDescription
 from mwpy.jobs.jobad import Placement
+from mwpy.jobs.outputs import Destination, JobOutputs, output_upload_name
 from mwpy.jobs.policy import FAILED_TO_CREATE_PROCESS, HELD, RUNNING, Decision, Exit, JobLife, Verdict
 from mwpy.jobs.summary import Summary, outcome_record, status_path
 from mwpy.jobs.userlog import UserLog
 from mwpy.master import Master
-from mwpy.net import filestore
-from mwpy.net.filestore import output_upload_name
 from mwpy.program import Membership, master, run
 from mwpy.task import task
 from mwpy.task_records import Result
@@ -92,8 +93,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cluster", type=int, default=1)
     parser.add_argument("--base", default=os.getcwd(), help="the folder relative paths start from")
     parser.add_argument("--max-pending", type=int, default=MAX_PENDING)
-    parser.add_argument("--max-output-bytes", type=int, default=filestore.MAX_OUTPUT_BYTES)
-    parser.add_argument("--max-output-files", type=int, default=filestore.MAX_OUTPUT_FILES)
+    parser.add_argument("--max-output-bytes", type=int, default=outputs.MAX_OUTPUT_BYTES)
+    parser.add_argument("--max-output-files", type=int, default=outputs.MAX_OUTPUT_FILES)
     parser.add_argument("--periodic-interval", type=float, default=PERIODIC_INTERVAL)
     parser.add_argument(
         "--placement-shapes",
@@ -109,13 +110,13 @@ def job_key(spec: JobSpec, run_number: int = 1) -> str:
 
 
 #: Real paths of the submit side's files, remembered (a shared input is looked up once, not once per job).
-_real_path = functools.lru_cache(maxsize=filestore.HASH_MEMORY)(os.path.realpath)
+_real_path = functools.lru_cache(maxsize=HASH_MEMORY)(os.path.realpath)
 
 
 class _Files:
     """The submit side's files of one job: published by hash, and the real paths outputs may not overwrite."""
 
-    def __init__(self, server: filestore.FileServer) -> None:
+    def __init__(self, server: FileServer) -> None:
         self.server = server
         self.inputs: list[tuple[str, str, int]] = []
         self.protected: set[str] = set()
@@ -165,7 +166,7 @@ class InputError(MwpyError):
         return Decision(Verdict.HOLD, reason, 13, self.errno)
 
 
-def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespace) -> runner.JobTask:
+def prepare(spec: JobSpec, server: FileServer, args: argparse.Namespace) -> runner.JobTask:
     """The task for ``spec``: inputs published by hash, and the file service told where outputs may land."""
     files = _Files(server)
     executable = spec.executable
@@ -187,9 +188,9 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
     merged = _merged_streams(spec)
     if spec.stderr is not None and spec.transfer_streams[2] and not merged:
         renamed.append((runner.STDERR_UPLOAD, spec.stderr))
-    server.expect(
+    JobOutputs.of(server).expect(
         token,
-        filestore.Destination(
+        Destination(
             spec.initialdir,
             frozenset(files.protected),
             tuple(renamed),
@@ -197,8 +198,8 @@ def prepare(spec: JobSpec, server: filestore.FileServer, args: argparse.Namespac
             max_files=args.max_output_files,
             outputs=None if spec.transfer_outputs is None else tuple(map(output_upload_name, spec.transfer_outputs)),
         ),
-        tuple(digest for _, digest, _ in files.inputs),
     )
+    server.expect(token, tuple(digest for _, digest, _ in files.inputs))
     return runner.JobTask(
         job_id=spec.job_id,
         token=token,
@@ -328,10 +329,10 @@ def main(mw: Master, argv: list[str]) -> int:
     return 1 if summary.failures else 0
 
 
-def _file_service(mw: Master, me: Membership) -> filestore.FileServer:
+def _file_service(mw: Master, me: Membership) -> FileServer:
     """The file service, listening where the master listens, as safe as it is: TLS when it has TLS, its timeout."""
     tls = None if me.tls_cert is None else protocol.tls_server_context(me.tls_cert, me.tls_key)[0]
-    return filestore.FileServer(  # in the master's port range too, if it has one
+    return FileServer(  # in the master's port range too, if it has one
         me.secret, me.member_id, host=mw.host, bind=mw.bind, ports=mw.port_range, tls=tls,
         client_timeout=me.client_timeout,
     )  # fmt: skip
@@ -344,7 +345,7 @@ class _Run:
         self,
         mw: Master,
         description: SubmitDescription,
-        server: filestore.FileServer,
+        server: FileServer,
         summary: Summary,
         args: argparse.Namespace,
     ) -> None:
@@ -362,7 +363,7 @@ class _Run:
         self.lock = threading.Lock()  # the file service's threads evaluate running jobs' ads too
         self.next_sweep = time.monotonic() + args.periodic_interval
         self.resumed = False
-        server.checks = self._check_running
+        JobOutputs.of(server).checks = self._check_running
 
     def run(self) -> None:
         while True:

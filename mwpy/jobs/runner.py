@@ -2,7 +2,7 @@
 
 The master sends a :class:`JobTask` (everything already expanded and every
 input named by its hash and mode); :func:`run` places the inputs from the
-slave's one :class:`~mwpy.net.cache.SlaveCache` (hard links to cached files
+slave's one :class:`~mwpy.data.cache.SlaveCache` (hard links to cached files
 with the submit side's permission bits, so a shared database is neither
 fetched nor copied again, and a file a Python task shared is not fetched for
 a job either), runs the executable with stdin/stdout/stderr as
@@ -36,9 +36,11 @@ from typing import BinaryIO
 
 import attrs
 
+from mwpy.data.cache import SlaveCache
+from mwpy.data.client import FileClient
+from mwpy.data.service import FileServiceError
 from mwpy.errors import MwpyError
-from mwpy.net.cache import SlaveCache
-from mwpy.net.filestore import FileClient, FileServiceError, output_upload_name
+from mwpy.jobs.outputs import output_upload_name
 from mwpy.parent_death import DeathWatch
 
 #: Scratch names of the job's streams (Condor's own), sent back under the submit file's names.
@@ -441,7 +443,7 @@ def _outputs(
     if task.transfer_outputs is None:
         after = _snapshot(folder)
         changed = (name for name in sorted(after) if after[name] != before.get(name))
-        # Hidden files come back only when named: the master takes no others (mwpy/net/filestore.py).
+        # Hidden files come back only when named: the master takes no others (mwpy/jobs/outputs.py).
         wanted.extend(
             (name, folder / name) for name in changed if name not in (STDOUT_NAME, STDERR_NAME) and name[0] != "."
         )

@@ -24,7 +24,7 @@ from mwpy.errors import TaskTimeoutError
 from mwpy.observe.audit import Audit
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
-from mwpy.wire.codec import decode_arguments
+from mwpy.wire.codec import DataPlane, decode_arguments_with
 from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
 
 log = safe_text.logger("mwpy.slave")
@@ -172,6 +172,8 @@ class Runner:
         self._audit = audit
         self._rescue = rescue
         self._printer = _Printer(printed, chunk=max(1024, min(CHUNK, max_out // 10)))  # 4 bytes a char at most
+        #: What its tasks' shared objects, files and large values go through (start-up sets it).
+        self.data: DataPlane | None = None
         #: What the finished tasks printed last, if anything, by task id (sent with their results).
         self.outputs: dict[int, tuple[str, str]] = {}
         #: Task id -> seconds, for queued tasks that have a timeout.
@@ -205,7 +207,7 @@ class Runner:
         started = time.perf_counter()
         try:
             algorithm = registry.require(name)
-            args, kwargs = decode_arguments(blob)
+            args, kwargs = decode_arguments_with(blob, self.data)
             printed, warned = self._printer.begin(task_id)
             # sys.stdout/stderr swapped by hand: contextlib.redirect_* cost 2 µs a task, a no-op task's whole run.
             saved = sys.stdout, sys.stderr
@@ -222,7 +224,7 @@ class Runner:
                 if left is not None:
                     self.outputs[task_id] = left
             elapsed = time.perf_counter() - started
-            out = codec.encode_result(value, self._store)
+            out = codec.encode_result(value, self._store, self.data)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)

@@ -9,7 +9,6 @@ Its state in its Condor job ad goes through Chirp (docs/condor.md).
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mwpy import membership
+from mwpy.data.plane import SlaveData
 from mwpy.errors import ConfigurationError, InvalidResourceFileError, MwpyError, ResourceFileError
 from mwpy.exits import exit_status, program_name, status_of
 from mwpy.lifetime import Lifetime
@@ -29,13 +29,11 @@ from mwpy.options import Options
 from mwpy.resources import own_shape
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
 from mwpy.slaveside.lifecycle import exit_named
-from mwpy.wire import codec
 from mwpy.wire.protocol import ExitCode
 
 if TYPE_CHECKING:  # loaded with their first use (an Executor's early slaves read no resource file)
     from mwpy import resource_file
-    from mwpy.net.cache import SlaveCache
-    from mwpy.net.shares import SlaveShares
+    from mwpy.data.cache import SlaveCache
 
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
 #: What a slave runs once before it connects: ``initializer(*initargs)``.
@@ -54,7 +52,7 @@ _LEAVING_LINES: dict[int, str] = {ExitCode.MASTER_LOST: "the connection to the m
 
 def slave_cache() -> SlaveCache:
     """This slave's one content-addressed cache, made on first use: shared objects, ``mwpy.File`` arguments and
-    ``mwpy jobs``' inputs, fetched once per slave whichever needs them first (mwpy/net/cache.py)."""
+    ``mwpy jobs``' inputs, fetched once per slave whichever needs them first (mwpy/data/cache.py)."""
     if _slave_cache is None:
         raise MwpyError("no slave cache: this process is not an mwpy slave")
     return _slave_cache()
@@ -82,7 +80,7 @@ def run_slave(
             client_timeout=options.client_timeout,
         )
     )
-    cache_counts = _slave_data(endpoint, options.cache_size)
+    data = _slave_data(endpoint, options.cache_size)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     failed = _initialize(initializer, audit, endpoint.member_id)
     if failed is not None:
@@ -90,7 +88,7 @@ def run_slave(
     chirp = Chirp.open(f"{endpoint.host}:{endpoint.port}")  # its state in its Condor job ad (docs/condor.md)
     try:
         status = _connect_and_serve(endpoint, stale, options=options, audit=audit, waited=waited, argv=argv,
-                                    chirp=chirp, cache=cache_counts, lifetime=lifetime, slave=algorithm)  # fmt: skip
+                                    chirp=chirp, data=data, lifetime=lifetime, slave=algorithm)  # fmt: skip
         chirp.publish("draining", chirp.done)
         chirp.log(
             f"mwpy slave leaving: exit status {status}" + (f" {ExitCode(status).name}" if status in _CODES else "")
@@ -125,12 +123,12 @@ def _connect_and_serve(
     waited: float,
     argv: list[str],
     chirp: Chirp,
-    cache: Callable[[], tuple[int, int, int, int]],
+    data: SlaveData,
     lifetime: Lifetime | None,
     slave: SlaveAlgorithm | None,
 ) -> int:
-    """Connect, then run the slave algorithm (or serve until shutdown); the exit status. ``cache``: the
-    counters of the slave's cache of shared objects, which its heartbeats carry."""
+    """Connect, then run the slave algorithm (or serve until shutdown); the exit status. ``data``: the slave's
+    data plane (its tasks' shared objects and large values; its cache's counters, which heartbeats carry)."""
     chirp.publish("connecting", 0)
     try:
         worker = _connect(endpoint, stale, options, audit, waited, leave_at=lifetime.leave_at if lifetime else 0.0)
@@ -139,7 +137,7 @@ def _connect_and_serve(
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
         audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
         return 130
-    worker.cache_counts = cache
+    worker.cache_counts, worker.data = data.counts, data
     chirp.log(f"mwpy slave {worker.slave_id} connected to master {endpoint.host}:{endpoint.port}")
     chirp.follow(worker.pilot_state)
     if lifetime is not None:
@@ -174,40 +172,13 @@ def _say_retired(why: str, chirp: Chirp) -> None:
     chirp.log(f"mwpy slave {line}")
 
 
-def _slave_data(endpoint: Endpoint, cache_size: int) -> Callable[[], tuple[int, int, int, int]]:
-    """Install the slave's one cache (:func:`slave_cache`) and its resolvers of shared objects and files
-    (``mw.share``, ``mwpy.File``); both load with their first use. Returns what reads the cache's counters
-    (all 0 before)."""
+def _slave_data(endpoint: Endpoint, cache_size: int) -> SlaveData:
+    """The slave's data plane (its one cache, :func:`slave_cache`, and its shared objects and files:
+    ``mw.share``, ``mwpy.File``); both load with their first use."""
     global _slave_cache  # this process's, for slave_cache()
-    cache: SlaveCache | None = None
-    shares: SlaveShares | None = None
-
-    def cached() -> SlaveCache:
-        nonlocal cache
-        if cache is None:
-            from mwpy.net.cache import SlaveCache  # noqa: PLC0415 (only a slave given a file needs it)
-
-            cache = SlaveCache(endpoint.secret, endpoint.member_id, endpoint.tls_fingerprint, cache_size)
-            atexit.register(cache.remove)
-        return cache
-
-    def started() -> SlaveShares:
-        nonlocal shares
-        if shares is None:
-            from mwpy.net.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
-
-            shares = SlaveShares(cached())
-            atexit.register(shares.remove)
-            codec.install_resolver(shares.resolve, shares.resolve_file, shares.store)  # later tasks: no detour
-        return shares
-
-    _slave_cache = cached
-    codec.install_resolver(
-        lambda key: started().resolve(key),
-        lambda handle, mode, name: started().resolve_file(handle, mode, name),
-        lambda address, source, size: started().store(address, source, size),
-    )
-    return lambda: (0, 0, 0, 0) if cache is None else cache.counts()
+    data = SlaveData(endpoint.secret, endpoint.member_id, endpoint.tls_fingerprint, cache_size)
+    _slave_cache = data.cache
+    return data
 
 
 class _Stale(NamedTuple):

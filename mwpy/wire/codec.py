@@ -8,7 +8,7 @@ what                        made by                     read by
 ==========================  ==========================  =========================
 a task's arguments          :func:`encode_arguments`    :func:`decode_arguments`
                             (master, at submit)         (slave, before the call)
-a function for an Executor  :func:`function_reference`  :func:`resolve_function`
+a function for an Executor  :func:`function_reference`  :class:`Functions`
                             (master, once per function) (slave, once per slave)
 a task's value              :func:`encode_value`        :func:`decode_value`,
                             (slave)                     :func:`decode_outcome`
@@ -37,9 +37,13 @@ lambda, a closure) travel by value, with cloudpickle, master to slave only
 arguments); slaves never send code. An object shared once per slave travels as
 a :class:`Shared` handle, which pickles as a call of :func:`shared_object` with
 the handle's few bytes, made once (a copyreg extension code stands for the
-function): the slave's resolver (installed by the slave,
-:func:`install_resolver`) gives the object it fetched and mapped once, looked
-up by those bytes, so :func:`decode_arguments` stays ``pickle.loads``. Its
+function). This module does no I/O and keeps no state: what a handle, a
+``File`` or a large value needs of the file service is an explicit step, and
+its caller hands over what it needs — the slave's data plane
+(:func:`decode_arguments_with`, :func:`encode_result`; mwpy/data/plane.py),
+the master's file service (:func:`encode_with`, :func:`decode_outcome`;
+mwpy/data/shares.py) — for the length of one call (a context variable), never
+a module global. A shared object's
 file (:func:`encode_shared`) is pickle protocol 5 with the out-of-band buffers
 (a numpy array's data) laid out after the pickle, each aligned, so that the
 slave unpickles straight from a memory map, no copy.
@@ -147,17 +151,20 @@ def decode_initializer(blob: bytes) -> tuple[Callable[..., object], tuple[Any, .
     return fn, args
 
 
-_functions: dict[bytes, Callable[..., Any]] = {}
+class Functions:
+    """Functions unpickled from :func:`function_reference`'s bytes, each once (a slave's is in mwpy/calls.py)."""
 
+    def __init__(self) -> None:
+        self._known: dict[bytes, Callable[..., Any]] = {}
 
-def resolve_function(reference: bytes) -> Callable[..., Any]:
-    """The function :func:`function_reference` made ``reference`` of, unpickled once per slave process."""
-    fn = _functions.get(reference)
-    if fn is None:
-        if len(_functions) >= FUNCTIONS_KEPT:
-            _functions.clear()
-        fn = _functions[reference] = pickle.loads(reference)
-    return fn
+    def resolve(self, reference: bytes) -> Callable[..., Any]:
+        """The function ``reference`` names: unpickled the first time, then looked up."""
+        fn = self._known.get(reference)
+        if fn is None:
+            if len(self._known) >= FUNCTIONS_KEPT:
+                self._known.clear()
+            fn = self._known[reference] = pickle.loads(reference)
+        return fn
 
 
 # ---------------------------------------------------------------------- objects shared once per slave
@@ -261,7 +268,7 @@ class File:
 
 
 class Store(Protocol):
-    """Where a task's arguments put what does not ride in a frame: the master's file service (mwpy/net/shares.py)."""
+    """Where a task's arguments put what does not ride in a frame: the master's file service (mwpy/data/shares.py)."""
 
     def spill(self, payload: bytes) -> bytes:
         """Pickled arguments too large for a frame, as the small payload that names their file."""
@@ -305,30 +312,55 @@ def encode_with(
     return store.spill(payload) if len(payload) > SPILL_ABOVE else payload
 
 
-#: How a slave sends bytes to its master's file service: ``store((host, port), source, size)`` gives their SHA-256.
-Uploader = Callable[[tuple[str, int], IO[bytes], int], str]
+class DataPlane(Protocol):
+    """A slave's side of the file service (mwpy/data/plane.py), which the explicit steps below are given."""
 
-_resolver: Callable[[bytes], Any] | None = None
-_file_resolver: Callable[[Shared, int, str], File] | None = None
-_store: Uploader | None = None
+    def resolve(self, key: bytes) -> Any:
+        """The object a :class:`Shared` handle of ``key`` names (fetched and mapped once)."""
+        ...  # pragma: no cover
+
+    def resolve_file(self, handle: Shared, mode: int, name: str) -> File:
+        """The local copy of a :class:`File` argument."""
+        ...  # pragma: no cover
+
+    def store(self, address: tuple[str, int], source: IO[bytes], size: int) -> str:
+        """Send ``size`` bytes of ``source`` to the file service at ``address``; their SHA-256."""
+        ...  # pragma: no cover
+
+    def store_file(self, address: tuple[str, int], path: str) -> tuple[str, int]:
+        """Send the file at ``path`` there; its SHA-256 and permission bits."""
+        ...  # pragma: no cover
 
 
-def install_resolver(
-    resolve: Callable[[bytes], Any], resolve_file: Callable[[Shared, int, str], File], store: Uploader
-) -> None:
-    """Make ``resolve(key)`` give the shared objects of this process's arguments (``key``: a handle's
-    :attr:`Shared.key`), ``resolve_file(handle, mode, name)`` the local copies of its files, and ``store`` send
-    what its results do not carry in a frame (the slave, once it knows its master's secret)."""
-    global _resolver, _file_resolver, _store  # one per process: the slave's
-    _resolver, _file_resolver, _store = resolve, resolve_file, store
+#: While :func:`decode_arguments_with` unpickles a task's arguments: the slave's data plane.
+_resolving: contextvars.ContextVar[DataPlane | None] = contextvars.ContextVar("mwpy_resolving", default=None)
+
+
+def decode_arguments_with(blob: bytes, plane: DataPlane | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """:func:`decode_arguments` on a slave: the shared objects and files the arguments name come from ``plane``.
+
+    ``pickle.loads`` first: arguments that name none (most) cost what they
+    cost; one that names one refuses there and is read again with ``plane``.
+    """
+    try:
+        return pickle.loads(blob)  # type: ignore[no-any-return]
+    except SharedObjectError:
+        if plane is None:
+            raise
+    token = _resolving.set(plane)
+    try:
+        return pickle.loads(blob)  # type: ignore[no-any-return]
+    finally:
+        _resolving.reset(token)
 
 
 def shared_object(key: bytes) -> Any:
-    """The object the :class:`Shared` handle of ``key`` names (what unpickling the handle calls): the resolver's
-    answer, looked up by ``key`` itself once the slave holds the object."""
-    if _resolver is None:
+    """The object the :class:`Shared` handle of ``key`` names (what unpickling the handle calls): the slave's
+    data plane's answer, looked up by ``key`` itself once the slave holds the object."""
+    plane = _resolving.get()
+    if plane is None:
         raise SharedObjectError(f"shared object {key[:6].hex()} can only be used in a task on a slave")
-    return _resolver(key)
+    return plane.resolve(key)
 
 
 copyreg.add_extension(__name__, shared_object.__name__, SHARED_OBJECT_CODE)
@@ -337,9 +369,10 @@ copyreg.add_extension(__name__, shared_object.__name__, SHARED_OBJECT_CODE)
 def shared_file(key: bytes, mode: int, name: str) -> File:
     """The local copy of a :class:`File` argument (what unpickling one calls on the slave); ``key`` is its
     :class:`Shared` handle's."""
-    if _file_resolver is None:
+    plane = _resolving.get()
+    if plane is None:
         raise SharedObjectError(f"file {name!r} can only be used in a task on a slave")
-    return _file_resolver(Shared.from_key(key), mode, name)
+    return plane.resolve_file(Shared.from_key(key), mode, name)
 
 
 def _padding(offset: int) -> bytes:
@@ -416,31 +449,29 @@ def encode_value(value: Any) -> bytes:
     return pickle.dumps(value, PICKLE_PROTOCOL)
 
 
-def encode_result(value: Any, address: tuple[str, int]) -> bytes:
+def encode_result(value: Any, address: tuple[str, int], plane: DataPlane | None = None) -> bytes:
     """:func:`encode_value` on a slave whose master's file service is at ``address``: each :class:`File` in the
-    value is sent there (by hash), and so is a value above :data:`SPILL_ABOVE` bytes pickled, the frame then
-    carrying only its hash (issue 22). A value with neither costs what :func:`encode_value` costs."""
-    store = _store
+    value is sent there through ``plane`` (by hash), and so is a value above :data:`SPILL_ABOVE` bytes
+    pickled, the frame then carrying only its hash. A value with neither costs what :func:`encode_value` costs."""
     try:
         out = encode_value(value)
     except SharedObjectError:  # a File in the value (it refuses to pickle outside this): send it
-        if store is None or not address[1]:
+        if plane is None or not address[1]:
             raise
-        token = _publisher.set(lambda path: _returned_file(store, address, path))
+        token = _publisher.set(lambda path: _returned_file(plane, address, path))
         try:
             out = encode_value(value)
         finally:
             _publisher.reset(token)
-    if len(out) <= SPILL_ABOVE or store is None or not address[1]:
+    if len(out) <= SPILL_ABOVE or plane is None or not address[1]:
         return out
-    digest = store(address, io.BytesIO(out), len(out))
+    digest = plane.store(address, io.BytesIO(out), len(out))
     return pickle.dumps(_Stored(digest, len(out)), PICKLE_PROTOCOL)
 
 
-def _returned_file(store: Uploader, address: tuple[str, int], path: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    with open(path, "rb") as source:
-        digest = store(address, source, os.fstat(source.fileno()).st_size)
-    return stored_file, (digest, os.stat(path).st_mode & 0o7777, os.path.basename(path))
+def _returned_file(plane: DataPlane, address: tuple[str, int], path: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    handle, mode = plane.store_file(address, path)
+    return stored_file, (handle, mode, os.path.basename(path))
 
 
 @attrs.frozen
@@ -464,7 +495,8 @@ def journal_form(blob: bytes, value: Any) -> bytes:
 
 
 class Received(Protocol):
-    """The master's side of :func:`encode_result`: what slaves stored, taken by hash (mwpy/net/shares.py)."""
+    """The master's side of :func:`encode_result`: what slaves stored, taken by hash (mwpy/data/shares.py's
+    :class:`SharedObjects`), given to :func:`decode_outcome`."""
 
     def value(self, digest: str, size: int) -> Any:
         """The value stored under ``digest`` (checked against it when it arrived), its file then removed."""
@@ -475,28 +507,25 @@ class Received(Protocol):
         ...  # pragma: no cover
 
 
-#: Installed by the master's file service (mwpy/net/shares.py) when it starts.
-_received: Received | None = None
-
-
-def install_received(received: Received) -> None:
-    """Make :func:`stored_value` and :func:`stored_file` take what slaves stored from ``received``."""
-    global _received  # one per process: the masters' registry
-    _received = received
+#: While :func:`decode_outcome` unpickles a result for a master: that master's file service's results.
+_receiving: contextvars.ContextVar[Received | None] = contextvars.ContextVar("mwpy_received", default=None)
 
 
 def stored_value(digest: str, size: int) -> Any:
-    """A value a slave stored on the master (what unpickling its result calls on the master)."""
-    if _received is None:
+    """A value a slave stored on the master (what unpickling its result calls in :func:`decode_outcome`)."""
+    received = _receiving.get()
+    if received is None:
         raise SharedObjectError(f"a stored result {digest[:12]} can only be read by its master")
-    return _received.value(digest, size)
+    return received.value(digest, size)
 
 
 def stored_file(digest: str, mode: int, name: str) -> File:
-    """The master's verified copy of a :class:`File` a task returned (what unpickling it calls on the master)."""
-    if _received is None:
+    """The master's verified copy of a :class:`File` a task returned (what unpickling it calls in
+    :func:`decode_outcome`)."""
+    received = _receiving.get()
+    if received is None:
         raise SharedObjectError(f"a returned file {name!r} can only be read by its master")
-    return _received.file(digest, mode, name)
+    return received.file(digest, mode, name)
 
 
 def encode_failure(kind: str, message: str, trace: str = "", exception: bytes | None = None) -> bytes:
@@ -544,12 +573,19 @@ UNPICKLING_FAILURES: Final = (Exception, SystemExit)
 decode_value: Final[Callable[[bytes], Any]] = pickle.loads
 
 
-def decode_outcome(ok: bool, blob: bytes) -> tuple[Any, Failure | None]:
-    """``(value, None)`` or ``(None, failure)``; a blob the master cannot unpickle is a failure itself."""
+def decode_outcome(ok: bool, blob: bytes, received: Received | None = None) -> tuple[Any, Failure | None]:
+    """``(value, None)`` or ``(None, failure)``; a blob the master cannot unpickle is a failure itself.
+
+    ``received``: the master's file service's results, where a value or a file a slave stored there is
+    taken from (the explicit step of the data plane; without it such a result fails).
+    """
+    token = _receiving.set(received)
     try:
         decoded = pickle.loads(blob)
     except UNPICKLING_FAILURES as exc:
         return None, ("ResultDecodeError", f"the master cannot unpickle the result: {exc!r}", "", None)
+    finally:
+        _receiving.reset(token)
     if ok:
         return decoded, None
     if (

@@ -511,7 +511,7 @@ class Channel:
     def verify_body(self, body: _Body) -> _Body:
         """Check a received frame body's tag and return its data (kind byte and payload), unpickling nothing.
 
-        :meth:`open` starts here; mwpy/net/filestore.py uses it alone, for a
+        :meth:`open` starts here; mwpy/data/link.py uses it alone, for a
         conversation with payloads of its own over a handshake's channel.
         """
         if len(body) < 1 + TAG_SIZE:

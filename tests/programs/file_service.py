@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from mwpy.net.filestore import FileServer
+from mwpy.data.server import FileServer
 from mwpy.wire import protocol
 
 SECRET = b"file-service-test-secret-32bytes"

@@ -88,3 +88,8 @@ def cache_counts(script: Any, obj: Any) -> tuple[int, tuple[int, int, int, int]]
     assert os.path.getsize(script) > 0
     assert obj is not None
     return os.getpid(), program.slave_cache().counts()
+
+
+def same_large_bytes(_: int) -> bytes:
+    """The same 20 MiB from every call: one content hash for every result, each above the spill threshold."""
+    return b"\x5a" * (20 << 20)

@@ -3,10 +3,10 @@
 On the master, :class:`SharedObjects` pickles each object once into a file
 (:func:`mwpy.wire.codec.encode_shared`: protocol 5, a numpy array's data
 written from its own memory) named by its SHA-256, and offers that file on a
-:class:`~mwpy.net.filestore.FileServer`; the handle it returns is what tasks
+:class:`~mwpy.data.server.FileServer`; the handle it returns is what tasks
 carry. On a slave, :class:`SlaveShares` resolves a handle the first time a
 task's arguments name it: the file is fetched by hash into the slave's
-:class:`~mwpy.net.cache.SlaveCache` (checked against its hash), mapped
+:class:`~mwpy.data.cache.SlaveCache` (checked against its hash), mapped
 read-only, unpickled from the mapping (the array's data stays in the map,
 not copied) and kept, so every later task on that slave gets the same object
 with no transfer and no unpickling. Nothing goes through a shared file
@@ -18,7 +18,8 @@ file service (:meth:`SlaveShares.store`), checked against its hash as it
 arrives and kept under it in the master's folder; the result's frame carries
 only the hash, and unpickling it on the master takes the value (its file then
 removed) or a ``File`` of the copy, kept until the master finishes
-(:class:`_Received`).
+(:meth:`SharedObjects.value`, :meth:`SharedObjects.file`, which the master's
+:func:`~mwpy.wire.codec.decode_outcome` is given).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import pickle
 import re
 import shutil
 import tempfile
@@ -35,73 +35,21 @@ from pathlib import Path
 from typing import IO, Any
 
 from mwpy import safe_text
+from mwpy.data.cache import SlaveCache
+from mwpy.data.server import FileServer
+from mwpy.data.service import Counters
 from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
-from mwpy.net.cache import SlaveCache
-from mwpy.net.filestore import Counters, FileServer
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
 from mwpy.wire.codec import Shared
-from mwpy.wire.protocol import PICKLE_PROTOCOL
 
 log = logging.getLogger("mwpy.slave")
 master_log = safe_text.logger("mwpy.master")
 
+#: The longest payload that may name spilled arguments (a pickled handle: well under this).
+_REFERENCE_BYTES = 512
 #: What a slave may name as a stored result's hash: a SHA-256 in hex, nothing that could be a path.
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-class _Received:
-    """What slaves stored on this process's masters' file services, taken by hash as results are unpickled.
-
-    One per process (a program and an Executor may each run a master): each
-    master's folder of received files is added while its file service runs.
-    A value's file goes once it is read; a returned file is hard-linked under
-    its own base name (``files/HASH.MODE/NAME``) and stays until its master
-    finishes.
-    """
-
-    def __init__(self) -> None:
-        self._folders: set[Path] = set()
-        self._lock = threading.Lock()
-
-    def add(self, folder: Path) -> None:
-        with self._lock:
-            self._folders.add(folder)
-
-    def discard(self, folder: Path) -> None:
-        with self._lock:
-            self._folders.discard(folder)
-
-    def _path(self, digest: str) -> Path:
-        if _DIGEST.fullmatch(digest):
-            with self._lock:
-                for folder in self._folders:
-                    if (folder / digest).is_file():
-                        return folder / digest
-        raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
-
-    def value(self, digest: str, size: int) -> Any:
-        path = self._path(digest)
-        data = path.read_bytes()
-        path.unlink()
-        if len(data) != size:
-            raise SharedObjectError(f"stored result {digest[:12]}: {len(data)} bytes, not {size}")
-        return pickle.loads(data)
-
-    def file(self, digest: str, mode: int, name: str) -> codec.File:
-        path = self._path(digest)
-        if name in ("", ".", "..") or "/" in name or not safe_text.is_plain(name):  # a name, not a path or a trap
-            raise SharedObjectError(f"a returned file may not be named {safe_text.one_line(name[:80])!r}")
-        named = path.parent / "files" / f"{digest}.{mode & 0o7777:o}" / name
-        if not named.exists():
-            named.parent.mkdir(parents=True, exist_ok=True)
-            os.link(path, named)
-            named.chmod(mode & 0o7777)
-        return codec.File(str(named))
-
-
-_received = _Received()
-codec.install_received(_received)
 
 
 class SharedObjects:
@@ -119,6 +67,7 @@ class SharedObjects:
         self._folder: Path | None = None
         self._closed = False
         self._unavailable = False  # the file service could not start for results (address())
+        self._spilled: dict[bytes, tuple[str, int]] = {}  # spilled arguments' payload -> (hash, tasks that carry it)
         self._lock = threading.Lock()
 
     def share(self, obj: Any) -> Shared:
@@ -159,8 +108,29 @@ class SharedObjects:
         return Shared(digest, size, server.host, server.port), os.stat(path).st_mode & 0o7777
 
     def spill(self, payload: bytes) -> bytes:
-        """A task's pickled arguments too large for a frame, as the small payload that names their file."""
-        return pickle.dumps(self._offer(payload, [], keep=False), PICKLE_PROTOCOL)
+        """A task's pickled arguments too large for a frame, as the small payload that names their file (kept
+        until :meth:`release` was called as often with that payload)."""
+        handle = self._offer(payload, [], keep=False)
+        reference = codec.encode_value(handle)
+        with self._lock:
+            self._spilled[reference] = (handle.digest, self._spilled.get(reference, ("", 0))[1] + 1)
+        return reference
+
+    def release(self, payload: bytes) -> None:
+        """A task with ``payload`` is done: arguments :meth:`spill` stored for it go once no task needs them."""
+        if not self._spilled or len(payload) > _REFERENCE_BYTES:  # the hot path: no task's arguments were stored
+            return
+        with self._lock:
+            digest, users = self._spilled.get(payload, ("", 0))
+            if not users:
+                return
+            if users > 1:
+                self._spilled[payload] = (digest, users - 1)
+            else:
+                del self._spilled[payload]
+            server, folder = self._server, self._folder
+        if server is not None and folder is not None and server.withdraw(digest):  # each spill offered it once
+            (folder / digest).unlink(missing_ok=True)
 
     def _offer(self, body: bytes, views: list[memoryview], *, keep: bool) -> Shared:
         server, folder = self._started()
@@ -191,8 +161,36 @@ class SharedObjects:
                 )  # fmt: skip
                 self._server.results = self._folder / "received"
                 self._server.results.mkdir()
-                _received.add(self._server.results)
             return self._server, self._folder
+
+    # ------------------------------------------------------------------ what slaves stored (codec.Received)
+
+    def value(self, digest: str, size: int) -> Any:
+        """The value a slave stored under ``digest``: its file goes once every result stored under that hash was
+        read (:meth:`FileService.take_result`), so tasks returning equal values each get theirs."""
+        server = self._server
+        data = None if server is None or not _DIGEST.fullmatch(digest) else server.take_result(digest)
+        if data is None:
+            raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
+        if len(data) != size:
+            raise SharedObjectError(f"stored result {digest[:12]}: {len(data)} bytes, not {size}")
+        return codec.decode_value(data)
+
+    def file(self, digest: str, mode: int, name: str) -> codec.File:
+        """A file a task returned, hard-linked under its own base name (``files/HASH.MODE/NAME``) and kept until
+        the master finishes."""
+        server = self._server
+        results = None if server is None else server.results
+        if results is None or not _DIGEST.fullmatch(digest) or not (results / digest).is_file():
+            raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
+        if name in ("", ".", "..") or "/" in name or not safe_text.is_plain(name):  # a name, not a path or a trap
+            raise SharedObjectError(f"a returned file may not be named {safe_text.one_line(name[:80])!r}")
+        named = results / "files" / f"{digest}.{mode & 0o7777:o}" / name
+        if not named.exists():
+            named.parent.mkdir(parents=True, exist_ok=True)
+            os.link(results / digest, named)
+            named.chmod(mode & 0o7777)
+        return codec.File(str(named))
 
     def counters(self) -> dict[str, Any]:
         """What the file service sent: ``fetches`` (per hash), ``bytes_sent`` and the rest."""
@@ -203,8 +201,6 @@ class SharedObjects:
             self._closed = True
             if self._server is not None:
                 self._server.close()
-                if self._server.results is not None:
-                    _received.discard(self._server.results)
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
 
@@ -212,7 +208,7 @@ class SharedObjects:
 class SlaveShares:
     """A slave's resolver of shared objects: each fetched, mapped and unpickled once, kept while it is cached.
 
-    The files come from the slave's one :class:`~mwpy.net.cache.SlaveCache`
+    The files come from the slave's one :class:`~mwpy.data.cache.SlaveCache`
     (``mwpy jobs``' inputs use it too), which bounds them (``--mw-cache-size``)
     and counts what happened; an object whose file the cache evicts loses this
     slave's reference, so it is fetched again if a later task names it (a task

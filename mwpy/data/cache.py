@@ -30,7 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mwpy import safe_files
-from mwpy.net.filestore import UPLOAD_PREFIX, FileClient
+from mwpy.data.client import FileClient
+from mwpy.data.landing import UPLOAD_PREFIX
 
 log = logging.getLogger("mwpy.slave")
 

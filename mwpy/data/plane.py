@@ -1,0 +1,69 @@
+"""A slave's data plane: its cache and shared objects, and the explicit steps a task's bytes take through them.
+
+The codec (:mod:`mwpy.wire.codec`) only turns values into bytes and back;
+what a task's arguments name by hash (a shared object, a ``mwpy.File``) and
+what its value does not carry in a frame (a large value, a returned file) go
+through the file service here, and the slave calls these steps with its own
+:class:`SlaveData` (:func:`~mwpy.wire.codec.decode_arguments_with`,
+:func:`~mwpy.wire.codec.encode_result`): no hook reaches a module global. The
+cache and the shared objects load with their first use: a slave given none
+imports neither.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import IO, TYPE_CHECKING, Any
+
+from mwpy.wire import codec
+
+if TYPE_CHECKING:
+    from mwpy.data.cache import SlaveCache
+    from mwpy.data.shares import SlaveShares
+
+
+class SlaveData:
+    """One slave's cache (bounded by ``--mw-cache-size``) and shared objects, made on first use."""
+
+    def __init__(self, secret: bytes, member_id: str, tls_fingerprint: str | None, cache_size: int) -> None:
+        self._membership = (secret, member_id, tls_fingerprint, cache_size)
+        self._cache: SlaveCache | None = None
+        self._shares: SlaveShares | None = None
+
+    def cache(self) -> SlaveCache:
+        """The slave's one cache of fetched files (``mwpy jobs``' inputs use it too)."""
+        if self._cache is None:
+            from mwpy.data.cache import SlaveCache  # noqa: PLC0415 (only a slave given a file needs it)
+
+            self._cache = SlaveCache(*self._membership)
+            atexit.register(self._cache.remove)
+        return self._cache
+
+    def _started(self) -> SlaveShares:
+        if self._shares is None:
+            from mwpy.data.shares import SlaveShares  # noqa: PLC0415 (only a slave given a shared object needs it)
+
+            self._shares = SlaveShares(self.cache())
+            atexit.register(self._shares.remove)
+        return self._shares
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """The cache's counters (hits, misses, bytes fetched, evictions); all 0 before it is used."""
+        return (0, 0, 0, 0) if self._cache is None else self._cache.counts()
+
+    # ------------------------------------------------------------------ codec.DataPlane
+
+    def resolve(self, key: bytes) -> Any:
+        return self._started().resolve(key)
+
+    def resolve_file(self, handle: codec.Shared, mode: int, name: str) -> codec.File:
+        return self._started().resolve_file(handle, mode, name)
+
+    def store(self, address: tuple[str, int], source: IO[bytes], size: int) -> str:
+        return self._started().store(address, source, size)
+
+    def store_file(self, address: tuple[str, int], path: str) -> tuple[str, int]:
+        with open(path, "rb") as source:
+            digest = self.store(address, source, os.fstat(source.fileno()).st_size)
+        return digest, os.stat(path).st_mode & 0o7777
