@@ -15,6 +15,7 @@ those names (see :class:`_Package`): ``@mwpy.master`` works whatever was
 imported before (tests/test_lazy_imports.py).
 """
 
+import copyreg
 import importlib
 import sys
 import types
@@ -109,6 +110,12 @@ class _Package(types.ModuleType):
         super().__setattr__(name, value)
 
 
+def _reduce_package(package: _Package) -> tuple[Any, tuple[str]]:
+    """A function sent by value that names ``mwpy`` (cloudpickle) pickles it by name, as any module."""
+    return importlib.import_module, (package.__name__,)
+
+
+copyreg.pickle(_Package, _reduce_package)
 sys.modules[__name__].__class__ = _Package
 
 __all__ = [

@@ -11,16 +11,22 @@ slave role with the ``--mw-*`` options it was given.
 
 Its command line: ``_spawn.py --mw-slave --mw-resource-file F SCRIPT FOLDER
 INITIALIZER``, where ``SCRIPT`` is the user's script (``-`` when the master
-had none: a REPL or a notebook), ``FOLDER`` the master's working folder, put
-on ``sys.path`` so that the user's own modules import as they did on the
-master, and ``INITIALIZER`` the executor's pickled ``initializer`` and
+had none: a REPL or a notebook), ``FOLDER`` the master's working folder and its
+``sys.path`` (``os.pathsep`` between them; only the folder for a batch
+system's slave), put on ``sys.path`` so that the user's own modules import as
+they did on the master, and ``INITIALIZER`` the executor's pickled ``initializer`` and
 ``initargs`` (``-`` for none), which the slave role runs before it connects.
 """
 
 import os
 import signal
 import sys
+import threading
+import time
 import types
+
+#: How often (seconds) a slave looks whether the program that started it is still there.
+PARENT_LOOK = 0.5
 
 # Python put this file's folder (the mwpy package itself) first on sys.path: its modules must not
 # shadow top-level ones. Its parent makes ``import mwpy`` work even from an uninstalled checkout.
@@ -42,7 +48,33 @@ def _load_script(path: str) -> None:
     del module.__dict__[SLAVE_LOADING_MARK]
 
 
+def _end_with_parent(parent: int) -> None:
+    """End this slave when the program that started it is gone (``kill -9`` leaves it no time to stop its slaves,
+    and a slave in a hung task would not notice its master's hang-up): this process is then reparented."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_LOOK)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _take_authkey(beside: str | None) -> None:
+    """The caller's ``multiprocessing`` authkey, when it left one in the work folder (a local slave whose caller
+    imported multiprocessing: mwpy/executor.py), so that its ``Manager()`` proxies accept this slave."""
+    from mwpy.names import AUTHKEY_FILE  # noqa: PLC0415 (sys.path is fixed by now)
+
+    if beside is None:
+        return
+    try:
+        with open(os.path.join(os.path.dirname(beside), AUTHKEY_FILE), "rb") as source:
+            key = source.read()
+    except OSError:  # none left: a batch system's slave, or a caller without multiprocessing
+        return
+    import multiprocessing.process  # noqa: PLC0415 (only for a caller that uses it)
+
+    multiprocessing.process.current_process().authkey = key
+
+
 def _main() -> int:
+    threading.Thread(target=_end_with_parent, args=(os.getppid(),), name="mwpy-parent", daemon=True).start()
     # Ctrl-C in the terminal reaches the whole process group: the program that owns the executor decides
     # (its with block stops the executor, which tells its slaves to leave); a slave killed under a task
     # would only count a death against that task and print noise.
@@ -53,12 +85,14 @@ def _main() -> int:
     from mwpy.wire import codec  # noqa: PLC0415
 
     arguments = sys.argv[1:]
-    _, rest = parse(arguments)
+    parsed, rest = parse(arguments)
     if len(rest) < 3:
         print("mwpy: _spawn.py needs SCRIPT, FOLDER and INITIALIZER after the --mw-* options", file=sys.stderr)
         return 2
     script, folder, initializing = rest[-3:]
-    sys.path.insert(1, folder)
+    _take_authkey(parsed.secret_file or parsed.resource_file)
+    # The caller's folders (os.pathsep between them), after this one and before the rest, as spawn gives them.
+    sys.path[1:1] = [entry for entry in dict.fromkeys(folder.split(os.pathsep)) if entry not in sys.path]
     if script != "-":
         sys.path.insert(1, os.path.dirname(script))
         sys.argv = [script]

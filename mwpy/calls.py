@@ -27,7 +27,8 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 @task(name=names.CALL_FUNCTION)
 def call_function(reference: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A module-level function: pickled once by the executor, unpickled once per slave (mwpy/wire/codec.py).
+    """A plain function: pickled once by the executor (by reference) or at each submit (by value, its content
+    maybe a shared handle), unpickled once per slave per content (mwpy/wire/codec.py).
 
     Pickling the function for every call, and finding it again on the slave,
     cost about 2 µs of a no-op task's 13.

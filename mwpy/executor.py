@@ -53,25 +53,69 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import os
+import signal
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, TypeVarTuple, cast, overload
 
 from mwpy.errors import ConfigurationError
 from mwpy.executor_early import EarlySlaves
 from mwpy.names import SLAVE_LOADING_MARK
 
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
+    from typing import TypedDict, Unpack
+
     from mwpy.executor_core import Future, Shape
-    from mwpy.wire import codec
+
+    class _Settings(TypedDict, total=False):
+        """The constructor's keyword-only arguments, for its overloads."""
+
+        backend: str
+        backend_arguments: Sequence[str]
+        options: Sequence[str]
+        workdir: str | os.PathLike[str] | None
+        quiet: bool
+        resources: Shape | None
+        slave_resources: Shape | Sequence[Shape] | None
+
 
 __all__ = ["Executor"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 _numbers = itertools.count()
+
+#: Ctrl-C seen in this process while an executor watched (a program may catch the KeyboardInterrupt), and
+#: how many executors watch.
+_ctrl_c = 0
+_watching = 0
+
+
+def _count_ctrl_c(signum: int, frame: object) -> None:
+    """Python's own SIGINT handler (raise KeyboardInterrupt), counting: leaving a ``with`` block after a Ctrl-C
+    the program caught stops the executor as an uncaught one does, instead of waiting for a hung task."""
+    global _ctrl_c
+    _ctrl_c += 1
+    signal.default_int_handler(signum, frame)  # type: ignore[arg-type]
+
+
+def _watch_ctrl_c(start: bool) -> None:
+    """Count Ctrl-C while an executor lives; give Python's handler back after the last (asyncio.run installs
+    its own only where Python's is in place). Only the main thread may set handlers; a program's own is kept."""
+    global _watching
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _watching += 1 if start else -1
+    handler = signal.getsignal(signal.SIGINT)
+    if start and handler is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _count_ctrl_c)
+    elif not start and _watching <= 0 and handler is _count_ctrl_c:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Executor(concurrent.futures.Executor):
@@ -105,6 +149,32 @@ class Executor(concurrent.futures.Executor):
     futures hold its core's service, never the executor itself.
     """
 
+    # initargs checked against the initializer, as typeshed types ProcessPoolExecutor; the rest as below.
+    @overload
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        initializer: Callable[[], object] | None = None,
+        initargs: tuple[()] = (),
+        **settings: Unpack[_Settings],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        *,
+        initializer: Callable[[*Ts], object],
+        initargs: tuple[*Ts],
+        **settings: Unpack[_Settings],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        max_workers: int | None,
+        initializer: Callable[[*Ts], object],
+        initargs: tuple[*Ts],
+        **settings: Unpack[_Settings],
+    ) -> None: ...
     def __init__(
         self,
         max_workers: int | None = None,
@@ -148,12 +218,17 @@ class Executor(concurrent.futures.Executor):
             if early is not None:
                 early.abandon()
             raise
+        self._ctrl_c_before = _ctrl_c
+        self._watching = threading.current_thread() is threading.main_thread()
+        if self._watching:
+            _watch_ctrl_c(True)
         # Collected without shutdown(): shut down without waiting (at exit, the service's own hook waits).
         weakref.finalize(self, self._core.service.shutdown, False).atexit = False
 
-    def share(self, obj: Any) -> codec.Shared:
-        """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``)."""
-        return self._core.share(obj)
+    def share(self, obj: T) -> T:
+        """Send ``obj`` to each slave once; pass the handle returned in place of it (``Master.share``: typed
+        as ``obj``, which it stands for in a task's arguments)."""
+        return cast(T, self._core.share(obj))
 
     def file_counters(self) -> dict[str, Any]:
         """What the file service of shared objects sent (``Master.file_counters``)."""
@@ -190,9 +265,10 @@ class Executor(concurrent.futures.Executor):
 
         A ``KeyboardInterrupt`` fails every future not done yet with ``BrokenExecutor`` (as a
         ProcessPoolExecutor whose workers Ctrl-C killed is broken), so the block ends at once and the
-        slaves are told to leave; the interrupt goes on.
+        slaves are stopped; the interrupt goes on. So does a Ctrl-C the block caught: a hung task would
+        otherwise keep it waiting for ever.
         """
-        if exc is not None and isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt) or _ctrl_c != self._ctrl_c_before:
             self._core.service.interrupt()
         self.shutdown(wait=True)
 
@@ -203,3 +279,6 @@ class Executor(concurrent.futures.Executor):
         the work folder (our own) is removed.
         """
         self._core.service.shutdown(wait, cancel_futures=cancel_futures)
+        if self._watching and threading.current_thread() is threading.main_thread():
+            self._watching = False
+            _watch_ctrl_c(False)

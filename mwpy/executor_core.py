@@ -22,19 +22,28 @@ import sys
 import threading
 import time
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures._base import CANCELLED, PENDING
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 
-from mwpy import backends, calls, safe_text
+from mwpy import backends, calls, safe_files, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError, SlavesFailError
-from mwpy.executor_early import LOCAL_HOST, SPAWN_PROGRAM, WORK_PREFIX, EarlySlaves, main_script
+from mwpy.executor_early import (
+    LOCAL_HOST,
+    SPAWN_PROGRAM,
+    WORK_PREFIX,
+    EarlySlaves,
+    main_script,
+    pass_authkey,
+    search_path,
+)
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream, OneCall
 from mwpy.futures import LightFuture
 from mwpy.intake import Intake
@@ -57,6 +66,10 @@ R = TypeVar("R")
 
 #: Resource-file refresh interval: the overseer learns of new work at most this late (writes are debounced).
 UPDATE_INTERVAL = 1.0
+#: How long leaving after Ctrl-C waits, at most, for the slaves to stop and the folders to go.
+INTERRUPTED_WAIT = 10.0
+#: Distinct large functions sent by value whose handles are kept (each was shared once).
+LARGE_FUNCTIONS_KEPT = 64
 
 #: One slave shape as ``slave_resources=`` takes it.
 Shape = Resources | Mapping[str, Any] | str
@@ -199,6 +212,8 @@ class ExecutorCore:
             if pickled is not None:
                 initializing = work.path / INITIALIZER_FILE
                 initializing.write_bytes(pickled)
+            if early is None and backend == "local":
+                pass_authkey(work.path)
             factory = backends.lookup(backend)
             namespace = _backend_options(factory, backend, backend_arguments, work)
             quieting = ["--mw-quiet"] if quiet else []
@@ -222,8 +237,11 @@ class ExecutorCore:
         if backend == "local":  # they connect within a second; a batch system's may never all start
             self.service.intake.expect_slaves(max_workers)
         self._limit = self.service.intake.max_frame
+        self._store = _LargeArguments(self.service.intake.store)
         #: Functions pickled for slaves (calls.call_function), with their labels.
-        self._references: dict[Callable[..., Any], tuple[bytes, str]] = {}
+        self._references: dict[Callable[..., Any], tuple[bytes | None, str]] = {}
+        #: Large functions pickled by value, by their content: their shared handles.
+        self._large_functions: dict[bytes, codec.Shared] = {}
         log.info(
             "executor %s: master on %s:%d, up to %d %s slaves, work folder %s",
             member_id, self._master.host, self._master.port, max_workers, backend, work.path,
@@ -241,7 +259,7 @@ class ExecutorCore:
 
     def share(self, obj: Any) -> codec.Shared:
         """:meth:`mwpy.Executor.share` (``Master.share``)."""
-        return self._master.share(obj)
+        return cast(codec.Shared, self._master.share(obj))  # the handle, which the user's type says is obj
 
     def file_counters(self) -> dict[str, Any]:
         """:meth:`mwpy.Executor.file_counters` (``Master.file_counters``)."""
@@ -315,12 +333,14 @@ class ExecutorCore:
 
         The pickler holds no reference to this executor (a map left unread must not keep it alive).
         """
-        limit, store = self._limit, self.service.intake.store
+        limit, store = self._limit, self._store
         if type(fn) is types.FunctionType or isinstance(fn, TaskAlgorithm):
             # The common case: pickled by reference once (calls.call_function); a task algorithm by its name
             # and module, so a slave imports the module if its script did not (TaskAlgorithm.__reduce__).
             check = fn.check_arguments if isinstance(fn, TaskAlgorithm) else None
-            reference, label = self._references.get(fn) or self._reference(fn)
+            known, label = self._references.get(fn) or self._reference(fn)
+            # By value: pickled now, so that a redefined helper or a changed global is seen.
+            reference = self._by_value(fn.fn if isinstance(fn, TaskAlgorithm) else fn) if known is None else known
             encode = calls.call_function.encode  # with caller=: (reference, args, kwargs) is not checked
 
             def one(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -338,15 +358,33 @@ class ExecutorCore:
 
         return calls.call.name, label, one_call
 
-    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes, str]:
-        """``fn`` pickled and its label, kept for its next calls: by reference, or by value (cloudpickle) if
-        slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too)."""
-        travels = fn.fn if isinstance(fn, TaskAlgorithm) and codec.by_value(fn.fn) else fn
-        known = codec.function_reference(travels), _label(fn)
+    def _reference(self, fn: Callable[..., Any]) -> tuple[bytes | None, str]:
+        """``fn`` pickled by reference and its label, kept for its next calls; None in place of the bytes if
+        slaves cannot import it (a notebook's function, a lambda, a closure; a task algorithm's function too):
+        that one is pickled by value at each submit (:meth:`_by_value`)."""
+        inner = fn.fn if isinstance(fn, TaskAlgorithm) else fn
+        known = (None if codec.by_value(inner) else codec.function_reference(fn)), _label(fn)
         if len(self._references) >= codec.FUNCTIONS_KEPT:
             self._references.clear()
         self._references[fn] = known
         return known
+
+    def _by_value(self, fn: Callable[..., Any]) -> bytes | codec.Shared:
+        """``fn`` pickled by value as it is now (its code, defaults and the globals it uses), as it travels.
+
+        The slave unpickles each distinct pickle once (it keeps them by content). One of at least
+        :data:`~mwpy.wire.codec.SHARE_ABOVE` bytes (a closure over a large array) is shared, once per
+        content: while it is unchanged its calls carry only the handle.
+        """
+        pickled = codec.function_reference(fn)
+        if len(pickled) < codec.SHARE_ABOVE:
+            return pickled
+        handle = self._large_functions.get(pickled)
+        if handle is None:
+            if len(self._large_functions) >= LARGE_FUNCTIONS_KEPT:
+                self._large_functions.clear()
+            handle = self._large_functions[pickled] = self.share(pickled)
+        return handle
 
 
 class _Service:
@@ -378,7 +416,9 @@ class _Service:
         self._map_submitted = 0
         self.map_resolved = 0
         self._closing = False
+        self._interrupted = False  # Ctrl-C: the slaves are stopped, not waited for
         self._broken: BaseException | None = None
+        self._stopped = threading.Event()  # set when the engine's thread has stopped all and removed its folder
         self._thread = threading.Thread(target=self._serve, name="mwpy-executor", daemon=True)
         self._thread.start()
         atexit.register(self.shutdown)
@@ -440,14 +480,33 @@ class _Service:
         with contextlib.suppress(OSError):  # the engine may be closed already
             self.intake.wake()
         if wait:
-            self._thread.join()
+            # An Event, not Thread.join: a join cut short by Ctrl-C marks the thread stopped (CPython 3.11's
+            # bpo-45274 fix releases its lock), and the wait below would not wait.
+            try:
+                self._stopped.wait()
+            except KeyboardInterrupt:  # Ctrl-C while waiting for a task: stop the slaves, leave nothing behind
+                self.interrupt()
+                self._wait_interrupted()
+                raise
             atexit.unregister(self.shutdown)
 
     def interrupt(self) -> None:
-        """Ctrl-C in the ``with`` block: take no more work and break every future not done (Executor.__exit__)."""
+        """Ctrl-C in the ``with`` block: take no more work, break every future not done and stop the slaves
+        (a hung task must not keep them) (Executor.__exit__)."""
         with self._lock:
             self._closing = True
+            self._interrupted = True
         self._break(KeyboardInterrupt("interrupted (Ctrl-C)"))
+        with contextlib.suppress(OSError):  # the engine may be closed already
+            self.intake.wake()
+
+    def _wait_interrupted(self) -> None:
+        """Wait for the engine's thread to stop its slaves and remove its folders; more Ctrl-C do not cut that
+        short (they would leave them), a stuck back end does after :data:`INTERRUPTED_WAIT` seconds."""
+        deadline = time.monotonic() + INTERRUPTED_WAIT
+        while not self._stopped.is_set() and time.monotonic() < deadline:
+            with contextlib.suppress(KeyboardInterrupt):
+                self._stopped.wait(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ the engine's thread
 
@@ -467,8 +526,10 @@ class _Service:
     def _serve(self) -> None:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
         intake = self.intake
+        safe_files.sweep_dead_runs()  # what a killed run left (kill -9 removes nothing), here, off the caller's path
         try:
             with self._master, contextlib.ExitStack() as leaving:
+                leaving.callback(self._stop_slaves_if_interrupted)  # a slave in a hung task would not hear the master
                 leaving.callback(self._pool.stop_overseeing)  # before the master, leaving, tells its slaves to go
                 while True:
                     self._take_submissions()
@@ -485,9 +546,12 @@ class _Service:
             log.error("executor %s stopped: %r", self._member_id, exc)
             self._break(exc)
         finally:
-            self._pool.stop()
-            self._audit.close()
-            self._pool.work.remove()
+            try:
+                self._pool.stop()
+                self._audit.close()
+                self._pool.work.remove()
+            finally:
+                self._stopped.set()
 
     def _idle(self) -> bool:
         """Nothing submitted is left to run (under _lock)."""
@@ -526,6 +590,10 @@ class _Service:
         if self._feeding:
             self._feeding = {stream: None for stream in self._feeding if stream.feed(self.intake)}
 
+    def _stop_slaves_if_interrupted(self) -> None:
+        if self._interrupted:
+            self._pool.stop()
+
     def _break(self, exc: BaseException) -> None:
         with self._lock:
             self._broken = exc
@@ -535,6 +603,41 @@ class _Service:
             future._end(None, _broken_executor(exc))
         for stream in streams:
             stream.break_with(_broken_executor(exc))
+
+
+class _LargeArguments:
+    """The file service as calls' arguments see it (:class:`mwpy.wire.codec.Store`): from the second call whose
+    arguments are too large for a frame (each crosses again, to every slave that runs one), one warning says to
+    share what the calls are given, as dask warns of a large object in a task graph."""
+
+    def __init__(self, store: codec.Store) -> None:
+        self._store = store
+        self._spilled = 0
+
+    def spill(self, payload: bytes) -> bytes:
+        self._spilled += 1
+        if self._spilled == 2:
+            warnings.warn(
+                f"mwpy: a call's arguments take {len(payload) / 1e6:.0f} MB pickled, sent with the call again "
+                "each time: share an object many calls are given once (handle = ex.share(obj)) and pass the "
+                "handle in its place",
+                stacklevel=_caller_level(),
+            )
+        return self._store.spill(payload)
+
+    def publish_file(self, path: str) -> tuple[codec.Shared, int]:
+        return self._store.publish_file(path)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside mwpy: a warning names the user's line."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _broken_executor(cause: BaseException) -> concurrent.futures.BrokenExecutor:
@@ -618,7 +721,7 @@ def _master_options(
     parsed, rest = parse(["--mw-master", "--mw-resource-file", str(resource), *extra])
     if rest:
         raise ConfigurationError(f"options: not --mw-* options: {rest}")
-    script, folder = main_script(), os.getcwd()
+    script, folder = main_script(), (search_path() if backend == "local" else os.getcwd())
     init = "-" if initializer is None else str(initializer)
     shipped: tuple[str, ...] = ()
     if backend != "local":

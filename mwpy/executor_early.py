@@ -12,10 +12,9 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 
 from mwpy import slave_start
-from mwpy.names import MASTER_BACKLOG, SLAVE_SECRET_FILE
+from mwpy.names import AUTHKEY_FILE, MASTER_BACKLOG, SLAVE_SECRET_FILE
 
 #: The program slaves run: loads the user's script as ``__mp_main__``, then serves as a slave.
 SPAWN_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_spawn.py")
@@ -39,7 +38,9 @@ class EarlySlaves:
 
     def __init__(self, count: int, member_id: str) -> None:
         self.member_id = member_id
-        self.folder = tempfile.mkdtemp(prefix=WORK_PREFIX)
+        from mwpy import safe_files  # noqa: PLC0415 (the engine imports it anyway: not on `import mwpy`'s path)
+
+        self.folder = safe_files.run_folder(WORK_PREFIX)
         self.processes: list[subprocess.Popen[bytes]] = []
         self.listener: socket.socket | None = None
         try:
@@ -49,11 +50,12 @@ class EarlySlaves:
             secret_file = os.path.join(self.folder, SLAVE_SECRET_FILE)
             with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
                 out.write(self.secret + b"\n")
+            pass_authkey(self.folder)
             port = str(self.listener.getsockname()[1])
             #: The slaves' command line: ``mwpy/_spawn.py``'s, as the resource file would give it.
             self.command = [
                 sys.executable, SPAWN_PROGRAM, "--mw-slave", "--mw-master-host", LOCAL_HOST, "--mw-master-port", port,
-                "--mw-member-id", member_id, "--mw-secret-file", secret_file, main_script(), os.getcwd(), "-",
+                "--mw-member-id", member_id, "--mw-secret-file", secret_file, main_script(), search_path(), "-",
             ]  # fmt: skip
             for number in range(count):
                 sandbox = os.path.join(self.folder, slave_start.job_id(number))
@@ -71,6 +73,26 @@ class EarlySlaves:
         if self.listener is not None:
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def pass_authkey(folder: str | os.PathLike[str]) -> None:
+    """Give local slaves this process's ``multiprocessing`` authkey (a file only its user reads), as spawn gives
+    it to its children: a ``multiprocessing.Manager()``'s proxies then work in tasks. Only if the program has
+    imported multiprocessing (28 ms to import: an Executor that needs none does not pay for it)."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is None:
+        return
+    key = bytes(multiprocessing.current_process().authkey)
+    with open(os.open(os.path.join(folder, AUTHKEY_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+        out.write(key)
+
+
+def search_path() -> str:
+    """The folders local slaves put on ``sys.path``: the working folder, then this process's ``sys.path`` (as
+    ``multiprocessing``'s spawn gives its children), so that what the caller imports, a slave imports; a slave
+    that starts an Executor of its own passes its caller's on."""
+    folders = [os.getcwd(), *(entry or os.getcwd() for entry in sys.path)]
+    return os.pathsep.join(dict.fromkeys(folders))
 
 
 def main_script() -> str:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import attrs
 
@@ -46,9 +46,9 @@ from mwpy.pool.publish import Publisher
 from mwpy.slave_exits import Exits
 from mwpy.task import Submissions, TaskAlgorithm, reset_master, use_master
 from mwpy.task_records import Policy, Result, Task
-from mwpy.wire.codec import Shared
 
 __all__ = ["LoopEvents", "Master"]
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -360,8 +360,8 @@ class Master:
 
     # ------------------------------------------------------------------ objects shared once per slave
 
-    def share(self, obj: Any) -> Shared:
-        """Send ``obj`` to each slave once: the small handle returned stands for it in any task's arguments.
+    def share(self, obj: T) -> T:
+        """Send ``obj`` to each slave once: the small handle returned (typed as ``obj``) stands for it in tasks.
 
         ``obj`` is pickled now, once (protocol 5: a numpy array's data is not
         copied), into a file the master's file service offers by its SHA-256
@@ -372,7 +372,7 @@ class Master:
         as with Ray's object store: copy it to change it). Sharing an equal
         object again gives an equal handle and no second file.
         """
-        return self._shared.share(obj)
+        return cast(T, self._shared.share(obj))
 
     def file_counters(self) -> dict[str, Any]:
         """What the file service of shared objects sent: ``fetches`` (per hash), ``bytes_sent`` and the rest."""

@@ -29,6 +29,8 @@ SPAWN_COPY: Final = "mwpy_spawn.py"
 INITIALIZER_FILE: Final = "mwpy_initializer.pickle"
 #: The computation's secret for the local slaves an Executor starts before its master exists (``--mw-secret-file``).
 SLAVE_SECRET_FILE: Final = "slave.secret"
+#: The caller's ``multiprocessing`` authkey, for an Executor's local slaves (its Manager() proxies work there).
+AUTHKEY_FILE: Final = "multiprocessing.authkey"
 #: Files SQLite keeps next to the journal (``--mw-journal``) in WAL mode: the journal's suffix and these.
 JOURNAL_SIDE_FILES: Final = ("-wal", "-shm")
 #: Set in the user's script module while an Executor's slave loads it (mwpy/_spawn.py): mwpy.Executor() refuses

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from mwpy import membership as _membership
 from mwpy import safe_text
 from mwpy._version import __version__
-from mwpy.errors import ConfigurationError, EventLogError, JournalError, UsageError
+from mwpy.errors import ConfigurationError, EventLogError, JournalError, ResourceFileError, UsageError
 from mwpy.exits import exit_status, program_name, status_of
 from mwpy.membership import Membership
 from mwpy.names import JOURNAL_SIDE_FILES
@@ -141,7 +141,7 @@ def _run_master(options: Options, argv: list[str], audit: Audit) -> int:
         from mwpy.pool.removal import MasterRemoved, leaving_when_removed  # noqa: PLC0415 (the same)
 
         mw = Master(options, audit=audit, secret=secret, program=sys.argv[0])
-    except (OSError, ConfigurationError, JournalError, EventLogError) as exc:
+    except (OSError, ConfigurationError, JournalError, EventLogError, ResourceFileError) as exc:
         print(f"{program_name()}: error: {exc}", file=sys.stderr)
         return 1
     removed = False

@@ -26,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -211,3 +213,43 @@ def write_atomically(
     """Replace ``path`` with ``data`` as :func:`replacing` does."""
     with replacing(path, mode=mode, durable=durable) as out:
         out.write(data)
+
+
+#: The temporary folders a run makes (an executor's work folder, the master's shared objects, a slave's
+#: cache), each named ``<prefix><pid>-<random>`` after the process that owns it.
+RUN_FOLDER_PREFIXES = ("mwpy-executor-", "mwpy-shared-", "mwpy-cache-")
+
+
+def run_folder(prefix: str) -> str:
+    """A new private temporary folder named after this process: if the process is killed (``kill -9``) before
+    it removes the folder, the next run does (:func:`sweep_dead_runs`)."""
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def sweep_dead_runs() -> None:
+    """Remove this user's run folders in the temporary folder whose owner process is gone."""
+    try:
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return
+    for entry in entries:
+        prefix = next((prefix for prefix in RUN_FOLDER_PREFIXES if entry.name.startswith(prefix)), None)
+        pid, _, rest = entry.name[len(prefix or "") :].partition("-")
+        if prefix is None or not pid.isdigit() or not rest:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not _alive(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Submissions(Protocol):
@@ -51,7 +52,7 @@ class Submissions(Protocol):
         self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> TaskFuture[Any]: ...
 
-    def share(self, obj: Any) -> codec.Shared: ...
+    def share(self, obj: T) -> T: ...
 
     def target_number_for(self, algorithm: str) -> int: ...
 
@@ -81,7 +82,7 @@ def current_master() -> Submissions | None:
     return _current.get()
 
 
-def share(obj: Any) -> codec.Shared:
+def share(obj: T) -> T:
     """``mwpy.share(obj)``: :meth:`Master.share` of the current master, for code inside a master algorithm."""
     return _current_master("mwpy.share()").share(obj)
 

@@ -16,13 +16,14 @@ import os
 import pickle
 import signal
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
 from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -567,7 +568,10 @@ def test_for_a_batch_system_the_script_is_shipped_and_named_as_it_lands() -> Non
     assert options.master_host is None  # listen on every interface, as execute nodes must reach it
     local = _master_options([], Path("/tmp/rf.json"), "local", None, "executor-2")
     assert local.master_host == "127.0.0.1"
-    assert local.slave_arguments[-2:] == (os.getcwd(), "-")
+    folders, initializing = local.slave_arguments[-2:]
+    assert initializing == "-"
+    assert folders.split(os.pathsep)[0] == os.getcwd()  # then the caller's sys.path, as spawn gives its children
+    assert set(folders.split(os.pathsep)) >= {entry for entry in sys.path if entry}
 
 
 def test_a_wrong_option_leaves_no_work_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -736,8 +740,9 @@ def test_a_failing_initializer_breaks_the_executor_with_its_error() -> None:
 
 def test_an_initializer_that_does_not_pickle_fails_in_the_constructor(tmp_path: Path) -> None:
     """With pickle's own error, before anything is made (no work folder is left behind)."""
+    lock: Any = threading.Lock()  # what the initializer's value may not be: it does not pickle
     with pytest.raises(TypeError, match="lock"):
-        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=(threading.Lock(),), workdir=tmp_path / "w")
+        mwpy.Executor(max_workers=1, initializer=work.remember, initargs=("folder", lock), workdir=tmp_path / "w")
     assert not (tmp_path / "w").exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import attrs
@@ -10,6 +11,7 @@ import pytest
 from mwpy.observe import events as ev
 from mwpy.observe import goodput
 from tests.obs_support import finished, known_run, write_log
+from tests.support import mwpy_command
 
 
 def test_known_busy_idle_and_lost_times(tmp_path: Path) -> None:
@@ -56,12 +58,12 @@ def test_no_slaves_no_division_by_zero() -> None:
 def test_the_summary_is_short_and_states_every_share(tmp_path: Path) -> None:
     text = goodput.summary(goodput.account(known_run()))
     lines = text.splitlines()
-    assert len(lines) == 8
+    assert len(lines) == 9
     assert lines[0] == "goodput: 4 tasks ok, 1 failed, 1 retried; 3 slave connections, efficiency 27.3 %"
     assert lines[1].split() == ["slot", "time", "granted", "55.0", "s", "100.0", "%"]
     assert "idle" in lines[3]
     assert lines[3].split()[-2:] == ["36.4", "%"]
-    assert [line.split()[1] for line in lines[4:]] == ["tasks", "tasks", "slaves", "slaves"]
+    assert [line.split()[1] for line in lines[4:]] == ["tasks", "tasks", "slaves", "slaves", "master"]
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(4.25, "4.2 s"), (65, "1 min 05 s"), (3725, "1 h 02 min"), (0, "0.0 s")])
@@ -81,3 +83,57 @@ def test_a_subclass_of_a_kind_counts_as_that_kind() -> None:
     refined = _Refined(**attrs.asdict(plain))
     assert goodput.account([start, refined]) == goodput.account([start, plain])
     assert goodput.account([start, refined]).good == pytest.approx(4.0)
+
+
+CRASHING_MASTER = """\
+import time
+from pathlib import Path
+
+import mwpy
+
+
+@mwpy.task
+def slow(folder: str, x: int) -> int:
+    Path(folder, str(x)).touch()
+    time.sleep(60)
+    return x
+
+
+@mwpy.master
+def main(mw: mwpy.Master, argv: list[str]) -> int:
+    for x in range(2):
+        slow.submit(argv[0], x)
+    while len(list(Path(argv[0]).iterdir())) < 2:  # both running
+        mw.loop(timeout=0.1)
+    raise RuntimeError("the master algorithm crashed")
+
+
+if __name__ == "__main__":
+    mwpy.run()
+"""
+
+
+def test_a_crashed_master_s_running_tasks_are_not_blamed_on_evicted_slaves(tmp_path: Path) -> None:
+    """A master-API program that crashes under ``mwpy local`` with tasks running: nothing was evicted (93 %
+    of the slot time was "lost: slaves evicted" before)."""
+    program = tmp_path / "crash.py"
+    program.write_text(CRASHING_MASTER)
+    work, running = tmp_path / "work", tmp_path / "running"
+    running.mkdir()
+    done = subprocess.run(
+        [
+            *mwpy_command("local", str(program), "--slaves", "2", "--no-progress", "--workdir", str(work)),
+            "--",
+            str(running),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "the master algorithm crashed" in done.stderr
+    g = goodput.account_file(work / "events.jsonl")
+    assert g.evicted == 0
+    assert g.stopped > 0
+    assert "lost: master stopped" in done.stderr

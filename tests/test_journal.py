@@ -14,6 +14,7 @@ import os
 import sqlite3
 import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,25 @@ def test_damaged_journal_is_one_clear_line_and_status_1(tmp_path: Path, damage: 
     assert f"{journal}: cannot use as a journal" in lines[0]
 
 
+@pytest.mark.parametrize("linked", ["", "-wal"])
+def test_a_journal_path_that_is_a_symlink_is_refused_and_what_it_names_left_alone(tmp_path: Path, linked: str) -> None:
+    """A journal path linked to another program's SQLite database: mwpy wrote its table into it before."""
+    other = tmp_path / "theirs.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("create table scores (name text, score real)")
+    db.close()
+    before = other.read_bytes()
+    journal = tmp_path / "journal.sqlite"
+    if linked:
+        _journal_file(journal)
+    Path(f"{journal}{linked}").symlink_to(other)
+    done = run_alone(JOURNALED, tmp_path, "--mw-journal", str(journal), "squares", "3", str(tmp_path))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{journal}{linked}: cannot use as a journal: a symbolic link" in line
+    assert other.read_bytes() == before
+
+
 # ---------------------------------------------------------------------- file modes (issue 11, item 5)
 
 
@@ -334,13 +354,7 @@ def test_an_event_log_on_a_disk_that_fills_says_so_once_and_the_computation_goes
     tmp_path: Path, small_disk: Path
 ) -> None:
     """Guards: the event log turns itself off with one line when its disk is full, and nothing else changes."""
-    ballast = os.open(small_disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(ballast, b"\0" * 4096):  # until the disk is full (ENOSPC)
-                pass
-    finally:
-        os.close(ballast)
+    fill(small_disk)
     events = small_disk / "events.jsonl"
     master = run_filler(tmp_path, "--mw-events", str(events), count=20)
     assert master.returncode == 0, master.err()
@@ -349,6 +363,44 @@ def test_an_event_log_on_a_disk_that_fills_says_so_once_and_the_computation_goes
     assert [line for line in master.err().splitlines() if "event log" in line] == [
         f"mwpy: {events}: cannot write the event log (No space left on device); events are off"
     ]
+
+
+def fill(disk: Path) -> None:
+    """Write ballast until the disk is full (ENOSPC)."""
+    ballast = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while os.write(ballast, b"\0" * 4096):
+                pass
+    finally:
+        os.close(ballast)
+
+
+def test_a_resource_file_and_audit_on_a_full_disk_is_one_line_and_status_1(small_disk: Path) -> None:
+    """The master waited in silence for slaves that could never find it (its resource file never written)."""
+    fill(small_disk)
+    done = run_alone(FILLER, small_disk, "fill", "3", "10")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert f"{small_disk / 'resource.json'}: cannot write the resource file (No space left on device)" in line
+    assert f"the folder mwpy writes it and its audit in, {small_disk}, needs room" in line
+
+
+def test_a_full_temporary_folder_names_mwpy_s_folder(small_disk: Path) -> None:
+    """share() of more than the temporary folder holds: "No space left on device" named no path before."""
+    code = "import os, mwpy\nwith mwpy.Executor(max_workers=1) as ex:\n    ex.share(os.urandom(4 << 20))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+        env={**os.environ, "TMPDIR": str(small_disk)},
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"No space left on device: mwpy's folder of shared objects, {small_disk}/mwpy-shared-" in last
 
 
 @pytest.mark.parametrize("option", ["--mw-journal", "--mw-events"])

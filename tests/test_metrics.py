@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -138,4 +139,29 @@ def test_half_sent_requests_hold_a_bounded_number_of_threads_until_their_deadlin
         wait_until(lambda: threading.active_count() == before, 30, "the request threads to end")
         assert _scrape(exporter.port)[("mwpy_master_finished", ())] == 0
     finally:
+        exporter.close()
+
+
+def test_slow_clients_holding_every_place_do_not_keep_scrapes_out() -> None:
+    """A local user's four half-sent requests (one per place the server has) and more of them sent again as soon
+    as they are dropped: each scrape still gets its answer (0 of 28 scrapes in 30 s before)."""
+    exporter = metrics.MetricsExporter(0)
+    stop = threading.Event()
+
+    def hold() -> None:  # what the attacker runs: a place taken again as soon as it is lost
+        while not stop.is_set():
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", exporter.port)) as sock:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+                sock.settimeout(30)
+                sock.recv(1)
+
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(metrics.MAX_REQUESTS)]
+    try:
+        for holder in holders:
+            holder.start()
+        wait_until(lambda: len(exporter._server._coming) == metrics.MAX_REQUESTS, 30, "every place to be held")
+        for _ in range(5):
+            assert _scrape(exporter.port)[("mwpy_master_finished", ())] == 0
+    finally:
+        stop.set()
         exporter.close()

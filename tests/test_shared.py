@@ -16,6 +16,7 @@ import re
 import socket
 import tempfile
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def executor() -> Iterator[mwpy.Executor]:
 
 def test_a_shared_array_crosses_once_per_slave(executor: mwpy.Executor) -> None:
     arr = np.arange(2_000_000, dtype=np.float64)  # 16 MB
-    handle = executor.share(arr)
+    handle: Any = executor.share(arr)  # the handle itself, typed as what it stands for
     assert len(pickle.dumps(handle)) < 100  # what each task carries: a code and the handle's key
     answers = list(executor.map(work.describe, [handle] * 60, range(60)))
     total = float(arr.sum())
@@ -77,6 +78,38 @@ def test_a_handle_used_on_the_master_says_where_it_works() -> None:
     handle = codec.Shared("ab" * 32, 10, "127.0.0.1", 1)
     with pytest.raises(mwpy.SharedObjectError, match="only be used in a task on a slave"):
         pickle.loads(pickle.dumps(handle))
+
+
+@pytest.mark.parametrize(
+    "use",
+    [lambda h: h[0], lambda h: h + 1, len, np.asarray, lambda h: h.sum(), list],
+    ids=["index", "add", "len", "numpy", "attribute", "iterate"],
+)
+def test_a_handle_used_as_its_object_outside_a_task_raises_shared_object_error(use: Any) -> None:
+    """The README's promise: a TypeError about a handle before, or an AttributeError."""
+    handle = codec.Shared("ab" * 32, 10, "127.0.0.1", 1)
+    with pytest.raises(mwpy.SharedObjectError, match="only in a task's arguments"):
+        use(handle)
+
+
+def test_writing_to_a_shared_array_says_it_is_shared_and_read_only(executor: mwpy.Executor) -> None:
+    error = executor.submit(work.add_in_place, executor.share(np.zeros(4))).exception(timeout=120)
+    assert isinstance(error, ValueError)
+    assert "read-only" in str(error)  # numpy's words, and mwpy's note about share()
+    assert any("share()" in note and "copy" in note for note in getattr(error, "__notes__", ()))
+
+
+def test_the_same_large_arguments_sent_again_give_one_warning_to_share_them() -> None:
+    """dask warns of a large object in a task graph ("Consider scattering"); here from the second call on."""
+    data = os.urandom(codec.SPILL_ABOVE + 1)
+    with mwpy.Executor(max_workers=1) as ex:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            futures = [ex.submit(work.size_of, data) for _ in range(3)]
+        assert [future.result(timeout=120) for future in futures] == [len(data)] * 3
+    assert len(caught) == 1
+    assert "ex.share(obj)" in str(caught[0].message)
+    assert caught[0].filename == __file__  # the user's line
 
 
 def test_share_outside_a_master_algorithm_is_refused() -> None:
@@ -217,7 +250,8 @@ def test_the_executor_s_frame_limits_reach_its_slaves() -> None:
 
 def test_a_slave_keeps_at_most_its_cache_size_and_fetches_an_evicted_object_again() -> None:
     with mwpy.Executor(max_workers=1, options=["--mw-cache-size", str(3_000_000)]) as ex:
-        first, second = ex.share(np.zeros(250_000)), ex.share(np.ones(250_000))  # 2 MB each: one fits
+        first: Any = ex.share(np.zeros(250_000))  # 2 MB each: one fits
+        second: Any = ex.share(np.ones(250_000))
         handle: Any
         for handle, expected in ((first, 0.0), (first, 0.0), (second, 250_000.0), (first, 0.0)):
             assert ex.submit(work.describe, handle, 0).result(timeout=60)[1] == expected
@@ -256,7 +290,7 @@ def test_a_slave_fetches_a_file_once_whether_a_task_or_a_job_needs_it(tmp_path: 
     script.write_text("#!/bin/sh\nexec test -s data\n", encoding="utf-8")
     script.chmod(0o755)
     with mwpy.Executor(max_workers=1) as ex:
-        handle = ex.share(np.arange(100_000))
+        handle: Any = ex.share(np.arange(100_000))
         pid, first = ex.submit(work.cache_counts, mwpy.File(script), handle).result(timeout=60)
         digest = hashlib.sha256(script.read_bytes()).hexdigest()
         job = JobTask(

@@ -1,4 +1,6 @@
-"""mwpy is typed for its users: the built wheel ships ``py.typed``, and mypy checks calls through ``submit()``.
+"""mwpy is typed for its users: the built wheel ships ``py.typed``, and mypy checks calls through ``submit()``,
+a shared object's handle as the object it stands for, and ``initargs`` against the initializer (typeshed's
+ProcessPoolExecutor overloads).
 
 The wheel is built from this checkout and installed (``--no-deps``) into a
 fresh virtual environment; mypy, from the test environment, analyses a user's
@@ -36,6 +38,18 @@ USER_PROGRAM = """\
             text: str = ex.submit(label, 2).result()
             ex.submit(label, "two")  # line 18: wrong type through Executor.submit
             wrong: int = ex.submit(label, 3).result()  # line 19: str is not int
+            h = ex.share([1, 2, 3])  # the handle types as what it stands for
+            total: int = ex.submit(sum, h).result()
+        with mwpy.Executor(1, setup, ("one",)):  # line 22: initargs checked against the initializer
+            pass
+        with mwpy.Executor(initializer=setup, initargs=(1,)):
+            pass
+        with mwpy.Executor(initializer=setup, initargs=(1, 2)):  # line 26: one too many
+            pass
+
+
+    def setup(n: int) -> None:
+        pass
 """
 
 
@@ -71,5 +85,5 @@ def test_an_installed_mwpy_is_typed_and_submit_keeps_the_signature(tmp_path: Pat
     )
     errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
     assert not any("missing library stubs or py.typed" in line for line in errors), checked.stdout
-    assert {line.split(":")[1] for line in errors} == {"15", "18", "19"}, checked.stdout
+    assert {line.split(":")[1] for line in errors} == {"15", "18", "19", "22", "26"}, checked.stdout
     assert 'incompatible type "str"; expected "int"' in errors[0]

@@ -173,11 +173,15 @@ class Journal:
 
 
 def _prepare(path: Path) -> None:
-    """Create the journal 0600 if it is missing; refuse an existing one (or its side files) that is not private.
+    """Create the journal 0600 if it is missing; refuse an existing one (or its side files) that is not private,
+    or that is a symbolic link (as the resource file is never written through one).
 
     Done before SQLite opens it, which would otherwise create it with the
     umask's mode (usually 0644) and open whatever the path names.
     """
+    for name in (str(path), *(f"{path}{suffix}" for suffix in JOURNAL_SIDE_FILES)):
+        if os.path.islink(name):  # SQLite would write its table into whatever it names, as into another database
+            raise JournalError(f"{name}: cannot use as a journal: a symbolic link (give the file's own path)")
     try:
         os.close(safe_files.open_checked(path, private=True, flags=os.O_RDWR | os.O_CREAT, create_mode=0o600))
         for suffix in JOURNAL_SIDE_FILES:

@@ -294,17 +294,8 @@ class Scheduler:
 
     def complete(self, task: Entry) -> None:
         """The task's result has been handed over: it leaves the master's memory."""
-        if self.on_leave is not None:
-            self.on_leave(task.payload)
-        pending = self._pending
-        algorithm = task.algorithm
-        pending[algorithm] -= 1
-        if not pending[algorithm]:
-            del pending[algorithm]
-        self.pending_total -= 1
+        self._forget(task)
         self.done_total += 1
-        if self.shapes.active:
-            self.shapes.settled(task.policy.resources)
 
     # ------------------------------------------------------------------ dispatch
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
-import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +45,7 @@ class SlaveCache:
         self._member_id = member_id
         self._fingerprint = tls_fingerprint
         self._max_bytes = max_bytes
-        self.folder = Path(tempfile.mkdtemp(prefix="mwpy-cache-"))
+        self.folder = Path(safe_files.run_folder("mwpy-cache-"))
         self._clients: dict[tuple[str, int], FileClient] = {}
         self._sizes: OrderedDict[str, int] = OrderedDict()  # hash -> its size, least recently used first
         self._copies: dict[str, list[Path]] = {}  # hash -> its cached files (one per mode)

@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from mwpy import safe_text
+from mwpy import safe_files, safe_text
 from mwpy.data.cache import SlaveCache
 from mwpy.data.server import FileServer
 from mwpy.data.service import Counters
@@ -134,12 +134,15 @@ class SharedObjects:
 
     def _offer(self, body: bytes, views: list[memoryview], *, keep: bool) -> Shared:
         server, folder = self._started()
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
-            try:
-                digest, size = codec.write_shared(body, views, out)
-            except BaseException:
-                os.unlink(out.name)
-                raise
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".writing-", delete=False) as out:
+                try:
+                    digest, size = codec.write_shared(body, views, out)
+                except BaseException:
+                    os.unlink(out.name)
+                    raise
+        except OSError as exc:  # a full temporary folder: say which, and whose
+            raise OSError(exc.errno, f"{exc.strerror}: mwpy's folder of shared objects, {folder}") from exc
         final = folder / digest
         os.replace(out.name, final)
         server.offer(str(final), digest, size)
@@ -154,7 +157,7 @@ class SharedObjects:
                 tls = None
                 if options.tls_cert is not None:
                     tls = protocol.tls_server_context(options.tls_cert, options.tls_key)[0]
-                self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))
+                self._folder = Path(safe_files.run_folder("mwpy-shared-"))
                 self._server = FileServer(
                     secret, options.member_id, host, bind, options.master_port_range,
                     tls=tls, client_timeout=options.client_timeout,
@@ -217,7 +220,7 @@ class SlaveShares:
 
     def __init__(self, cache: SlaveCache) -> None:
         self._cache = cache
-        self._folder = Path(tempfile.mkdtemp(prefix="mwpy-shared-"))  # mwpy.File arguments under their own names
+        self._folder = Path(safe_files.run_folder("mwpy-shared-"))  # mwpy.File arguments under their own names
         self._held: dict[bytes, tuple[str, Any]] = {}  # handle's key -> (digest, the object from its cached file)
         cache.on_evict(self._forget)
 

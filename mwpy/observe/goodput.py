@@ -5,7 +5,9 @@ it: *slot time* granted (here: each slave from connect to disconnect), the
 part spent running tasks whose results counted (*goodput*), and the rest —
 slaves sitting *idle*, and time *lost* to runs that did not count (tasks that
 raised and were retried, or raised for good, and tasks a slave was running when
-it timed out or was evicted). Efficiency is goodput over slot time.
+it timed out, was evicted, or the master stopped: a master that ended with
+tasks running, by a crash or by finishing, evicted no slave). Efficiency is
+goodput over slot time.
 
 Pure functions over events (no I/O besides :func:`account_file`), so the
 report, ``mwpy local``'s closing summary and the master's can share them, and
@@ -46,6 +48,8 @@ class Goodput:
     retried: float = 0.0
     timed_out: float = 0.0
     evicted: float = 0.0
+    #: Tasks slaves were running when the master stopped (its algorithm crashed, or it finished without them).
+    stopped: float = 0.0
     tasks_ok: int = 0
     tasks_failed: int = 0
     tasks_retried: int = 0
@@ -61,12 +65,12 @@ class Goodput:
     @property
     def lost(self) -> float:
         """Slot time spent on runs that did not count."""
-        return self.failed + self.retried + self.timed_out + self.evicted
+        return self.failed + self.retried + self.timed_out + self.evicted + self.stopped
 
     @property
     def idle(self) -> float:
         """Slot time not spent running tasks (never negative: clocks of slaves and master differ a little)."""
-        return max(0.0, self.slot - self.busy - self.timed_out - self.evicted)
+        return max(0.0, self.slot - self.busy - self.timed_out - self.evicted - self.stopped)
 
     @property
     def efficiency(self) -> float:
@@ -131,6 +135,8 @@ class Accountant:
             lost = max(0.0, t - slot.last_active)
             if event.cause == "timeout":
                 totals.timed_out += lost
+            elif event.cause == "shutdown":  # the master's end dropped it, not the pool
+                totals.stopped += lost
             else:
                 totals.evicted += lost
         return True
@@ -203,6 +209,7 @@ def rows(g: Goodput) -> list[tuple[str, str, str]]:
         ("lost: tasks that failed", duration(g.failed), _share(g.failed, g.slot)),
         ("lost: slaves timed out", duration(g.timed_out), _share(g.timed_out, g.slot)),
         ("lost: slaves evicted", duration(g.evicted), _share(g.evicted, g.slot)),
+        ("lost: master stopped", duration(g.stopped), _share(g.stopped, g.slot)),
     ]
 
 

@@ -9,8 +9,11 @@ master's hot path. ``/metrics`` is served by prometheus_client's request
 handler from a daemon thread of its own (:class:`_BoundedServer`); the master
 stays single-threaded otherwise. Whoever can reach the port may be hostile:
 at most :data:`MAX_REQUESTS` requests are served at once (a thread each, the
-rest turned away), and a request not done :data:`REQUEST_DEADLINE` seconds
-after it connected is cut off, so a half-sent request holds nothing for long.
+rest turned away), a request whose header has not come :data:`HEADER_DEADLINE`
+seconds after it connected is dropped, and so is the oldest of those still
+coming when a new request finds every place taken (a scrape's header comes at
+once: slow clients cannot keep it out), and a request not done
+:data:`REQUEST_DEADLINE` seconds after it connected is cut off.
 
 prometheus_client is imported when an exporter is made, never when mwpy is
 imported: masters without the option, and slaves, never load it.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import importlib
+import select
 import socket
 import socketserver
 import threading
@@ -38,6 +42,14 @@ DEFAULT_HOST = "127.0.0.1"
 REQUEST_DEADLINE = 10.0
 #: Requests served at once at most; each holds a thread until it is done or cut off.
 MAX_REQUESTS = 4
+#: Seconds a request's header may take to come, from connect to its blank line.
+HEADER_DEADLINE = 2.0
+#: A header longer than this is the handler's to refuse (http.server reads lines of at most 64 KiB).
+MAX_HEADER = 65536
+#: Seconds between looks at a header that came in part.
+HEADER_LOOK = 0.02
+#: Seconds a new request waits for the place of a slow one it made drop.
+TAKE_OVER_WAIT = 0.5
 
 
 def _prometheus() -> Any:
@@ -203,20 +215,62 @@ class _BoundedServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self._slots = threading.BoundedSemaphore(MAX_REQUESTS)
         self._lock = threading.Lock()
         self._due: dict[socket.socket, float] = {}  # request -> when it is cut off
+        self._coming: dict[socket.socket, float] = {}  # requests whose header is still coming -> when connected
         handler.timeout = deadline  # and no single read or write waits longer
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):  # as many as it serves at once: turned away
+        if not self._slots.acquire(blocking=False) and not self._take_over():  # every place held by a whole one
             self.shutdown_request(request)
             return
         with self._lock:
-            self._due[request] = time.monotonic() + self.deadline
+            now = time.monotonic()
+            self._due[request] = now + self.deadline
+            self._coming[request] = now
         try:
             super().process_request(request, client_address)
         except RuntimeError:  # no thread to be had: this request goes, the server stays
             self._done(request)
             self.shutdown_request(request)
+
+    def _take_over(self) -> bool:
+        """Every place is taken: drop the request whose header has been coming longest, if any, and take its place."""
+        with self._lock:
+            slowest = min(self._coming, key=self._coming.__getitem__, default=None)
+            if slowest is None:
+                return False
+            del self._coming[slowest]  # its thread stops looking at its header
+        with contextlib.suppress(OSError):
+            slowest.shutdown(socket.SHUT_RDWR)  # its thread sees the hang-up and ends
+        return self._slots.acquire(timeout=TAKE_OVER_WAIT)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Serve the request once its header has come within :data:`HEADER_DEADLINE`; else drop it."""
+        try:
+            whole = self._header_came(request)
+        finally:
+            with self._lock:
+                self._coming.pop(request, None)
+        if whole:
+            super().finish_request(request, client_address)
+
+    def _header_came(self, request: socket.socket) -> bool:
+        """Whether the request's header (up to its blank line) came in time, and it was not dropped for a new
+        request meanwhile: looked at, not read (the handler reads)."""
+        due = time.monotonic() + HEADER_DEADLINE
+        while (left := due - time.monotonic()) > 0 and request in self._coming:
+            if not select.select([request], [], [], left)[0]:
+                return False
+            try:
+                seen = request.recv(MAX_HEADER, socket.MSG_PEEK)
+            except OSError:
+                return False
+            if not seen:  # hung up
+                return False
+            if b"\r\n\r\n" in seen or len(seen) >= MAX_HEADER:
+                return True
+            time.sleep(HEADER_LOOK)  # a part: look again once more may have come
+        return False
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -226,6 +280,7 @@ class _BoundedServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def _done(self, request: socket.socket) -> None:
         with self._lock:
+            self._coming.pop(request, None)
             if self._due.pop(request, None) is not None:
                 self._slots.release()
 

@@ -18,6 +18,7 @@ from mwpy import resource_file
 from mwpy.core import board, demand
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
+from mwpy.errors import ResourceFileError
 from mwpy.job_ad import own_job_id
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import DEFAULT_CACHE_SIZE, Options
@@ -85,6 +86,7 @@ class Publisher:
         self._tls_fingerprint = tls_fingerprint
         self._next = 0.0
         self._written = 0.0
+        self._ever_written = False  # the first write must work (a full disk at the start is one line, status 1)
         self._key: _Key | None = None
         #: Set by the master once its algorithm runs the loop; until then slaves_needed is not its word.
         self.demand_stated = False
@@ -135,8 +137,9 @@ class Publisher:
     def write(
         self, now: float, needed: int, connected: dict[str, int], *, finished: bool, removed: bool = False
     ) -> None:
-        """Write the file now (a failure is audited: the computation goes on without it); ``removed``: the
-        master's Condor job was removed (``master_removed``)."""
+        """Write the file now (a failure is audited: the computation goes on without it; but a first write that
+        fails raises :class:`ResourceFileError`, the master cannot start); ``removed``: the master's Condor job
+        was removed (``master_removed``)."""
         path = self._options.resource_file
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
@@ -180,8 +183,15 @@ class Publisher:
         try:
             resource_file.write(path, record)
         except OSError as exc:
+            if not self._ever_written:  # no slave could ever find the master: say so now, not wait in silence
+                folder = os.path.dirname(os.path.abspath(path))
+                raise ResourceFileError(
+                    f"{path}: cannot write the resource file ({exc.strerror or exc}): the folder mwpy writes it and "
+                    f"its audit in, {folder}, needs room (or give --mw-resource-file elsewhere)"
+                ) from None
             self._facts(ResourceFileNotWritten(path, str(exc)))
             return
+        self._ever_written = True
         self._facts(ResourceFileWritten(record))
 
     def _shapes(self) -> list[ShapeDemand]:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import attrs
 
-from mwpy import safe_text
+from mwpy import safe_files, safe_text
 from mwpy.backends import Backend
 from mwpy.errors import BackendError
 from mwpy.names import RESOURCE_FILE
@@ -51,7 +50,7 @@ class WorkFolder:
     @classmethod
     def make(cls, given: str | os.PathLike[str] | None, *, prefix: str) -> WorkFolder:
         """``given``, or a new temporary folder; a resource file left there by an earlier run is removed."""
-        path = Path(tempfile.mkdtemp(prefix=prefix) if given is None else given).resolve()
+        path = Path(safe_files.run_folder(prefix) if given is None else given).resolve()
         path.mkdir(parents=True, exist_ok=True)
         (path / RESOURCE_FILE).unlink(missing_ok=True)  # a previous run's file would look like a live master
         return cls(path, own=given is None)

@@ -112,13 +112,54 @@ decode_arguments: Final[Callable[[bytes], tuple[tuple[Any, ...], dict[str, Any]]
 
 
 def by_value(fn: Callable[..., Any]) -> bool:
-    """Whether slaves cannot import ``fn`` by its module and name: a lambda, a closure, or a function of an
-    interactive ``__main__`` (a notebook's or a REPL's, which has no file a slave could load)."""
+    """Whether slaves cannot import ``fn`` by its module and name: a lambda, a closure, or a function of
+    ``__main__`` that loading its script does not define (a notebook's, a REPL's, a script read from stdin,
+    one defined under ``if __name__ == "__main__":``)."""
     qualname = getattr(fn, "__qualname__", "")
     if "<locals>" in qualname or "<lambda>" in qualname:
         return True
-    interactive = getattr(sys.modules.get("__main__"), "__file__", None) is None
-    return interactive and getattr(fn, "__module__", None) == "__main__"
+    if getattr(fn, "__module__", None) != "__main__":
+        return False
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return not isinstance(path, str) or qualname.partition(".")[0] not in _script_names(path)
+
+
+def _script_names(path: str) -> frozenset[str]:
+    """The names a slave's loading of the script at ``path`` binds (mwpy/_spawn.py runs it as ``__mp_main__``):
+    its top-level statements' names, except under ``if __name__ == "__main__":``; none if it is no file."""
+    import ast  # noqa: PLC0415 (only for a script's function sent to slaves)
+
+    try:
+        stamp = os.stat(path).st_mtime_ns
+        known = _scripts.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        with open(path, "rb") as source:
+            tree = ast.parse(source.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+    statements = list(tree.body)
+    while statements:
+        statement = statements.pop()
+        if isinstance(statement, ast.If) and "__main__" in ast.unparse(statement.test):
+            statements.extend(statement.orelse)  # the guard's body runs only in the master
+        elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(statement.name)
+        elif isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
+            for part in ("body", "orelse", "finalbody", "handlers"):
+                statements.extend(getattr(statement, part, ()))
+        elif isinstance(statement, ast.ExceptHandler):
+            statements.extend(statement.body)
+        else:
+            names.update(node.id for node in ast.walk(statement) if isinstance(node, ast.Name))
+            names.update((alias.asname or alias.name).partition(".")[0] for alias in getattr(statement, "names", ()))
+    _scripts[path] = (stamp, frozenset(names))
+    return _scripts[path][1]
+
+
+#: Scripts read by :func:`_script_names`: their modification time and names.
+_scripts: dict[str, tuple[int, frozenset[str]]] = {}
 
 
 def function_reference(fn: Callable[..., Any]) -> bytes:
@@ -236,6 +277,30 @@ class Shared:
 
 
 copyreg.pickle(Shared, operator.attrgetter("_reduced"))
+
+
+def _used_here(handle: Shared, *args: object, **kwargs: object) -> Any:
+    raise SharedObjectError(
+        f"{handle!r} stands for its object only in a task's arguments on a slave: pass it to submit() or map(), "
+        "or use the object itself here"
+    )
+
+
+def _no_attribute(handle: Shared, name: str) -> Any:
+    if name.startswith("__"):  # protocols looked up by pickle, copy, numpy: absent, as on any object
+        raise AttributeError(name)
+    return _used_here(handle)
+
+
+# A handle used as its object outside a task (indexed, called, added, iterated, given to numpy, an attribute
+# of the object read) says so, instead of a TypeError about a handle nobody wrote.
+for _method in (
+    "__getitem__", "__setitem__", "__len__", "__iter__", "__contains__", "__call__", "__array__", "__add__",
+    "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__",
+    "__mod__", "__pow__", "__matmul__", "__rmatmul__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__",
+):  # fmt: skip
+    setattr(Shared, _method, _used_here)
+Shared.__getattr__ = _no_attribute  # type: ignore[attr-defined]
 
 
 def _path_text(path: str | os.PathLike[str]) -> str:
@@ -560,8 +625,36 @@ def failure_of(exc: BaseException, trace: str = "") -> Failure:
 
 
 def encode_error(exc: BaseException) -> bytes:
-    """The exception being handled, as a failure on the wire (call from inside ``except``: the traceback goes along)."""
+    """The exception being handled, as a failure on the wire (call from inside ``except``: the traceback goes along).
+
+    Called on a slave: numpy's "read-only" error gets a note (a shared array arrives read-only, memory-mapped),
+    and so does an error from a ``multiprocessing.Manager()`` proxy (it reaches its manager from local slaves
+    only).
+    """
+    if isinstance(exc, ValueError) and "read-only" in str(exc):
+        exc.add_note(READ_ONLY_NOTE)
+    elif any(frame.filename.endswith(_MANAGER_FILES) for frame in traceback.extract_tb(exc.__traceback__)):
+        exc.add_note(MANAGER_NOTE)
     return encode_failure(*failure_of(exc, traceback.format_exc()))
+
+
+_MANAGER_FILES: Final = (
+    os.path.join("multiprocessing", "managers.py"),
+    os.path.join("multiprocessing", "connection.py"),
+)
+#: What a task's error from a ``multiprocessing.Manager()`` proxy says besides multiprocessing's words.
+MANAGER_NOTE: Final = (
+    'mwpy: a multiprocessing.Manager() proxy reaches its manager only from local slaves (backend="local"), '
+    "which are given the caller's authkey when it imported multiprocessing before the Executor started, and "
+    "while the manager runs; elsewhere pass the data as arguments, share() it, or return it"
+)
+
+
+#: What a task's "read-only" error says besides numpy's words.
+READ_ONLY_NOTE: Final = (
+    "mwpy: an array shared with share() (or a map keyword argument of 1 MiB or more) arrives read-only, "
+    "mapped from the slave's cache: change a copy (arr.copy())"
+)
 
 
 #: What unpickling a result may raise that fails that result alone: any error, and ``SystemExit`` (a

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import mwpy
 
@@ -150,3 +151,15 @@ def remembered() -> tuple[str, int]:
 
 def fail_to_initialize(message: str) -> None:
     raise RuntimeError(message)
+
+
+def put(table: Any, key: int, value: int) -> int:
+    """A task writing into a ``multiprocessing.Manager().dict()`` proxy (ProcessPoolExecutor's idiom)."""
+    table[key] = value
+    return key
+
+
+def set_event(event: Any) -> bool:
+    """CPython's executor tests wait on ``Manager().Event()`` set from a worker (test_concurrent_futures/util.py)."""
+    event.set()
+    return True

@@ -73,7 +73,7 @@ def executor_rows(folder: Path) -> None:
         print("ok Parsl: @python_app def f(x): ...; f(1).result()")
         arr = list(range(1000))
         x = ex.share(arr)
-        assert ex.submit(sum, x).result() == sum(arr)  # type: ignore[arg-type]  # the handle stands for arr
+        assert ex.submit(sum, x).result() == sum(arr)  # the handle is typed as arr, which it stands for
         print("ok dask: x = client.scatter(arr, broadcast=True); client.submit(f, x); Ray: ray.put(arr)")
 
 

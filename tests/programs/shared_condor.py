@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 
 import mwpy
 
@@ -41,7 +42,7 @@ if __name__ == "__main__":
     workdir, python, address = sys.argv[1:4]
     options = ["--mw-slave-executable", python, "--mw-master-host", address]
     with mwpy.Executor(max_workers=8, backend="condor", workdir=workdir, options=options) as executor:
-        handle = executor.share(os.urandom(SIZE))
+        handle: Any = executor.share(os.urandom(SIZE))
         answers = list(executor.map(probe, [handle] * 400, range(400), timeout=600))
         report = {
             "right": [length for _, length in answers] == [SIZE + i for i in range(400)],

@@ -23,7 +23,7 @@ def scaled_sum(factor: int, arr: np.ndarray[Any, Any]) -> tuple[int, float]:
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     count = int(argv[0])
-    handle = mwpy.share(np.arange(500_000, dtype=np.int64))  # the module-level form: the current master's
+    handle: Any = mwpy.share(np.arange(500_000, dtype=np.int64))  # the module-level form: the current master's
     answers = list(mw.map(scaled_sum, range(count), arr=handle))
     report = {
         "values": [value for _, value in answers],

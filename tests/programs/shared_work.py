@@ -93,3 +93,8 @@ def cache_counts(script: Any, obj: Any) -> tuple[int, tuple[int, int, int, int]]
 def same_large_bytes(_: int) -> bytes:
     """The same 20 MiB from every call: one content hash for every result, each above the spill threshold."""
     return b"\x5a" * (20 << 20)
+
+
+def add_in_place(arr: np.ndarray[Any, Any]) -> None:
+    """numpy's own words for writing to a read-only array: "output array is read-only"."""
+    np.add(arr, 1, out=arr)
