@@ -93,8 +93,7 @@ class Master:
         #: The total the algorithm declared (``mw.tasks_total = n``), or None.
         self._declared_total: int | None = None
         self._tokens: list[contextvars.Token[Submissions | None]] = []
-        #: Whether finishing prints the goodput summary (with --mw-events); a program that ends with a line of
-        #: its own (``mwpy jobs``) turns it off.
+        #: Whether finishing prints the goodput summary (--mw-events); off in a program with a last line of its own.
         self.goodput_summary = True
         with contextlib.ExitStack() as undo:  # a part that fails to start (a port taken) releases those before it
             self._observers = Observers(options, audit)
@@ -108,7 +107,8 @@ class Master:
                 undo.callback(journal.close)
             self._journal = journal
             self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
-                                      how_ended=Exits.beside(options.resource_file))  # fmt: skip
+                                      how_ended=Exits.beside(options.resource_file),
+                                      printed=self._observers.printed.take)  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick, listener=listener)  # fmt: skip
             undo.callback(self._engine.close)

@@ -26,10 +26,10 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.futures", "mwpy.intake"),  # a TaskFuture waits through its master's intake (loaded by the master)
     ("mwpy.streams", "mwpy.intake"),  # the streams are the master's own, made by mw.map with its intake
     ("mwpy.program", "mwpy.master"),  # loaded for real only in a master (a slave never needs it)
-    ("mwpy.program", "mwpy.data.cache"),  # a slave's cache and shared objects load with their first use
+    ("mwpy.slaveside.startup", "mwpy.data.cache"),  # a slave's cache and shared objects load with their first use
     ("mwpy.data.plane", "mwpy.data.cache"),
     ("mwpy.data.plane", "mwpy.data.shares"),
-    ("mwpy.program", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves are not)
+    ("mwpy.slaveside.startup", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves not)
     ("mwpy.core.outcomes", "mwpy.core.journal"),  # sqlite3 only with --mw-journal
     ("mwpy.observe.renderers", "mwpy.observe.events"),  # the event log only with --mw-events
     ("mwpy.observe.renderers", "mwpy.observe.goodput"),

@@ -31,6 +31,7 @@ from mwpy.core.journal import Journal
 from mwpy.core.outcomes import EXIT_WAIT, MASTER_TIMEOUT_GRACE, Outcomes
 from mwpy.core.scheduler import Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
+from mwpy.observe.task_output import OutputKeeper
 from mwpy.task_records import DEFAULT_POLICY, Policy, Result, TaskError, task_exception
 from mwpy.wire import codec
 from mwpy.wire.protocol import ResultItem
@@ -102,8 +103,8 @@ def setup(*slaves: str, journal: Journal | None = None, **scheduling: int) -> Se
     sched = Scheduler(**scheduling)
     for sid in slaves:
         sched.join(sid)
-    heard = Heard()
-    return Setup(sched, Outcomes(sched, Facts([heard]), journal), heard)
+    heard, printed = Heard(), OutputKeeper()  # the master's keeper of what tasks print (mwpy/master.py)
+    return Setup(sched, Outcomes(sched, Facts([heard, printed]), journal, printed=printed.take), heard)
 
 
 def value(task_id: int, result: object, run: float = 0.001) -> ResultItem:

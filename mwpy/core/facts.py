@@ -197,7 +197,7 @@ class TaskFailed(NamedTuple):
 
 
 class TaskPrinted(NamedTuple):
-    """A task that succeeded on ``sid`` printed this (each stream capped by the slave): shown where the master runs."""
+    """A task running on ``sid`` printed this (whole lines, or the rest when it ended): shown where the master runs."""
 
     sid: str
     task_id: int

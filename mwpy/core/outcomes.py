@@ -113,6 +113,14 @@ def _unusable(found: JournalEntry, entry: Entry, replayed: Result) -> str | None
     return None
 
 
+#: What a task run printed, by slave and task id, as its Result keeps it (stdout, stderr), or None.
+Printed = Callable[[str, int], tuple[str, str] | None]
+
+
+def _nothing_printed(sid: str, task_id: int) -> None:
+    return None
+
+
 class Outcomes:
     """One master's results: from the wire (or the journal) to the task's listener and ``mw.results()``."""
 
@@ -124,8 +132,12 @@ class Outcomes:
         *,
         allowed_failures: int = 3,
         how_ended: HowEnded = _unknown,
+        printed: Printed = _nothing_printed,
     ) -> None:
+        """``printed(sid, task_id)``: what the task printed on ``sid`` (each stream as its Result keeps it), or
+        None: the output comes as it is printed (TaskPrinted facts), some of it with the task's result."""
         self._sched = sched
+        self._printed = printed
         self._facts = facts
         self._journal = journal
         self._allowed_failures = allowed_failures
@@ -146,22 +158,27 @@ class Outcomes:
     def take(
         self, sid: str, items: list[ResultItem], outputs: dict[int, tuple[str, str]] | None, now: float
     ) -> list[str]:
-        """One Results message from ``sid``, received at ``now``; returns the slaves it proves black holes."""
+        """One Results message from ``sid``, received at ``now``; returns the slaves it proves black holes.
+
+        ``outputs``: what tasks printed since the last message, finished or not (a message of output alone has
+        no items), reported as it comes.
+        """
         sched = self._sched
         holes: list[str] = []
+        if outputs:
+            for task_id, (stdout, stderr) in outputs.items():
+                self._facts(TaskPrinted(sid, task_id, stdout, stderr))
         for task_id, ok, blob, compute_time in items:
             entry = sched.finish(sid, task_id, compute_time, now)
+            printed = self._printed(sid, task_id)
             if entry is None:
                 self._facts(StrayResult(sid, task_id))
                 continue
             self.runs += 1
             self.run_seconds += compute_time
             result = decode(entry, sid, ok, blob, compute_time, received=self.received)
-            if outputs and task_id in outputs:
-                stdout, stderr = outputs[task_id]
-                result = attrs.evolve(result, stdout=stdout, stderr=stderr)
-                if result.error is None:  # a failure's output goes with its exception, not to the screen
-                    self._facts(TaskPrinted(sid, task_id, stdout, stderr))
+            if printed is not None:
+                result = attrs.evolve(result, stdout=printed[0], stderr=printed[1])
             if result.error is None:
                 holes += self._succeeded(sid, entry, blob, result)
             elif self._runs_again(sid, entry, result, now):

@@ -212,7 +212,7 @@ class Engine:
         sid = peer.sid
         assert sid is not None
         peer.results_in += len(msg.items)
-        if self._facts.results_received is not None:
+        if self._facts.results_received is not None and msg.items:  # a message of task output alone has none
             self._facts.results_received(sid, len(msg.items))
         for hole in self._outcomes.take(sid, msg.items, msg.outputs, now):
             self._expel(hole)

@@ -21,6 +21,7 @@ from mwpy import safe_text
 from mwpy.core import facts
 from mwpy.core.facts import Facts, Observer
 from mwpy.observe.audit import Audit
+from mwpy.observe.task_output import OutputKeeper
 from mwpy.options import Options
 
 if TYPE_CHECKING:  # loaded for real only with --mw-events or --mw-metrics-port
@@ -177,12 +178,14 @@ def forwardable(text: str, *, raw: bool = False) -> str:
 
 
 class OutputForwarder(Observer):
-    """What a successful task printed, on the master's stdout and stderr, as ProcessPoolExecutor's workers show it.
+    """What tasks print, on the master's stdout and stderr as they print it, as ProcessPoolExecutor's workers
+    show it.
 
-    A task's output comes with its result, whole lines at once, so lines of
-    different tasks never mix; once a second slave has printed, each line
-    names its slave (``[slave-3] ...``). ``--mw-quiet`` leaves this out: the
-    output stays in ``Result.stdout``/``.stderr`` and the futures.
+    A task's output comes in whole lines (a last line without its newline
+    when the task ends), so a line of one task never mixes with another's;
+    once a second slave has printed, each line names its slave (``[slave-3] ...``).
+    ``--mw-quiet`` leaves this out: the output stays in ``Result.stdout``/``.stderr``
+    and the futures.
     """
 
     def __init__(self, *, raw: bool = False) -> None:
@@ -212,7 +215,9 @@ class Observers:
         self.events: EventWriter | None = None
         self._accountant: Accountant | None = None
         self._exporter: Any = None
-        renderers: list[Observer] = [AuditRenderer(audit, options.slave_task_group), LogRenderer()]
+        #: What each task run printed, for its Result (and past 64 KiB in a file).
+        self.printed = OutputKeeper()
+        renderers: list[Observer] = [AuditRenderer(audit, options.slave_task_group), LogRenderer(), self.printed]
         if not options.quiet:
             renderers.append(OutputForwarder(raw=options.raw_task_output))
         if options.events is not None or options.metrics_port is not None:
