@@ -146,3 +146,25 @@ def condor_workdir(condor_pool: Pool, request: pytest.FixtureRequest) -> Iterato
             print(f"\nCondor test work folder kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs at ``tmp_path/disk`` (root only), which fills as a real disk does; unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        reap_spawned()  # nothing of the test may hold the disk
+        subprocess.run(["umount", str(disk)], check=True, timeout=60)

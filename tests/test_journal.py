@@ -15,7 +15,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from tests.support import (
     PROGRAMS,
     Proc,
     mwpy_command,
-    reap_spawned,
     run_program,
     spawn_master,
     spawn_slave,
@@ -283,28 +282,6 @@ def test_journal_others_can_write_is_one_line_and_status_1(tmp_path: Path, writa
 FILLER = PROGRAMS / "disk_filler.py"
 #: Bytes of each result in the disk tests: a 1 MiB disk holds about fifteen.
 BLOCK = 64 * 1024
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 1 MiB tmpfs at ``tmp_path/disk`` (root only), which fills as a real disk does; unmounted after."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(disk)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    try:
-        yield disk
-    finally:
-        reap_spawned()  # nothing of the test may hold the disk
-        subprocess.run(["umount", str(disk)], check=True, timeout=DEADLINE)
 
 
 def run_filler(workdir: Path, *options: str, count: int = 60) -> Proc:

@@ -457,3 +457,18 @@ def test_each_slave_s_cache_counters_reach_the_event_log_the_metrics_and_the_rep
     page = report.build_report(events, tmp_path / "report.html").read_text(encoding="utf-8")
     table = page[page.index("<h2>Caches of shared objects per slave</h2>") :]
     assert f"<td class=num>9</td><td class=num>1</td><td class=num>{handle.size}</td>" in table
+
+
+def test_a_large_result_the_master_cannot_keep_names_mwpy_s_folder(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A full disk on the master is mwpy's trouble, not the task's: the error names mwpy's folder and the
+    system's reason (a bare "No space left on device" read as the task's own failure before)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(small_disk))  # the master's private folders land on the 1 MiB disk
+    with mwpy.Executor(max_workers=1, workdir=tmp_path / "work") as ex:
+        future = ex.submit(work.same_large_bytes, 0)
+        with pytest.raises(mwpy.MwpyError, match="mwpy's folder for large results on the master") as raised:
+            future.result(timeout=120)
+        assert ex.submit(work.echo_bytes, b"small").result(timeout=60) == b"small"  # the executor goes on
+    assert str(small_disk) in str(raised.value)
+    assert "No space left on device" in str(raised.value)

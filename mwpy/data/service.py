@@ -260,7 +260,11 @@ class FileService:
             if self.results is None or not isinstance(size, int) or not 0 <= size <= MAX_RESULT_BYTES:
                 raise OutputRefused(f"no result of {str(size)[:20]} bytes is taken here")
             temporary = _write_checked(self.results, _upload_chunks(link, size, ending), ending)
-        except (OutputRefused, FileServiceError, OSError) as exc:
+        except OSError as exc:  # the master's disk, not the task: say whose folder failed (a full one, mostly)
+            where = f"mwpy's folder for large results on the master, {self.results}"
+            self._refuse(link, ending, FileServiceError(f"{where}: cannot keep {size} bytes: {exc.strerror or exc}"))
+            return
+        except (OutputRefused, FileServiceError) as exc:
             self._refuse(link, ending, exc)
             return
         digest = str(ending["sha256"])  # _write_checked matched it to the content
