@@ -31,10 +31,10 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from mwpy import backends, calls, safe_files, safe_text
+from mwpy import backends, calls, dataflow, safe_files, safe_text
 from mwpy.backends.local import LocalBackend
 from mwpy.core.entry import Entry
-from mwpy.errors import ConfigurationError, SlavesFailError
+from mwpy.errors import ConfigurationError, SlavesFailError, UsageError
 from mwpy.executor_early import (
     LOCAL_HOST,
     SPAWN_PROGRAM,
@@ -91,6 +91,10 @@ class Future(LightFuture[R]):
 
     #: A task's ``SystemExit`` comes back as itself, as the standard executors give it.
     RAISED_AS_ITSELF = RAISED_AS_ITSELF
+    #: The user's function's name, for the message of a dependent call whose input this future failed.
+    _label = ""
+    #: Whether its call waits for futures among its arguments, not queued yet (mwpy/dataflow.py).
+    _pending_inputs = False
 
     def __init__(self, service: _Service) -> None:  # no super().__init__(): LightFuture's does nothing
         self._service = service
@@ -101,6 +105,8 @@ class Future(LightFuture[R]):
         if not super().cancel():
             return False
         self._service.one_done(self)
+        if self._pending_inputs:  # no queue will reach it to say it is cancelled: said now
+            self._notify_cancelled()
         return True
 
     def _notify_cancelled(self) -> None:
@@ -266,10 +272,61 @@ class ExecutorCore:
         return self._master.file_counters()
 
     def submit(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
-        """:meth:`mwpy.Executor.submit`: the arguments are pickled here, in the caller's thread."""
-        name, payload, label = self._encode(fn, args, kwargs)
+        """:meth:`mwpy.Executor.submit`: the arguments are pickled here, in the caller's thread, unless they hold
+        futures (which refuse to pickle): then once those are done (:meth:`_submit_after`)."""
+        try:
+            name, payload, label = self._encode(fn, args, kwargs)
+        except Exception:
+            inputs = dataflow.futures_in(args, kwargs)
+            if not inputs:
+                raise
+            return self._submit_after(fn, args, kwargs, inputs)
         future: Future[R] = Future(self.service)
+        future._label = label
         self.service.hand_over(_Call(future, name, payload, self._policy_of(fn), label))
+        return future
+
+    def _submit_after(
+        self,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        inputs: list[tuple[str, concurrent.futures.Future[Any]]],
+    ) -> Future[R]:
+        """A call with this executor's futures among its arguments: its future now, its task queued once they are
+        done, with their values in their places (pickled in the thread the last settles in, the engine's).
+
+        What the callbacks hold is the service and the call's pickler, never this core (see the class).
+        """
+        for where, given in inputs:
+            if not isinstance(given, Future):
+                kind = f"{type(given).__module__}.{type(given).__qualname__}"
+                raise UsageError(f"{where} is a {kind} not made by this mwpy.Executor: pass its result() instead")
+            if given._service is not self.service:
+                whose = "an executor that was shut down" if given._service.closing else "another mwpy.Executor"
+                raise UsageError(f"{where} is a future of {whose}: only this executor's futures can be arguments")
+        name, label, one = self._encoder(fn)
+        policy, service = self._policy_of(fn), self.service
+        future: Future[R] = Future(service)
+        future._label, future._pending_inputs = label, True
+        service.adopt(future)
+
+        def ready() -> None:
+            if future.done():  # cancelled meanwhile (and said so by cancel())
+                return
+            try:
+                payload = one(dataflow.with_values(args), {key: dataflow.with_values(v) for key, v in kwargs.items()})
+            except Exception as exc:
+                future._end(None, exc)
+                return
+            future._pending_inputs = False
+            service.hand_over(_Call(future, name, payload, policy, label), adopted=True)
+
+        def cancelled() -> None:
+            future.cancel()
+
+        dataflow.Inputs(inputs, lambda given: cast(Future[Any], given)._label, ready=ready,
+                        failed=lambda exc: future._end(None, exc), cancelled=cancelled).watch()  # fmt: skip
         return future
 
     def _stream(
@@ -308,6 +365,8 @@ class ExecutorCore:
         # function keeps its own policy (a partial of it would run under the default one).
         shared = self.service.intake.share_large(kwargs) if kwargs else {}
         end = None if timeout is None else time.monotonic() + timeout
+        if any(type(inputs) in (list, tuple) and dataflow.futures_in(tuple(inputs), {}) for inputs in iterables):
+            return _in_order([self.submit(fn, call, kwargs) for call in zip(*iterables, strict=False)], end)
         policy = self._policy_of(fn)  # a chunk runs under it too, as mw.map's chunks do: retries, timeout, resources
         if chunksize == 1:
             return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes=window_bytes, end=end,
@@ -423,16 +482,36 @@ class _Service:
         self._thread.start()
         atexit.register(self.shutdown)
 
-    def hand_over(self, submission: _Call | MapBatch) -> None:
-        """Queue ``submission`` (a call, or a batch of a map's) for the engine's thread; wake it if its queue
-        was empty."""
+    @property
+    def closing(self) -> bool:
+        """Whether ``shutdown()`` was called: no more work is taken."""
+        return self._closing
+
+    def _check_open(self) -> None:
+        """Refuse new work once broken or shut down, as the standard executors do (under _lock)."""
+        if self._broken is not None:
+            raise _broken_executor(self._broken)
+        if self._closing:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def adopt(self, future: Future[Any]) -> None:
+        """A dependent call's future, counted now (shutdown waits for it) and queued once its inputs are done."""
         with self._lock:
-            if self._broken is not None:
-                raise _broken_executor(self._broken)
-            if self._closing:
-                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._check_open()
+            self._waiting.add(future)
+
+    def hand_over(self, submission: _Call | MapBatch, *, adopted: bool = False) -> None:
+        """Queue ``submission`` (a call, or a batch of a map's) for the engine's thread; wake it if its queue
+        was empty. An ``adopted`` call (:meth:`adopt`) was taken before any shutdown: it is queued still."""
+        with self._lock:
+            if adopted:
+                if self._broken is not None:  # its future was ended with the rest
+                    return
+            else:
+                self._check_open()
             if isinstance(submission, _Call):
-                self._waiting.add(submission.future)
+                if not adopted:
+                    self._waiting.add(submission.future)
             else:
                 self._streams.add(submission.stream)
                 self._map_submitted += len(submission)
@@ -627,6 +706,17 @@ class _LargeArguments:
 
     def publish_file(self, path: str) -> tuple[codec.Shared, int]:
         return self._store.publish_file(path)
+
+
+def _in_order(futures: list[Future[R]], end: float | None) -> Generator[R, None, None]:
+    """``map``'s values for calls that take futures (each submitted as a dependent call); closing it cancels the
+    calls not started, as ``Executor.map`` does."""
+    try:
+        for future in futures:
+            yield future.result(None if end is None else max(0.0, end - time.monotonic()))
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def _caller_level() -> int:

@@ -86,6 +86,11 @@ class LightFuture(concurrent.futures.Future[R]):
     def __init__(self) -> None:  # not Future.__init__: that is the cost this class avoids
         pass
 
+    def __reduce__(self) -> Any:
+        """A future never travels: pickling one fails, and the call that holds it waits for its value instead
+        (mwpy/dataflow.py)."""
+        raise TypeError("an mwpy future cannot be pickled: pass it as an argument of submit() to pass its value")
+
     # One read of one attribute needs no lock (Future takes its condition for these).
     def done(self) -> bool:
         return self._state == FINISHED or self._state in _CANCELLED
