@@ -11,8 +11,11 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import threading
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Generator, Iterable
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 #: The containers searched for futures, at any depth (exactly these types: a subclass is left as it is).
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -34,6 +37,23 @@ def _search(obj: Any, where: str, found: list[tuple[str, concurrent.futures.Futu
     elif type(obj) in _CONTAINERS:
         for item in obj.values() if type(obj) is dict else obj:
             _search(item, where, found)
+
+
+def any_future_among(iterables: tuple[Iterable[Any], ...]) -> bool:
+    """Whether a ``map``'s inputs given as lists or tuples hold futures: then each call is submitted on its own
+    (a dependent call) and :func:`in_order` gives the values; other iterables stream as always."""
+    return any(type(inputs) in (list, tuple) and futures_in(tuple(inputs), {}) for inputs in iterables)
+
+
+def in_order(futures: list[concurrent.futures.Future[R]], end: float | None = None) -> Generator[R, None, None]:
+    """``map``'s values from calls submitted one by one, in input order, by ``end`` (``time.monotonic()``);
+    closing it cancels the calls not started, as ``map`` does."""
+    try:
+        for future in futures:
+            yield future.result(None if end is None else max(0.0, end - time.monotonic()))
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def with_values(obj: Any) -> Any:

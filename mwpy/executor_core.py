@@ -365,8 +365,8 @@ class ExecutorCore:
         # function keeps its own policy (a partial of it would run under the default one).
         shared = self.service.intake.share_large(kwargs) if kwargs else {}
         end = None if timeout is None else time.monotonic() + timeout
-        if any(type(inputs) in (list, tuple) and dataflow.futures_in(tuple(inputs), {}) for inputs in iterables):
-            return _in_order([self.submit(fn, call, kwargs) for call in zip(*iterables, strict=False)], end)
+        if dataflow.any_future_among(iterables):
+            return dataflow.in_order([self.submit(fn, call, kwargs) for call in zip(*iterables, strict=False)], end)
         policy = self._policy_of(fn)  # a chunk runs under it too, as mw.map's chunks do: retries, timeout, resources
         if chunksize == 1:
             return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes=window_bytes, end=end,
@@ -706,17 +706,6 @@ class _LargeArguments:
 
     def publish_file(self, path: str) -> tuple[codec.Shared, int]:
         return self._store.publish_file(path)
-
-
-def _in_order(futures: list[Future[R]], end: float | None) -> Generator[R, None, None]:
-    """``map``'s values for calls that take futures (each submitted as a dependent call); closing it cancels the
-    calls not started, as ``Executor.map`` does."""
-    try:
-        for future in futures:
-            yield future.result(None if end is None else max(0.0, end - time.monotonic()))
-    finally:
-        for future in futures:
-            future.cancel()
 
 
 def _caller_level() -> int:

@@ -18,6 +18,7 @@ import pytest
 import mwpy
 from mwpy.errors import UsageError
 from tests.programs import dataflow_work as work
+from tests.support import ROOT, run_local
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +125,14 @@ def test_a_plain_future_from_elsewhere_is_refused_clearly(executor: mwpy.Executo
 def test_an_argument_that_cannot_be_pickled_still_raises_pickles_error(executor: mwpy.Executor) -> None:
     with pytest.raises(TypeError, match="lock"):
         executor.submit(work.inc, cast(Any, threading.Lock()))
+
+
+def test_a_master_algorithm_passes_futures_to_submit_and_map() -> None:
+    done = run_local(ROOT / "tests" / "programs" / "dataflow_master.py", slaves=2)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "chain 50" in lines
+    assert f"fan-in {sum(n + 2 for n in range(10))}" in lines
+    notes = ["argument 0 (a future of refuse) failed", "argument 0 (a future of total) failed"]
+    assert f"failed LookupError no 2 {notes}" in lines
+    assert "wrong call TypeError" in lines  # at submit(), not once the inputs are done
