@@ -255,10 +255,12 @@ class ExecutorCore:
 
     # ------------------------------------------------------------------ submitting
 
-    def _policy_of(self, fn: Callable[..., Any]) -> Policy:
+    def _policy_of(self, fn: Callable[..., Any], priority: int | None = None) -> Policy:
         """The policy a submitted function runs under: a task algorithm's own (``@mwpy.task(retries=...)``),
-        with the executor's ``resources=`` when it asks for none."""
+        with the executor's ``resources=`` when it asks for none, and ``priority`` (``ex.with_priority(N)``)."""
         policy = fn.policy if isinstance(fn, TaskAlgorithm) else DEFAULT_POLICY
+        if priority is not None:
+            policy = attrs.evolve(policy, priority=priority)
         if self._resources is None or policy.resources is not None:
             return policy
         return attrs.evolve(policy, resources=self._resources)
@@ -271,7 +273,9 @@ class ExecutorCore:
         """:meth:`mwpy.Executor.file_counters` (``Master.file_counters``)."""
         return self._master.file_counters()
 
-    def submit(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
+    def submit(
+        self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], priority: int | None = None
+    ) -> Future[R]:
         """:meth:`mwpy.Executor.submit`: the arguments are pickled here, in the caller's thread, unless they hold
         futures (which refuse to pickle): then once those are done (:meth:`_submit_after`)."""
         try:
@@ -280,18 +284,18 @@ class ExecutorCore:
             inputs = dataflow.futures_in(args, kwargs)
             if not inputs:
                 raise
-            return self._submit_after(fn, args, kwargs, inputs)
+            return self._submit_after(fn, (args, kwargs), inputs, self._policy_of(fn, priority))
         future: Future[R] = Future(self.service)
         future._label = label
-        self.service.hand_over(_Call(future, name, payload, self._policy_of(fn), label))
+        self.service.hand_over(_Call(future, name, payload, self._policy_of(fn, priority), label))
         return future
 
     def _submit_after(
         self,
         fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        call: tuple[tuple[Any, ...], dict[str, Any]],
         inputs: list[tuple[str, concurrent.futures.Future[Any]]],
+        policy: Policy,
     ) -> Future[R]:
         """A call with this executor's futures among its arguments: its future now, its task queued once they are
         done, with their values in their places (pickled in the thread the last settles in, the engine's).
@@ -305,8 +309,9 @@ class ExecutorCore:
             if given._service is not self.service:
                 whose = "an executor that was shut down" if given._service.closing else "another mwpy.Executor"
                 raise UsageError(f"{where} is a future of {whose}: only this executor's futures can be arguments")
+        args, kwargs = call
         name, label, one = self._encoder(fn)
-        policy, service = self._policy_of(fn), self.service
+        service = self.service
         future: Future[R] = Future(service)
         future._label, future._pending_inputs = label, True
         service.adopt(future)
@@ -354,6 +359,7 @@ class ExecutorCore:
         chunksize: int,
         window_bytes: int | None,
         kwargs: dict[str, Any],
+        priority: int | None = None,
     ) -> Iterator[R]:
         """:meth:`mwpy.Executor.map` (``window_bytes`` None: WINDOW_BYTES)."""
         window_bytes = WINDOW_BYTES if window_bytes is None else window_bytes
@@ -366,8 +372,11 @@ class ExecutorCore:
         shared = self.service.intake.share_large(kwargs) if kwargs else {}
         end = None if timeout is None else time.monotonic() + timeout
         if dataflow.any_future_among(iterables):
-            return dataflow.in_order([self.submit(fn, call, kwargs) for call in zip(*iterables, strict=False)], end)
-        policy = self._policy_of(fn)  # a chunk runs under it too, as mw.map's chunks do: retries, timeout, resources
+            calls_ = zip(*iterables, strict=False)
+            return dataflow.in_order([self.submit(fn, call, kwargs, priority) for call in calls_], end)
+        policy = self._policy_of(
+            fn, priority
+        )  # a chunk runs under it too, as mw.map's chunks do: retries, timeout, resources
         if chunksize == 1:
             return self._stream(fn, zip(*iterables, strict=False), shared, window_bytes=window_bytes, end=end,
                                 policy=policy)  # fmt: skip
