@@ -306,15 +306,16 @@ class Prioritized:
         """:meth:`Executor.submit` at this priority."""
         return self._core.submit(fn, args, kwargs, self.priority)
 
-    def map(
-        self,
-        fn: Callable[..., R],
-        *iterables: Iterable[Any],
-        timeout: float | None = None,
-        chunksize: int = 1,
-        window_bytes: int | None = None,
-        **kwargs: Any,
-    ) -> Iterator[R]:
-        """:meth:`Executor.map` at this priority."""
-        return self._core.map(fn, iterables, timeout=timeout, chunksize=chunksize, window_bytes=window_bytes,
-                              kwargs=kwargs, priority=self.priority)  # fmt: skip
+    def map(self, fn: Callable[..., R], *iterables: Iterable[Any], **options: Any) -> Iterator[R]:
+        """:meth:`Executor.map` at this priority: ``timeout``, ``chunksize`` and ``window_bytes`` as there, the
+        other keywords to every call."""
+        settings = {name: options.pop(name) for name in ("timeout", "chunksize", "window_bytes") if name in options}
+        return self._core.map(
+            fn,
+            iterables,
+            timeout=settings.get("timeout"),
+            chunksize=settings.get("chunksize", 1),
+            window_bytes=settings.get("window_bytes"),
+            kwargs=options,
+            priority=self.priority,
+        )

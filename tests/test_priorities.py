@@ -77,3 +77,12 @@ def test_on_a_real_executor_a_priority_call_is_the_next_the_slave_starts(tmp_pat
     assert numbers == sorted(numbers)  # the rest in the order submitted (until shutdown cancelled them)
     assert numbers[:10] == list(range(10))
     assert sum(future.cancelled() for future in queued) > 0
+
+
+def test_the_executor_s_priority_view_maps_too() -> None:
+    with mwpy.Executor(max_workers=1) as ex:
+        view = ex.with_priority(2)
+        assert view.priority == 2
+        assert list(view.map(work.combine, [1, 2], [3, 4], c=10, timeout=60)) == [14, 16]
+        with pytest.raises(mwpy.ConfigurationError, match="priority must be an int"):
+            ex.with_priority("high")  # type: ignore[arg-type]
