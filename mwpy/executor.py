@@ -67,7 +67,7 @@ from mwpy.names import SLAVE_LOADING_MARK
 if TYPE_CHECKING:  # loaded by the constructor (see the top of this file)
     from typing import TypedDict, Unpack
 
-    from mwpy.executor_core import Future
+    from mwpy.executor_core import ExecutorCore, Future
     from mwpy.executor_setup import Shape
 
     class _Settings(TypedDict, total=False):
@@ -239,6 +239,17 @@ class Executor(concurrent.futures.Executor):
         """Run ``fn(*args, **kwargs)`` on a slave; the arguments are pickled here, now."""
         return self._core.submit(fn, args, kwargs)
 
+    def with_priority(self, priority: int) -> Prioritized:
+        """This executor's ``submit`` and ``map`` at ``priority``: ``ex.with_priority(10).submit(fn, x)``.
+
+        Calls of a higher priority leave the queue first (first in, first out within one; the default is 0,
+        or the ``@mwpy.task(priority=N)`` of the function); what slaves hold already runs first. A light view,
+        not a keyword of ``submit``, which passes every keyword to the function.
+        """
+        from mwpy.task import check_priority  # noqa: PLC0415 (loaded with the engine)
+
+        return Prioritized(self._core, check_priority(priority))
+
     def map(
         self,
         fn: Callable[..., R],
@@ -283,3 +294,29 @@ class Executor(concurrent.futures.Executor):
         if self._watching and threading.current_thread() is threading.main_thread():
             self._watching = False
             _watch_ctrl_c(False)
+
+
+class Prioritized:
+    """:meth:`Executor.with_priority`'s view: ``submit`` and ``map`` as the executor's, at one priority."""
+
+    def __init__(self, core: ExecutorCore, priority: int) -> None:
+        self._core = core
+        self.priority = priority
+
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """:meth:`Executor.submit` at this priority."""
+        return self._core.submit(fn, args, kwargs, self.priority)
+
+    def map(self, fn: Callable[..., R], *iterables: Iterable[Any], **options: Any) -> Iterator[R]:
+        """:meth:`Executor.map` at this priority: ``timeout``, ``chunksize`` and ``window_bytes`` as there, the
+        other keywords to every call."""
+        settings = {name: options.pop(name) for name in ("timeout", "chunksize", "window_bytes") if name in options}
+        return self._core.map(
+            fn,
+            iterables,
+            timeout=settings.get("timeout"),
+            chunksize=settings.get("chunksize", 1),
+            window_bytes=settings.get("window_bytes"),
+            kwargs=options,
+            priority=self.priority,
+        )

@@ -1,8 +1,8 @@
 """How an :class:`mwpy.Executor`'s constructor arguments become what runs: the master's ``--mw-*`` options,
 the back end's own options, the local slaves' shapes and the program its slaves start.
 
-Apart from mwpy/executor_core.py (the calls, the futures and the engine's thread) because it is read once,
-at construction, and says how an executor is configured, not how it works.
+Apart from mwpy/executor_core.py (the calls) and mwpy/executor_service.py (the engine's thread, the futures)
+because it is read once, at construction, and says how an executor is configured, not how it works.
 """
 
 from __future__ import annotations

@@ -13,14 +13,29 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from mwpy.task_records import Result, task_exception, unrunnable_error
+from mwpy import dataflow
+from mwpy.core.entry import Entry
+from mwpy.errors import UsageError
+from mwpy.task_records import Policy, Result, task_exception, unrunnable_error
 
 if TYPE_CHECKING:
     from mwpy.intake import Intake
 
 R = TypeVar("R")
+
+
+class TaskAlgorithm(Protocol):
+    """What :func:`submit_task` uses of ``mwpy.task.TaskAlgorithm`` (which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None: ...
+
+    def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any], max_frame: int, store: Any = None) -> bytes: ...
+
 
 _CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
 #: Held while a LightFuture's condition is made, and while its settler checks that none exists yet.
@@ -85,6 +100,11 @@ class LightFuture(concurrent.futures.Future[R]):
 
     def __init__(self) -> None:  # not Future.__init__: that is the cost this class avoids
         pass
+
+    def __reduce__(self) -> Any:
+        """A future never travels: pickling one fails, and the call that holds it waits for its value instead
+        (mwpy/dataflow.py)."""
+        raise TypeError("an mwpy future cannot be pickled: pass it as an argument of submit() to pass its value")
 
     # One read of one attribute needs no lock (Future takes its condition for these).
     def done(self) -> bool:
@@ -153,6 +173,9 @@ class TaskFuture(LightFuture[R]):
     API is unchanged, and the future is a second view of the same result.
     """
 
+    #: Its task's name (set by ``submit()``), for the message of a dependent task whose input this future failed.
+    label = ""
+
     def __init__(self, task_id: int, intake: Intake) -> None:  # no super().__init__(): LightFuture's does nothing
         self.task_id = task_id
         self._intake = intake  # its master's: how to drive the loop while waiting, how to pull the task back
@@ -212,3 +235,61 @@ class TaskFuture(LightFuture[R]):
         else:
             self._settle_with(result)
         return True
+
+
+def submit_task(intake: Intake, algorithm: TaskAlgorithm, policy: Policy, args: Any, kwargs: Any) -> TaskFuture[Any]:
+    """``submit()`` in a master algorithm: the arguments checked and pickled now, then a task whose future
+    settles; with futures of this master among them (which refuse to pickle), once those are done."""
+    try:
+        payload = algorithm.encode(args, kwargs, intake.max_frame, intake.store)
+    except Exception:
+        inputs = dataflow.futures_in(args, kwargs)
+        if not inputs:
+            raise
+        return _submit_after(intake, algorithm, policy, call=(args, kwargs), inputs=inputs)
+    future: TaskFuture[Any] = intake.submit(algorithm.name, payload, policy, TaskFuture)
+    future.label = algorithm.name
+    return future
+
+
+def _submit_after(
+    intake: Intake,
+    algorithm: TaskAlgorithm,
+    policy: Policy,
+    *,
+    call: tuple[tuple[Any, ...], dict[str, Any]],
+    inputs: list[tuple[str, concurrent.futures.Future[Any]]],
+) -> TaskFuture[Any]:
+    """A task taking this master's futures: its future (and id) now, the task queued when they are done, with
+    their values in their places. It counts as submitted once queued; one whose input failed or was cancelled
+    never runs, so its future alone tells (no result of it reaches ``mw.results()``)."""
+    args, kwargs = call
+    algorithm.check_arguments(args, kwargs)  # a wrong call fails here, not once its inputs are done
+    for where, given in inputs:
+        if not isinstance(given, TaskFuture) or given._intake is not intake:
+            raise UsageError(f"{where} is not a future of this master's submit(): pass its result() instead")
+    future: TaskFuture[Any] = TaskFuture(intake.new_id(), intake)
+    future.label = algorithm.name
+
+    def ready() -> None:
+        if future.done():  # cancelled meanwhile
+            return
+        try:
+            values = dataflow.with_values(args), {key: dataflow.with_values(v) for key, v in kwargs.items()}
+            payload = algorithm.encode(*values, intake.max_frame, intake.store)
+        except Exception as exc:
+            future._finish(None, exc)
+            return
+        intake.enqueue(Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key))
+
+    def cancelled() -> None:
+        if future.cancel():
+            future.set_running_or_notify_cancel()
+
+    def label_of(given: concurrent.futures.Future[Any]) -> str:
+        return given.label if isinstance(given, TaskFuture) else ""
+
+    dataflow.Inputs(
+        inputs, label_of, ready=ready, failed=lambda exc: future._finish(None, exc), cancelled=cancelled
+    ).watch()
+    return future

@@ -36,7 +36,7 @@ from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.data.shares import SharedObjects
 from mwpy.errors import ConfigurationError
-from mwpy.futures import TaskFuture
+from mwpy.futures import TaskFuture, submit_task
 from mwpy.intake import Intake
 from mwpy.net.engine import TICK, Engine
 from mwpy.observe.audit import Audit
@@ -77,7 +77,7 @@ class Master:
 
     #: What other mwpy modules may use besides the public API (tests/test_architecture.py): the intake, through
     #: which ``mwpy.Executor`` queues tasks and waits; ``_submit``, which ``submit()`` (below) calls.
-    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_core",),
+    _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_service",),
                                                              "_submit": ("mwpy.task",)}  # fmt: skip
 
     def __init__(
@@ -355,8 +355,7 @@ class Master:
 
     def _submit(self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: Any, kwargs: Any) -> TaskFuture[Any]:
         """``submit()`` (mwpy/task.py): the arguments checked and pickled here, then a task whose future settles."""
-        payload = algorithm.encode(args, kwargs, self._intake.max_frame, self._intake.store)
-        return self._intake.submit(algorithm.name, payload, policy, TaskFuture)
+        return submit_task(self._intake, algorithm, policy, args, kwargs)
 
     # ------------------------------------------------------------------ objects shared once per slave
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 
-from mwpy import calls
+from mwpy import calls, dataflow
 from mwpy.core.entry import Entry
 from mwpy.errors import ConfigurationError
 from mwpy.task import TaskAlgorithm
@@ -77,6 +77,10 @@ def in_order(
     kwargs = intake.share_large(kwargs) if kwargs else kwargs
     each = zip(*iterables, strict=False)
     size = _known_length(iterables)
+    if key is None and chunksize == 1 and dataflow.any_future_among(iterables):  # each waits for its futures
+        from mwpy.futures import submit_task  # noqa: PLC0415 (futures sit above the streams)
+
+        return dataflow.in_order([submit_task(intake, algorithm, algorithm.policy, call, kwargs) for call in each])
     if chunksize == 1:
         return _in_order(_stream(intake, _Calls(algorithm, algorithm.policy, each, size, key, kwargs), window))
     if key is not None:

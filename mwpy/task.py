@@ -186,11 +186,12 @@ class TaskAlgorithm(Generic[P, R]):
         timeout: float | None = None,
         allowed_failures: int | None = None,
         resources: Resources | Mapping[str, Any] | str | None = None,
+        priority: int | None = None,
     ) -> Submitter[P, R]:
         """A submitter that queues tasks of this algorithm under one fixed policy.
 
-        ``retries``/``retry_on``/``timeout``/``allowed_failures``/``resources`` left out keep what
-        ``@mwpy.task(...)`` declared.
+        ``retries``/``retry_on``/``timeout``/``allowed_failures``/``resources``/``priority`` left out keep
+        what ``@mwpy.task(...)`` declared. ``priority``: higher first, first in first out within one.
         """
         base = self.policy
         policy = Policy(
@@ -204,6 +205,7 @@ class TaskAlgorithm(Generic[P, R]):
             timeout=base.timeout if timeout is None else _check_timeout(timeout),
             allowed_failures=_allowed(base.allowed_failures if allowed_failures is None else allowed_failures),
             resources=base.resources if resources is None else Resources.of(resources),
+            priority=base.priority if priority is None else check_priority(priority),
         )
         return Submitter(self, policy)
 
@@ -259,6 +261,13 @@ class Submitter(Generic[P, R]):
     __call__ = submit
 
 
+def check_priority(priority: int) -> int:
+    """A task's priority: an int (a bool or a float is refused: 0.5 would silently be a new priority)."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ConfigurationError(f"priority must be an int, not {priority!r}")
+    return priority
+
+
 def _check_retries(retries: int) -> int:
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ConfigurationError(f"retries must be a non-negative int, not {retries!r}")
@@ -298,6 +307,7 @@ def task(
     timeout: float | None = None,
     allowed_failures: int | None = None,
     resources: Resources | Mapping[str, Any] | str | None = None,
+    priority: int = 0,
 ) -> Callable[[Callable[P, R]], TaskAlgorithm[P, R]]: ...
 
 
@@ -311,6 +321,7 @@ def task(
     timeout: float | None = None,
     allowed_failures: int | None = None,
     resources: Resources | Mapping[str, Any] | str | None = None,
+    priority: int = 0,
 ) -> TaskAlgorithm[P, R] | Callable[[Callable[P, R]], TaskAlgorithm[P, R]]:
     """Declare a task algorithm: ``@mwpy.task`` or ``@mwpy.task(name="...", retries=2, retry_on=(OSError,))``.
 
@@ -321,7 +332,8 @@ def task(
     (past it the run fails with :class:`~mwpy.errors.TaskTimeoutError`); a task that kills more than
     ``allowed_failures`` slaves running it fails with :class:`~mwpy.errors.KilledSlaveError`
     (default: the master's ``--mw-allowed-failures``, 3); ``resources`` (a :class:`~mwpy.resources.Resources`
-    or a dict of its keys) sends its tasks only to slaves that offer as much. The function must be defined at
+    or a dict of its keys) sends its tasks only to slaves that offer as much; tasks of a higher ``priority``
+    leave the queue first (default 0; first in, first out within one). The function must be defined at
     module level, where slaves can find it: a nested function or a lambda is
     refused here rather than failing on the slave.
     """
@@ -331,6 +343,7 @@ def task(
         timeout=None if timeout is None else _check_timeout(timeout),
         allowed_failures=_allowed(allowed_failures),
         resources=Resources.of(resources),
+        priority=check_priority(priority),
     )
 
     def register(f: Callable[P, R]) -> TaskAlgorithm[P, R]:

@@ -39,6 +39,7 @@ class Policy:
     (dask's ``allowed-failures``); ``None``: the master's
     ``--mw-allowed-failures`` (default 3).
     ``resources``: what a slave must offer to run the task (``None``: any slave).
+    ``priority``: tasks of a higher priority leave the shared queue first; first in, first out within one.
     """
 
     sid: str | None = None
@@ -52,6 +53,7 @@ class Policy:
     timeout: float | None = None
     allowed_failures: int | None = None
     resources: Resources | None = None
+    priority: int = 0
 
     def attempts(self, default: int) -> int:
         """Runs a task that keeps raising gets in all, given the master's ``--mw-task-attempts``."""

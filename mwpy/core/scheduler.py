@@ -32,6 +32,7 @@ from typing import ClassVar
 from mwpy.core.entry import Entry
 from mwpy.core.groups import Groups, SlaveKind
 from mwpy.core.news import News
+from mwpy.core.queues import TaskQueue
 from mwpy.core.shapes import Shapes, fits
 from mwpy.lifetime import RunTimes
 from mwpy.matching import Offer
@@ -137,7 +138,7 @@ class Scheduler:
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
         self._next_id = 0
-        self._unordered: deque[Entry] = deque()
+        self._unordered = TaskQueue()
         self._slots: dict[str, _Slot] = {}
         self._hungry: set[str] = set()
         self._with_ordered_work: set[str] = set()
@@ -215,7 +216,7 @@ class Scheduler:
 
     def _orphan_all(self, tasks: list[tuple[Entry, bool]]) -> None:
         """``_orphan`` each (task, ran) keeping their order: at the front of the pool, and among the unrunnable."""
-        pool, self._unordered = self._unordered, deque()
+        pool, self._unordered = self._unordered, TaskQueue()
         for task, ran in tasks:
             self._orphan(task, ran=ran)
         requeued, self._unordered = self._unordered, pool

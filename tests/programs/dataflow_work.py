@@ -1,0 +1,46 @@
+"""Module-level functions that tests/test_dataflow.py runs with futures as arguments (slaves import this module)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+
+def inc(x: Any) -> int:  # Any: a future stands for its value (the typing of submit() knows no futures)
+    return int(x) + 1
+
+
+def total(values: Any) -> int:
+    """The sum of the numbers in nested lists, tuples and dicts' values."""
+    if isinstance(values, dict):
+        return sum(total(v) for v in values.values())
+    if isinstance(values, list | tuple):
+        return sum(total(v) for v in values)
+    return int(values)
+
+
+def combine(a: Any, b: Any, *, c: Any = 0, d: Any = None) -> int:
+    return int(a) + total(b) + int(c) + total(d or 0)
+
+
+class Refused(KeyError):
+    """A user's own exception type: the dependent of a failed input raises it as itself."""
+
+
+def refuse(x: int) -> int:
+    raise Refused(f"no {x}")
+
+
+def wait_for(path: str) -> int:
+    """Block until ``path`` exists (the test creates it): a slave kept busy, so later tasks stay queued."""
+    while not Path(path).exists():
+        time.sleep(0.01)
+    return 0
+
+
+def record(path: str, label: str) -> str:
+    """Append ``label`` to ``path``: the order the slave ran the calls in."""
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(label + "\n")
+    return label

@@ -1,0 +1,138 @@
+"""Futures as arguments of an Executor's calls: dispatched once their inputs are done, with their values.
+
+What dask.distributed's ``client.submit(f, future)`` does (its test_client.py "test_submit_dependencies"-like
+chains, fan-in and failure propagation are the model): a failed input fails its dependents with its own exception,
+a cancelled one cancels them, a future of another executor is refused at submit().
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+import mwpy
+from mwpy.errors import UsageError
+from tests.programs import dataflow_work as work
+from tests.support import ROOT, run_local
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[mwpy.Executor]:
+    with mwpy.Executor(max_workers=2) as ex:
+        yield ex
+
+
+def test_a_chain_of_100_dependent_calls_gives_the_right_value(executor: mwpy.Executor) -> None:
+    future = executor.submit(work.inc, 0)
+    for _ in range(99):
+        future = executor.submit(work.inc, future)
+    assert future.result(timeout=120) == 100
+
+
+def test_futures_nested_in_lists_dicts_and_keywords_are_replaced_by_their_values(executor: mwpy.Executor) -> None:
+    one, two, three = (executor.submit(work.inc, n) for n in (0, 1, 2))
+    future = executor.submit(work.combine, one, [two, (three, 10)], c=three, d={"x": [one, {"y": two}]})
+    assert future.result(timeout=60) == 1 + (2 + 3 + 10) + 3 + (1 + 2)
+
+
+def test_a_fan_in_of_1000_futures_into_one_call(executor: mwpy.Executor) -> None:
+    futures = [executor.submit(work.inc, n) for n in range(1000)]
+    assert executor.submit(work.total, futures).result(timeout=120) == sum(range(1, 1001))
+
+
+def test_map_takes_futures(executor: mwpy.Executor) -> None:
+    futures = [executor.submit(work.inc, n) for n in range(20)]
+    assert list(executor.map(work.inc, futures, timeout=60)) == [n + 2 for n in range(20)]
+
+
+def test_a_failed_input_fails_its_dependents_with_its_own_exception(executor: mwpy.Executor) -> None:
+    bad = executor.submit(work.refuse, 3)
+    dependent = executor.submit(work.combine, 1, [2, bad])
+    second = executor.submit(work.inc, dependent)
+    with pytest.raises(work.Refused, match="no 3") as caught:
+        dependent.result(timeout=60)
+    assert "argument 1 (a future of refuse) failed" in caught.value.__notes__
+    with pytest.raises(work.Refused):
+        second.result(timeout=60)
+    assert not getattr(bad.exception(), "__notes__", None)  # the input's own exception is left as it was
+
+
+def test_cancelling_an_input_cancels_its_dependents(executor: mwpy.Executor, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    blockers = [executor.submit(work.wait_for, str(go)) for _ in range(2)]  # both slaves busy
+    queued = executor.submit(work.inc, 1)
+    dependent = executor.submit(work.inc, queued)
+    further = executor.submit(work.combine, 0, [dependent])
+    try:
+        assert not dependent.done()
+        assert queued.cancel()
+        assert dependent.cancelled()
+        assert further.cancelled()
+        done, _ = cf.wait([dependent, further], timeout=60)  # counted as done: nothing hangs
+        assert done == {dependent, further}
+    finally:
+        go.touch()
+    assert [b.result(timeout=60) for b in blockers] == [0, 0]
+
+
+def test_a_cancelled_future_as_argument_gives_a_cancelled_call(executor: mwpy.Executor, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    blockers = [executor.submit(work.wait_for, str(go)) for _ in range(2)]
+    queued = executor.submit(work.inc, 1)
+    try:
+        assert queued.cancel()
+        assert executor.submit(work.inc, queued).cancelled()
+    finally:
+        go.touch()
+    assert [b.result(timeout=60) for b in blockers] == [0, 0]
+
+
+def test_a_dependent_call_can_be_cancelled_while_it_waits(executor: mwpy.Executor, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    blocker = executor.submit(work.wait_for, str(go))
+    dependent = executor.submit(work.inc, blocker)
+    try:
+        assert dependent.cancel()
+        done, _ = cf.wait([dependent], timeout=60)
+        assert done == {dependent}
+    finally:
+        go.touch()
+    assert blocker.result(timeout=60) == 0
+
+
+def test_futures_of_another_or_a_closed_executor_are_refused(executor: mwpy.Executor) -> None:
+    with mwpy.Executor(max_workers=1) as other:
+        foreign = other.submit(work.inc, 1)
+        with pytest.raises(UsageError, match=r"argument 0 is a future of another mwpy.Executor"):
+            executor.submit(work.inc, foreign)
+        foreign.result(timeout=60)
+    with pytest.raises(UsageError, match=r"keyword argument 'd' is a future of an executor that was shut down"):
+        executor.submit(work.combine, 1, 2, d=[foreign])
+
+
+def test_a_plain_future_from_elsewhere_is_refused_clearly(executor: mwpy.Executor) -> None:
+    with cf.ThreadPoolExecutor(1) as threads:
+        plain = threads.submit(int, "4")
+        with pytest.raises(UsageError, match=r"argument 0 is a concurrent.futures._base.Future not made by this"):
+            executor.submit(work.inc, plain)
+
+
+def test_an_argument_that_cannot_be_pickled_still_raises_pickles_error(executor: mwpy.Executor) -> None:
+    with pytest.raises(TypeError, match="lock"):
+        executor.submit(work.inc, cast(Any, threading.Lock()))
+
+
+def test_a_master_algorithm_passes_futures_to_submit_and_map() -> None:
+    done = run_local(ROOT / "tests" / "programs" / "dataflow_master.py", slaves=2)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "chain 50" in lines
+    assert f"fan-in {sum(n + 2 for n in range(10))}" in lines
+    notes = ["argument 0 (a future of refuse) failed", "argument 0 (a future of total) failed"]
+    assert f"failed LookupError no 2 {notes}" in lines
+    assert "wrong call TypeError" in lines  # at submit(), not once the inputs are done
