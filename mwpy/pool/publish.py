@@ -10,6 +10,7 @@ executable, files and arguments start a slave (computed once).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ from mwpy import resource_file
 from mwpy.core import board, demand
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
-from mwpy.errors import ResourceFileError
+from mwpy.errors import ConfigurationError, ResourceFileError
 from mwpy.job_ad import own_job_id
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import DEFAULT_CACHE_SIZE, Options
@@ -35,6 +36,34 @@ DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 #: What a rewrite compares with the last written: slaves needed and connected, demand stated, Condor jobs, peak
 #: memory, tasks in all, demand per need, learned memory per algorithm.
 _Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]]
+
+
+def restart_lease(options: Options) -> float:
+    """Seconds a master with a journal waits for the slaves of a predecessor that died (mwpy/core/adoption.py):
+    ``--mw-master-lease`` when its resource file says this computation is in progress, else 0 (a first run, or
+    one after a finished computation: nobody outlived anything).
+
+    Raises ConfigurationError when the master that file names still answers: two masters started for one
+    computation, of which the second would take the first one's slaves and journal.
+    """
+    path = options.resource_file
+    if path is None or not options.journal or not options.master_lease:
+        return 0.0
+    try:
+        record = resource_file.read(path)
+    except (ResourceFileError, OSError):  # none yet (a first run), or one the master replaces anyway
+        return 0.0
+    if record.finished or record.member_id != options.member_id:
+        return 0.0
+    address = f"{record.master_host}:{record.master_port}"
+    try:
+        socket.create_connection((record.master_host, record.master_port), timeout=2.0).close()
+    except OSError:
+        return options.master_lease  # its master is gone: this one is its restart
+    raise ConfigurationError(
+        f"{path}: a master of member id {record.member_id!r} is running at {address} (pid {record.master_pid}); "
+        "not starting a second one for the same computation"
+    )
 
 
 class Publisher:
