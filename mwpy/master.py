@@ -126,6 +126,7 @@ class Master:
                                         tasks_total=lambda: self.tasks_total, journal_answers=len(journal or ()),
                                         slaves_greeted=lambda: self._engine.slaves_greeted,
                                         task_seconds=self._outcomes.mean_run)  # fmt: skip
+            self._publisher.awaited = self._outcomes.awaited  # its predecessor's slaves, in the resource file
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), self._publisher.journal_answers))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)

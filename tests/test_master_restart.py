@@ -11,19 +11,20 @@ instead of trusting the master's word.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mwpy import ExitCode
+from mwpy import ExitCode, resource_file
 from mwpy.errors import ProtocolError
 from mwpy.wire import protocol
 from mwpy.wire.protocol import Handover
 from mwpy.wire.session import MASTER_RECEIVES, SLAVE_SENDS, MasterState, SlaveState
 from tests.programs.restartable import marks
-from tests.support import PROGRAMS, Proc, run_program, spawn_master, spawn_slave, wait_until
+from tests.support import PROGRAMS, Proc, mwpy_command, run_program, spawn_master, spawn_slave, wait_until
 
 RESTARTABLE = PROGRAMS / "restartable.py"
 COUNT = 8
@@ -65,6 +66,10 @@ def test_a_master_killed_with_tasks_running_is_restarted_and_adopts_them(tmp_pat
 
     second = run_master(tmp_path, runs)
     restarted = time.monotonic()
+    assert resource_file.read(tmp_path / "resource.json").awaited_handovers >= SLAVES
+    status = subprocess.run(mwpy_command("status", str(tmp_path / "resource.json"), "--no-condor"),
+                            capture_output=True, text=True, check=False, timeout=DEADLINE)  # fmt: skip
+    assert "master restarting: " in status.stdout, status.stdout + status.stderr
     (runs / "open").touch()  # the running tasks end now, their master gone
     assert second.wait(DEADLINE) == 0, second.err()
     took = time.monotonic() - restarted

@@ -265,6 +265,10 @@ class Outcomes:
             return
         self.adoption.handover(sid, whom, held)
 
+    def awaited(self) -> int:
+        """Keyed tasks waiting for a slave of the previous master to hand over (0 without a journal)."""
+        return 0 if self.adoption is None else self.adoption.waiting
+
     def end(self) -> None:
         """The computation finishes: results slaves kept that no task asked for are dropped, each with a line."""
         if self.adoption is not None:

@@ -35,7 +35,7 @@ DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 
 #: What a rewrite compares with the last written: slaves needed and connected, demand stated, Condor jobs, peak
 #: memory, tasks in all, demand per need, learned memory per algorithm.
-_Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]]
+_Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int], int]
 
 
 def restart_lease(options: Options) -> float:
@@ -100,6 +100,8 @@ class Publisher:
         self.journal_answers = journal_answers
         #: The mean run time of the tasks answered so far (None before the first): the demand model's input.
         self._task_seconds = task_seconds or (lambda: None)
+        #: Keyed tasks waiting for a previous master's slaves to hand over (mwpy/core/adoption.py).
+        self.awaited: Callable[[], int] = int
         #: When (monotonic) the master first asked for slaves with none connected, until the first came; then
         #: the seconds that took: what a slave's start-up costs the run, as the demand model counts it.
         self._asked_at: float | None = None
@@ -131,7 +133,7 @@ class Publisher:
         connected = self._sched.connected()
         needed = self._needed(now, sum(connected.values()))
         key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total(),
-               self._shapes(), dict(self._sched.shapes.learned))  # fmt: skip
+               self._shapes(), dict(self._sched.shapes.learned), self.awaited())  # fmt: skip
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -173,7 +175,9 @@ class Publisher:
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
         learned = dict(sched.shapes.learned)
-        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes, learned)
+        awaited = self.awaited()
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes, learned,
+                     awaited)  # fmt: skip
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -208,6 +212,7 @@ class Publisher:
             journal_answers=self.journal_answers,
             master_removed=removed,
             demand_reason="" if finished else self._why,
+            awaited_handovers=0 if finished else awaited,
         )
         try:
             resource_file.write(path, record)
