@@ -444,11 +444,11 @@ _SPECS: dict[str, _Spec] = {
     "--mw-master-lease": _Spec(
         "master_lease",
         "SECONDS",
-        "mwpy: how long a slave whose master vanished (no shutdown) keeps the results of its keyed tasks and "
-        "waits for a restarted master of the same member id in its resource file, then hands them over; and how "
-        "long a restarted master (--mw-journal) waits for the slaves that ran its predecessor's keyed tasks "
-        "before it runs them again. 0: a slave exits at once (status 4), as without a resource file. "
-        "Default 2400 (HTCondor's JobLeaseDuration).",
+        "mwpy: how long a slave started from a resource file, whose master (with --mw-journal) gave it keyed "
+        "tasks and vanished without a shutdown, finishes its task, keeps their results and waits for a "
+        "restarted master in that file, to hand them over; then it exits 4. Given to a master: how long, "
+        "restarted, it waits for such slaves of its predecessor before it runs their tasks again. 0: a slave "
+        "exits 4 at once, as before. Default 2400 (HTCondor's JobLeaseDuration).",
         _non_negative_float,
         "a non-negative number of seconds",
     ),

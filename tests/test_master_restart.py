@@ -20,6 +20,7 @@ import pytest
 
 from mwpy import ExitCode, resource_file
 from mwpy.errors import ProtocolError
+from mwpy.observe.events import TasksAdopted, iter_events
 from mwpy.wire import protocol
 from mwpy.wire.protocol import Handover
 from mwpy.wire.session import MASTER_RECEIVES, SLAVE_SENDS, MasterState, SlaveState
@@ -45,7 +46,8 @@ def printed(master: Proc) -> list[dict[str, Any]]:
 def run_master(workdir: Path, runs: Path) -> Proc:
     return spawn_master(
         RESTARTABLE, workdir, "--mw-journal", str(workdir / "journal.sqlite"), "--mw-slave-window", "1",
-        "--mw-audit-file", str(workdir / "master.audit"), str(COUNT), str(runs),
+        "--mw-audit-file", str(workdir / "master.audit"), "--mw-events", str(workdir / "events.jsonl"), str(COUNT),
+        str(runs),
     )  # fmt: skip
 
 
@@ -80,6 +82,9 @@ def test_a_master_killed_with_tasks_running_is_restarted_and_adopts_them(tmp_pat
     assert printed(second)[-1] == {"sum": sum(i * i + 1 for i in range(COUNT))}
     assert marks(runs, "run") == dict.fromkeys(range(COUNT), 1), "a task ran twice, or never"
     assert statuses == [ExitCode.OK] * SLAVES, [slave.err() for slave in slaves]
+    adopted = [event for event in iter_events(tmp_path / "events.jsonl") if isinstance(event, TasksAdopted)]
+    assert sum(event.n for event in adopted) == SLAVES  # the 4 that ran when the master was killed
+    assert (tmp_path / "master.audit").read_text().count("ADOPTED 'slow-") == SLAVES
     print(f"restart to last result: {took:.1f} s; runs in all: {sum(marks(runs, 'run').values())}")
 
 

@@ -40,7 +40,15 @@ import attrs
 from mwpy import safe_text, slave_exits
 from mwpy.core.adoption import Adoption
 from mwpy.core.entry import Death, Entry
-from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
+from mwpy.core.facts import (
+    Facts,
+    JournalEntryUnusable,
+    StrayResult,
+    TaskAdopted,
+    TaskFailed,
+    TaskPrinted,
+    TaskTimedOut,
+)
 from mwpy.core.scheduler import Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.task_records import Result, TaskError, task_exception
@@ -284,6 +292,7 @@ class Outcomes:
         result = decode(entry, sid, True, blob, compute_time, received=self.received)
         if result.error is None and entry.key is not None and self._journal is not None:
             self._journal.record(entry.key, entry.algorithm, codec.journal_form(blob, result.value), sid, compute_time)
+        self._facts(TaskAdopted(sid, entry.task_id, entry.key or ""))
         self.deliver(entry, result)
 
     def commit(self) -> None:
