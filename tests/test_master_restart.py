@@ -26,21 +26,12 @@ from mwpy.wire.protocol import Handover
 from mwpy.wire.session import MASTER_RECEIVES, SLAVE_SENDS, MasterState, SlaveState
 from tests.programs.restartable import marks
 from tests.support import PROGRAMS, Proc, mwpy_command, run_program, spawn_master, spawn_slave, wait_until
+from tests.test_journal import printed
 
 RESTARTABLE = PROGRAMS / "restartable.py"
 COUNT = 8
 SLAVES = 4
 DEADLINE = 60.0
-
-
-def printed(master: Proc) -> list[dict[str, Any]]:
-    lines = []
-    for line in master.out().splitlines():
-        try:
-            lines.append(json.loads(line))
-        except ValueError:
-            continue
-    return lines
 
 
 def run_master(workdir: Path, runs: Path) -> Proc:
@@ -76,16 +67,38 @@ def test_a_master_killed_with_tasks_running_is_restarted_and_adopts_them(tmp_pat
     assert second.wait(DEADLINE) == 0, second.err()
     took = time.monotonic() - restarted
     statuses = [slave.wait(DEADLINE) for slave in slaves]
-    lines = [line for line in printed(second) if "i" in line]
+    lines = printed(second)
     assert sorted(line["i"] for line in lines) == list(range(COUNT))
     assert all(line["value"] == line["i"] ** 2 + 1 for line in lines)
-    assert printed(second)[-1] == {"sum": sum(i * i + 1 for i in range(COUNT))}
+    assert json.loads(second.out().splitlines()[-1]) == {"sum": sum(i * i + 1 for i in range(COUNT))}
     assert marks(runs, "run") == dict.fromkeys(range(COUNT), 1), "a task ran twice, or never"
     assert statuses == [ExitCode.OK] * SLAVES, [slave.err() for slave in slaves]
     adopted = [event for event in iter_events(tmp_path / "events.jsonl") if isinstance(event, TasksAdopted)]
     assert sum(event.n for event in adopted) == SLAVES  # the 4 that ran when the master was killed
     assert (tmp_path / "master.audit").read_text().count("ADOPTED 'slow-") == SLAVES
     print(f"restart to last result: {took:.1f} s; runs in all: {sum(marks(runs, 'run').values())}")
+
+
+def test_a_slave_that_dies_during_the_lease_has_its_tasks_run_again_and_the_others_adopted(tmp_path: Path) -> None:
+    """Guards: the restarted master waits for the slaves of its predecessor, not for one that ended: its task
+    (running when it died) runs again, once; the other slaves' tasks are adopted; every result once."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    first = run_master(tmp_path, runs)
+    slaves = [spawn_slave(RESTARTABLE, tmp_path) for _ in range(SLAVES)]
+    wait_until(lambda: sum(marks(runs, "started").values()) >= SLAVES, DEADLINE, "4 tasks running")
+    first.kill()
+    victim = slaves.pop()
+    (lost,) = [int(path.name.split("-")[1]) for path in runs.glob(f"started-*-{victim.pid}-*")]
+    victim.kill()  # dies during the lease, its task unfinished
+    victim.wait(DEADLINE)
+    second = run_master(tmp_path, runs)
+    (runs / "open").touch()
+    assert second.wait(DEADLINE) == 0, second.err()
+    assert [slave.wait(DEADLINE) for slave in slaves] == [ExitCode.OK] * (SLAVES - 1)
+    assert sorted(line["i"] for line in printed(second)) == list(range(COUNT))
+    assert marks(runs, "run") == dict.fromkeys(range(COUNT), 1), "a task ran twice, or never"
+    assert marks(runs, "started")[lost] == 2  # the victim's task: started twice, finished once
 
 
 def test_a_slave_whose_master_is_gone_for_good_exits_4_after_its_lease(tmp_path: Path) -> None:
