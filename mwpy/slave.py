@@ -81,13 +81,17 @@ class Slave:
         spin_us: int = DEFAULT_SPIN_US,
         held: dict[str, HeldItem] | None = None,
         resumed: bool = False,
+        lease: float = 0.0,
     ) -> None:
         """``held``: the results of keyed tasks kept from a master that vanished (None: this slave does not
         outlive its master); ``resumed``: this master is its successor, told first what this slave kept (a
-        Handover, even of nothing: the master then runs the tasks it waited for this slave for)."""
+        Handover, even of nothing: the master then runs the tasks it waited for this slave for); ``lease``: for
+        how many seconds from the loss of its master it does (``--mw-master-lease``)."""
         self._audit = audit
         self.held = held
         self._closed = False
+        self._lease = lease
+        self._lost_at: float | None = None  # monotonic: when the master was lost
         self._keyed = False
         #: Keyed results sent lately (when, item): a master that dies may not have read, or journaled, them.
         self._sent: deque[tuple[float, HeldItem]] = deque()
@@ -182,7 +186,11 @@ class Slave:
     def outlives(self) -> bool:
         """Whether this slave outlives a master that vanishes: it can find a restarted one (``held`` is not
         None) and was given keyed tasks (the master keeps a journal: a restarted one waits for this slave)."""
-        return self.held is not None and self._keyed
+        return self.held is not None and self._keyed and self.lease_left() > 0
+
+    def lease_left(self) -> float:
+        """Seconds left of the lease (all of it while the master is there)."""
+        return self._lease - (0.0 if self._lost_at is None else time.monotonic() - self._lost_at)
 
     def retire_by(self, lifetime: Lifetime) -> None:
         """Leave by plan before ``lifetime`` ends: take only tasks that end in time (mwpy/lifetime.py)."""
@@ -264,6 +272,7 @@ class Slave:
     def _lose(self, reason: str) -> None:
         if self._lost is None:
             self._lost = reason
+            self._lost_at = time.monotonic()
             self._audit(f"MASTER LOST ({reason})")
             if self.held is not None and self._keyed:  # what went out lately may never have arrived: kept too
                 self.held.update((item[0], item) for _, item in self._sent)
@@ -458,10 +467,11 @@ def connect(
     leave_at: float = 0.0,
     held: dict[str, HeldItem] | None = None,
     resumed: bool = False,
+    lease: float = 0.0,
 ) -> Slave:
     """Connect and authenticate, saying what we offer (``shape``); keep trying for ``patience`` seconds while
     nobody answers. ``leave_at``: when (Unix time) the slave will leave by plan, 0.0 for never."""
     sock, session, welcome = open_link(
         endpoint, audit=audit, max_frame=max_frame, timeout=timeout, patience=patience, shape=shape, leave_at=leave_at
     )
-    return Slave(sock, session, welcome, audit, spin_us=spin_us, held=held, resumed=resumed)
+    return Slave(sock, session, welcome, audit, spin_us=spin_us, held=held, resumed=resumed, lease=lease)

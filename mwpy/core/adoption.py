@@ -113,9 +113,11 @@ class Adoption:
                 self._release(key)
 
     def end(self) -> None:
-        """The computation finishes: held results no task asked for are dropped, with a line each."""
-        for key, (sid, _) in self._held.items():
-            log.warning("dropped the result %s held for key %r: the restarted master did not submit it", sid, key)
+        """The computation finishes: held results no task asked for are dropped, with a line."""
+        if self._held:
+            keys = ", ".join(repr(key) for key in list(self._held)[:5]) + (", ..." if len(self._held) > 5 else "")
+            log.warning("dropped %d results slaves kept from the previous master that no task asked for (answered "
+                        "from the journal, or not submitted): %s", len(self._held), keys)  # fmt: skip
         self._held.clear()
 
     def _release_of(self, whom: tuple[str, int]) -> None:

@@ -39,7 +39,7 @@ def await_master(connect: Callable[[], _Slave], lease: float, audit: Audit) -> _
     resource file: 6).
     """
     deadline = time.monotonic() + lease
-    audit(f"MASTER GONE: waiting up to {lease:g} s for a restarted master (--mw-master-lease)")
+    audit(f"MASTER GONE: waiting up to {lease:.0f} s more for a restarted master (--mw-master-lease)")
     audit.flush()
 
     def evicted(signum: int, frame: FrameType | None) -> None:
@@ -55,7 +55,7 @@ def await_master(connect: Callable[[], _Slave], lease: float, audit: Audit) -> _
                     raise
                 if time.monotonic() + RETRY > deadline:
                     raise SlaveExit(
-                        ExitCode.MASTER_LOST, f"no master came back within the lease of {lease:g} s ({exc.reason})"
+                        ExitCode.MASTER_LOST, f"no master came back within the lease (--mw-master-lease; {exc.reason})"
                     ) from None
             time.sleep(RETRY)
     except _Evicted:

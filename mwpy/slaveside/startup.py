@@ -219,6 +219,7 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
             leave_at=lifetime.leave_at if lifetime else 0.0,
             held=held,
             resumed=True,
+            lease=options.master_lease,
         )
         data = _join(endpoint, options)
         worker.cache_counts, worker.data = data.counts, data
@@ -226,7 +227,7 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
         return worker
 
     chirp.publish("waiting for its master", len(held))
-    worker = lease.await_master(attempt, options.master_lease, audit)
+    worker = lease.await_master(attempt, old.lease_left(), audit)  # the lease counts from the loss
     chirp.follow(worker.pilot_state)
     if lifetime is not None:
         worker.retire_by(lifetime)
@@ -284,6 +285,7 @@ def _connect(
             shape=own_shape(options.slave_resources[-1] if options.slave_resources else None),  # mwpy/resources.py
             leave_at=leave_at,
             held=held,
+            lease=options.master_lease,
         )
     except SlaveExit as exc:
         if stale and exc.code == ExitCode.UNREACHABLE:
