@@ -95,6 +95,7 @@ class Slave:
         self._keyed = False
         #: Keyed results sent lately (when, item): a master that dies may not have read, or journaled, them.
         self._sent: deque[tuple[float, HeldItem]] = deque()
+        self._sent_size = 0  # bytes of their values
         #: (key, algorithm) of the keyed tasks queued or running here, by task id.
         self._keys: dict[int, tuple[str, str]] = {}
         self.slave_id = welcome.slave_id
@@ -290,10 +291,12 @@ class Slave:
         """Keep the keyed results just sent for a while (SENT_KEPT s, at most a frame's worth): should the master
         vanish before it journaled them, they are handed to its successor (a duplicate is dropped there)."""
         keys, sent, now = self._keys, self._sent, time.monotonic()
-        sent.extend((now, (*keys[r[0]], r)) for r in results if r[1] and r[0] in keys)
-        size = sum(len(item[2][2]) for _, item in sent)
-        while sent and (now - sent[0][0] > SENT_KEPT or size > self._max_out // 2):
-            size -= len(sent.popleft()[1][2][2])
+        for r in results:
+            if r[1] and r[0] in keys:
+                sent.append((now, (*keys[r[0]], r)))
+                self._sent_size += len(r[2])
+        while sent and (now - sent[0][0] > SENT_KEPT or self._sent_size > self._max_out // 2):
+            self._sent_size -= len(sent.popleft()[1][2][2])
 
     # ------------------------------------------------------------------ work
 
