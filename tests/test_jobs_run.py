@@ -161,6 +161,22 @@ def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Pa
     assert not (tmp_path / "d5" / "result.txt").exists()
 
 
+def test_on_success_waits_for_the_jobs_success_exit_code_not_for_zero(tmp_path: Path) -> None:
+    # HTCondor 23.9.6 on the test pool, the same file through condor_submit: the job exiting 3 (its
+    # success_exit_code) got its output back, the one exiting 0 did not.
+    submit(
+        tmp_path,
+        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\nshould_transfer_files = YES\n"
+        "when_to_transfer_output = ON_SUCCESS\nsuccess_exit_code = 3\nmax_retries = 0\nqueue in (3, 0)\n",
+        "status_job.sh",
+    )
+    (tmp_path / "d3").mkdir()
+    (tmp_path / "d0").mkdir()
+    assert run_jobs(tmp_path).returncode == 1
+    assert (tmp_path / "d3" / "result.txt").exists()
+    assert not (tmp_path / "d0" / "result.txt").exists()
+
+
 def run_ok(tmp_path: Path, text: str) -> None:
     """Write ``text`` as the submit file and run it; every job must succeed."""
     submit(tmp_path, text)

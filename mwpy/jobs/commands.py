@@ -91,7 +91,8 @@ _ROWS = (
         'files and folders, or every new or changed top-level file when absent or empty (`""`: none, as '
         "the manual says); `transfer_output_remaps` "
         "renames them (`name = path` pairs, `;`-separated); `should_transfer_files = NO` runs the job in "
-        "`initialdir`; `when_to_transfer_output = ON_SUCCESS` returns outputs only after exit 0",
+        "`initialdir`; `when_to_transfer_output = ON_SUCCESS` returns outputs only after a successful exit "
+        "(`success_exit_code`, else 0)",
         "transfer_output_files(TransferOutput TransferOutputFiles) transfer_output_remaps(TransferOutputRemaps) "
         "should_transfer_files(ShouldTransferFiles) when_to_transfer_output(WhenToTransferOutput)",
     ),

@@ -214,6 +214,7 @@ def prepare(spec: JobSpec, server: FileServer, args: argparse.Namespace) -> runn
         transfer_outputs=spec.transfer_outputs,
         transfer=spec.transfer,
         outputs_on_success_only=spec.outputs_on_success_only,
+        success_code=spec.success_code,
         initialdir=spec.initialdir,
         kill_signal=_signal(spec.ad.kill_sig),
         stop_signals=(

@@ -90,6 +90,8 @@ class JobTask:
     transfer: bool
     outputs_on_success_only: bool
     initialdir: str  # where the job runs when it does not transfer files (a shared file system)
+    #: the exit code that means success (``success_exit_code``, else 0): what ON_SUCCESS waits for, as the starter does
+    success_code: int = 0
     kill_signal: int = int(signal.SIGTERM)  # how a job is asked to end (a task timeout)
     #: (hold_kill_sig, remove_kill_sig): how a job the policy holds or removes while it runs is asked to end
     stop_signals: tuple[int, int] = (int(signal.SIGTERM), int(signal.SIGTERM))
@@ -269,7 +271,7 @@ def _run_in(folder: Path, task: JobTask, state: _SlaveState, *, fetched: int) ->
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     outputs: list[str] = []
     errors: list[str] = []
-    if task.transfer and stopped is None and (status == 0 or not task.outputs_on_success_only):
+    if task.transfer and stopped is None and (status == task.success_code or not task.outputs_on_success_only):
         outputs, errors = _send_outputs(folder, task, state.client, before)
     return JobOutcome(
         job_id=task.job_id,
