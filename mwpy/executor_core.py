@@ -108,7 +108,8 @@ class ExecutorCore:
             program = executor_setup.spawn_program(backend, work.path)
             secret = secrets.token_bytes(32) if early is None else early.secret
             listener = None if early is None else early.listener
-            self._master = Master(self.options, audit=audit, secret=secret, program=program, listener=listener)
+            self._master = Master(self.options, audit=audit, secret=secret, program=program, listener=listener,
+                                  durable=not work.own)  # fmt: skip
             slaves = factory.create(str(work.resource_file), namespace)
             if early is not None:  # before the overseer's first look: it finds them running
                 executor_setup.adopt(slaves, early, work.resource_file)
