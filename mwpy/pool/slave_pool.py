@@ -68,7 +68,19 @@ class WorkFolder:
 class SlavePool:
     """At most ``slaves`` slave jobs of ``backend``, kept matched to the resource file in ``work`` by an overseer."""
 
-    def __init__(self, work: WorkFolder, backend: Backend, slaves: int, *, name: str, at_once: bool = False) -> None:
+    def __init__(
+        self,
+        work: WorkFolder,
+        backend: Backend,
+        slaves: int,
+        *,
+        name: str,
+        at_once: bool = False,
+        first_look_after: float = 0.0,
+    ) -> None:
+        """``first_look_after``: seconds before the overseer's first reconciliation (slaves running already: an
+        Executor's early ones, which its master greets meanwhile without the overseer's thread taking the
+        interpreter from it to read the file and list the jobs)."""
         self.work = work
         self.backend = backend
         self._name = name
@@ -79,15 +91,16 @@ class SlavePool:
         self._overseer = Overseer(work.resource_file, backend, limits, finish_grace=0.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._overseer.run,
-            args=(self._stop,),
-            kwargs={"interval": OVERSEER_INTERVAL},
-            name=f"mwpy-overseer-{name}",
-            daemon=True,
+            target=self._oversee, args=(first_look_after,), name=f"mwpy-overseer-{name}", daemon=True
         )
         self._setup = SetupFailures()
         self._next_look = 0.0
         self._thread.start()
+
+    def _oversee(self, first_look_after: float) -> None:
+        """The overseer's thread: its first look after ``first_look_after`` seconds, unless stopped before."""
+        if not self._stop.wait(first_look_after):
+            self._overseer.run(self._stop, interval=OVERSEER_INTERVAL)
 
     def setup_problem(self, results_so_far: int, *, slaves_connected: int) -> str | None:
         """Why to give up (slaves that fail at set-up, before any result, would restart for ever), or None.
