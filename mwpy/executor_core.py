@@ -49,9 +49,10 @@ __all__ = ["ExecutorCore", "Future"]
 
 R = TypeVar("R")
 
-#: Seconds before the overseer first looks at early slaves (they are running: it has nothing to start, and
-#: its look would compete with the master greeting them; a slave that failed is restarted then).
-FIRST_LOOK_AFTER = 0.5
+#: Seconds at most before the overseer first looks at early slaves, if the master has not greeted them all
+#: before (they are running: it has nothing to start, and its look would compete with the greeting; one that
+#: failed is restarted then).
+FIRST_LOOK_AFTER = 1.0
 #: Distinct large functions sent by value whose handles are kept (each was shared once).
 LARGE_FUNCTIONS_KEPT = 64
 
