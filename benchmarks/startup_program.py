@@ -8,7 +8,8 @@ CPU), takes the results as they complete and leaves the block. It is a plain
 script run by path (mwpy's slaves load it as ``__mp_main__``), so it imports
 nothing from ``benchmarks``.
 
-Arguments: a JSON object (``system``: ``"mwpy"`` or ``"processpool"``,
+Arguments: a JSON object (``system``: ``"mwpy"``, ``"processpool"`` (the
+platform's default start method) or ``"processpool-spawn"``,
 ``workers``, ``tasks``, ``task_seconds``) and the path of the JSON report.
 Times are counted from just before the executor's package is imported, as
 a script pays it: ``first_result_s`` (the first result back, less that
@@ -42,6 +43,10 @@ def _executor(system: str, workers: int) -> futures.Executor:
         return mwpy.Executor(max_workers=workers)
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415 - timed, as mwpy's import is
 
+    if system == "processpool-spawn":  # mwpy's slaves start as spawn's children do: a fresh Python each
+        import multiprocessing  # noqa: PLC0415 - timed, as mwpy's import is
+
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
     return ProcessPoolExecutor(max_workers=workers)
 
 

@@ -49,6 +49,10 @@ __all__ = ["ExecutorCore", "Future"]
 
 R = TypeVar("R")
 
+#: Seconds at most before the overseer first looks at early slaves, if the master has not greeted them all
+#: before (they are running: it has nothing to start, and its look would compete with the greeting; one that
+#: failed is restarted then).
+FIRST_LOOK_AFTER = 1.0
 #: Distinct large functions sent by value whose handles are kept (each was shared once).
 LARGE_FUNCTIONS_KEPT = 64
 
@@ -108,11 +112,13 @@ class ExecutorCore:
             program = executor_setup.spawn_program(backend, work.path)
             secret = secrets.token_bytes(32) if early is None else early.secret
             listener = None if early is None else early.listener
-            self._master = Master(self.options, audit=audit, secret=secret, program=program, listener=listener)
+            self._master = Master(self.options, audit=audit, secret=secret, program=program, listener=listener,
+                                  durable=not work.own)  # fmt: skip
             slaves = factory.create(str(work.resource_file), namespace)
             if early is not None:  # before the overseer's first look: it finds them running
                 executor_setup.adopt(slaves, early, work.resource_file)
-            self._pool = SlavePool(work, slaves, max_workers, name=f"executor {member_id}", at_once=True)
+            self._pool = SlavePool(work, slaves, max_workers, name=f"executor {member_id}", at_once=True,
+                                   first_look_after=0.0 if early is None else FIRST_LOOK_AFTER)  # fmt: skip
             undo.pop_all()
         #: What the engine's thread and the futures share (never this core: see the class's docstring).
         self.service = Service(self._master, self._pool, audit, member_id)

@@ -308,7 +308,7 @@ class Service:
 
     def _serve(self) -> None:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
-        intake = self.intake
+        intake, looked = self.intake, False
         safe_files.sweep_dead_runs()  # what a killed run left (kill -9 removes nothing), here, off the caller's path
         try:
             with self._master, contextlib.ExitStack() as leaving:
@@ -322,6 +322,9 @@ class Service:
                         if self._closing and self._idle():
                             break
                     intake.step(TICK)
+                    if not looked and intake.slaves_greeted >= self._pool.slaves:
+                        looked = True  # the overseer's first look comes once they are greeted, not during it
+                        self._pool.look_now()
                     problem = self._pool.setup_problem(intake.tasks_done, slaves_connected=intake.slaves_greeted)
                     if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
                         raise SlavesFailError(problem)

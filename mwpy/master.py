@@ -80,10 +80,11 @@ class Master:
     _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_service",),
                                                              "_submit": ("mwpy.task",)}  # fmt: skip
 
-    def __init__(
-        self, options: Options, *, audit: Audit, secret: bytes, program: str, listener: socket.socket | None = None
-    ) -> None:
-        """``listener``: a socket listening already, for the engine to take (mwpy.Executor's early slaves)."""
+    def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str,
+                 listener: socket.socket | None = None, durable: bool = True) -> None:  # fmt: skip
+        """``listener``: a socket listening already, for the engine to take (mwpy.Executor's early slaves).
+        ``durable``: each resource file on disk before it replaces the last (an Executor's own scratch folder:
+        no fsync, milliseconds and on a busy disk tens of them, before its first task and then in its engine)."""
         self._options = options
         self._audit = audit
         self._sched = Scheduler(task_group=options.slave_task_group, fixed_window=options.slave_window,
@@ -126,7 +127,7 @@ class Master:
                                         leave_at=self._engine.leave_at, condor_jobs=self._engine.condor_jobs,
                                         tasks_total=lambda: self.tasks_total, journal_answers=len(journal or ()),
                                         slaves_greeted=lambda: self._engine.slaves_greeted,
-                                        task_seconds=self._outcomes.mean_run)  # fmt: skip
+                                        task_seconds=self._outcomes.mean_run, durable=durable)  # fmt: skip
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), self._publisher.journal_answers))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)

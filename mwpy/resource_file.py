@@ -386,6 +386,7 @@ def read(path: str | os.PathLike[str]) -> ResourceFile:
     return loads(text, str(path))
 
 
-def write(path: str | os.PathLike[str], record: ResourceFile) -> None:
-    """Replace the file atomically (readers see the old or the new file, never a mix), mode 0600, on disk."""
-    safe_files.write_atomically(path, dumps(record).encode("utf-8"), durable=True)
+def write(path: str | os.PathLike[str], record: ResourceFile, *, durable: bool = True) -> None:
+    """Replace the file atomically (readers see the old or the new file, never a mix), mode 0600, on disk unless
+    not ``durable`` (a file in a folder of this process's own, which nobody restarts from)."""
+    safe_files.write_atomically(path, dumps(record).encode("utf-8"), durable=durable)

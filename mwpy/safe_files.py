@@ -26,9 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -223,11 +221,16 @@ RUN_FOLDER_PREFIXES = ("mwpy-executor-", "mwpy-shared-", "mwpy-cache-")
 def run_folder(prefix: str) -> str:
     """A new private temporary folder named after this process: if the process is killed (``kill -9``) before
     it removes the folder, the next run does (:func:`sweep_dead_runs`)."""
+    import tempfile  # noqa: PLC0415 (with shutil, 3 ms a slave would pay before its first task for nothing)
+
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
 
 
 def sweep_dead_runs() -> None:
     """Remove this user's run folders in the temporary folder whose owner process is gone."""
+    import shutil  # noqa: PLC0415 (see run_folder)
+    import tempfile  # noqa: PLC0415
+
     try:
         entries = list(os.scandir(tempfile.gettempdir()))
     except OSError:

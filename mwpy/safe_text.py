@@ -39,7 +39,6 @@ a slave or a task).
 
 from __future__ import annotations
 
-import html as _html
 import logging
 import re
 
@@ -84,6 +83,8 @@ def is_plain(text: str) -> bool:
 
 def html(text: object) -> str:
     """``text`` as HTML character data or an attribute value: nothing in it is markup."""
+    import html as _html  # noqa: PLC0415 (for the HTML views alone: every process imports this module)
+
     return _html.escape(str(text), quote=True)
 
 

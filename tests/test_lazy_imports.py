@@ -125,3 +125,11 @@ def test_importing_the_executor_loads_no_engine_so_its_slaves_start_first() -> N
     overlaps that import): ``import mwpy.executor`` brings neither the master's modules nor attrs."""
     loaded = loaded_after("import mwpy.executor")
     assert loaded.isdisjoint(MASTER_ONLY - {"mwpy.executor"} | {"mwpy.executor_core", "mwpy.task", "attrs", "attr"})
+
+
+def test_a_slave_imports_no_file_helpers_before_it_connects() -> None:
+    """An Executor's slaves start on its first result's path (issue 37 item 1): what ``mwpy/_spawn.py`` imports
+    before the handshake brings neither ``tempfile`` and ``shutil`` (with bz2, lzma and zlib: a master's run
+    folders need them) nor ``html`` (the HTML views)."""
+    loaded = loaded_after("from mwpy.options import parse\nfrom mwpy.program import main\nfrom mwpy.wire import codec")
+    assert loaded.isdisjoint({"tempfile", "shutil", "bz2", "lzma", "html"})

@@ -57,8 +57,11 @@ class Publisher:
         leave_at: Mapping[str, float] | None = None,
         journal_answers: int = 0,
         task_seconds: Callable[[], float | None] | None = None,
+        durable: bool = True,
     ) -> None:
         self._options = options
+        #: Whether each write reaches the disk before it replaces the file (resource_file.write).
+        self._durable = durable
         #: Tasks in all when the master knows (for progress bars), else None.
         self._tasks_total = tasks_total or (lambda: None)
         #: The Condor job ids of the connected slaves (the engine knows them from their Hello).
@@ -181,7 +184,7 @@ class Publisher:
             demand_reason="" if finished else self._why,
         )
         try:
-            resource_file.write(path, record)
+            resource_file.write(path, record, durable=self._durable)
         except OSError as exc:
             if not self._ever_written:  # no slave could ever find the master: say so now, not wait in silence
                 folder = os.path.dirname(os.path.abspath(path))

@@ -68,8 +68,23 @@ class WorkFolder:
 class SlavePool:
     """At most ``slaves`` slave jobs of ``backend``, kept matched to the resource file in ``work`` by an overseer."""
 
-    def __init__(self, work: WorkFolder, backend: Backend, slaves: int, *, name: str, at_once: bool = False) -> None:
+    def __init__(
+        self,
+        work: WorkFolder,
+        backend: Backend,
+        slaves: int,
+        *,
+        name: str,
+        at_once: bool = False,
+        first_look_after: float = 0.0,
+    ) -> None:
+        """``first_look_after``: seconds at most before the overseer's first reconciliation, unless
+        :meth:`look_now` comes first (slaves running already: an Executor's early ones, which its master greets
+        meanwhile without the overseer's thread taking the interpreter from it to read the file, loading cattrs
+        and watchdog, and list the jobs)."""
         self.work = work
+        #: The slaves it keeps at most (an Executor's first look comes once that many were greeted).
+        self.slaves = slaves
         self.backend = backend
         self._name = name
         # No grace at the end: the master tells its slaves to leave, and one still trying to reach the finished
@@ -78,16 +93,24 @@ class SlavePool:
         limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves, min_jobs=slaves if at_once else 0)
         self._overseer = Overseer(work.resource_file, backend, limits, finish_grace=0.0)
         self._stop = threading.Event()
+        self._look = threading.Event()  # the first look is due (or the pool stops)
         self._thread = threading.Thread(
-            target=self._overseer.run,
-            args=(self._stop,),
-            kwargs={"interval": OVERSEER_INTERVAL},
-            name=f"mwpy-overseer-{name}",
-            daemon=True,
+            target=self._oversee, args=(first_look_after,), name=f"mwpy-overseer-{name}", daemon=True
         )
         self._setup = SetupFailures()
         self._next_look = 0.0
         self._thread.start()
+
+    def _oversee(self, first_look_after: float) -> None:
+        """The overseer's thread: its first look after ``first_look_after`` seconds or :meth:`look_now`, unless
+        stopped before."""
+        self._look.wait(first_look_after)
+        if not self._stop.is_set():
+            self._overseer.run(self._stop, interval=OVERSEER_INTERVAL)
+
+    def look_now(self) -> None:
+        """The overseer's first look now (the slaves it would have found starting are connected)."""
+        self._look.set()
 
     def setup_problem(self, results_so_far: int, *, slaves_connected: int) -> str | None:
         """Why to give up (slaves that fail at set-up, before any result, would restart for ever), or None.
@@ -110,6 +133,7 @@ class SlavePool:
         (an Executor keeps all its workers): a slave started only to be removed.
         """
         self._stop.set()
+        self._look.set()
         self._overseer.wake()  # not a poll interval later
         self._thread.join()
 
