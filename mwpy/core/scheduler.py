@@ -32,7 +32,7 @@ from typing import ClassVar
 from mwpy.core.entry import Entry
 from mwpy.core.groups import Groups, SlaveKind
 from mwpy.core.news import News
-from mwpy.core.queues import TaskQueue
+from mwpy.core.queues import Queue, TaskQueue
 from mwpy.core.shapes import Shapes, fits
 from mwpy.lifetime import RunTimes
 from mwpy.matching import Offer
@@ -138,7 +138,7 @@ class Scheduler:
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
         self._next_id = 0
-        self._unordered = TaskQueue()
+        self._unordered: Queue = deque()  # a TaskQueue once a task of a priority other than 0 comes
         self._slots: dict[str, _Slot] = {}
         self._hungry: set[str] = set()
         self._with_ordered_work: set[str] = set()
@@ -173,6 +173,8 @@ class Scheduler:
         if need is not None and (reason := self.shapes.take(need)) is not None:
             self._drop(task, f"task {task.task_id} {task.label}: {reason}")
             return
+        if task.policy.priority and type(self._unordered) is deque:  # an ordered task too: it may come there
+            self._unordered = TaskQueue(self._unordered)  # served highest priority first from now on
         sid = task.policy.sid
         if sid is None:
             self._unordered.append(task)
