@@ -9,7 +9,9 @@ start-up is not counted), and runs the same no-op task from
 ``result()`` (``processpool-submit``); latency submits one
 task and waits for its result before the next. The "floor" is a bare
 pickle echo over a loopback TCP socket to another process: no framework at all;
-the "event-loop floor" is the same echo waiting in epoll/poll as mwpy must.
+the "event-loop floor" is the same echo waiting in epoll/poll as mwpy must; the
+"spinning floor" is the same echo with both sides busy-polling a non-blocking
+socket, never sleeping: the least a Python round trip takes on the machine.
 
 Usage (the harness does this): ``python -m benchmarks.peers PARAMS_JSON OUT_JSON``.
 """
@@ -50,6 +52,7 @@ REQUIRES: dict[str, str | None] = {
     "parsl": "parsl",
     "floor": None,
     "floor-event-loop": None,
+    "floor-spin": None,
 }
 
 
@@ -132,24 +135,31 @@ _HEADER = struct.Struct("!I")
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    """``size`` bytes; on a non-blocking socket (the spinning floor) it asks again at once until they come."""
     chunks = bytearray()
     while len(chunks) < size:
-        data = sock.recv(size - len(chunks))
+        try:
+            data = sock.recv(size - len(chunks))
+        except BlockingIOError:
+            continue
         if not data:
             raise ConnectionError("peer closed")
         chunks += data
     return bytes(chunks)
 
 
-def _echo_server(listener: socket.socket, event_loop: bool) -> None:
+def _echo_server(listener: socket.socket, event_loop: bool, spin: bool = False) -> None:
     """The floor's far side: unpickle each framed request and send its pickle back.
 
     With ``event_loop`` it waits the way an mwpy slave does (``poll`` before a
     non-blocking read, with an idle second thread like the slave's heartbeat)
-    instead of blocking in ``recv``.
+    instead of blocking in ``recv``; with ``spin`` it reads a non-blocking
+    socket again and again until the request is there (a reply this small
+    fits the socket's buffer, so ``sendall`` never finds it full).
     """
     conn, _ = listener.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.setblocking(not spin)
     poller = select.poll()
     poller.register(conn, select.POLLIN)
     if event_loop:
@@ -169,19 +179,25 @@ def _echo_server(listener: socket.socket, event_loop: bool) -> None:
 
 
 @contextmanager
-def floor(workers: int, *, event_loop: bool = False) -> Iterator[tuple[Batch, One]]:
+def floor(workers: int, *, event_loop: bool = False, spin: bool = False) -> Iterator[tuple[Batch, One]]:
     """A pickle echo to another process over loopback TCP: the least any framework can cost.
 
     With ``event_loop`` the client waits in ``epoll`` (as the mwpy master does)
     and the server in ``poll``: the floor for any design that serves many
-    connections from one thread, shown beside the bare one.
+    connections from one thread, shown beside the bare one. With ``spin`` both
+    sides busy-poll a non-blocking socket and never sleep: no wake-up on the
+    path, the physical floor of a Python round trip here, which a framework
+    that must not burn idle CPU cannot reach.
     """
     del workers  # one echo process is the floor whatever the worker count
     listener = socket.create_server(("127.0.0.1", 0))
-    server = multiprocessing.get_context("fork").Process(target=_echo_server, args=(listener, event_loop), daemon=True)
+    server = multiprocessing.get_context("fork").Process(
+        target=_echo_server, args=(listener, event_loop, spin), daemon=True
+    )
     server.start()
     sock = socket.create_connection(listener.getsockname())
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(not spin)
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
 
@@ -209,6 +225,8 @@ def _open(peer: str, workers: int) -> Any:
         return processpool(workers, int(peer.removeprefix("processpool-")))
     if peer == "floor-event-loop":
         return floor(workers, event_loop=True)
+    if peer == "floor-spin":
+        return floor(workers, spin=True)
     return {"dask": dask, "parsl": parsl, "floor": floor}[peer](workers)
 
 

@@ -62,6 +62,7 @@ PEER_LABELS = {
     "parsl": "Parsl HighThroughputExecutor",
     "floor": "bare pickle echo, loopback TCP (floor)",
     "floor-event-loop": "same echo waiting in epoll/poll (event-loop floor)",
+    "floor-spin": "same echo, both sides busy-polling (spinning floor)",
 }
 
 #: Figures of a series the JSON summarises (median, min, max, values); the runs carry everything else.
@@ -350,6 +351,7 @@ def latency(settings: Settings) -> Outcome:
     systems = [
         peer("floor", "floor", params),
         peer("event-floor", "floor-event-loop", params),
+        peer("spin-floor", "floor-spin", params),
         System("mwpy", "mwpy default", functools.partial(_mwpy, settings, name, "mwpy default", run)),
         peer("pool", "processpool-1", params, "ProcessPoolExecutor submit().result()"),
         peer("dask", "dask", slow),
@@ -358,6 +360,8 @@ def latency(settings: Settings) -> Outcome:
     targets = [
         ratio("2. latency p50, mwpy vs bare pickle echo", "mwpy", "floor", "p50_us", 2.5, op="≤"),
         ratio("2. latency p99, mwpy vs bare pickle echo's p99", "mwpy", "floor", "p99_us", 4, op="≤"),
+        ratio("2. latency p50, mwpy vs spinning echo", "mwpy", "spin-floor", "p50_us", 3, op="≤"),
+        ratio("2. latency p99, mwpy vs spinning echo's p99", "mwpy", "spin-floor", "p99_us", 5, op="≤"),
         ratio("2. latency p50, event-loop floor vs bare pickle echo", "event-floor", "floor", "p50_us", None),
         ratio("2. latency p50, mwpy vs event-loop floor", "mwpy", "event-floor", "p50_us", None),
         single("2. master CPU per round trip, mwpy (µs)", "mwpy", "master_cpu_us_per_task", None),

@@ -48,7 +48,7 @@ class Intake:
         self.max_frame = max_frame
         #: The master's file service, for ``TaskAlgorithm.encode``: ``mwpy.File`` arguments, arguments too large.
         self.store = shares
-        sched.on_leave = shares.release  # arguments the file service took for a task go when it is done
+        shares.on_spill = self._releasing  # arguments the file service took for a task go when it is done
         outcomes.received = shares  # and results slaves stored there are taken from it
         #: ``map``'s keyword arguments with the large ones shared once per slave.
         self.share_large = shares.share_large
@@ -60,6 +60,10 @@ class Intake:
         self.finished = False
         #: Inputs of sized streams not submitted yet, for ``tasks_total``; None until such a stream starts.
         self.ahead: int | None = None
+
+    def _releasing(self) -> None:
+        """Arguments were spilled: from now on each task that leaves the books tells the file service."""
+        self._sched.on_leave = self.store.release
 
     # ------------------------------------------------------------------ tasks in
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import socket
 import threading
 import time
@@ -36,7 +37,7 @@ from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.data.shares import SharedObjects
 from mwpy.errors import ConfigurationError
-from mwpy.futures import TaskFuture, submit_task
+from mwpy.futures import submit_task
 from mwpy.intake import Intake
 from mwpy.net.engine import TICK, Engine
 from mwpy.observe.audit import Audit
@@ -45,7 +46,7 @@ from mwpy.options import Options
 from mwpy.pool.publish import Publisher
 from mwpy.slave_exits import Exits
 from mwpy.task import Submissions, TaskAlgorithm, reset_master, use_master
-from mwpy.task_records import Policy, Result, Task
+from mwpy.task_records import Result, Task
 
 __all__ = ["LoopEvents", "Master"]
 T = TypeVar("T")
@@ -120,6 +121,9 @@ class Master:
             self._engine.store = self._shared.address  # slaves are told it: their large results go there
             self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
+            #: ``submit()`` (mwpy/task.py): the arguments checked and pickled here, then a task whose future settles
+            #: (a partial: no frame of the master's on each task's way).
+            self._submit = functools.partial(submit_task, self._intake)
             #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
             self.port_range = options.master_port_range
             self._publisher = Publisher(options, facts=self._facts, sched=self._sched, program=program, secret=secret,
@@ -353,10 +357,6 @@ class Master:
         return streams.in_order(
             self._intake, algorithm, iterables, window=window_, key=key, chunksize=chunksize, kwargs=kwargs
         )
-
-    def _submit(self, algorithm: TaskAlgorithm[Any, Any], policy: Policy, args: Any, kwargs: Any) -> TaskFuture[Any]:
-        """``submit()`` (mwpy/task.py): the arguments checked and pickled here, then a task whose future settles."""
-        return submit_task(self._intake, algorithm, policy, args, kwargs)
 
     # ------------------------------------------------------------------ objects shared once per slave
 

@@ -27,7 +27,7 @@ from benchmarks.common import Check, Row, Series, Settings, Sizes, percentile
 REPO = Path(__file__).resolve().parent.parent
 #: The whole quick run (two rounds) takes ~45 s here on a busy machine; this is the deadline, not an expectation.
 DEADLINE = 400
-QUICK_PEERS = "processpool-submit,processpool-1,processpool-100,floor,floor-event-loop"
+QUICK_PEERS = "processpool-submit,processpool-1,processpool-100,floor,floor-event-loop,floor-spin"
 
 
 def _run_harness(out: Path, *args: str) -> dict[str, Any]:
@@ -97,9 +97,12 @@ def test_latency_is_measured_beside_the_floor(quick_report: dict[str, Any]) -> N
     assert _median(rows["mwpy default"], "p50_us") > 0
     assert _median(rows["bare pickle echo, loopback TCP (floor)"], "p50_us") > 0
     assert _median(rows["same echo waiting in epoll/poll (event-loop floor)"], "p50_us") > 0
+    assert _median(rows["same echo, both sides busy-polling (spinning floor)"], "p50_us") > 0
     checks = {c["target"]: c for c in quick_report["checks"]}
     assert checks["2. latency p50, mwpy vs bare pickle echo"]["bound"] == "≤ 2.5"
     assert checks["2. latency p99, mwpy vs bare pickle echo's p99"]["bound"] == "≤ 4"
+    assert checks["2. latency p50, mwpy vs spinning echo"]["bound"] == "≤ 3"
+    assert checks["2. latency p99, mwpy vs spinning echo's p99"]["bound"] == "≤ 5"
 
 
 def test_every_ratio_is_a_median_of_per_round_ratios(quick_report: dict[str, Any]) -> None:

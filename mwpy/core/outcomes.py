@@ -138,6 +138,8 @@ class Outcomes:
         None: the output comes as it is printed (TaskPrinted facts), some of it with the task's result."""
         self._sched = sched
         self._printed = printed
+        #: Whether any task printed yet (output came): until then no result asks ``printed``, a call per task.
+        self._printing = False
         self._facts = facts
         self._journal = journal
         self._allowed_failures = allowed_failures
@@ -166,11 +168,12 @@ class Outcomes:
         sched = self._sched
         holes: list[str] = []
         if outputs:
+            self._printing = True
             for task_id, (stdout, stderr) in outputs.items():
                 self._facts(TaskPrinted(sid, task_id, stdout, stderr))
         for task_id, ok, blob, compute_time in items:
             entry = sched.finish(sid, task_id, compute_time, now)
-            printed = self._printed(sid, task_id)
+            printed = self._printed(sid, task_id) if self._printing else None
             if entry is None:
                 self._facts(StrayResult(sid, task_id))
                 continue

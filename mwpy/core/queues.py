@@ -1,8 +1,9 @@
 """The shared queue of tasks: one first-in first-out queue per priority, the highest served first.
 
 A task of a higher priority (``@mwpy.task(priority=N)``, ``with_policy(priority=N)``) queued behind 10^5
-others leaves at the next dispatch: no walk, no sort, only a look at the few priorities in use. With one
-priority (the default 0) it is a deque behind one more call.
+others leaves at the next dispatch: no walk, no sort, only a look at the few priorities in use. While every
+task has the default priority 0 the scheduler keeps a plain deque (:data:`Queue`), whose methods cost no
+Python call per task; the first task of another priority turns it into a :class:`TaskQueue` for good.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import bisect
 import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import TypeAlias
 
 from mwpy.core.entry import Entry
 
@@ -21,10 +23,11 @@ class TaskQueue:
 
     __slots__ = ("_levels", "_order", "_size")
 
-    def __init__(self) -> None:
-        self._levels: dict[int, deque[Entry]] = {0: deque()}
+    def __init__(self, tasks: Iterable[Entry] = ()) -> None:
+        """``tasks``: of priority 0, in order (the plain deque this queue takes over)."""
+        self._levels: dict[int, deque[Entry]] = {0: deque(tasks)}
         self._order: list[int] = [0]  # the priorities in use, highest first (negated in bisect's ascending order)
-        self._size = 0
+        self._size = len(self._levels[0])
 
     def _level(self, priority: int) -> deque[Entry]:
         level = self._levels.get(priority)
@@ -66,3 +69,7 @@ class TaskQueue:
 
     def __iter__(self) -> Iterator[Entry]:
         return itertools.chain.from_iterable(self._levels[priority] for priority in list(self._order))
+
+
+#: The shared queue as the scheduler holds it: a deque while only priority 0 is in use, then a TaskQueue.
+Queue: TypeAlias = deque[Entry] | TaskQueue

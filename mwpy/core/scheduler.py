@@ -32,7 +32,7 @@ from typing import ClassVar
 from mwpy.core.entry import Entry
 from mwpy.core.groups import Groups, SlaveKind
 from mwpy.core.news import News
-from mwpy.core.queues import TaskQueue
+from mwpy.core.queues import Queue, TaskQueue
 from mwpy.core.shapes import Shapes, fits
 from mwpy.lifetime import RunTimes
 from mwpy.matching import Offer
@@ -138,7 +138,7 @@ class Scheduler:
         self.task_attempts = task_attempts
         self.black_hole_failures = black_hole_failures
         self._next_id = 0
-        self._unordered = TaskQueue()
+        self._unordered: Queue = deque()  # a TaskQueue once a task of a priority other than 0 comes
         self._slots: dict[str, _Slot] = {}
         self._hungry: set[str] = set()
         self._with_ordered_work: set[str] = set()
@@ -158,7 +158,7 @@ class Scheduler:
         #: What the master algorithm has yet to be told; the master drains it.
         self.news: News[Entry] = News()
         #: Told the payload of each task that leaves the books (done, dropped, cancelled): the master's file
-        #: service frees the arguments it stored for it.
+        #: service frees the arguments it stored for it (set once it stored some: until then no call per task).
         self.on_leave: Callable[[bytes], None] | None = None
 
     # ------------------------------------------------------------------ tasks
@@ -173,6 +173,8 @@ class Scheduler:
         if need is not None and (reason := self.shapes.take(need)) is not None:
             self._drop(task, f"task {task.task_id} {task.label}: {reason}")
             return
+        if task.policy.priority and type(self._unordered) is deque:  # an ordered task too: it may come there
+            self._unordered = TaskQueue(self._unordered)  # served highest priority first from now on
         sid = task.policy.sid
         if sid is None:
             self._unordered.append(task)
@@ -223,20 +225,10 @@ class Scheduler:
         pool.extendleft(requeued)  # requeued was built by appendleft: reversed, and extendleft reverses back
 
     def _drop(self, task: Entry, reason: str | None = None) -> None:
-        self._forget(task)
+        self.complete(task, done=False)
         self.unrunnable_total += 1
         if task.listener.unrunnable(reason):
             self.news.unrunnable.append(task)
-
-    def _forget(self, task: Entry) -> None:
-        if self.on_leave is not None:
-            self.on_leave(task.payload)
-        self._pending[task.algorithm] -= 1
-        if not self._pending[task.algorithm]:
-            del self._pending[task.algorithm]
-        self.pending_total -= 1
-        if self.shapes.active:
-            self.shapes.settled(task.policy.resources)
 
     def finish(self, sid: str, task_id: int, compute_time: float, now: float) -> Entry | None:
         """Record a result that came at ``now``; returns its task, or ``None`` if this slave does not hold it."""
@@ -293,10 +285,19 @@ class Scheduler:
                 holes.append(failed_sid)
         return holes
 
-    def complete(self, task: Entry) -> None:
-        """The task's result has been handed over: it leaves the master's memory."""
-        self._forget(task)
-        self.done_total += 1
+    def complete(self, task: Entry, *, done: bool = True) -> None:
+        """The task leaves the master's memory: its result handed over (``done``), or dropped, or cancelled."""
+        if self.on_leave is not None:  # set once some task's arguments went to the file service
+            self.on_leave(task.payload)
+        pending = self._pending
+        algorithm = task.algorithm
+        pending[algorithm] -= 1
+        if not pending[algorithm]:
+            del pending[algorithm]
+        self.pending_total -= 1
+        self.done_total += done
+        if self.shapes.active:
+            self.shapes.settled(task.policy.resources)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -397,7 +398,7 @@ class Scheduler:
 
     def _cancelled(self, task: Entry) -> None:
         """The task's listener said no (it was cancelled): it leaves without a result."""
-        self._forget(task)
+        self.complete(task, done=False)
         self.cancelled_total += 1
 
     def timeout_of(self, task: Entry) -> float | None:
@@ -453,7 +454,7 @@ class Scheduler:
         if slot is None or task is None:
             return None
         self._landed(slot, 1)
-        self._forget(task)
+        self.complete(task, done=False)
         self.cancelled_total += 1
         self._hungry.add(sid)
         if slot.in_flight:

@@ -31,6 +31,7 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,6 +70,9 @@ class SharedObjects:
         self._unavailable = False  # the file service could not start for results (address())
         self._spilled: dict[bytes, tuple[str, int]] = {}  # spilled arguments' payload -> (hash, tasks that carry it)
         self._lock = threading.Lock()
+        #: Called as arguments are spilled, before the task carrying them is queued: from then on tasks that
+        #: leave must :meth:`release` (until then none holds any, and none pays a call for it).
+        self.on_spill: Callable[[], object] | None = None
 
     def share(self, obj: Any) -> Shared:
         """Write ``obj``'s file (identical objects: one file) and offer it; return its handle."""
@@ -114,6 +118,8 @@ class SharedObjects:
         reference = codec.encode_value(handle)
         with self._lock:
             self._spilled[reference] = (handle.digest, self._spilled.get(reference, ("", 0))[1] + 1)
+        if self.on_spill is not None:
+            self.on_spill()
         return reference
 
     def release(self, payload: bytes) -> None:

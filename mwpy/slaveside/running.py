@@ -94,6 +94,10 @@ class _Printer:
 
     def begin(self, task_id: int) -> tuple[_Capture, _Capture]:
         """The streams the task ``task_id`` prints to (empty: a task interrupted in :meth:`end` left nothing)."""
+        printed, warned = self._streams
+        if self._pump is None and not (printed.pending or warned.pending):  # the hot path: no other thread, no text
+            self._task_id = task_id
+            return self._streams
         with self.lock:
             self._task_id = task_id
             for stream in self._streams:
@@ -110,6 +114,10 @@ class _Printer:
 
     def end(self) -> tuple[str, str] | None:
         """The task ended: what it printed that has not gone yet, to ride with its result (None: nothing)."""
+        printed, warned = self._streams
+        if self._pump is None and not (printed.pending or warned.pending):  # nothing printed, no frame being sent
+            self._task_id = None
+            return None
         with self.lock:
             task_id, self._task_id = self._task_id, None  # due stays: the next task's lines join the pump's round
             out, err = (stream.take(whole_lines=False) for stream in self._streams)
