@@ -87,6 +87,20 @@ def stuck(folder: Path | None, slave: Departed) -> bool:
     return slave.host == socket.gethostname()
 
 
+def gone(host: str, pid: int) -> bool:
+    """Whether the slave process ``pid`` on ``host`` has surely ended: only this machine's can be looked at (one
+    elsewhere, or a pid taken again since, counts as alive)."""
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: the pid was taken again
+        return False
+    return False
+
+
 def _append(path: Path, line: str) -> None:
     """Append one line, created readable by its owner only, in one write (lines stay whole)."""
     try:
