@@ -31,6 +31,7 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -46,6 +47,9 @@ _SIGNAL = re.compile(r"Abnormal termination \(signal (\d+)\)")
 _STATUS = re.compile(r"Normal termination \(return value (\d+)\)")
 #: Events that end a run: evicted (004, "terminated and was requeued" for a non-zero exit), terminated, aborted, held.
 _ENDS = frozenset({4, 5, 9, 12})
+#: Events that say a run has ended though they do not end it: executing (001: a new run) and reconnect failed
+#: (024: the schedd gave up on the run's starter after its job lease; the job runs again).
+_RERUN = frozenset({1, 24})
 #: Seconds an event may be logged before the master saw the connection end (the log has whole seconds).
 _SLACK = 2.0
 
@@ -161,6 +165,19 @@ def describe(status: int) -> str:
     return f"killed by {name}"
 
 
+class Waited(Protocol):
+    """A slave a restarted master waits for: mwpy.core.adoption.Holder."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def since(self) -> float: ...
+
+
 class Exits:
     """The master's reader of the files in ``folder``: how a dead slave ended, or None if not told yet."""
 
@@ -184,6 +201,15 @@ class Exits:
                 found = describe(int(fields[2]))  # the last line wins: a pid may be reused
         return found
 
+    def ended(self, slave: Waited) -> bool:
+        """Whether a slave of a previous master has surely ended since it was given its task: its process is
+        gone from this machine, or its Condor job's user log has ended that run or begun another since."""
+        if gone(slave.host, slave.pid):
+            return True
+        if not slave.job or self._folder is None:
+            return False
+        return _condor_rerun(_tail(self._folder / SLAVES_LOG, MAX_LOG_READ), slave.job, slave.since)
+
 
 def _size(path: Path) -> int:
     """A file's size in bytes, 0 when it does not exist (yet)."""
@@ -203,15 +229,28 @@ def _tail(path: Path, most: int) -> str:
         return ""
 
 
-def _condor_end(log: str, job: str, since: float) -> str | None:
-    """How Condor says job ``job`` (CLUSTER.PROC) ended, from its first run-ending event after ``since``."""
+def _events(log: str, job: str) -> Iterator[tuple[int, float, str, re.Match[str]]]:
+    """Job ``job``'s (CLUSTER.PROC) events in a user log: (code, when as Unix time, text, header)."""
     cluster, _, process = job.partition(".")
     for event in log.split("\n...\n"):
         header = _HEADER.search(event)
-        if header is None or (header[2], header[3]) != (cluster.zfill(3), process.zfill(3)):
-            continue
-        code = int(header[1])
-        if code not in _ENDS or time.mktime(time.strptime(header[4], "%Y-%m-%d %H:%M:%S")) < since - _SLACK:
+        if header is not None and (header[2], header[3]) == (cluster.zfill(3), process.zfill(3)):
+            yield int(header[1]), time.mktime(time.strptime(header[4], "%Y-%m-%d %H:%M:%S")), event, header
+
+
+def _condor_rerun(log: str, job: str, since: float) -> bool:
+    """Whether job ``job``'s run of ``since`` (Unix time) has ended: an event ends it, or a new run began (the
+    log has whole seconds: an execution logged in the second of ``since`` is that run's own)."""
+    return any(
+        (code in _ENDS and at >= int(since)) or (code in _RERUN and at > int(since))
+        for code, at, _, _ in _events(log, job)
+    )
+
+
+def _condor_end(log: str, job: str, since: float) -> str | None:
+    """How Condor says job ``job`` (CLUSTER.PROC) ended, from its first run-ending event after ``since``."""
+    for code, at, event, header in _events(log, job):
+        if code not in _ENDS or at < since - _SLACK:
             continue
         body = event[header.end() :].splitlines()[1:]
         reason = " ".join(body[0].split()) if body else ""

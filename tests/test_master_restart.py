@@ -11,6 +11,8 @@ instead of trusting the master's word.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -147,3 +149,48 @@ def test_the_session_tables_let_a_slave_hand_over_only_once_connected() -> None:
     for held in bad:
         with pytest.raises(ProtocolError):
             protocol.check_handover(Handover(held))
+
+
+@pytest.mark.parametrize("told_by", ["its-job-connects-again", "its-job-log"])
+def test_a_restarted_master_does_not_wait_for_a_slave_known_to_have_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, told_by: str
+) -> None:
+    """Guards: the restarted master runs again at once a task whose slave is known to have ended, however
+    long the lease: a pool restart killed the slave (frozen here with SIGSTOP: alive, silent, and, as on
+    another machine, its pid tells nothing), and either its Condor job (its job ad's ClusterId.ProcId) connects
+    again as a new process without the task, or the job's user log beside the resource file says the job was
+    removed. Every task runs once to its end and the computation finishes.
+
+    Before, the master waited for that slave's hand-over for the whole lease (40 min by default): on the test
+    pool, after a pool restart, it never ran the task (awaited_handovers 1).
+    """
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    job_ad = tmp_path / "job.ad"
+    job_ad.write_text("ClusterId = 7\nProcId = 0\n")  # the slave's job, as Condor's starter writes it
+    first = run_master(tmp_path, runs)
+    with monkeypatch.context() as env:
+        env.setenv("_CONDOR_JOB_AD", str(job_ad))
+        frozen = spawn_slave(RESTARTABLE, tmp_path)
+    wait_until(lambda: sum(marks(runs, "started").values()) >= 1, DEADLINE, "a task running")
+    first.kill()
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        second = run_master(tmp_path, runs)
+        assert resource_file.read(tmp_path / "resource.json").awaited_handovers == 1
+        if told_by == "its-job-connects-again":
+            monkeypatch.setenv("_CONDOR_JOB_AD", str(job_ad))
+        else:  # HTCondor's user log format (HTCondor manual, "Job Log Events"; as the overseer's jobs write it)
+            (tmp_path / "slaves.log").write_text(
+                f"009 (007.000.000) {time.strftime('%Y-%m-%d %H:%M:%S')} Job was aborted.\n"
+                "\tvia condor_rm (by user mwpy)\n...\n"
+            )
+        again = spawn_slave(RESTARTABLE, tmp_path)
+        (runs / "open").touch()
+        assert second.wait(DEADLINE) == 0, second.err()
+        assert again.wait(DEADLINE) == 0, again.err()
+    finally:
+        frozen.kill()
+    assert sorted(line["i"] for line in printed(second)) == list(range(COUNT))
+    assert marks(runs, "run") == dict.fromkeys(range(COUNT), 1), "a task ran twice, or never"
+    assert "a slave of the previous master, has ended" in second.err()

@@ -14,6 +14,10 @@ not dispatched, since its slave may be running it still.
   with a log line when the computation finishes.
 * Once a slave has handed over, the keys it was noted for and did not hold
   (queued there, never started) are dispatched as usual.
+* Keys whose slave is known to have ended are dispatched as usual at once, never
+  waited for: the same Condor job (or host and pid) connects again as a new process,
+  its job's user log says it ran again or ended, or, on this machine, its pid is
+  gone. Waiting holds back those keys' tasks only, never other work.
 * Keys whose slave has not come back when the lease has passed since the journal
   was last written (the predecessor's death, near enough) are dispatched as usual:
   the slave died during the lease, as HTCondor gives up on a starter after its job lease.
@@ -24,6 +28,7 @@ No socket and no clock of its own: the engine calls it with what arrived.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from mwpy import safe_text
 from mwpy.core.entry import Entry
@@ -33,6 +38,22 @@ log = safe_text.logger("mwpy.master")
 
 #: Delivers a held result to its task: (entry, slave id, held item).
 Adopt = Callable[[Entry, str, HeldItem], None]
+#: Seconds between two looks at whether the slaves waited for have ended (a look may read a Condor user log).
+LOOK_EVERY = 1.0
+
+
+class Holder(NamedTuple):
+    """The slave a predecessor gave a keyed task to: its process, its Condor job ("" outside Condor), and
+    when (Unix time) the task went out."""
+
+    host: str
+    pid: int
+    job: str
+    since: float
+
+
+#: Whether a slave waited for has surely ended (mwpy/slave_exits.py looks).
+Gone = Callable[[Holder], bool]
 
 
 class Adoption:
@@ -40,19 +61,20 @@ class Adoption:
 
     def __init__(
         self,
-        running: dict[str, tuple[str, int]],
+        running: dict[str, Holder],
         *,
         left: float,
         queue: Callable[[Entry], None],
         adopt: Adopt,
-        gone: Callable[[str, int], bool],
+        gone: Gone,
     ) -> None:
-        """``running``: key -> (host, pid) of the slave the predecessor gave it to; ``left``: seconds from now
-        to wait for those slaves; ``queue(entry)``: dispatch as usual; ``adopt``: answer from a held result;
-        ``gone(host, pid)``: whether such a slave has surely ended (one on this machine can be looked at)."""
+        """``running``: key -> the slave the predecessor gave it to; ``left``: seconds from now to wait for
+        those slaves; ``queue(entry)``: dispatch as usual; ``adopt``: answer from a held result;
+        ``gone(holder)``: whether such a slave has surely ended."""
         self._expected = running if left > 0 else {}  # past the lease already, or a first run: nobody to wait for
         self._left = left
         self._until: float | None = None  # on the caller's clock, from its first tick
+        self._looked = float("-inf")  # when (caller's clock) ``gone`` was last asked
         self._gone = gone
         self._queue = queue
         self._adopt = adopt
@@ -97,13 +119,27 @@ class Adoption:
                 self._held[key] = (sid, item)  # its task may be submitted later
         self._release_of(whom)  # queued there, never started (the slave dropped them with its master)
 
+    def connected(self, host: str, pid: int, job: str) -> None:
+        """A slave connected: if it runs as the Condor job a slave waited for ran as, but is another process,
+        that job was run again, and its former process has ended (Condor runs a job once at a time)."""
+        if not job:
+            return
+        for holder in {holder for holder in self._expected.values() if holder.job == job}:
+            if (holder.host, holder.pid) != (host, pid):
+                log.warning("%s:%d, a slave of the previous master, has ended: its job %s connected again as %s:%d "
+                            "without its tasks, which run again", holder.host, holder.pid, job, host, pid)  # fmt: skip
+                self._release_of((holder.host, holder.pid))
+
     def tick(self, now: float) -> None:
         """Slaves known to have ended, and past the lease all not back, died: their tasks are dispatched as usual."""
         if self._until is None:
             self._until = now + self._left
-        for whom in {whom for whom in self._expected.values() if self._gone(*whom)}:
-            log.warning("%s:%d, a slave of the previous master, has ended: its keyed tasks run again", *whom)
-            self._release_of(whom)
+        if self._expected and now - self._looked >= LOOK_EVERY:
+            self._looked = now
+            for holder in {holder for holder in self._expected.values() if self._gone(holder)}:
+                log.warning("%s:%d, a slave of the previous master, has ended: its keyed tasks run again",
+                            holder.host, holder.pid)  # fmt: skip
+                self._release_of((holder.host, holder.pid))
         if self._expected and now >= self._until:
             log.warning(
                 "%d keyed tasks' slaves did not come back within the lease: they run again", len(self._expected)
@@ -122,7 +158,7 @@ class Adoption:
 
     def _release_of(self, whom: tuple[str, int]) -> None:
         """The keys the slave ``whom`` was noted for: waited for no more, their tasks dispatched as usual."""
-        for key in [key for key, slave in self._expected.items() if slave == whom]:
+        for key in [key for key, slave in self._expected.items() if (slave.host, slave.pid) == whom]:
             del self._expected[key]
             self._release(key)
 

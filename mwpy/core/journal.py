@@ -59,7 +59,9 @@ create table if not exists results (
 create table if not exists running (
     key text primary key,
     host text not null,
-    pid integer not null
+    pid integer not null,
+    job text not null,
+    since real not null
 )
 """
 
@@ -148,13 +150,13 @@ class Journal:
         self._db.execute("delete from running where key = ?", (key,))
         self._pending += 1
 
-    def dispatched(self, slaves: list[tuple[str, str, int]]) -> None:
-        """Keyed tasks (key, host, pid) went to a slave (named by its host and pid): made durable at once,
-        before they leave, so that a restarted master knows whom to wait for (:meth:`running`)."""
+    def dispatched(self, slaves: list[tuple[str, str, int, str, float]]) -> None:
+        """Keyed tasks (key, host, pid, Condor job or "", when) went to a slave: made durable at once, before
+        they leave, so that a restarted master knows whom to wait for, and how to tell it ended (:meth:`running`)."""
         if self.failed is not None:
             return
         try:
-            self._db.executemany("insert or replace into running values (?, ?, ?)", slaves)
+            self._db.executemany("insert or replace into running values (?, ?, ?, ?, ?)", slaves)
         except sqlite3.Error as exc:
             self._fail(f"cannot write the journal ({exc})")
             return
@@ -172,14 +174,15 @@ class Journal:
             self._pending += 1
             self.commit()
 
-    def running(self) -> dict[str, tuple[str, int]]:
-        """The keyed tasks a previous master had out on slaves and got no result for: key -> (host, pid)."""
+    def running(self) -> dict[str, tuple[str, int, str, float]]:
+        """The keyed tasks a previous master had out on slaves and got no result for: key -> (host, pid, Condor
+        job or "", when it went out)."""
         try:
-            rows = self._db.execute("select key, host, pid from running").fetchall()
+            rows = self._db.execute("select key, host, pid, job, since from running").fetchall()
         except sqlite3.Error as exc:
             self._fail(f"cannot read the journal ({exc})")
             return {}
-        return {key: (host, pid) for key, host, pid in rows}
+        return {key: (host, pid, job, since) for key, host, pid, job, since in rows}
 
     def commit(self) -> None:
         """Make recorded results durable (called before the master algorithm sees them)."""

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from mwpy import safe_text, slave_exits
-from mwpy.core.adoption import Adoption
+from mwpy.core.adoption import Adoption, Gone, Holder
 from mwpy.core.entry import Death, Entry
 from mwpy.core.facts import (
     Facts,
@@ -127,6 +127,11 @@ def _unusable(found: JournalEntry, entry: Entry, replayed: Result) -> str | None
 Printed = Callable[[str, int], tuple[str, str] | None]
 
 
+def _process_gone(holder: Holder) -> bool:
+    """Whether a slave of the previous master has surely ended, by its process alone (this machine's)."""
+    return slave_exits.gone(holder.host, holder.pid)
+
+
 def _nothing_printed(sid: str, task_id: int) -> None:
     return None
 
@@ -144,9 +149,11 @@ class Outcomes:
         how_ended: HowEnded = _unknown,
         printed: Printed = _nothing_printed,
         lease: float = 0.0,
+        gone: Gone = _process_gone,
     ) -> None:
         """``printed(sid, task_id)``: what the task printed on ``sid`` (each stream as its Result keeps it), or
-        None: the output comes as it is printed (TaskPrinted facts), some of it with the task's result."""
+        None: the output comes as it is printed (TaskPrinted facts), some of it with the task's result; ``gone``:
+        whether a slave of the previous master has surely ended (mwpy/core/adoption.py)."""
         self._sched = sched
         self._printed = printed
         self._facts = facts
@@ -164,7 +171,8 @@ class Outcomes:
         #: With a journal: what its predecessor had out, and what slaves that outlived it hand over
         #: (``lease``: how long after the journal's last write to wait for them).
         self.adoption = None if journal is None else Adoption(
-            journal.running(), left=lease - journal.idle, queue=sched.add, adopt=self._adopted, gone=slave_exits.gone
+            {key: Holder(*held) for key, held in journal.running().items()}, left=lease - journal.idle,
+            queue=sched.add, adopt=self._adopted, gone=gone,
         )  # fmt: skip
 
     def mean_run(self) -> float | None:
@@ -253,15 +261,22 @@ class Outcomes:
         """Hold back a keyed task whose slave may be running it for the previous master (mwpy/core/adoption.py)."""
         return self.adoption is not None and self.adoption.submitted(entry)
 
-    def dispatched(self, whom: tuple[str, int], batch: list[Entry]) -> dict[int, str] | None:
-        """Keyed tasks leave for the slave ``whom`` (host, pid): noted in the journal first; their keys by task
-        id for the slave (which hands their results over by key should this master vanish), or None."""
+    def dispatched(self, whom: tuple[str, int], job: str, batch: list[Entry], now: float) -> dict[int, str] | None:
+        """Keyed tasks leave at ``now`` (Unix time) for the slave ``whom`` (host, pid), Condor job ``job`` (or
+        ""): noted in the journal first; their keys by task id for the slave (which hands their results over by
+        key should this master vanish), or None."""
         if self._journal is None:
             return None
         keys = {t.task_id: t.key for t in batch if t.key is not None}
         if keys:
-            self._journal.dispatched([(key, *whom) for key in keys.values()])
+            self._journal.dispatched([(key, *whom, job, now) for key in keys.values()])
         return keys or None
+
+    def connected(self, whom: tuple[str, int], job: str) -> None:
+        """A slave connected (``whom``: its host and pid; ``job``: its Condor job or ""): a slave of the previous
+        master that ran as that job has ended if this is another process (mwpy/core/adoption.py)."""
+        if self.adoption is not None:
+            self.adoption.connected(*whom, job)
 
     def handover(self, sid: str | None, whom: tuple[str, int] | None, held: list[HeldItem]) -> None:
         """A slave (``whom``: its host and pid) that outlived the previous master hands over what it kept."""

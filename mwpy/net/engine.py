@@ -197,13 +197,12 @@ class Engine:
         self._net.queue(peer, data)
         if hello.leave_at:
             self._leaving[sid] = hello.leave_at
-        job = hello.condor_job or None
-        if job is not None:
-            self._jobs[sid] = job
-            self._job_list = None
+        if hello.condor_job:
+            self._jobs[sid], self._job_list = hello.condor_job, None
+        self._outcomes.connected((hello.host, hello.pid), hello.condor_job)  # a slave of the previous master's job?
         self._facts(
             facts.Connected(sid, peer.address, hello.member_id, hello.host, hello.pid, hello.mwpy_version,
-                            kind.value, job)
+                            kind.value, hello.condor_job or None)
         )  # fmt: skip
         self.tick_soon()
 
@@ -296,7 +295,8 @@ class Engine:
         timeouts = None
         if sched.may_time_out:  # only tasks that have a timeout carry one (nothing on the wire otherwise)
             timeouts = {t.task_id: timeout for t in batch if (timeout := sched.timeout_of(t)) is not None}
-        keys = self._outcomes.dispatched(self._whom[sid], batch)  # noted in the journal before they leave
+        # noted in the journal before they leave
+        keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
         peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts, keys)
         peer.tasks_out += len(batch)
         if self._facts.tasks_dispatched is not None:
