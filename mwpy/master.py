@@ -107,7 +107,7 @@ class Master:
             self._journal = journal
             exits = Exits.beside(options.resource_file)
             self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
-                                      how_ended=exits, lease=restart_lease(options), gone=exits.ended,
+                                      how_ended=exits, lease=restart_lease(options), gone=lambda h: exits.ended(*h),
                                       printed=self._observers.printed.take)  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick, listener=listener)  # fmt: skip

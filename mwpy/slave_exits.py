@@ -165,19 +165,6 @@ def describe(status: int) -> str:
     return f"killed by {name}"
 
 
-class Waited(Protocol):
-    """A slave a restarted master waits for: mwpy.core.adoption.Holder."""
-
-    @property
-    def host(self) -> str: ...
-    @property
-    def pid(self) -> int: ...
-    @property
-    def job(self) -> str: ...
-    @property
-    def since(self) -> float: ...
-
-
 class Exits:
     """The master's reader of the files in ``folder``: how a dead slave ended, or None if not told yet."""
 
@@ -201,14 +188,15 @@ class Exits:
                 found = describe(int(fields[2]))  # the last line wins: a pid may be reused
         return found
 
-    def ended(self, slave: Waited) -> bool:
-        """Whether a slave of a previous master has surely ended since it was given its task: its process is
-        gone from this machine, or its Condor job's user log has ended that run or begun another since."""
-        if gone(slave.host, slave.pid):
+    def ended(self, host: str, pid: int, job: str, since: float) -> bool:
+        """Whether a slave of a previous master (``job``: its Condor job or "") has surely ended since it was
+        given a task at ``since``: its process is gone from this machine, or its job's user log has ended that
+        run or begun another since (a restarted master waits for it no more: mwpy/core/adoption.py)."""
+        if gone(host, pid):
             return True
-        if not slave.job or self._folder is None:
+        if not job or self._folder is None:
             return False
-        return _condor_rerun(_tail(self._folder / SLAVES_LOG, MAX_LOG_READ), slave.job, slave.since)
+        return _condor_rerun(_tail(self._folder / SLAVES_LOG, MAX_LOG_READ), job, since)
 
 
 def _size(path: Path) -> int:

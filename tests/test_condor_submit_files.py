@@ -10,7 +10,9 @@ Python with mwpy installed, as a user without mwpy in /usr/bin/python3 does.
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from tests.condor_support import (
     wait_master_done,
     wait_resource,
 )
+from tests.programs.restartable import marks
 from tests.support import wait_until
 
 pytestmark = pytest.mark.condor
@@ -163,3 +166,44 @@ def test_a_master_restarted_by_condor_writes_a_fresh_file_and_resumes_with_reque
     check_slaves_left_cleanly(condor_workdir, 2)
     # Both slaves were requeued and ran again: an execute event of each after the restart, in their user log.
     assert set(starts(job_events(condor_workdir)[seen:])) == slave_jobs, logs(condor_workdir)
+
+
+def test_a_master_killed_with_sigkill_is_started_again_by_condor_and_loses_no_running_task(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """master.sub with a journal, two slaves running keyed tasks (tests/programs/restartable.py); the master
+    process is killed with SIGKILL (the kernel out of memory, a kill -9). Condor starts the master job again
+    (on_exit_remove), the slaves outlive their master and hand the tasks they ran over: every task runs once,
+    no slave job runs twice, and the computation ends once (one termination in the master's user log).
+
+    Before, master.sub took a killed master out of the queue: the computation had no master any more.
+    """
+    runs = condor_workdir / "runs"
+    runs.mkdir()
+    setup_workdir(condor_pool, condor_workdir, ["restartable.py"])
+    count = 8
+    master = submit_master(
+        condor_pool, condor_workdir, "program=restartable.py", f"program_args={count} {runs}",
+        "master_options=--mw-journal master.journal --mw-slave-window 1",
+    )  # fmt: skip
+    slaves = condor_pool.condor_submit(condor_workdir, "submit/slaves.sub", "program=restartable.py", "slaves=2")
+    wait_until(lambda: sum(marks(runs, "started").values()) >= 2, DEADLINE, "both slaves running a task")
+    before = read_resource(condor_workdir)
+    assert before is not None
+    os.kill(before.master_pid, signal.SIGKILL)
+    after = wait_resource(
+        condor_workdir, lambda r: r.master_pid != before.master_pid, "the master started again by Condor"
+    )
+    assert after.awaited_handovers == 2  # the two running tasks wait for their slaves, not dispatched again
+    (runs / "open").touch()
+
+    out = wait_master_done(condor_workdir, master)
+    assert f'{{"sum": {sum(i * i + 1 for i in range(count))}}}' in out, logs(condor_workdir)
+    assert marks(runs, "run") == dict.fromkeys(range(count), 1), "a task ran twice, or never"
+    assert marks(runs, "started") == dict.fromkeys(range(count), 1), "a task started again"
+    check_slaves_left_cleanly(condor_workdir, 2)
+    assert starts(job_events(condor_workdir)) == {f"{slaves}.0": 1, f"{slaves}.1": 1}, logs(condor_workdir)
+    life = job_events(condor_workdir, f"master.{master}.0.log")
+    assert [e.type.name for e in life if e.type.name in ("EXECUTE", "JOB_TERMINATED")] == [
+        "EXECUTE", "EXECUTE", "JOB_TERMINATED"
+    ], life  # fmt: skip

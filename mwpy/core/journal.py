@@ -56,7 +56,7 @@ create table if not exists results (
     recorded real not null,
     digest blob
 );
-create table if not exists running (
+create table if not exists out_on_slaves (
     key text primary key,
     host text not null,
     pid integer not null,
@@ -147,7 +147,7 @@ class Journal:
         except sqlite3.Error as exc:
             self._fail(f"cannot write the journal ({exc})")
             return
-        self._db.execute("delete from running where key = ?", (key,))
+        self._db.execute("delete from out_on_slaves where key = ?", (key,))
         self._pending += 1
 
     def dispatched(self, slaves: list[tuple[str, str, int, str, float]]) -> None:
@@ -156,7 +156,7 @@ class Journal:
         if self.failed is not None:
             return
         try:
-            self._db.executemany("insert or replace into running values (?, ?, ?, ?, ?)", slaves)
+            self._db.executemany("insert or replace into out_on_slaves values (?, ?, ?, ?, ?)", slaves)
         except sqlite3.Error as exc:
             self._fail(f"cannot write the journal ({exc})")
             return
@@ -167,7 +167,7 @@ class Journal:
         """The computation ends (its slaves are told to shut down): no slave keeps anything for a successor."""
         if self.failed is None:
             try:
-                self._db.execute("delete from running")
+                self._db.execute("delete from out_on_slaves")
             except sqlite3.Error as exc:
                 self._fail(f"cannot write the journal ({exc})")
                 return
@@ -178,7 +178,7 @@ class Journal:
         """The keyed tasks a previous master had out on slaves and got no result for: key -> (host, pid, Condor
         job or "", when it went out)."""
         try:
-            rows = self._db.execute("select key, host, pid, job, since from running").fetchall()
+            rows = self._db.execute("select key, host, pid, job, since from out_on_slaves").fetchall()
         except sqlite3.Error as exc:
             self._fail(f"cannot read the journal ({exc})")
             return {}

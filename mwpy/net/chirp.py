@@ -57,6 +57,7 @@ class Chirp:
         self._last_task: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sample: Sample = lambda: ("connecting", 0)  # what follow() samples
         self.delayed = delayed_updates_allowed(os.environ.get(PREFIX_VARIABLE, ""))
 
     @classmethod
@@ -98,15 +99,32 @@ class Chirp:
         with self._lock:
             self._call("ulog", text)
 
-    def follow(self, sample: Sample) -> None:
-        """Publish ``sample()`` every ``INTERVAL`` seconds on a thread of its own, until :meth:`close`."""
+    def fetch(self, remote: str, local: str) -> bool:
+        """Copy the file ``remote`` of the submit machine to ``local`` here (replaced whole, never half
+        written); whether it was copied. A failure does not stop the publishing."""
+        with self._lock:
+            if self._client is None:
+                return False
+            partial = f"{local}.fetching"
+            try:
+                self._client.fetch(remote, partial)
+                os.replace(partial, local)
+            except Exception:  # no such file there, the shadow away (a schedd restart): the old copy stays
+                with contextlib.suppress(OSError):
+                    os.unlink(partial)
+                return False
+        return True
 
-        if self._client is None:
+    def follow(self, sample: Sample) -> None:
+        """Publish ``sample()`` every ``INTERVAL`` seconds on a thread of its own, until :meth:`close`; a later
+        call (a slave that connected to a restarted master) replaces what is sampled."""
+        self._sample = sample
+        if self._client is None or self._thread is not None:
             return
 
         def run() -> None:
             while not self._stop.wait(INTERVAL):
-                self.publish(*sample())
+                self.publish(*self._sample())
 
         self._thread = threading.Thread(target=run, name="mwpy-chirp", daemon=True)
         self._thread.start()

@@ -21,6 +21,7 @@ from mwpy import membership
 from mwpy.data.plane import SlaveData
 from mwpy.errors import ConfigurationError, InvalidResourceFileError, MwpyError, ResourceFileError
 from mwpy.exits import exit_status, program_name, status_of
+from mwpy.job_ad import submit_side_path
 from mwpy.lifetime import Lifetime
 from mwpy.lifetime import find as find_lifetime
 from mwpy.net.chirp import Chirp
@@ -37,6 +38,9 @@ if TYPE_CHECKING:  # loaded with their first use (an Executor's early slaves rea
     from mwpy.data.cache import SlaveCache
 
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
+#: Seconds between two fetches of the resource file from the submit machine by a Condor slave waiting for a
+#: restarted master (Chirp: each costs its job's shadow a file read).
+FETCH_EVERY = 5.0
 #: What a slave runs once before it connects: ``initializer(*initargs)``.
 Initializer = tuple[Callable[..., object], tuple[Any, ...]]
 
@@ -206,7 +210,15 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
     held = old.held
     assert held is not None
 
+    assert options.resource_file is not None
+    local = options.resource_file
+    remote = submit_side_path(os.path.basename(local))  # a Condor job's file is a copy: the old master's
+    fetched: list[float] = []  # when the file was last fetched
+
     def attempt() -> Slave:
+        if remote is not None and (not fetched or time.monotonic() - fetched[-1] >= FETCH_EVERY):
+            fetched.append(time.monotonic())
+            chirp.fetch(remote, local)  # the submit machine's file, over Chirp (the job's +WantIOProxy)
         endpoint, _ = _endpoint(options, audit)  # read again: the restarted master's address and secret
         worker = connect(
             endpoint,
@@ -226,7 +238,9 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
         chirp.log(f"mwpy slave {worker.slave_id} connected to the restarted master {endpoint.host}:{endpoint.port}")
         return worker
 
-    chirp.publish("waiting for its master", len(held))
+    waiting = ("waiting for its master", chirp.done)
+    chirp.publish(*waiting)
+    chirp.follow(lambda: waiting)  # not the old connection's "draining"
     worker = lease.await_master(attempt, old.lease_left(), audit)  # the lease counts from the loss
     chirp.follow(worker.pilot_state)
     if lifetime is not None:
