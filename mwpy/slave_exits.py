@@ -26,12 +26,12 @@ not named: their jobs are Condor's (and the overseer's) to end.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -50,6 +50,8 @@ _ENDS = frozenset({4, 5, 9, 12})
 #: Events that say a run has ended though they do not end it: executing (001: a new run) and reconnect failed
 #: (024: the schedd gave up on the run's starter after its job lease; the job runs again).
 _RERUN = frozenset({1, 24})
+#: What ends each event in a user log.
+_EVENT_END = b"\n...\n"
 #: Seconds an event may be logged before the master saw the connection end (the log has whole seconds).
 _SLACK = 2.0
 
@@ -170,6 +172,9 @@ class Exits:
 
     def __init__(self, folder: Path | None) -> None:
         self._folder = folder
+        #: What :meth:`ended` read of the slaves' user log: bytes, and by job its latest run ended and begun.
+        self._read = 0
+        self._latest: dict[str, tuple[float, float]] = {}
 
     @classmethod
     def beside(cls, resource_file: str | None) -> Exits:
@@ -191,12 +196,42 @@ class Exits:
     def ended(self, host: str, pid: int, job: str, since: float) -> bool:
         """Whether a slave of a previous master (``job``: its Condor job or "") has surely ended since it was
         given a task at ``since``: its process is gone from this machine, or its job's user log has ended that
-        run or begun another since (a restarted master waits for it no more: mwpy/core/adoption.py)."""
+        run or begun another since (a restarted master waits for it no more: mwpy/core/adoption.py). The log
+        has whole seconds: an execution logged in the second of ``since`` is that run's own."""
         if gone(host, pid):
             return True
         if not job or self._folder is None:
             return False
-        return _condor_rerun(_tail(self._folder / SLAVES_LOG, MAX_LOG_READ), job, since)
+        ended, began = self._latest_runs(self._folder / SLAVES_LOG).get(job, (-math.inf, -math.inf))
+        return ended >= int(since) or began > int(since)
+
+    def _latest_runs(self, path: Path) -> dict[str, tuple[float, float]]:
+        """By job (CLUSTER.PROC): when its user log last ended a run of it, and last began one or failed to
+        reconnect to one; only the whole events logged since the last look are read (the log grows all the
+        time: the slaves' state changes are logged too)."""
+        try:
+            with path.open("rb") as file:
+                end = file.seek(0, os.SEEK_END)
+                start = max(self._read if self._read <= end else 0, end - MAX_LOG_READ)  # smaller: a new log
+                file.seek(start)
+                data = file.read(end - start)
+        except OSError:
+            return self._latest
+        whole = data[: data.rfind(_EVENT_END) + len(_EVENT_END)] if _EVENT_END in data else b""
+        self._read = start + len(whole)
+        for event in whole.decode("utf-8", "replace").split(_EVENT_END.decode()):
+            header = _HEADER.search(event)
+            if header is None or int(header[1]) not in _ENDS | _RERUN:
+                continue
+            job, at = f"{int(header[2])}.{int(header[3])}", _logged_at(header)
+            ended, began = self._latest.get(job, (-math.inf, -math.inf))
+            self._latest[job] = (max(ended, at), began) if int(header[1]) in _ENDS else (ended, max(began, at))
+        return self._latest
+
+
+def _logged_at(header: re.Match[str]) -> float:
+    """When (Unix time) the event of a user log's event header was logged."""
+    return time.mktime(time.strptime(header[4], "%Y-%m-%d %H:%M:%S"))
 
 
 def _size(path: Path) -> int:
@@ -217,28 +252,15 @@ def _tail(path: Path, most: int) -> str:
         return ""
 
 
-def _events(log: str, job: str) -> Iterator[tuple[int, float, str, re.Match[str]]]:
-    """Job ``job``'s (CLUSTER.PROC) events in a user log: (code, when as Unix time, text, header)."""
+def _condor_end(log: str, job: str, since: float) -> str | None:
+    """How Condor says job ``job`` (CLUSTER.PROC) ended, from its first run-ending event after ``since``."""
     cluster, _, process = job.partition(".")
     for event in log.split("\n...\n"):
         header = _HEADER.search(event)
-        if header is not None and (header[2], header[3]) == (cluster.zfill(3), process.zfill(3)):
-            yield int(header[1]), time.mktime(time.strptime(header[4], "%Y-%m-%d %H:%M:%S")), event, header
-
-
-def _condor_rerun(log: str, job: str, since: float) -> bool:
-    """Whether job ``job``'s run of ``since`` (Unix time) has ended: an event ends it, or a new run began (the
-    log has whole seconds: an execution logged in the second of ``since`` is that run's own)."""
-    return any(
-        (code in _ENDS and at >= int(since)) or (code in _RERUN and at > int(since))
-        for code, at, _, _ in _events(log, job)
-    )
-
-
-def _condor_end(log: str, job: str, since: float) -> str | None:
-    """How Condor says job ``job`` (CLUSTER.PROC) ended, from its first run-ending event after ``since``."""
-    for code, at, event, header in _events(log, job):
-        if code not in _ENDS or at < since - _SLACK:
+        if header is None or (header[2], header[3]) != (cluster.zfill(3), process.zfill(3)):
+            continue
+        code = int(header[1])
+        if code not in _ENDS or _logged_at(header) < since - _SLACK:
             continue
         body = event[header.end() :].splitlines()[1:]
         reason = " ".join(body[0].split()) if body else ""
