@@ -402,6 +402,7 @@ def _status(options: argparse.Namespace) -> int:
         "shapes": [attrs.asdict(shape) for shape in record.shapes],
         "learned_memory": record.learned_memory or {},
         "journal_answers": record.journal_answers,
+        "awaited_handovers": record.awaited_handovers,
         "demand_reason": record.demand_reason,
     }
     report.update(jobs_command.status_report(options.resource_file))
@@ -467,6 +468,9 @@ def _side_rows(record: resource_file.ResourceFile) -> list[tuple[str, str]]:
         rows.append(("learned", f"memory {resource_file.describe_learned(record.learned_memory)}"))
     if record.journal_answers:
         rows.append(("resumed", f"{record.journal_answers:,} answers from the journal"))
+    if record.awaited_handovers:
+        rows.append(("restart", f"master restarting: {record.awaited_handovers:,} keyed tasks wait for the slaves "
+                                "of the previous master, which outlive it, to hand over"))  # fmt: skip
     return rows
 
 

@@ -101,7 +101,8 @@ class Intake:
         if self._timed:
             entry.queued_at = time.monotonic()  # the event log's queue wait starts here
         if entry.key is None or not self._outcomes.replay(entry):  # a key may be answered from the journal
-            self._sched.add(entry)
+            if entry.key is None or not self._outcomes.park(entry):  # or wait for a slave of the previous master
+                self._sched.add(entry)
         else:
             self.store.release(entry.payload)
 

@@ -66,3 +66,17 @@ def own_job_id() -> str:
     ad = read_ad()
     job = f"{ad.get('clusterid', '')}.{ad.get('procid', '')}"
     return job if CONDOR_JOB_ID.fullmatch(job) else ""
+
+
+def submit_side_path(name: str) -> str | None:
+    """Where the file this job was given as ``name`` (a basename) lives on the submit machine: its entry in
+    the job's ``TransferInput``, under the job's submit-side ``Iwd`` (``OrigIwd``: the starter's copy of the
+    ad names the scratch folder ``Iwd``) unless absolute. None outside Condor or when no such file was
+    transferred. A slave that outlives its master reads the restarted master's resource file
+    there, its own copy being the old master's (mwpy/slaveside/startup.py)."""
+    ad = read_ad()
+    iwd = ad_string(ad.get("origiwd")) or ad_string(ad.get("iwd"))
+    for entry in (item.strip() for item in ad_string(ad.get("transferinput")).split(",")):
+        if entry and os.path.basename(entry) == name:
+            return entry if os.path.isabs(entry) or not iwd else os.path.join(iwd, entry)
+    return None

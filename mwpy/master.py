@@ -1,7 +1,6 @@
 """The master as a master algorithm sees it: submit tasks, drive the loop, drain what it reports.
 
-:class:`Master` is the user-facing API (docs: README.md) and nothing more. It composes the parts that each
-own one job:
+:class:`Master` is the user-facing API (docs: README.md) and nothing more. It composes the parts that each own one job:
 
 * :class:`mwpy.core.scheduler.Scheduler`: which task goes to which slave (no I/O);
 * :class:`mwpy.core.outcomes.Outcomes`: what a result means (retries, the journal, black holes, timeouts) and
@@ -43,7 +42,7 @@ from mwpy.net.engine import TICK, Engine
 from mwpy.observe.audit import Audit
 from mwpy.observe.renderers import Observers
 from mwpy.options import Options
-from mwpy.pool.publish import Publisher
+from mwpy.pool.publish import Publisher, restart_lease
 from mwpy.slave_exits import Exits
 from mwpy.task import Submissions, TaskAlgorithm, reset_master, use_master
 from mwpy.task_records import Result, Task
@@ -108,8 +107,9 @@ class Master:
                 journal = Journal(options.journal, on_failure=lambda why: self._facts(facts.JournalOff(why)))
                 undo.callback(journal.close)
             self._journal = journal
+            exits = Exits.beside(options.resource_file)
             self._outcomes = Outcomes(self._sched, self._facts, journal, allowed_failures=options.allowed_failures,
-                                      how_ended=Exits.beside(options.resource_file),
+                                      how_ended=exits, lease=restart_lease(options), gone=lambda h: exits.ended(*h),
                                       printed=self._observers.printed.take)  # fmt: skip
             self._engine = Engine(options, secret=secret, sched=self._sched, outcomes=self._outcomes,
                                   facts=self._facts, on_tick=self._on_tick, listener=listener)  # fmt: skip
@@ -121,8 +121,7 @@ class Master:
             self._engine.store = self._shared.address  # slaves are told it: their large results go there
             self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
-            #: ``submit()`` (mwpy/task.py): the arguments checked and pickled here, then a task whose future settles
-            #: (a partial: no frame of the master's on each task's way).
+            #: ``submit()`` (mwpy/task.py): arguments checked and pickled, a future; a partial (no frame per task).
             self._submit = functools.partial(submit_task, self._intake)
             #: The ports a service beside the master takes its port from (``--mw-master-port-range``), or None.
             self.port_range = options.master_port_range
@@ -132,6 +131,7 @@ class Master:
                                         tasks_total=lambda: self.tasks_total, journal_answers=len(journal or ()),
                                         slaves_greeted=lambda: self._engine.slaves_greeted,
                                         task_seconds=self._outcomes.mean_run, durable=durable)  # fmt: skip
+            self._publisher.awaited = self._outcomes.awaited  # its predecessor's slaves, in the resource file
             undo.pop_all()
         self._facts(facts.MasterStarted(options.member_id, socket.gethostname(), self._publisher.journal_answers))
         self._publisher.write(time.monotonic(), self._sched.slaves_needed, self._sched.connected(), finished=False)

@@ -39,6 +39,8 @@ def level_name(text: str) -> str:
 Role = Literal["master", "slave"]
 
 DEFAULT_MEMBER_ID = "default-member-id"
+#: Seconds a slave outlives a master that vanished, waiting for it to restart (HTCondor's JobLeaseDuration default).
+DEFAULT_MASTER_LEASE = 2400.0
 #: Seconds past the stale point after which a slave takes its master for gone for good (``--mw-abandon-after``).
 #: Short, unlike the overseer's --abandon-after: a master the schedd restarts writes a fresh file within
 #: seconds, so a stale file means a master that is gone, and a pilot must not hold its slot or restart for long.
@@ -85,6 +87,7 @@ class Options:
     journal: str | None = None
     abandon_after: float = SLAVE_ABANDON_AFTER
     slave_lifetime: float | None = None
+    master_lease: float = DEFAULT_MASTER_LEASE
     events: str | None = None
     metrics_port: int | None = None
     tls_cert: str | None = None
@@ -109,6 +112,13 @@ def positive_int(text: str) -> int:
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
+        raise ValueError
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
         raise ValueError
     return value
 
@@ -430,6 +440,17 @@ _SPECS: dict[str, _Spec] = {
         "shortened at random by up to 10 %. Given to a master, its slaves get it. Default: none.",
         positive_float,
         "a positive number of seconds",
+    ),
+    "--mw-master-lease": _Spec(
+        "master_lease",
+        "SECONDS",
+        "mwpy: how long a slave started from a resource file, whose master (with --mw-journal) gave it keyed "
+        "tasks and vanished without a shutdown, finishes its task, keeps their results and waits for a "
+        "restarted master in that file, to hand them over; then it exits 4. Given to a master: how long, "
+        "restarted, it waits for such slaves of its predecessor before it runs their tasks again. 0: a slave "
+        "exits 4 at once, as before. Default 2400 (HTCondor's JobLeaseDuration).",
+        _non_negative_float,
+        "a non-negative number of seconds",
     ),
     "--mw-events": _Spec(
         "events",

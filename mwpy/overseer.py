@@ -428,6 +428,8 @@ class Overseer:
         The time it had counts from when it started running, or from when this overseer first saw
         the current master if that is later (a restarted master has not had the chance to see anyone).
         """
+        if record.awaited_handovers:  # a restarted master waits for slaves busy with its predecessor's tasks
+            return []
         connected = set(record.condor_jobs_connected)
         runs = {(job.job_id, job.since) for job in jobs if job.state is JobState.RUNNING}
         self._seen_connected = {run for run in self._seen_connected if run in runs}

@@ -245,6 +245,9 @@ class ResourceFile:
     master_removed: bool = False
     #: Why ``slaves_needed`` is what it is, once task times are measured (mwpy/core/demand.py); "" before.
     demand_reason: str = ""
+    #: Keyed tasks a restarted master waits for: their slaves, which outlived its predecessor, have not handed
+    #: over yet (docs/reliability.md "A master restart"); the overseer removes or replaces no slave job meanwhile.
+    awaited_handovers: int = attrs.field(default=0, validator=_not_negative)
     format: str = FORMAT
     version: int = VERSION
 

@@ -14,6 +14,12 @@ running task is interrupted, finished results go out, the tasks still queued
 here go back to the master at once (``HandBack``) and the slave exits
 ``EVICTED`` (non-zero: a vacated job stays queued; a removed one leaves anyway).
 
+A slave started from a resource file outlives a master that vanishes (no
+Shutdown) for ``--mw-master-lease`` seconds: its running task goes on, the
+results of its keyed tasks are kept (``held``), and once a restarted master
+answers at the address the file names, the slave connects again and hands them
+over by key (``Handover``; mwpy/slaveside/lease.py waits, the master adopts them).
+
 This module composes the slave's parts (mwpy/slaveside/): the socket
 (``connection``), the task runs (``running``), heartbeats and signals
 (``lifecycle``); which frame is legal when, and how a result is encoded, is
@@ -40,8 +46,11 @@ from mwpy.slaveside.lifecycle import RESULT_HOLD, Evicted, Heartbeats, HoldWatch
 from mwpy.slaveside.running import Runner
 from mwpy.wire import protocol
 from mwpy.wire.codec import DataPlane
-from mwpy.wire.protocol import ExitCode, ResultItem, TaskItem
+from mwpy.wire.protocol import ExitCode, HeldItem, ResultItem, TaskItem
 from mwpy.wire.session import SlaveSession
+
+#: Seconds a slave that outlives its master keeps a keyed result it sent (the master journals it within a pass).
+SENT_KEPT = 10.0
 
 __all__ = ["Endpoint", "ExitCode", "Slave", "SlaveExit", "SlaveStatus", "connect"]
 
@@ -70,8 +79,25 @@ class Slave:
         audit: Audit,
         *,
         spin_us: int = DEFAULT_SPIN_US,
+        held: dict[str, HeldItem] | None = None,
+        resumed: bool = False,
+        lease: float = 0.0,
     ) -> None:
+        """``held``: the results of keyed tasks kept from a master that vanished (None: this slave does not
+        outlive its master); ``resumed``: this master is its successor, told first what this slave kept (a
+        Handover, even of nothing: the master then runs the tasks it waited for this slave for); ``lease``: for
+        how many seconds from the loss of its master it does (``--mw-master-lease``)."""
         self._audit = audit
+        self.held = held
+        self._closed = False
+        self._lease = lease
+        self._lost_at: float | None = None  # monotonic: when the master was lost
+        self._keyed = False
+        #: Keyed results sent lately (when, item): a master that dies may not have read, or journaled, them.
+        self._sent: deque[tuple[float, HeldItem]] = deque()
+        self._sent_size = 0  # bytes of their values
+        #: (key, algorithm) of the keyed tasks queued or running here, by task id.
+        self._keys: dict[int, tuple[str, str]] = {}
         self.slave_id = welcome.slave_id
         self.result_group = welcome.result_group
         self._max_out = welcome.max_frame
@@ -94,8 +120,11 @@ class Slave:
         self._kill = SoftKill(self._link.wake, lambda: self._runner.in_task)
         self._heartbeats = Heartbeats(
             welcome.heartbeat_interval, self._link, self._hold, audit, flush=self._flush, held=self._held_state,
-            lost=lambda: self._lost, stranded=lambda: self._runner.in_task and self._kill.signum is None,
+            lost=lambda: self._lost,
+            stranded=lambda: self._runner.in_task and self._kill.signum is None and not self.outlives,
         )  # fmt: skip
+        if resumed and held is not None:
+            self._hand_over(held)
         self._process_frames()
 
     @property
@@ -123,6 +152,8 @@ class Slave:
         """Work until the master says stop; 0 after an orderly shutdown, else a non-zero status."""
         while self._shutdown is None and self._lost is None:  # leaving on a soft-kill signal sets _lost
             self._work(None)  # no SlaveStatus per round: nobody would read it
+        if self._lost is not None:
+            self._flush()  # a master that vanished: the results of keyed tasks are kept (held), the rest dropped
         return self.status().exit_code
 
     def loop(self, timeout: float | None = 0.05) -> SlaveStatus:
@@ -151,6 +182,16 @@ class Slave:
         self._receive(timeout if self._retirement is None or not idle else self._retirement.wait(timeout), wait=idle)
         if not self._queue and self._retirement is not None:
             self._due(None)
+
+    @property
+    def outlives(self) -> bool:
+        """Whether this slave outlives a master that vanishes: it can find a restarted one (``held`` is not
+        None) and was given keyed tasks (the master keeps a journal: a restarted one waits for this slave)."""
+        return self.held is not None and self._keyed and self.lease_left() > 0
+
+    def lease_left(self) -> float:
+        """Seconds left of the lease (all of it while the master is there)."""
+        return self._lease - (0.0 if self._lost_at is None else time.monotonic() - self._lost_at)
 
     def retire_by(self, lifetime: Lifetime) -> None:
         """Leave by plan before ``lifetime`` ends: take only tasks that end in time (mwpy/lifetime.py)."""
@@ -184,7 +225,10 @@ class Slave:
         return ("working" if self._runner.in_task or self._queue else "idle"), self._done
 
     def close(self) -> None:
-        """Stop heartbeats and hang up."""
+        """Stop heartbeats and hang up (once: a slave that outlived its master was closed before its successor)."""
+        if self._closed:
+            return
+        self._closed = True
         self._heartbeats.stop()
         self._runner.stop()
         self._link.close()
@@ -229,7 +273,30 @@ class Slave:
     def _lose(self, reason: str) -> None:
         if self._lost is None:
             self._lost = reason
+            self._lost_at = time.monotonic()
             self._audit(f"MASTER LOST ({reason})")
+            if self.held is not None and self._keyed:  # what went out lately may never have arrived: kept too
+                self.held.update((item[0], item) for _, item in self._sent)
+
+    def _hand_over(self, held: dict[str, HeldItem]) -> None:
+        """Tell a restarted master what this slave kept (in frames that fit; one, empty, when it kept nothing)."""
+        self._audit(f"MASTER <- HANDOVER of {len(held)} results kept while the master was gone")
+        items = list(held.values())
+        sizes = [len(item[2][2]) + len(item[0]) + len(item[1]) for item in items]
+        for start, stop in protocol.pack(sizes, len(items), self._max_out) if items else [(0, 0)]:
+            self._link.send(protocol.Handover(items[start:stop]))
+        held.clear()
+
+    def _note_sent(self, results: list[ResultItem]) -> None:
+        """Keep the keyed results just sent for a while (SENT_KEPT s, at most a frame's worth): should the master
+        vanish before it journaled them, they are handed to its successor (a duplicate is dropped there)."""
+        keys, sent, now = self._keys, self._sent, time.monotonic()
+        for r in results:
+            if r[1] and r[0] in keys:
+                sent.append((now, (*keys[r[0]], r)))
+                self._sent_size += len(r[2])
+        while sent and (now - sent[0][0] > SENT_KEPT or self._sent_size > self._max_out // 2):
+            self._sent_size -= len(sent.popleft()[1][2][2])
 
     # ------------------------------------------------------------------ work
 
@@ -292,7 +359,7 @@ class Slave:
         # Only these results' output: the main thread may be writing the next task's (no lock on that path).
         printed = self._runner.outputs
         outputs = {r[0]: printed.pop(r[0]) for r in results if r[0] in printed} if printed else {}
-        if not results or self._lost is not None:
+        if ((self._lost is not None or self._keys) and self._keep(results)) or not results:
             return
         if len(results) == 1:  # the runner made sure every single result fits in a frame (and its output is short)
             self._link.send_results(results, outputs)
@@ -303,6 +370,20 @@ class Slave:
                 self._link.send_results(part, {r[0]: outputs[r[0]] for r in part if r[0] in outputs} or None)
         if self._audit.packets:
             self._audit(f"MASTER <- {len(results)} results")
+
+    def _keep(self, results: list[ResultItem]) -> bool:
+        """Keyed tasks' successes among ``results``: kept for a restarted master if the master is lost (then True:
+        nothing goes out), else noted as sent lately."""
+        keys = self._keys
+        if self._lost is not None:
+            if self.held is not None and self._keyed:
+                self.held.update((keys[r[0]][0], (*keys[r[0]], r)) for r in results if r[1] and r[0] in keys)
+            return True
+        if self.held is not None:
+            self._note_sent(results)
+        for r in results:
+            keys.pop(r[0], None)
+        return False
 
     def _held_state(self) -> tuple[bool, float]:
         """Whether results are held, and since when (read under the watch's lock)."""
@@ -343,6 +424,14 @@ class Slave:
             self._queue.extend(msg.items)
             if msg.timeouts:
                 self._runner.timeouts.update(msg.timeouts)
+            if msg.keys:
+                self._keyed = True
+                algorithms = {item[0]: item[1] for item in msg.items}
+                self._keys.update(
+                    (task_id, (key, algorithms[task_id]))
+                    for task_id, key in msg.keys.items()
+                    if task_id in algorithms and type(key) is str
+                )
             if self._audit.packets:
                 self._audit(f"MASTER -> {len(msg.items)} tasks")
         elif isinstance(msg, protocol.Cancel):
@@ -379,10 +468,13 @@ def connect(
     spin_us: int = DEFAULT_SPIN_US,
     shape: Resources | None = None,
     leave_at: float = 0.0,
+    held: dict[str, HeldItem] | None = None,
+    resumed: bool = False,
+    lease: float = 0.0,
 ) -> Slave:
     """Connect and authenticate, saying what we offer (``shape``); keep trying for ``patience`` seconds while
     nobody answers. ``leave_at``: when (Unix time) the slave will leave by plan, 0.0 for never."""
     sock, session, welcome = open_link(
         endpoint, audit=audit, max_frame=max_frame, timeout=timeout, patience=patience, shape=shape, leave_at=leave_at
     )
-    return Slave(sock, session, welcome, audit, spin_us=spin_us)
+    return Slave(sock, session, welcome, audit, spin_us=spin_us, held=held, resumed=resumed, lease=lease)

@@ -26,6 +26,7 @@ not named: their jobs are Condor's (and the overseer's) to end.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -46,6 +47,11 @@ _SIGNAL = re.compile(r"Abnormal termination \(signal (\d+)\)")
 _STATUS = re.compile(r"Normal termination \(return value (\d+)\)")
 #: Events that end a run: evicted (004, "terminated and was requeued" for a non-zero exit), terminated, aborted, held.
 _ENDS = frozenset({4, 5, 9, 12})
+#: Events that say a run has ended though they do not end it: executing (001: a new run) and reconnect failed
+#: (024: the schedd gave up on the run's starter after its job lease; the job runs again).
+_RERUN = frozenset({1, 24})
+#: What ends each event in a user log.
+_EVENT_END = b"\n...\n"
 #: Seconds an event may be logged before the master saw the connection end (the log has whole seconds).
 _SLACK = 2.0
 
@@ -85,6 +91,20 @@ def stuck(folder: Path | None, slave: Departed) -> bool:
     if slave.job is None:
         dropped(folder, slave.host, slave.pid)
     return slave.host == socket.gethostname()
+
+
+def gone(host: str, pid: int) -> bool:
+    """Whether the slave process ``pid`` on ``host`` has surely ended: only this machine's can be looked at (one
+    elsewhere, or a pid taken again since, counts as alive)."""
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: the pid was taken again
+        return False
+    return False
 
 
 def _append(path: Path, line: str) -> None:
@@ -152,6 +172,9 @@ class Exits:
 
     def __init__(self, folder: Path | None) -> None:
         self._folder = folder
+        #: What :meth:`ended` read of the slaves' user log: bytes, and by job its latest run ended and begun.
+        self._read = 0
+        self._latest: dict[str, tuple[float, float]] = {}
 
     @classmethod
     def beside(cls, resource_file: str | None) -> Exits:
@@ -169,6 +192,46 @@ class Exits:
             if fields[:2] == [slave.host, str(slave.pid)] and len(fields) == 3 and fields[2].lstrip("-").isdigit():
                 found = describe(int(fields[2]))  # the last line wins: a pid may be reused
         return found
+
+    def ended(self, host: str, pid: int, job: str, since: float) -> bool:
+        """Whether a slave of a previous master (``job``: its Condor job or "") has surely ended since it was
+        given a task at ``since``: its process is gone from this machine, or its job's user log has ended that
+        run or begun another since (a restarted master waits for it no more: mwpy/core/adoption.py). The log
+        has whole seconds: an execution logged in the second of ``since`` is that run's own."""
+        if gone(host, pid):
+            return True
+        if not job or self._folder is None:
+            return False
+        ended, began = self._latest_runs(self._folder / SLAVES_LOG).get(job, (-math.inf, -math.inf))
+        return ended >= int(since) or began > int(since)
+
+    def _latest_runs(self, path: Path) -> dict[str, tuple[float, float]]:
+        """By job (CLUSTER.PROC): when its user log last ended a run of it, and last began one or failed to
+        reconnect to one; only the whole events logged since the last look are read (the log grows all the
+        time: the slaves' state changes are logged too)."""
+        try:
+            with path.open("rb") as file:
+                end = file.seek(0, os.SEEK_END)
+                start = max(self._read if self._read <= end else 0, end - MAX_LOG_READ)  # smaller: a new log
+                file.seek(start)
+                data = file.read(end - start)
+        except OSError:
+            return self._latest
+        whole = data[: data.rfind(_EVENT_END) + len(_EVENT_END)] if _EVENT_END in data else b""
+        self._read = start + len(whole)
+        for event in whole.decode("utf-8", "replace").split(_EVENT_END.decode()):
+            header = _HEADER.search(event)
+            if header is None or int(header[1]) not in _ENDS | _RERUN:
+                continue
+            job, at = f"{int(header[2])}.{int(header[3])}", _logged_at(header)
+            ended, began = self._latest.get(job, (-math.inf, -math.inf))
+            self._latest[job] = (max(ended, at), began) if int(header[1]) in _ENDS else (ended, max(began, at))
+        return self._latest
+
+
+def _logged_at(header: re.Match[str]) -> float:
+    """When (Unix time) the event of a user log's event header was logged."""
+    return time.mktime(time.strptime(header[4], "%Y-%m-%d %H:%M:%S"))
 
 
 def _size(path: Path) -> int:
@@ -197,7 +260,7 @@ def _condor_end(log: str, job: str, since: float) -> str | None:
         if header is None or (header[2], header[3]) != (cluster.zfill(3), process.zfill(3)):
             continue
         code = int(header[1])
-        if code not in _ENDS or time.mktime(time.strptime(header[4], "%Y-%m-%d %H:%M:%S")) < since - _SLACK:
+        if code not in _ENDS or _logged_at(header) < since - _SLACK:
             continue
         body = event[header.end() :].splitlines()[1:]
         reason = " ".join(body[0].split()) if body else ""

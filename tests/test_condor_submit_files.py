@@ -10,7 +10,10 @@ Python with mwpy installed, as a user without mwpy in /usr/bin/python3 does.
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from tests.condor_support import (
     wait_master_done,
     wait_resource,
 )
+from tests.programs.restartable import marks
 from tests.support import wait_until
 
 pytestmark = pytest.mark.condor
@@ -163,3 +167,72 @@ def test_a_master_restarted_by_condor_writes_a_fresh_file_and_resumes_with_reque
     check_slaves_left_cleanly(condor_workdir, 2)
     # Both slaves were requeued and ran again: an execute event of each after the restart, in their user log.
     assert set(starts(job_events(condor_workdir)[seen:])) == slave_jobs, logs(condor_workdir)
+
+
+def test_a_master_killed_with_sigkill_is_started_again_by_condor_and_loses_no_running_task(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """master.sub with a journal, two slaves running keyed tasks (tests/programs/restartable.py); the master
+    process is killed with SIGKILL (the kernel out of memory, a kill -9). Condor starts the master job again
+    (on_exit_remove), the slaves outlive their master, find the new one in the submit machine's resource file
+    (over Chirp: theirs is a copy) and hand the tasks they ran over: every task runs once, no slave job runs
+    twice, and the computation ends once (one termination in the master's user log).
+
+    Before, master.sub took a killed master out of the queue, and the slaves waited at the old address.
+    """
+    _restart_master_midway(condor_pool, condor_workdir, lambda master_pid: os.kill(master_pid, signal.SIGKILL))
+
+
+def test_a_schedd_restart_restarts_the_master_and_loses_no_running_task(
+    condor_pool: Pool, condor_workdir: Path
+) -> None:
+    """The same with the schedd killed (SIGKILL, a crash) and started again by condor_master: the slave jobs'
+    starters keep running and reconnect within their job lease (HTCondor's own promise), the master job is
+    started again, and the slaves hand their work over to it."""
+
+    def crash_the_schedd(master_pid: int) -> None:
+        here = os.readlink("/proc/self/ns/net")  # the first node's schedd, not node 2's (its own network)
+        root = os.stat(condor_pool.facts["root"])
+        for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+            try:
+                found = Path(f"/proc/{pid}/comm").read_text().strip() == "condor_schedd"
+                found = found and os.readlink(f"/proc/{pid}/ns/net") == here
+                found = found and os.stat(f"/proc/{pid}/root").st_ino == root.st_ino
+            except OSError:
+                continue
+            if found:
+                os.kill(pid, signal.SIGKILL)
+                return
+        raise AssertionError("no condor_schedd")
+
+    _restart_master_midway(condor_pool, condor_workdir, crash_the_schedd)
+
+
+def _restart_master_midway(pool: Pool, workdir: Path, kill: Callable[[int], None]) -> None:
+    runs = workdir / "runs"
+    runs.mkdir()
+    setup_workdir(pool, workdir, ["restartable.py"])
+    count = 8
+    master = submit_master(
+        pool, workdir, "program=restartable.py", f"program_args={count} {runs}",
+        "master_options=--mw-journal master.journal --mw-slave-window 1",
+    )  # fmt: skip
+    slaves = pool.condor_submit(workdir, "submit/slaves.sub", "program=restartable.py", "slaves=2")
+    wait_until(lambda: sum(marks(runs, "started").values()) >= 2, DEADLINE, "both slaves running a task")
+    before = read_resource(workdir)
+    assert before is not None
+    kill(before.master_pid)
+    after = wait_resource(workdir, lambda r: r.master_pid != before.master_pid, "the master started again", 120)
+    assert after.awaited_handovers == 2  # the two running tasks wait for their slaves, not dispatched again
+    (runs / "open").touch()
+
+    out = wait_master_done(workdir, master)
+    assert f'{{"sum": {sum(i * i + 1 for i in range(count))}}}' in out, logs(workdir)
+    assert marks(runs, "run") == dict.fromkeys(range(count), 1), "a task ran twice, or never"
+    assert marks(runs, "started") == dict.fromkeys(range(count), 1), "a task started again"
+    check_slaves_left_cleanly(workdir, 2)
+    assert starts(job_events(workdir)) == {f"{slaves}.0": 1, f"{slaves}.1": 1}, logs(workdir)
+    life = job_events(workdir, f"master.{master}.0.log")
+    assert [e.type.name for e in life if e.type.name in ("EXECUTE", "JOB_TERMINATED")] == [
+        "EXECUTE", "EXECUTE", "JOB_TERMINATED"
+    ], life  # fmt: skip

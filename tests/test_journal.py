@@ -79,7 +79,9 @@ def test_master_killed_half_way_resumes_from_its_journal(tmp_path: Path) -> None
     runs.mkdir()
     (runs / "gate-from").write_text(str(COUNT // 3))  # the rest waits for runs/open: no race with the kill
     first = run_master(tmp_path, journal, runs)
-    slaves = [spawn_slave(JOURNALED, tmp_path) for _ in range(2)]
+    # No lease: these slaves leave with their master, as without a resource file (test_master_restart.py has
+    # slaves that outlive it).
+    slaves = [spawn_slave(JOURNALED, tmp_path, "--mw-master-lease", "0") for _ in range(2)]
     wait_until(lambda: len(printed(first)) >= COUNT // 3, DEADLINE, "a third of the results")
     first.kill()  # SIGKILL: no goodbye, no journal close
     (runs / "open").touch()  # the slaves finish the gated task they hold, then find the master gone

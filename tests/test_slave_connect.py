@@ -23,6 +23,7 @@ import pytest
 
 from mwpy import ExitCode
 from mwpy.job_ad import own_job_id as condor_job_id
+from mwpy.job_ad import submit_side_path
 from mwpy.names import JOB_AD_VARIABLE
 from mwpy.observe import events
 from mwpy.resource_file import ResourceFile
@@ -68,6 +69,30 @@ def test_no_job_ad_or_one_that_is_no_regular_file_gives_no_job_id(
     assert condor_job_id() == ""
     monkeypatch.setenv(JOB_AD_VARIABLE, str(tmp_path / "missing.ad"))
     assert condor_job_id() == ""
+
+
+@pytest.mark.parametrize(
+    ("transfer", "expected"),
+    [
+        ('"mwpy.pyz,prog.py,resource.json"', "/home/u/run/resource.json"),
+        ('"mwpy.pyz, /shared/run/resource.json"', "/shared/run/resource.json"),
+        ('"mwpy.pyz,prog.py"', None),  # not transferred: no submit-side file to read
+    ],
+    ids=["relative", "absolute", "absent"],
+)
+def test_a_slave_finds_its_resource_file_on_the_submit_machine_from_its_job_ad(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transfer: str, expected: str | None
+) -> None:
+    """Guards: a Condor slave waiting for a restarted master reads the submit machine's resource file (its
+    own is a copy of the old master's): TransferInput's entry, under the submit side's Iwd."""
+    path = tmp_path / ".job.ad"
+    # As the starter writes it: Iwd is the scratch folder, OrigIwd the submit side's.
+    ad = f'{AD}Iwd = "/var/lib/condor/execute/dir_1"\nOrigIwd = "/home/u/run"\nTransferInput = {transfer}\n'
+    path.write_text(ad, encoding="utf-8")
+    monkeypatch.setenv(JOB_AD_VARIABLE, str(path))
+    assert submit_side_path("resource.json") == expected
+    monkeypatch.delenv(JOB_AD_VARIABLE)
+    assert submit_side_path("resource.json") is None
 
 
 def test_a_slave_in_a_condor_job_is_published_with_its_job_id_until_it_leaves(

@@ -227,6 +227,14 @@ class JournalOff(NamedTuple):
     why: str
 
 
+class TaskAdopted(NamedTuple):
+    """Task ``task_id`` (key ``key``) was answered by the result ``sid`` kept from the previous master: not run."""
+
+    sid: str
+    task_id: int
+    key: str
+
+
 #: Every kind of fact record, and the Observer method that hears it.
 KINDS: Final[dict[type[Any], str]] = {
     MasterStarted: "master_started",
@@ -251,6 +259,7 @@ KINDS: Final[dict[type[Any], str]] = {
     TaskTimedOut: "task_timed_out",
     JournalEntryUnusable: "journal_entry_unusable",
     JournalOff: "journal_off",
+    TaskAdopted: "task_adopted",
     TaskPrinted: "task_printed",
 }
 #: The per-task kinds: plain calls, ``None`` in :class:`Facts` while nobody listens.
@@ -300,6 +309,7 @@ class Observer:
     def task_timed_out(self, fact: TaskTimedOut) -> None: ...
     def journal_entry_unusable(self, fact: JournalEntryUnusable) -> None: ...
     def journal_off(self, fact: JournalOff) -> None: ...
+    def task_adopted(self, fact: TaskAdopted) -> None: ...
     def task_printed(self, fact: TaskPrinted) -> None: ...
 
     # -- per task, on the hot path (no record)

@@ -55,6 +55,13 @@ create table if not exists results (
     compute_time real not null,
     recorded real not null,
     digest blob
+);
+create table if not exists out_on_slaves (
+    key text primary key,
+    host text not null,
+    pid integer not null,
+    job text not null,
+    since real not null
 )
 """
 
@@ -87,11 +94,17 @@ class Journal:
         """Open (or create) the journal at ``path``; ``on_failure`` hears, once, why it turned itself off."""
         self._on_failure = on_failure
         _prepare(Path(path))
+        #: Seconds since a previous master last wrote the journal (its files' times): the restarted master's
+        #: wait for its predecessor's slaves counts from there.
+        self.idle = time.time() - max(
+            (os.stat(name).st_mtime for name in (os.fspath(path), f"{os.fspath(path)}-wal") if os.path.exists(name)),
+            default=0.0,
+        )
         try:
             self._db = sqlite3.connect(path, isolation_level=None)
             self._db.execute("pragma journal_mode=wal")
             self._db.execute("pragma synchronous=normal")
-            self._db.execute(_SCHEMA)
+            self._db.executescript(_SCHEMA)
             # another program's table, or damaged pages, would otherwise fail mid-run with a traceback
             self._db.execute("select key, algorithm, value, slave_id, compute_time, recorded from results limit 0")
             problems = self._db.execute("pragma quick_check").fetchall()
@@ -134,7 +147,42 @@ class Journal:
         except sqlite3.Error as exc:
             self._fail(f"cannot write the journal ({exc})")
             return
+        self._db.execute("delete from out_on_slaves where key = ?", (key,))
         self._pending += 1
+
+    def dispatched(self, slaves: list[tuple[str, str, int, str, float]]) -> None:
+        """Keyed tasks (key, host, pid, Condor job or "", when) went to a slave: made durable at once, before
+        they leave, so that a restarted master knows whom to wait for, and how to tell it ended (:meth:`running`)."""
+        if self.failed is not None:
+            return
+        try:
+            self._db.executemany("insert or replace into out_on_slaves values (?, ?, ?, ?, ?)", slaves)
+        except sqlite3.Error as exc:
+            self._fail(f"cannot write the journal ({exc})")
+            return
+        self._pending += 1
+        self.commit()
+
+    def nothing_running(self) -> None:
+        """The computation ends (its slaves are told to shut down): no slave keeps anything for a successor."""
+        if self.failed is None:
+            try:
+                self._db.execute("delete from out_on_slaves")
+            except sqlite3.Error as exc:
+                self._fail(f"cannot write the journal ({exc})")
+                return
+            self._pending += 1
+            self.commit()
+
+    def running(self) -> dict[str, tuple[str, int, str, float]]:
+        """The keyed tasks a previous master had out on slaves and got no result for: key -> (host, pid, Condor
+        job or "", when it went out)."""
+        try:
+            rows = self._db.execute("select key, host, pid, job, since from out_on_slaves").fetchall()
+        except sqlite3.Error as exc:
+            self._fail(f"cannot read the journal ({exc})")
+            return {}
+        return {key: (host, pid, job, since) for key, host, pid, job, since in rows}
 
     def commit(self) -> None:
         """Make recorded results durable (called before the master algorithm sees them)."""

@@ -37,19 +37,29 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from mwpy import slave_exits
+from mwpy import safe_text, slave_exits
+from mwpy.core.adoption import Adoption, Gone, Holder
 from mwpy.core.entry import Death, Entry
-from mwpy.core.facts import Facts, JournalEntryUnusable, StrayResult, TaskFailed, TaskPrinted, TaskTimedOut
+from mwpy.core.facts import (
+    Facts,
+    JournalEntryUnusable,
+    StrayResult,
+    TaskAdopted,
+    TaskFailed,
+    TaskPrinted,
+    TaskTimedOut,
+)
 from mwpy.core.scheduler import Scheduler
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.task_records import Result, TaskError, task_exception
 from mwpy.wire import codec
-from mwpy.wire.protocol import ResultItem
+from mwpy.wire.protocol import HeldItem, ResultItem
 
 if TYPE_CHECKING:  # loaded for real only with --mw-journal
     from mwpy.core.journal import Entry as JournalEntry
     from mwpy.core.journal import Journal
 
+log = safe_text.logger("mwpy.master")
 #: Failures that would recur on any slave: handed over at once, never retried.
 NOT_RETRIED: Final = frozenset({"ResultTooLarge", "ResultDecodeError"})
 #: Beyond a task's timeout and the slave's own grace (slave.TIMEOUT_GRACE), how long the master waits
@@ -117,6 +127,11 @@ def _unusable(found: JournalEntry, entry: Entry, replayed: Result) -> str | None
 Printed = Callable[[str, int], tuple[str, str] | None]
 
 
+def _process_gone(holder: Holder) -> bool:
+    """Whether a slave of the previous master has surely ended, by its process alone (this machine's)."""
+    return slave_exits.gone(holder.host, holder.pid)
+
+
 def _nothing_printed(sid: str, task_id: int) -> None:
     return None
 
@@ -133,9 +148,12 @@ class Outcomes:
         allowed_failures: int = 3,
         how_ended: HowEnded = _unknown,
         printed: Printed = _nothing_printed,
+        lease: float = 0.0,
+        gone: Gone = _process_gone,
     ) -> None:
         """``printed(sid, task_id)``: what the task printed on ``sid`` (each stream as its Result keeps it), or
-        None: the output comes as it is printed (TaskPrinted facts), some of it with the task's result."""
+        None: the output comes as it is printed (TaskPrinted facts), some of it with the task's result; ``gone``:
+        whether a slave of the previous master has surely ended (mwpy/core/adoption.py)."""
         self._sched = sched
         self._printed = printed
         #: Whether any task printed yet (output came): until then no result asks ``printed``, a call per task.
@@ -152,6 +170,12 @@ class Outcomes:
         self.received: codec.Received | None = None
         #: Runs measured (results from slaves, answers and failures) and their seconds: the demand model's input.
         self.runs, self.run_seconds = 0, 0.0
+        #: With a journal: what its predecessor had out, and what slaves that outlived it hand over
+        #: (``lease``: how long after the journal's last write to wait for them).
+        self.adoption = None if journal is None else Adoption(
+            {key: Holder(*held) for key, held in journal.running().items()}, left=lease - journal.idle,
+            queue=sched.add, adopt=self._adopted, gone=gone,
+        )  # fmt: skip
 
     def mean_run(self) -> float | None:
         """Mean seconds a task ran on its slave, over every result so far; None before the first."""
@@ -236,13 +260,69 @@ class Outcomes:
         self.deliver(entry, replayed)
         return True
 
+    def park(self, entry: Entry) -> bool:
+        """Hold back a keyed task whose slave may be running it for the previous master (mwpy/core/adoption.py)."""
+        return self.adoption is not None and self.adoption.submitted(entry)
+
+    def dispatched(self, whom: tuple[str, int], job: str, batch: list[Entry], now: float) -> dict[int, str] | None:
+        """Keyed tasks leave at ``now`` (Unix time) for the slave ``whom`` (host, pid), Condor job ``job`` (or
+        ""): noted in the journal first; their keys by task id for the slave (which hands their results over by
+        key should this master vanish), or None."""
+        if self._journal is None:
+            return None
+        keys = {t.task_id: t.key for t in batch if t.key is not None}
+        if keys:
+            self._journal.dispatched([(key, *whom, job, now) for key in keys.values()])
+        return keys or None
+
+    def connected(self, whom: tuple[str, int], job: str) -> None:
+        """A slave connected (``whom``: its host and pid; ``job``: its Condor job or ""): a slave of the previous
+        master that ran as that job has ended if this is another process (mwpy/core/adoption.py)."""
+        if self.adoption is not None:
+            self.adoption.connected(*whom, job)
+
+    def handover(self, sid: str | None, whom: tuple[str, int] | None, held: list[HeldItem]) -> None:
+        """A slave (``whom``: its host and pid) that outlived the previous master hands over what it kept."""
+        if sid is None or whom is None:
+            return
+        if self.adoption is None:  # no journal: nothing waits for them
+            log.warning("%s handed over %d results kept from a previous master: dropped (no --mw-journal)", sid,
+                        len(held))  # fmt: skip
+            return
+        self.adoption.handover(sid, whom, held)
+
+    def awaited(self) -> int:
+        """Keyed tasks waiting for a slave of the previous master to hand over (0 without a journal)."""
+        return 0 if self.adoption is None else self.adoption.waiting
+
+    def end(self) -> None:
+        """The computation finishes: results slaves kept that no task asked for are dropped, each with a line."""
+        if self.adoption is not None:
+            self.adoption.end()
+        if self._journal is not None:
+            self._journal.nothing_running()
+
+    def _adopted(self, entry: Entry, sid: str, item: HeldItem) -> None:
+        """Answer ``entry`` with the result a slave kept while the master was gone: journaled, delivered once."""
+        _, _, blob, compute_time = item[2]
+        self.runs += 1
+        self.run_seconds += compute_time
+        result = decode(entry, sid, True, blob, compute_time, received=self.received)
+        if result.error is None and entry.key is not None and self._journal is not None:
+            self._journal.record(entry.key, entry.algorithm, codec.journal_form(blob, result.value), sid, compute_time)
+        self._facts(TaskAdopted(sid, entry.task_id, entry.key or ""))
+        self.deliver(entry, result)
+
     def commit(self) -> None:
         """Make what was journaled durable: called after each loop pass, before the algorithm sees the results."""
         if self._journal is not None:
             self._journal.commit()
 
     def overdue(self, now: float) -> list[tuple[str, str]]:
-        """Fail each task past its timeout (and grace); (slave to drop, why) for each."""
+        """Fail each task past its timeout (and grace); (slave to drop, why) for each. Tasks parked for a slave
+        of the previous master that is not back within the lease are queued (mwpy/core/adoption.py)."""
+        if self.adoption is not None:
+            self.adoption.tick(now)
         sched = self._sched
         dropped = []
         for sid, entry in sched.overdue(now, MASTER_TIMEOUT_GRACE):

@@ -57,22 +57,13 @@ class Chirp:
         self._last_task: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sample: Sample = lambda: ("connecting", 0)  # what follow() samples
         self.delayed = delayed_updates_allowed(os.environ.get(PREFIX_VARIABLE, ""))
 
     @classmethod
     def open(cls, master: str) -> Chirp:
         """A publisher for this job; one that publishes nothing outside Condor or without a Chirp proxy."""
-        config = os.environ.get(CONFIG_VARIABLE)
-        if not config or not os.path.isfile(config):
-            return cls(None, master)
-        try:
-            import htchirp  # noqa: PLC0415 (only slaves that run as Condor jobs need it)
-
-            client = htchirp.HTChirp(timeout=TIMEOUT)
-            client.connect()
-        except Exception:  # no proxy, a refused cookie, an old htchirp: the slave works the same
-            return cls(None, master)
-        return cls(client, master)
+        return cls(_client(), master)
 
     def publish(self, state: str, done: int) -> None:
         """Send the attributes that changed since the last call."""
@@ -98,15 +89,36 @@ class Chirp:
         with self._lock:
             self._call("ulog", text)
 
-    def follow(self, sample: Sample) -> None:
-        """Publish ``sample()`` every ``INTERVAL`` seconds on a thread of its own, until :meth:`close`."""
+    def fetch(self, remote: str, local: str) -> bool:
+        """Copy the file ``remote`` of the submit machine to ``local`` here (replaced whole, never half
+        written); whether it was copied. Each fetch has a connection of its own: one that failed while the
+        job's shadow was away (a schedd restart) ended the publishing, but the next shadow serves a fetch."""
+        client = _client()
+        if client is None:
+            return False
+        partial = f"{local}.fetching"
+        try:
+            client.fetch(remote, partial)
+            os.replace(partial, local)
+        except Exception:  # no such file there, the shadow away: the old copy stays
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                client.disconnect()
+        return True
 
-        if self._client is None:
+    def follow(self, sample: Sample) -> None:
+        """Publish ``sample()`` every ``INTERVAL`` seconds on a thread of its own, until :meth:`close`; a later
+        call (a slave that connected to a restarted master) replaces what is sampled."""
+        self._sample = sample
+        if self._client is None or self._thread is not None:
             return
 
         def run() -> None:
             while not self._stop.wait(INTERVAL):
-                self.publish(*sample())
+                self.publish(*self._sample())
 
         self._thread = threading.Thread(target=run, name="mwpy-chirp", daemon=True)
         self._thread.start()
@@ -129,6 +141,22 @@ class Chirp:
             self._client = None
             return False
         return True
+
+
+def _client() -> Any:
+    """A connected Chirp client of this job's starter, or None: outside Condor, or no proxy, a refused cookie,
+    an old htchirp (the slave works the same)."""
+    config = os.environ.get(CONFIG_VARIABLE)
+    if not config or not os.path.isfile(config):
+        return None
+    try:
+        import htchirp  # noqa: PLC0415 (only slaves that run as Condor jobs need it)
+
+        client = htchirp.HTChirp(timeout=TIMEOUT)
+        client.connect()
+    except Exception:
+        return None
+    return client
 
 
 def delayed_updates_allowed(prefixes: str) -> bool:

@@ -76,6 +76,10 @@ class Engine:
         self._on_tick = on_tick
         self._net = Connections(options, secret, facts, on_lost=self._lose, listener=listener)
         self._by_sid: dict[str, Peer] = {}
+        self._handlers: dict[type, Callable[..., None]] = {
+            protocol.Cancelled: self._take_back, protocol.HandBack: self._handed_back, protocol.Heartbeat: self._heard,
+            protocol.Handover: lambda peer, msg: outcomes.handover(peer.sid, self._whom.get(peer.sid or ""), msg.held),
+        }  # fmt: skip
         #: Condor job id (CLUSTER.PROC) by slave id, for the connected slaves that reported one.
         self._jobs: dict[str, str] = {}
         #: (host, pid) of each connected slave, as its Hello said: a slave that dies is named by it.
@@ -159,13 +163,8 @@ class Engine:
                     self._facts(facts.Refused(peer.address, event.hello.member_id, event.reason))
                     self._net.queue(peer, event.data)
                     self._net.close(peer)
-                elif type(event) is protocol.Cancelled:
-                    self._take_back(peer, event)
-                elif type(event) is protocol.HandBack:
-                    self._handed_back(peer, event)
-                elif type(event) is protocol.Heartbeat:
-                    self._heard(peer, event)
-                # Heartbeat: hearing from the slave (last_heard) was the point
+                else:  # the rarer messages of a slave with an id
+                    self._handlers[type(event)](peer, event)
         except ProtocolError as exc:
             self._lose(peer, "error", f"protocol error: {exc}", blame=False)
 
@@ -198,13 +197,12 @@ class Engine:
         self._net.queue(peer, data)
         if hello.leave_at:
             self._leaving[sid] = hello.leave_at
-        job = hello.condor_job or None
-        if job is not None:
-            self._jobs[sid] = job
-            self._job_list = None
+        if hello.condor_job:
+            self._jobs[sid], self._job_list = hello.condor_job, None
+        self._outcomes.connected((hello.host, hello.pid), hello.condor_job)  # a slave of the previous master's job?
         self._facts(
             facts.Connected(sid, peer.address, hello.member_id, hello.host, hello.pid, hello.mwpy_version,
-                            kind.value, job)
+                            kind.value, hello.condor_job or None)
         )  # fmt: skip
         self.tick_soon()
 
@@ -226,10 +224,9 @@ class Engine:
     def _handed_back(self, peer: Peer, msg: protocol.HandBack) -> None:
         """The slave is leaving (a soft-kill signal: vacate, preemption, condor_rm; its lifetime): requeue, drop it.
 
-        Its finished results came before this message; the tasks it names never
-        started and are queued again first, at once. Dropping the connection
-        re-queues whatever else it held (the task it was running) as for a
-        slave that vanished, without waiting for its EOF or a timeout.
+        Its finished results came before this message; the tasks it names never started and are queued again
+        first, at once. Dropping the connection re-queues whatever else it held (the task it was running) as for
+        a slave that vanished, without waiting for its EOF or a timeout.
         """
         sid = peer.sid
         if sid is None:
@@ -298,7 +295,9 @@ class Engine:
         timeouts = None
         if sched.may_time_out:  # only tasks that have a timeout carry one (nothing on the wire otherwise)
             timeouts = {t.task_id: timeout for t in batch if (timeout := sched.timeout_of(t)) is not None}
-        peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts)
+        # noted in the journal before they leave
+        keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
+        peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts, keys)
         peer.tasks_out += len(batch)
         if self._facts.tasks_dispatched is not None:
             self._facts.tasks_dispatched(sid, len(batch))
@@ -381,6 +380,7 @@ class Engine:
         """Tell every slave to shut down, wait briefly for them to hang up, then close everything."""
         net = self._net
         net.closed = True
+        self._outcomes.end()  # results kept by slaves of a previous master that no task asked for are dropped
         for peer in list(net.peers):
             if peer.session.state is MasterState.READY and peer.sid is not None:
                 self._facts(facts.ShutdownSent(peer.sid))

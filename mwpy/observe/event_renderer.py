@@ -16,6 +16,7 @@ from mwpy.observe.events import (
     SlaveCache,
     SlaveConnected,
     SlaveDisconnected,
+    TasksAdopted,
     TasksRequeued,
     TasksUnrunnable,
     resource_file_event,
@@ -70,6 +71,9 @@ class EventRenderer(Observer):
             SlaveCache(t=self._writer.now(), slave=fact.sid, hits=fact.hits, misses=fact.misses,
                        bytes_fetched=fact.bytes_fetched, evictions=fact.evictions)
         )  # fmt: skip
+
+    def task_adopted(self, fact: facts.TaskAdopted) -> None:
+        self._writer.emit(TasksAdopted(t=self._writer.now(), slave=fact.sid, n=1))
 
     def handed_back(self, fact: facts.HandedBack) -> None:
         if fact.n:

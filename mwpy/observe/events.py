@@ -1,7 +1,7 @@
 """The event log (``--mw-events FILE``): one JSON object per line for everything that matters.
 
 A public, versioned format (docs/observability.md documents it field by
-field). Every line is ``{"v": 2, "t": <unix time>, "kind": "<kind>", ...}``;
+field). Every line is ``{"v": 3, "t": <unix time>, "kind": "<kind>", ...}``;
 each kind is an attrs record below, and the reader checks every line against
 its record with strict types.
 
@@ -49,7 +49,7 @@ from mwpy.resource_file import ResourceFile
 #: The format version every line this mwpy writes carries as ``"v"``; a reader refuses versions above it.
 #: 2 added the ``slave-cache`` kind (issue 22); a version-1 line reads as before (a log a restarted master of
 #: another mwpy appended to holds both).
-VERSION: Final = 2
+VERSION: Final = 3
 #: Longest line a reader accepts (a ``tasks-finished`` line of a huge pass, a long traceback).
 MAX_LINE: Final = 16 << 20
 #: Tracebacks and captured output are cut to this many characters in ``task-failed`` events.
@@ -207,6 +207,15 @@ class TasksRequeued(Event):
 
 
 @attrs.frozen(kw_only=True)
+class TasksAdopted(Event):
+    """``n`` keyed tasks were answered by the results ``slave`` kept from the previous master (not run again)."""
+
+    KIND: ClassVar[str] = "tasks-adopted"
+    slave: str
+    n: int = attrs.field(validator=attrs.validators.ge(1))
+
+
+@attrs.frozen(kw_only=True)
 class TasksUnrunnable(Event):
     """``n`` tasks became unrunnable (their ordered slave vanished, or ``retry=False``)."""
 
@@ -263,6 +272,7 @@ KINDS: Final[dict[str, type[Event]]] = {
         TasksFinished,
         TaskFailed,
         TasksRequeued,
+        TasksAdopted,
         TasksUnrunnable,
         TasksCancelled,
         ResourceFileWritten,

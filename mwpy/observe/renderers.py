@@ -119,6 +119,9 @@ class AuditRenderer(Observer):
     def journal_off(self, fact: facts.JournalOff) -> None:
         self._audit(f"JOURNAL OFF {fact.why}")
 
+    def task_adopted(self, fact: facts.TaskAdopted) -> None:
+        self._audit(f"ADOPTED {fact.key!r} from {fact.sid}: task {fact.task_id} answered, not run")
+
     def tasks_dispatched(self, sid: str, n: int) -> None:
         self._audit(f"{sid} <- {n} tasks ({self._grouping} grouping)")
 

@@ -225,7 +225,10 @@ class _Digester:
     def _master_stop(self, event: ev.MasterStop) -> None:
         self.digest.stops.append(event)
 
-    def _count(self, event: ev.TasksDispatched | ev.TasksRequeued | ev.TasksUnrunnable | ev.TasksCancelled) -> None:
+    def _count(
+        self,
+        event: ev.TasksDispatched | ev.TasksRequeued | ev.TasksAdopted | ev.TasksUnrunnable | ev.TasksCancelled,
+    ) -> None:
         self.digest.counts[event.KIND] += event.n
 
     _HANDLERS: ClassVar[dict[str, Callable[[_Digester, Any], None]]] = {
@@ -240,6 +243,7 @@ class _Digester:
         ev.MasterStop.KIND: _master_stop,
         ev.TasksDispatched.KIND: _count,
         ev.TasksRequeued.KIND: _count,
+        ev.TasksAdopted.KIND: _count,
         ev.TasksUnrunnable.KIND: _count,
         ev.TasksCancelled.KIND: _count,
     }
@@ -554,6 +558,7 @@ def render(d: Digest, source: str, title: str | None = None) -> str:
             ("task runs retried after an error", g.tasks_retried),
             ("tasks sent to slaves", d.counts["tasks-dispatched"]),
             ("tasks queued again after their slave vanished", d.counts["tasks-requeued"]),
+            *([("tasks answered by slaves of the previous master", n)] if (n := d.counts["tasks-adopted"]) else []),
             ("tasks unrunnable", d.counts["tasks-unrunnable"]),
             ("tasks cancelled", d.counts["tasks-cancelled"]),
             ("slave connections", g.slaves),

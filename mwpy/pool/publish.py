@@ -10,6 +10,7 @@ executable, files and arguments start a slave (computed once).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ from mwpy import resource_file
 from mwpy.core import board, demand
 from mwpy.core.facts import Facts, ResourceFileNotWritten, ResourceFileWritten
 from mwpy.core.scheduler import Scheduler
-from mwpy.errors import ResourceFileError
+from mwpy.errors import ConfigurationError, ResourceFileError
 from mwpy.job_ad import own_job_id
 from mwpy.names import BUNDLE_FILE
 from mwpy.options import DEFAULT_CACHE_SIZE, Options
@@ -34,7 +35,35 @@ DEFAULT_BUNDLE_PYTHON = "/usr/bin/python3"
 
 #: What a rewrite compares with the last written: slaves needed and connected, demand stated, Condor jobs, peak
 #: memory, tasks in all, demand per need, learned memory per algorithm.
-_Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int]]
+_Key = tuple[int, dict[str, int], bool, list[str], int, int | None, list[ShapeDemand], dict[str, int], int]
+
+
+def restart_lease(options: Options) -> float:
+    """Seconds a master with a journal waits for the slaves of a predecessor that died (mwpy/core/adoption.py):
+    ``--mw-master-lease`` when its resource file says this computation is in progress, else 0 (a first run, or
+    one after a finished computation: nobody outlived anything).
+
+    Raises ConfigurationError when the master that file names still answers: two masters started for one
+    computation, of which the second would take the first one's slaves and journal.
+    """
+    path = options.resource_file
+    if path is None or not options.journal or not options.master_lease:
+        return 0.0
+    try:
+        record = resource_file.read(path)
+    except (ResourceFileError, OSError):  # none yet (a first run), or one the master replaces anyway
+        return 0.0
+    if record.finished or record.member_id != options.member_id:
+        return 0.0
+    address = f"{record.master_host}:{record.master_port}"
+    try:
+        socket.create_connection((record.master_host, record.master_port), timeout=2.0).close()
+    except OSError:
+        return options.master_lease  # its master is gone: this one is its restart
+    raise ConfigurationError(
+        f"{path}: a master of member id {record.member_id!r} is running at {address} (pid {record.master_pid}); "
+        "not starting a second one for the same computation"
+    )
 
 
 class Publisher:
@@ -74,6 +103,8 @@ class Publisher:
         self.journal_answers = journal_answers
         #: The mean run time of the tasks answered so far (None before the first): the demand model's input.
         self._task_seconds = task_seconds or (lambda: None)
+        #: Keyed tasks waiting for a previous master's slaves to hand over (mwpy/core/adoption.py).
+        self.awaited: Callable[[], int] = int
         #: When (monotonic) the master first asked for slaves with none connected, until the first came; then
         #: the seconds that took: what a slave's start-up costs the run, as the demand model counts it.
         self._asked_at: float | None = None
@@ -105,7 +136,7 @@ class Publisher:
         connected = self._sched.connected()
         needed = self._needed(now, sum(connected.values()))
         key = (needed, connected, self.demand_stated, self._condor_jobs(), self.slave_peak_memory, self._tasks_total(),
-               self._shapes(), dict(self._sched.shapes.learned))  # fmt: skip
+               self._shapes(), dict(self._sched.shapes.learned), self.awaited())  # fmt: skip
         changed = key != self._key and now - self._written >= DEBOUNCE
         if changed or now >= self._next:
             self.write(now, needed, connected, finished=finished)
@@ -147,7 +178,9 @@ class Publisher:
         sched = self._sched
         jobs, total, shapes = self._condor_jobs(), self._tasks_total(), self._shapes()
         learned = dict(sched.shapes.learned)
-        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes, learned)
+        awaited = self.awaited()
+        self._key = (needed, connected, self.demand_stated, jobs, self.slave_peak_memory, total, shapes, learned,
+                     awaited)  # fmt: skip
         self._written = now
         self._next = now + self._options.resource_file_update_interval
         if path is None:
@@ -182,6 +215,7 @@ class Publisher:
             journal_answers=self.journal_answers,
             master_removed=removed,
             demand_reason="" if finished else self._why,
+            awaited_handovers=0 if finished else awaited,
         )
         try:
             resource_file.write(path, record, durable=self._durable)

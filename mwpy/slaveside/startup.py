@@ -21,6 +21,7 @@ from mwpy import membership
 from mwpy.data.plane import SlaveData
 from mwpy.errors import ConfigurationError, InvalidResourceFileError, MwpyError, ResourceFileError
 from mwpy.exits import exit_status, program_name, status_of
+from mwpy.job_ad import submit_side_path
 from mwpy.lifetime import Lifetime
 from mwpy.lifetime import find as find_lifetime
 from mwpy.net.chirp import Chirp
@@ -28,14 +29,18 @@ from mwpy.observe.audit import Audit
 from mwpy.options import Options
 from mwpy.resources import own_shape
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
+from mwpy.slaveside import lease
 from mwpy.slaveside.lifecycle import exit_named
-from mwpy.wire.protocol import ExitCode
+from mwpy.wire.protocol import ExitCode, HeldItem
 
 if TYPE_CHECKING:  # loaded with their first use (an Executor's early slaves read no resource file)
     from mwpy import resource_file
     from mwpy.data.cache import SlaveCache
 
 SlaveAlgorithm = Callable[[Slave, list[str]], Any]
+#: Seconds between two fetches of the resource file from the submit machine by a Condor slave waiting for a
+#: restarted master (Chirp: each costs its job's shadow a file read).
+FETCH_EVERY = 5.0
 #: What a slave runs once before it connects: ``initializer(*initargs)``.
 Initializer = tuple[Callable[..., object], tuple[Any, ...]]
 
@@ -71,16 +76,7 @@ def run_slave(
         endpoint, stale = _endpoint(options, audit)
     except SlaveExit as exc:
         return _slave_exit(exc, audit, options.member_id)
-    membership.join(
-        membership.Membership(
-            endpoint.secret,
-            endpoint.member_id,
-            options.resource_file,
-            tls_fingerprint=endpoint.tls_fingerprint,
-            client_timeout=options.client_timeout,
-        )
-    )
-    data = _slave_data(endpoint, options.cache_size)
+    data = _join(endpoint, options)
     audit(f'INIT SLAVE "{endpoint.member_id}"')
     failed = _initialize(initializer, audit, endpoint.member_id)
     if failed is not None:
@@ -96,6 +92,21 @@ def run_slave(
         return status
     finally:
         chirp.close()
+
+
+def _join(endpoint: Endpoint, options: Options) -> SlaveData:
+    """This process's membership of the computation ``endpoint`` names, and its data plane (both per master:
+    a restarted master may have a new secret)."""
+    membership.join(
+        membership.Membership(
+            endpoint.secret,
+            endpoint.member_id,
+            options.resource_file,
+            tls_fingerprint=endpoint.tls_fingerprint,
+            client_timeout=options.client_timeout,
+        )
+    )
+    return _slave_data(endpoint, options.cache_size)
 
 
 def _initialize(initializer: Initializer | None, audit: Audit, member_id: str) -> int | None:
@@ -131,7 +142,10 @@ def _connect_and_serve(
     data plane (its tasks' shared objects and large values; its cache's counters, which heartbeats carry)."""
     chirp.publish("connecting", 0)
     try:
-        worker = _connect(endpoint, stale, options, audit, waited, leave_at=lifetime.leave_at if lifetime else 0.0)
+        # Only a slave that can find a restarted master (its resource file) and serves tasks itself outlives one.
+        outlive = options.resource_file is not None and options.master_lease > 0 and slave is None
+        worker = _connect(endpoint, stale, options, audit, waited, leave_at=lifetime.leave_at if lifetime else 0.0,
+                          held={} if outlive else None)  # fmt: skip
     except SlaveExit as exc:
         return _slave_exit(exc, audit, endpoint.member_id)
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
@@ -146,6 +160,8 @@ def _connect_and_serve(
     try:
         returned = worker.loop_until_shutdown() if slave is None else slave(worker, argv)
         status = exit_status(returned)
+        if status == ExitCode.MASTER_LOST and worker.outlives:
+            return _outlive(worker, options, audit, lifetime, chirp, member_id=endpoint.member_id)
     except KeyboardInterrupt:
         status = 130
     except SystemExit as exc:  # sys.exit() in the slave algorithm: its status, no traceback
@@ -159,10 +175,77 @@ def _connect_and_serve(
     chirp.publish(*worker.pilot_state())
     if worker.retired is not None and status == 0:
         _say_retired(worker.retired, chirp)
+    return _fini(status, audit, endpoint.member_id)
+
+
+def _outlive(
+    worker: Slave, options: Options, audit: Audit, lifetime: Lifetime | None, chirp: Chirp, *, member_id: str
+) -> int:
+    """The master vanished: serve each restarted master that answers within the lease (lease.py); the exit status."""
+    status = int(ExitCode.MASTER_LOST)
+    try:
+        while status == ExitCode.MASTER_LOST and worker.outlives:
+            worker = _reconnect(worker, options, audit, lifetime, chirp)
+            status = exit_status(worker.loop_until_shutdown())
+    except SlaveExit as exc:  # no master came back within the lease, or the computation finished meanwhile
+        return _slave_exit(exc, audit, member_id)
+    finally:
+        worker.close()
+    chirp.publish(*worker.pilot_state())
+    return _fini(status, audit, member_id)
+
+
+def _fini(status: int, audit: Audit, member_id: str) -> int:
+    """The last words of a slave that served: a line on stderr for a lost master, the audit's FINI line."""
     if status in _LEAVING_LINES:
         print(f"{program_name()}: {_LEAVING_LINES[status]} {exit_named(ExitCode(status))}", file=sys.stderr)
-    audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{endpoint.member_id}"')
+    audit(f'FINI {"SHUTDOWN" if status == 0 else f"EXIT {status}"} "{member_id}"')
     return status
+
+
+def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | None, chirp: Chirp) -> Slave:
+    """A slave whose master vanished: connect to the restarted master within the lease, handing over what
+    ``old`` held."""
+    old.close()
+    held = old.held
+    assert held is not None
+
+    assert options.resource_file is not None
+    local = options.resource_file
+    remote = submit_side_path(os.path.basename(local))  # a Condor job's file is a copy: the old master's
+    fetched: list[float] = []  # when the file was last fetched
+
+    def attempt() -> Slave:
+        if remote is not None and (not fetched or time.monotonic() - fetched[-1] >= FETCH_EVERY):
+            fetched.append(time.monotonic())
+            chirp.fetch(remote, local)  # the submit machine's file, over Chirp (the job's +WantIOProxy)
+        endpoint, _ = _endpoint(options, audit)  # read again: the restarted master's address and secret
+        worker = connect(
+            endpoint,
+            audit=audit,
+            max_frame=options.max_read_buffer_size,
+            timeout=options.client_timeout,
+            patience=0.0,
+            spin_us=options.spin_us,
+            shape=own_shape(options.slave_resources[-1] if options.slave_resources else None),
+            leave_at=lifetime.leave_at if lifetime else 0.0,
+            held=held,
+            resumed=True,
+            lease=options.master_lease,
+        )
+        data = _join(endpoint, options)
+        worker.cache_counts, worker.data = data.counts, data
+        chirp.log(f"mwpy slave {worker.slave_id} connected to the restarted master {endpoint.host}:{endpoint.port}")
+        return worker
+
+    waiting = ("waiting for its master", chirp.done)
+    chirp.publish(*waiting)
+    chirp.follow(lambda: waiting)  # not the old connection's "draining"
+    worker = lease.await_master(attempt, old.lease_left(), audit)  # the lease counts from the loss
+    chirp.follow(worker.pilot_state)
+    if lifetime is not None:
+        worker.retire_by(lifetime)
+    return worker
 
 
 def _say_retired(why: str, chirp: Chirp) -> None:
@@ -190,7 +273,14 @@ class _Stale(NamedTuple):
 
 
 def _connect(
-    endpoint: Endpoint, stale: _Stale | None, options: Options, audit: Audit, waited: float, *, leave_at: float
+    endpoint: Endpoint,
+    stale: _Stale | None,
+    options: Options,
+    audit: Audit,
+    waited: float,
+    *,
+    leave_at: float,
+    held: dict[str, HeldItem] | None,
 ) -> Slave:
     """Connect; with a stale file, keep trying until the master counts as gone for good, then leave (exit 0).
 
@@ -208,6 +298,8 @@ def _connect(
             spin_us=options.spin_us,
             shape=own_shape(options.slave_resources[-1] if options.slave_resources else None),  # mwpy/resources.py
             leave_at=leave_at,
+            held=held,
+            lease=options.master_lease,
         )
     except SlaveExit as exc:
         if stale and exc.code == ExitCode.UNREACHABLE:

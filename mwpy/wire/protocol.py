@@ -50,7 +50,9 @@ from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
 #: 9: a shared object's handle pickles as copyreg extension code 0x6D77 (codec.shared_object) with one bytes key.
 #: 10: Hello carries the slave's slot machine ad (ClassAd text, "" outside Condor): the master evaluates a task's
 #:     requirements against it (mwpy/matching.py) instead of comparing them with the slave's as text.
-PROTOCOL_VERSION = 10
+#: 11: Tasks carries the keys of keyed tasks; Handover (a slave that outlived its master hands the results it
+#:     held to the restarted master, by key: docs/reliability.md "A master restart").
+PROTOCOL_VERSION = 11
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -149,6 +151,9 @@ class Tasks:
     items: list[TaskItem]
     #: Seconds each run may take, by task id, for the tasks that have a timeout (absent from the wire when empty).
     timeouts: dict[int, float] = attrs.field(factory=dict)
+    #: The journal key of each keyed task, by task id (absent when none has one): a slave that outlives its
+    #: master hands the results of those tasks to the restarted master by key.
+    keys: dict[int, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -217,6 +222,35 @@ class HandBack:
     why: str
 
 
+#: One result a slave held while its master was gone: (key, algorithm name, the result as it was finished).
+HeldItem = tuple[str, str, ResultItem]
+
+
+@attrs.frozen
+class Handover:
+    """Slave -> master, right after Welcome: the results of keyed tasks this slave finished while it had no master.
+
+    A slave whose master vanished (no Shutdown) keeps the results of its keyed
+    tasks for ``--mw-master-lease`` seconds; the restarted master delivers each
+    one whose key it submits (journaled, counted once, never dispatched again),
+    and drops, with a log line, any other (mwpy/core/adoption.py).
+    """
+
+    kind: ClassVar[int] = 11
+    held: list[HeldItem]
+
+
+def check_handover(msg: Handover) -> None:
+    """Reject a Handover whose items are not (key, algorithm, result) with a well-formed successful result."""
+    held = msg.held
+    if type(held) is not list:
+        raise ProtocolError("malformed Handover message")
+    for item in held:
+        if not (type(item) is tuple and len(item) == 3 and type(item[0]) is str and type(item[1]) is str):
+            raise ProtocolError("malformed item in a Handover message")
+        check_results(Results([item[2]]))
+
+
 def check_task_ids(msg: Cancel | Cancelled | HandBack) -> None:
     """Reject a Cancel, Cancelled or HandBack whose task ids are not a list of ints (or whose why is no string)."""
     ids = msg.task_ids
@@ -225,9 +259,10 @@ def check_task_ids(msg: Cancel | Cancelled | HandBack) -> None:
         raise ProtocolError(f"malformed {type(msg).__name__} message")
 
 
-Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown | Cancel | Cancelled | HandBack
+Message = Hello | Welcome | Refuse | Tasks | Results | Heartbeat | Shutdown | Cancel | Cancelled | HandBack | Handover
 _BY_KIND: dict[int, type[Any]] = {
-    cls.kind: cls for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown, Cancel, Cancelled, HandBack)
+    cls.kind: cls
+    for cls in (Hello, Welcome, Refuse, Tasks, Results, Heartbeat, Shutdown, Cancel, Cancelled, HandBack, Handover)
 }
 
 
@@ -441,9 +476,11 @@ _TASKS_KIND = bytes([Tasks.kind])
 _RESULTS_KIND = bytes([Results.kind])
 
 
-def tasks_body(items: list[TaskItem], timeouts: dict[int, float] | None = None) -> bytes:
+def tasks_body(
+    items: list[TaskItem], timeouts: dict[int, float] | None = None, keys: dict[int, str] | None = None
+) -> bytes:
     """The body of a Tasks message, encoded directly (no record object on the hot path)."""
-    fields = (items, timeouts) if timeouts else (items,)
+    fields = (items, timeouts or {}, keys) if keys else (items, timeouts) if timeouts else (items,)
     return _TASKS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 

@@ -46,6 +46,7 @@ from mwpy.wire.protocol import (
     Channel,
     FrameReader,
     HandBack,
+    Handover,
     Heartbeat,
     Hello,
     Message,
@@ -89,10 +90,12 @@ MASTER_RECEIVES: dict[tuple[MasterState, int], MasterState] = {
     (_M.READY, Heartbeat.kind): _M.READY,
     (_M.READY, Cancelled.kind): _M.READY,
     (_M.READY, HandBack.kind): _M.READY,  # the engine drops the connection once the tasks are queued again
+    (_M.READY, Handover.kind): _M.READY,  # a slave that outlived its previous master: what it held
     (_M.CLOSING, Results.kind): _M.CLOSING,
     (_M.CLOSING, Heartbeat.kind): _M.CLOSING,
     (_M.CLOSING, Cancelled.kind): _M.CLOSING,
     (_M.CLOSING, HandBack.kind): _M.CLOSING,  # told to leave already: its tasks went elsewhere
+    (_M.CLOSING, Handover.kind): _M.CLOSING,  # the computation ended: the results it held are not asked for
 }
 #: (state, kind of a message the master sends) -> next state.
 MASTER_SENDS: dict[tuple[MasterState, int], MasterState] = {
@@ -118,6 +121,7 @@ SLAVE_SENDS: dict[tuple[SlaveState, int], SlaveState] = {
     (_S.READY, Heartbeat.kind): _S.READY,
     (_S.READY, Cancelled.kind): _S.READY,
     (_S.READY, HandBack.kind): _S.SHUTDOWN,  # the last message: the slave leaves
+    (_S.READY, Handover.kind): _S.READY,  # right after Welcome, from a slave that outlived its previous master
     (_S.SHUTDOWN, Results.kind): _S.SHUTDOWN,  # results finished before the Shutdown arrived
     (_S.SHUTDOWN, Heartbeat.kind): _S.SHUTDOWN,  # the heartbeat thread may race the Shutdown
 }
@@ -225,6 +229,8 @@ class MasterSession:
             protocol.check_task_ids(msg)
         elif isinstance(msg, Heartbeat):
             protocol.check_heartbeat(msg)
+        elif isinstance(msg, Handover):
+            protocol.check_handover(msg)
         if after is MasterState.CLOSING:
             return None
         if isinstance(msg, Hello):
@@ -264,12 +270,17 @@ class MasterSession:
         self._to(after)
         return data
 
-    def send_tasks(self, items: list[protocol.TaskItem], timeouts: dict[int, float] | None = None) -> bytes:
+    def send_tasks(
+        self,
+        items: list[protocol.TaskItem],
+        timeouts: dict[int, float] | None = None,
+        keys: dict[int, str] | None = None,
+    ) -> bytes:
         """A Tasks frame, encoded directly: the dispatch hot path (the caller packs items to fit ``max_send``)."""
         channel = self._channel
         if self.state is not MasterState.READY or channel is None:
             raise ProtocolError(f"the master cannot send Tasks while {self.state.value}")
-        return channel.seal_body(protocol.tasks_body(items, timeouts))
+        return channel.seal_body(protocol.tasks_body(items, timeouts, keys))
 
 
 class SlaveSession:
@@ -322,7 +333,7 @@ class SlaveSession:
         if after is None:
             raise ProtocolError(f"unexpected {type(msg).__name__} from the master ({self.state.value})")
         if type(msg) is Tasks:  # the hot path: no state change
-            if type(msg.items) is not list or type(msg.timeouts) is not dict:
+            if type(msg.items) is not list or type(msg.timeouts) is not dict or type(msg.keys) is not dict:
                 raise ProtocolError("malformed Tasks message")
             return msg
         return self._move(msg, after)
