@@ -36,12 +36,21 @@ SLAVES = 4
 DEADLINE = 60.0
 
 
-def run_master(workdir: Path, runs: Path) -> Proc:
+def run_master(workdir: Path, runs: Path, count: int = COUNT) -> Proc:
     return spawn_master(
         RESTARTABLE, workdir, "--mw-journal", str(workdir / "journal.sqlite"), "--mw-slave-window", "1",
-        "--mw-audit-file", str(workdir / "master.audit"), "--mw-events", str(workdir / "events.jsonl"), str(COUNT),
+        "--mw-audit-file", str(workdir / "master.audit"), "--mw-events", str(workdir / "events.jsonl"), str(count),
         str(runs),
     )  # fmt: skip
+
+
+def killed_with_tasks_running(workdir: Path, runs: Path) -> tuple[list[Proc], list[int]]:
+    """A first master with 4 slaves, SIGKILLed while 4 keyed tasks run: the slaves, and the tasks' inputs."""
+    first = run_master(workdir, runs)
+    slaves = [spawn_slave(RESTARTABLE, workdir) for _ in range(SLAVES)]
+    wait_until(lambda: sum(marks(runs, "started").values()) >= SLAVES, DEADLINE, "4 tasks running")
+    first.kill()
+    return slaves, sorted(marks(runs, "started"))
 
 
 def test_a_master_killed_with_tasks_running_is_restarted_and_adopts_them(tmp_path: Path) -> None:
@@ -53,18 +62,21 @@ def test_a_master_killed_with_tasks_running_is_restarted_and_adopts_them(tmp_pat
     """
     runs = tmp_path / "runs"
     runs.mkdir()
-    first = run_master(tmp_path, runs)
-    slaves = [spawn_slave(RESTARTABLE, tmp_path) for _ in range(SLAVES)]
-    wait_until(lambda: sum(marks(runs, "started").values()) >= SLAVES, DEADLINE, "4 tasks running")
-    first.kill()  # SIGKILL: no goodbye, no journal close
+    slaves, _ = killed_with_tasks_running(tmp_path, runs)  # SIGKILL: no goodbye, no journal close
     assert all(slave.alive() for slave in slaves)
 
     second = run_master(tmp_path, runs)
     restarted = time.monotonic()
-    assert resource_file.read(tmp_path / "resource.json").awaited_handovers >= SLAVES
+    awaited = resource_file.read(tmp_path / "resource.json").awaited_handovers
+    assert awaited >= SLAVES
     status = subprocess.run(mwpy_command("status", str(tmp_path / "resource.json"), "--no-condor"),
                             capture_output=True, text=True, check=False, timeout=DEADLINE)  # fmt: skip
-    assert "master restarting: " in status.stdout, status.stdout + status.stderr
+    assert f"master restarting: {awaited} keyed tasks wait for the slaves of the previous master" in status.stdout, (
+        status.stdout + status.stderr
+    )
+    status = subprocess.run(mwpy_command("status", str(tmp_path / "resource.json"), "--no-condor", "--json"),
+                            capture_output=True, text=True, check=False, timeout=DEADLINE)  # fmt: skip
+    assert json.loads(status.stdout)["awaited_handovers"] == awaited, status.stdout + status.stderr
     (runs / "open").touch()  # the running tasks end now, their master gone
     assert second.wait(DEADLINE) == 0, second.err()
     took = time.monotonic() - restarted
@@ -86,10 +98,7 @@ def test_a_slave_that_dies_during_the_lease_has_its_tasks_run_again_and_the_othe
     (running when it died) runs again, once; the other slaves' tasks are adopted; every result once."""
     runs = tmp_path / "runs"
     runs.mkdir()
-    first = run_master(tmp_path, runs)
-    slaves = [spawn_slave(RESTARTABLE, tmp_path) for _ in range(SLAVES)]
-    wait_until(lambda: sum(marks(runs, "started").values()) >= SLAVES, DEADLINE, "4 tasks running")
-    first.kill()
+    slaves, _ = killed_with_tasks_running(tmp_path, runs)
     victim = slaves.pop()
     (lost,) = [int(path.name.split("-")[1]) for path in runs.glob(f"started-*-{victim.pid}-*")]
     victim.kill()  # dies during the lease, its task unfinished
@@ -194,3 +203,65 @@ def test_a_restarted_master_does_not_wait_for_a_slave_known_to_have_ended(
     assert sorted(line["i"] for line in printed(second)) == list(range(COUNT))
     assert marks(runs, "run") == dict.fromkeys(range(COUNT), 1), "a task ran twice, or never"
     assert "a slave of the previous master, has ended" in second.err()
+
+
+def test_a_master_killed_again_while_the_slaves_hand_over_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """Guards: the restarted master dies too (SIGKILL) after one slave handed its result over and took a task
+    of its own, while the other slaves still run their predecessor's tasks; a third master delivers every
+    result once (the one the second adopted from the journal), every task runs once, the slaves end with 0."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    slaves, running = killed_with_tasks_running(tmp_path, runs)
+    second = run_master(tmp_path, runs)
+    handed = running[0]
+    (runs / f"open-{handed}").touch()  # one slave finishes, comes back and hands its result over; 3 still run
+    wait_until(lambda: [line["i"] for line in printed(second)] == [handed], DEADLINE, "the first hand-over adopted")
+    wait_until(lambda: sum(marks(runs, "started").values()) > SLAVES, DEADLINE, "the second master's own task")
+    second.kill()
+    assert all(slave.alive() for slave in slaves)
+
+    third = run_master(tmp_path, runs)
+    (runs / "open").touch()
+    assert third.wait(DEADLINE) == 0, third.err()
+    statuses = [slave.wait(DEADLINE) for slave in slaves]
+    lines = printed(third)
+    assert sorted(line["i"] for line in lines) == list(range(COUNT))
+    assert all(line["value"] == line["i"] ** 2 + 1 for line in lines)
+    assert [line["i"] for line in lines if line["journaled"]] == [handed]  # the second master's adoption
+    assert json.loads(third.out().splitlines()[-1]) == {"sum": sum(i * i + 1 for i in range(COUNT))}
+    assert marks(runs, "run") == dict.fromkeys(range(COUNT), 1), "a task ran twice, or never"
+    assert statuses == [ExitCode.OK] * SLAVES, [slave.err() for slave in slaves]
+
+
+def test_a_result_held_for_a_key_the_restarted_master_no_longer_submits_is_dropped_with_a_line(
+    tmp_path: Path,
+) -> None:
+    """Guards: the restarted master's program asks for fewer tasks (2 of 8); the results slaves kept for the
+    keys it no longer submits are dropped with a line naming each, never delivered nor counted, the master
+    does not wait for them, and the slaves end with 0."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    slaves, running = killed_with_tasks_running(tmp_path, runs)
+    fewer = 2
+    orphans = [i for i in running if i >= fewer]
+    assert orphans, running
+    second = run_master(tmp_path, runs, fewer)
+    for i in orphans:  # their slaves come back first: nothing asks for what they hand over
+        (runs / f"open-{i}").touch()
+    audit = tmp_path / "master.audit"
+    wait_until(lambda: audit.read_text().count(" -> HANDOVER ") == len(orphans), DEADLINE, "the orphans handed over")
+    (runs / "open").touch()
+    assert second.wait(DEADLINE) == 0, second.err()
+    statuses = [slave.wait(DEADLINE) for slave in slaves]
+    lines = printed(second)
+    assert sorted(line["i"] for line in lines) == list(range(fewer))
+    assert json.loads(second.out().splitlines()[-1]) == {"sum": sum(i * i + 1 for i in range(fewer))}
+    assert statuses == [ExitCode.OK] * SLAVES, [slave.err() for slave in slaves]
+    text = audit.read_text()
+    for i in orphans:
+        assert text.count(f"HELD RESULT DROPPED 'slow-{i}' from ") == 1, text
+        assert f"ADOPTED 'slow-{i}'" not in text
+    (dropped,) = [line for line in second.err().splitlines() if line.startswith("dropped ")]
+    assert all(f"'slow-{i}'" in dropped for i in orphans), dropped
+    adopted = [event for event in iter_events(tmp_path / "events.jsonl") if isinstance(event, TasksAdopted)]
+    assert sum(event.n for event in adopted) == len([i for i in running if i < fewer])

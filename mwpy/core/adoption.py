@@ -10,8 +10,9 @@ and hands the results of its keyed tasks over to the restarted master
 not dispatched, since its slave may be running it still.
 
 * A held result whose key is submitted answers that task: delivered once,
-  journaled, never dispatched. One whose key is never submitted is dropped
-  with a log line when the computation finishes.
+  journaled, never dispatched. One whose key is never submitted (answered from
+  the journal, or the program asks for fewer tasks now) is dropped when the
+  computation finishes, with a log line and an audit line per key.
 * Once a slave has handed over, the keys it was noted for and did not hold
   (queued there, never started) are dispatched as usual.
 * Keys whose slave is known to have ended are dispatched as usual at once, never
@@ -38,6 +39,8 @@ log = safe_text.logger("mwpy.master")
 
 #: Delivers a held result to its task: (entry, slave id, held item).
 Adopt = Callable[[Entry, str, HeldItem], None]
+#: Hears of a held result no task asked for, dropped: (slave id, key).
+Dropped = Callable[[str, str], None]
 #: Seconds between two looks at whether the slaves waited for have ended (a look may read a Condor user log).
 LOOK_EVERY = 1.0
 
@@ -67,10 +70,11 @@ class Adoption:
         queue: Callable[[Entry], None],
         adopt: Adopt,
         gone: Gone,
+        dropped: Dropped,
     ) -> None:
         """``running``: key -> the slave the predecessor gave it to; ``left``: seconds from now to wait for
         those slaves; ``queue(entry)``: dispatch as usual; ``adopt``: answer from a held result;
-        ``gone(holder)``: whether such a slave has surely ended."""
+        ``gone(holder)``: whether such a slave has surely ended; ``dropped``: a held result no task asked for."""
         self._expected = running if left > 0 else {}  # past the lease already, or a first run: nobody to wait for
         self._left = left
         self._until: float | None = None  # on the caller's clock, from its first tick
@@ -78,6 +82,7 @@ class Adoption:
         self._gone = gone
         self._queue = queue
         self._adopt = adopt
+        self._dropped = dropped
         #: Tasks submitted with an expected key, waiting for their slave.
         self._parked: dict[str, Entry] = {}
         #: Results handed over whose key has not been submitted yet: key -> (slave id, item).
@@ -149,11 +154,14 @@ class Adoption:
                 self._release(key)
 
     def end(self) -> None:
-        """The computation finishes: held results no task asked for are dropped, with a line."""
+        """The computation finishes: held results no task asked for are dropped, with a line on the log and one
+        per key for ``dropped``."""
         if self._held:
             keys = ", ".join(repr(key) for key in list(self._held)[:5]) + (", ..." if len(self._held) > 5 else "")
             log.warning("dropped %d results slaves kept from the previous master that no task asked for (answered "
                         "from the journal, or not submitted): %s", len(self._held), keys)  # fmt: skip
+        for key, (sid, _) in self._held.items():
+            self._dropped(sid, key)
         self._held.clear()
 
     def _release_of(self, whom: tuple[str, int]) -> None:

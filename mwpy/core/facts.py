@@ -235,6 +235,21 @@ class TaskAdopted(NamedTuple):
     key: str
 
 
+class HandedOver(NamedTuple):
+    """``sid`` outlived the previous master and handed over the ``n`` results of keyed tasks it kept."""
+
+    sid: str
+    n: int
+
+
+class HeldResultDropped(NamedTuple):
+    """The result ``sid`` kept from the previous master for ``key`` was dropped: no task of this run asked for
+    it (its key not submitted, or answered from the journal)."""
+
+    sid: str
+    key: str
+
+
 #: Every kind of fact record, and the Observer method that hears it.
 KINDS: Final[dict[type[Any], str]] = {
     MasterStarted: "master_started",
@@ -260,6 +275,8 @@ KINDS: Final[dict[type[Any], str]] = {
     JournalEntryUnusable: "journal_entry_unusable",
     JournalOff: "journal_off",
     TaskAdopted: "task_adopted",
+    HandedOver: "handed_over",
+    HeldResultDropped: "held_result_dropped",
     TaskPrinted: "task_printed",
 }
 #: The per-task kinds: plain calls, ``None`` in :class:`Facts` while nobody listens.
@@ -310,6 +327,8 @@ class Observer:
     def journal_entry_unusable(self, fact: JournalEntryUnusable) -> None: ...
     def journal_off(self, fact: JournalOff) -> None: ...
     def task_adopted(self, fact: TaskAdopted) -> None: ...
+    def handed_over(self, fact: HandedOver) -> None: ...
+    def held_result_dropped(self, fact: HeldResultDropped) -> None: ...
     def task_printed(self, fact: TaskPrinted) -> None: ...
 
     # -- per task, on the hot path (no record)

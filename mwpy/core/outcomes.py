@@ -42,6 +42,8 @@ from mwpy.core.adoption import Adoption, Gone, Holder
 from mwpy.core.entry import Death, Entry
 from mwpy.core.facts import (
     Facts,
+    HandedOver,
+    HeldResultDropped,
     JournalEntryUnusable,
     StrayResult,
     TaskAdopted,
@@ -175,6 +177,7 @@ class Outcomes:
         self.adoption = None if journal is None else Adoption(
             {key: Holder(*held) for key, held in journal.running().items()}, left=lease - journal.idle,
             queue=sched.add, adopt=self._adopted, gone=gone,
+            dropped=lambda sid, key: facts(HeldResultDropped(sid, key)),
         )  # fmt: skip
 
     def mean_run(self) -> float | None:
@@ -285,6 +288,7 @@ class Outcomes:
         """A slave (``whom``: its host and pid) that outlived the previous master hands over what it kept."""
         if sid is None or whom is None:
             return
+        self._facts(HandedOver(sid, len(held)))
         if self.adoption is None:  # no journal: nothing waits for them
             log.warning("%s handed over %d results kept from a previous master: dropped (no --mw-journal)", sid,
                         len(held))  # fmt: skip

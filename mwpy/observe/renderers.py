@@ -122,6 +122,12 @@ class AuditRenderer(Observer):
     def task_adopted(self, fact: facts.TaskAdopted) -> None:
         self._audit(f"ADOPTED {fact.key!r} from {fact.sid}: task {fact.task_id} answered, not run")
 
+    def handed_over(self, fact: facts.HandedOver) -> None:
+        self._audit(f"{fact.sid} -> HANDOVER of {fact.n} results kept from the previous master")
+
+    def held_result_dropped(self, fact: facts.HeldResultDropped) -> None:
+        self._audit(f"HELD RESULT DROPPED {fact.key!r} from {fact.sid}: no task asked for it")
+
     def tasks_dispatched(self, sid: str, n: int) -> None:
         self._audit(f"{sid} <- {n} tasks ({self._grouping} grouping)")
 

@@ -5,8 +5,9 @@ Master usage (after the ``--mw-*`` options, with ``--mw-journal``)::
     COUNT FOLDER   run ``slow_square(i)`` for i < COUNT with key ``slow-i`` through ``mw.as_completed``;
                    print {"i", "value", "journaled"} per result as it arrives, then {"sum": ...}
 
-``slow_square(i)`` leaves ``started-I-PID-RANDOM`` in FOLDER as it starts, waits until FOLDER/open exists,
-runs a second more and leaves ``run-I-PID-RANDOM``: a test gates on the first and counts runs by the second.
+``slow_square(i)`` leaves ``started-I-PID-RANDOM`` in FOLDER as it starts, waits until FOLDER/open (every
+task's gate) or FOLDER/open-I (its own) exists, runs a second more and leaves ``run-I-PID-RANDOM``: a test
+gates on the first and counts runs by the second.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def slow_square(i: int, folder: str) -> int:
     where = Path(folder)
     (where / f"started-{i}-{os.getpid()}-{uuid.uuid4().hex}").touch()
     deadline = time.monotonic() + GATE_LIMIT
-    while not (where / "open").exists():
+    while not ((where / "open").exists() or (where / f"open-{i}").exists()):
         if time.monotonic() > deadline:
             raise TimeoutError("FOLDER/open never appeared")
         time.sleep(0.02)
