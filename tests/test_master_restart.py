@@ -36,11 +36,11 @@ SLAVES = 4
 DEADLINE = 60.0
 
 
-def run_master(workdir: Path, runs: Path, count: int = COUNT) -> Proc:
+def run_master(workdir: Path, runs: Path, count: int = COUNT, *more: str) -> Proc:
     return spawn_master(
         RESTARTABLE, workdir, "--mw-journal", str(workdir / "journal.sqlite"), "--mw-slave-window", "1",
         "--mw-audit-file", str(workdir / "master.audit"), "--mw-events", str(workdir / "events.jsonl"), str(count),
-        str(runs),
+        str(runs), *more,
     )  # fmt: skip
 
 
@@ -265,3 +265,30 @@ def test_a_result_held_for_a_key_the_restarted_master_no_longer_submits_is_dropp
     assert all(f"'slow-{i}'" in dropped for i in orphans), dropped
     adopted = [event for event in iter_events(tmp_path / "events.jsonl") if isinstance(event, TasksAdopted)]
     assert sum(event.n for event in adopted) == len([i for i in running if i < fewer])
+
+
+def test_unkeyed_tasks_running_at_a_master_restart_run_again_and_are_delivered_once(tmp_path: Path) -> None:
+    """Guards reliability.md's word on unkeyed tasks at a master restart: nothing remembers them, so slaves
+    that were given only unkeyed tasks finish the one they run and exit 4, as without a journal, and the
+    restarted master runs those tasks again; every result is delivered once, keyed tasks run once."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    first = run_master(tmp_path, runs, COUNT, str(SLAVES))  # the 4 tasks sent first have no key
+    slaves = [spawn_slave(RESTARTABLE, tmp_path) for _ in range(SLAVES)]
+    wait_until(lambda: sum(marks(runs, "started").values()) >= SLAVES, DEADLINE, "4 tasks running")
+    first.kill()
+    assert sorted(marks(runs, "started")) == list(range(SLAVES))
+    for i in range(SLAVES):
+        (runs / f"open-{i}").touch()
+    assert [slave.wait(DEADLINE) for slave in slaves] == [ExitCode.MASTER_LOST] * SLAVES
+    assert marks(runs, "run") == dict.fromkeys(range(SLAVES), 1)  # run to the end, their results lost
+
+    second = run_master(tmp_path, runs, COUNT, str(SLAVES))
+    (runs / "open").touch()
+    slaves = [spawn_slave(RESTARTABLE, tmp_path) for _ in range(SLAVES)]
+    assert second.wait(DEADLINE) == 0, second.err()
+    assert [slave.wait(DEADLINE) for slave in slaves] == [ExitCode.OK] * SLAVES
+    lines = printed(second)
+    assert sorted(line["i"] for line in lines) == list(range(COUNT))
+    assert all(line["value"] == line["i"] ** 2 + 1 and not line["journaled"] for line in lines)
+    assert marks(runs, "run") == {i: 2 if i < SLAVES else 1 for i in range(COUNT)}

@@ -2,8 +2,9 @@
 
 Master usage (after the ``--mw-*`` options, with ``--mw-journal``)::
 
-    COUNT FOLDER   run ``slow_square(i)`` for i < COUNT with key ``slow-i`` through ``mw.as_completed``;
-                   print {"i", "value", "journaled"} per result as it arrives, then {"sum": ...}
+    COUNT FOLDER [UNKEYED]   run ``slow_square(i)`` for i < COUNT with key ``slow-i`` (the first UNKEYED,
+                             default 0, without a key); print {"i", "value", "journaled"} per result as it
+                             arrives, then {"sum": ...}
 
 ``slow_square(i)`` leaves ``started-I-PID-RANDOM`` in FOLDER as it starts, waits until FOLDER/open (every
 task's gate) or FOLDER/open-I (its own) exists, runs a second more and leaves ``run-I-PID-RANDOM``: a test
@@ -50,13 +51,19 @@ def marks(folder: Path, kind: str) -> dict[int, int]:
 @mwpy.master
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     count, folder = int(argv[0]), argv[1]
-    total = 0
-    for result in mw.as_completed(slow_square, range(count), [folder] * count, key=lambda i, _: f"slow-{i}"):
-        if not result.ok:
-            print(json.dumps({"failed": str(result.error)}), flush=True)
-            return 1
-        total += result.value
-        print(json.dumps({"i": result.tag, "value": result.value, "journaled": result.journaled}), flush=True)
+    unkeyed = int(argv[2]) if len(argv) > 2 else 0
+    for i in range(count):
+        slow_square.with_policy(tag=i, key=None if i < unkeyed else f"slow-{i}").submit(i, folder)
+    total, left = 0, count
+    while left:
+        mw.loop()
+        for result in mw.results():
+            if not result.ok:
+                print(json.dumps({"failed": str(result.error)}), flush=True)
+                return 1
+            total += result.value
+            left -= 1
+            print(json.dumps({"i": result.tag, "value": result.value, "journaled": result.journaled}), flush=True)
     print(json.dumps({"sum": total}), flush=True)
     return 0
 
