@@ -90,6 +90,7 @@ def test_a_master_killed_with_tasks_running_is_restarted_and_adopts_them(tmp_pat
     adopted = [event for event in iter_events(tmp_path / "events.jsonl") if isinstance(event, TasksAdopted)]
     assert sum(event.n for event in adopted) == SLAVES  # the 4 that ran when the master was killed
     assert (tmp_path / "master.audit").read_text().count("ADOPTED 'slow-") == SLAVES
+    assert resource_file.read(tmp_path / "resource.json").tasks_done == COUNT  # the adopted results counted too
     print(f"restart to last result: {took:.1f} s; runs in all: {sum(marks(runs, 'run').values())}")
 
 

@@ -315,6 +315,7 @@ class Outcomes:
         if result.error is None and entry.key is not None and self._journal is not None:
             self._journal.record(entry.key, entry.algorithm, codec.journal_form(blob, result.value), sid, compute_time)
         self._facts(TaskAdopted(sid, entry.task_id, entry.key or ""))
+        self._sched.done_total += 1  # a result handed to the master algorithm, as one run here (never queued here)
         self.deliver(entry, result)
 
     def commit(self) -> None:
