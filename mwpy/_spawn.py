@@ -93,15 +93,24 @@ def _serve_forks(arguments: list[str]) -> tuple[int, list[str]]:
         if pid == 0:
             os.close(reports)
             slave_start.enter_sandbox(os.path.join(folder, slave_start.job_id(number)))
+            sys.argv[1:] = rest  # as a slave started by itself has it (a REPL's slave keeps it)
             return server, rest
-        os.write(reports, b"%d\n" % pid)
+        _report(reports, b"%d\n" % pid)
     threading.Thread(target=_end_with_parent, args=(os.getppid(),), name="mwpy-parent", daemon=True).start()
     while True:
         try:
             pid, status = os.wait()
         except ChildProcessError:  # none left
             raise SystemExit(0) from None
-        os.write(reports, b"%d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+        _report(reports, b"%d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+
+
+def _report(reports: int, line: bytes) -> None:
+    """Tell the process that started the fork server; gone, the server ends (and so do its slaves)."""
+    try:
+        os.write(reports, line)
+    except BrokenPipeError:
+        raise SystemExit(0) from None
 
 
 def _main() -> int:

@@ -630,6 +630,21 @@ def test_a_plain_executor_forks_its_first_slaves_from_one_child_and_ends_them_al
     assert _children() <= before
 
 
+def test_a_killed_fork_server_takes_its_slaves_and_they_are_started_again(tmp_path: Path) -> None:
+    """The fork server of a plain local executor's first slaves killed (the OOM killer, a user's ``kill``):
+    its slaves end with it, as any slave killed would they are started again, and the executor goes on."""
+    release = tmp_path / "release"
+    release.touch()
+    with mwpy.Executor(max_workers=2) as ex:
+        running = [ex.submit(work.lineage, str(tmp_path / f"started-{n}"), str(release)) for n in range(2)]
+        slaves = [future.result(timeout=120) for future in running]
+        (server,) = {parent for _, parent in slaves}
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid, _ in slaves), 60, "its slaves to end")
+        assert list(ex.map(work.square, range(10), timeout=120)) == [x * x for x in range(10)]
+        assert ex.submit(work.pid).result(timeout=120) not in {pid for pid, _ in slaves}
+
+
 INTERRUPTED = """\
     import sys
     import time
