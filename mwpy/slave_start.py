@@ -23,6 +23,8 @@ from typing import Protocol
 
 from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
 
+#: Seconds at most of one wait for a fork server's report (callers wait again until theirs has come).
+REPORT_LOOK = 0.5
 #: The option that makes mwpy/_spawn.py a fork server: ``FORK_SERVER REPORT_FD COUNT FOLDER`` before the slave's.
 FORK_SERVER = "--mw-fork-server"
 
@@ -113,10 +115,11 @@ class ForkServer:
     def read(self, timeout: float | None) -> None:
         """Take in what the server reported, waiting for a report ``timeout`` seconds at most (None: until one).
 
-        The wait holds no lock: the overseer's thread polls while the caller's waits for a slave to stop."""
+        The wait holds no lock (the overseer's thread polls while the caller's waits for a slave to stop), and
+        lasts ``REPORT_LOOK`` at most: the pipe closed by another thread meanwhile, its number may be reused."""
         if timeout != 0 and not self._ended:
             with contextlib.suppress(OSError, ValueError):  # closed meanwhile: the server is gone
-                select.select([self._reports], [], [], timeout)
+                select.select([self._reports], [], [], REPORT_LOOK if timeout is None else min(timeout, REPORT_LOOK))
         with self._lock:
             if self._ended:
                 return
