@@ -60,7 +60,7 @@ class EarlySlaves:
             sandboxes = [os.path.join(self.folder, slave_start.job_id(number)) for number in range(count)]
             for sandbox in sandboxes:
                 os.mkdir(sandbox)
-            if count > 1 and hasattr(os, "fork"):  # one imports mwpy and forks the others (mwpy/slave_start.py)
+            if count > 1 and hasattr(os, "fork"):  # one child imports mwpy and forks them all (mwpy/slave_start.py)
                 self.forks = slave_start.ForkServer(self.command, self.folder, count)
                 self.processes.extend(self.forks.slaves)
             else:

@@ -197,7 +197,7 @@ class LocalBackend:
         dropped = {
             pid for resource_file in resource_files for pid in self._drops.new(Path(resource_file).resolve().parent)
         }
-        if not dropped:  # a forked slave's pid may not be known yet (mwpy/slave_start.py): not asked for nothing
+        if not dropped:  # the pids are asked for only then: a forked slave's may not be known yet (slave_start.py)
             return
         running = {job.process.pid: job.process for job in self._jobs.values() if job.process is not None}
         for pid in dropped:
