@@ -16,6 +16,8 @@ had none: a REPL or a notebook), ``FOLDER`` the master's working folder and its
 system's slave), put on ``sys.path`` so that the user's own modules import as
 they did on the master, and ``INITIALIZER`` the executor's pickled ``initializer`` and
 ``initargs`` (``-`` for none), which the slave role runs before it connects.
+Preceded by ``--mw-fork-server REPORT_FD COUNT WORK_FOLDER``, it imports the
+slave's code once and forks COUNT such slaves (mwpy/slave_start.py).
 """
 
 import os
@@ -49,8 +51,9 @@ def _load_script(path: str) -> None:
 
 
 def _end_with_parent(parent: int) -> None:
-    """End this slave when the program that started it is gone (``kill -9`` leaves it no time to stop its slaves,
-    and a slave in a hung task would not notice its master's hang-up): this process is then reparented."""
+    """End this slave (or fork server) when the program that started it is gone (``kill -9`` leaves it no time
+    to stop its slaves, and a slave in a hung task would not notice its master's hang-up): this process is then
+    reparented."""
     while os.getppid() == parent:
         time.sleep(PARENT_LOOK)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -73,8 +76,45 @@ def _take_authkey(beside: str | None) -> None:
     multiprocessing.process.current_process().authkey = key
 
 
-def _main() -> int:
+def _serve_forks(arguments: list[str]) -> tuple[int, list[str]]:
+    """A fork server (mwpy/slave_start.py's :class:`~mwpy.slave_start.ForkServer`): with the slave's code
+    imported, fork COUNT slaves, each in its sandbox; returns in each of them, with the server's pid (its
+    parent) and the slave's arguments. The server reports their pids and exits on its pipe and exits when none
+    is left, or ends when the process that started it is gone."""
+    from mwpy import slave_start  # noqa: PLC0415 (sys.path is fixed by now)
+
+    report, count, folder, *rest = arguments
+    reports = int(report)
+    if threading.active_count() != 1:  # a fork copies one thread: another's locks would stay held for ever
+        raise RuntimeError("the fork server must have one thread when it forks")
+    server = os.getpid()
+    for number in range(int(count)):
+        pid = os.fork()
+        if pid == 0:
+            os.close(reports)
+            slave_start.enter_sandbox(os.path.join(folder, slave_start.job_id(number)))
+            sys.argv[1:] = rest  # as a slave started by itself has it (a REPL's slave keeps it)
+            return server, rest
+        _report(reports, b"%d\n" % pid)
     threading.Thread(target=_end_with_parent, args=(os.getppid(),), name="mwpy-parent", daemon=True).start()
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # none left
+            raise SystemExit(0) from None
+        _report(reports, b"%d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+
+
+def _report(reports: int, line: bytes) -> None:
+    """Tell the process that started the fork server; gone, the server ends (and so do its slaves)."""
+    try:
+        os.write(reports, line)
+    except BrokenPipeError:
+        raise SystemExit(0) from None
+
+
+def _main() -> int:
+    parent = os.getppid()
     # Ctrl-C in the terminal reaches the whole process group: the program that owns the executor decides
     # (its with block stops the executor, which tells its slaves to leave); a slave killed under a task
     # would only count a death against that task and print noise.
@@ -82,9 +122,13 @@ def _main() -> int:
     # Imported only now: sys.path had to be fixed first (see the top of this file).
     from mwpy.options import parse  # noqa: PLC0415
     from mwpy.program import main  # noqa: PLC0415
+    from mwpy.slave_start import FORK_SERVER  # noqa: PLC0415
     from mwpy.wire import codec  # noqa: PLC0415
 
     arguments = sys.argv[1:]
+    if arguments[:1] == [FORK_SERVER]:
+        parent, arguments = _serve_forks(arguments[1:])
+    threading.Thread(target=_end_with_parent, args=(parent,), name="mwpy-parent", daemon=True).start()
     parsed, rest = parse(arguments)
     if len(rest) < 3:
         print("mwpy: _spawn.py needs SCRIPT, FOLDER and INITIALIZER after the --mw-* options", file=sys.stderr)

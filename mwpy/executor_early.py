@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 
 from mwpy import slave_start
@@ -27,7 +26,7 @@ LOCAL_HOST = "127.0.0.1"
 class EarlySlaves:
     """A plain local executor's slaves, started first thing: each starts Python and imports mwpy while this
     process imports the engine (:mod:`mwpy.executor_core`), instead of after it (docs/performance.md,
-    scenario 7).
+    scenario 7); from two on, one process imports mwpy and forks them all (:class:`~mwpy.slave_start.ForkServer`).
 
     Each is started as the local back end starts a slave (mwpy/slave_start.py), in the sandbox of that back
     end's job of the same number, and told on its command line where the master listens, its member id and
@@ -41,7 +40,8 @@ class EarlySlaves:
         from mwpy import safe_files  # noqa: PLC0415 (the engine imports it anyway: not on `import mwpy`'s path)
 
         self.folder = safe_files.run_folder(WORK_PREFIX)
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: list[slave_start.SlaveProcess] = []
+        self.forks: slave_start.ForkServer | None = None
         self.listener: socket.socket | None = None
         try:
             self.listener = socket.create_server((LOCAL_HOST, 0), backlog=MASTER_BACKLOG)
@@ -57,16 +57,22 @@ class EarlySlaves:
                 sys.executable, SPAWN_PROGRAM, "--mw-slave", "--mw-master-host", LOCAL_HOST, "--mw-master-port", port,
                 "--mw-member-id", member_id, "--mw-secret-file", secret_file, main_script(), search_path(), "-",
             ]  # fmt: skip
-            for number in range(count):
-                sandbox = os.path.join(self.folder, slave_start.job_id(number))
+            sandboxes = [os.path.join(self.folder, slave_start.job_id(number)) for number in range(count)]
+            for sandbox in sandboxes:
                 os.mkdir(sandbox)
-                self.processes.append(slave_start.start_process(self.command, sandbox))
+            if count > 1 and hasattr(os, "fork"):  # one child imports mwpy and forks them all (mwpy/slave_start.py)
+                self.forks = slave_start.ForkServer(self.command, self.folder, count)
+                self.processes.extend(self.forks.slaves)
+            else:
+                self.processes.extend(slave_start.start_process(self.command, sandbox) for sandbox in sandboxes)
         except BaseException:
             self.abandon()
             raise
 
     def abandon(self) -> None:
         """The executor could not be made: stop the slaves, close the socket, remove the folder."""
+        if self.forks is not None:
+            self.forks.stop()
         for process in self.processes:
             process.kill()
             process.wait()

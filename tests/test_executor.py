@@ -603,6 +603,48 @@ def test_a_plain_executor_that_cannot_be_made_leaves_no_slave_and_no_folder(
     assert _children() <= before
 
 
+def _parent(pid: int) -> int:
+    """Process ``pid``'s parent (Linux: /proc/PID/stat's fourth field, after the name in parentheses)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_plain_executor_forks_its_first_slaves_from_one_child_and_ends_them_all(tmp_path: Path) -> None:
+    """A plain local executor's first slaves are forked by one child of this process once it has imported mwpy
+    (mwpy/slave_start.py, ``ForkServer``: ~2 ms of CPU each instead of ~85 for a Python that imports mwpy).
+    They are still this executor's own: shutting down ends each of them and the fork server, all reaped (no
+    process, no zombie of this process left), as does ``kill -9`` of the caller (tests/test_ctrl_c.py) and the
+    kill of a frozen one (tests/test_executor_crashes.py)."""
+    before = _children()
+    release = tmp_path / "release"
+    with mwpy.Executor(max_workers=2) as ex:
+        running = [ex.submit(work.lineage, str(tmp_path / f"started-{n}"), str(release)) for n in range(2)]
+        wait_until(lambda: len(list(tmp_path.glob("started-*"))) == 2, 120, "both slaves to run a task")
+        release.touch()
+        slaves = [future.result(timeout=120) for future in running]
+        (server,) = {parent for _, parent in slaves}
+        assert server != os.getpid()
+        assert _parent(server) == os.getpid()
+        assert server in _children() - before
+    ended = [server, *(pid for pid, _ in slaves)]
+    assert not [pid for pid in ended if Path(f"/proc/{pid}").exists()]
+    assert _children() <= before
+
+
+def test_a_killed_fork_server_takes_its_slaves_and_they_are_started_again(tmp_path: Path) -> None:
+    """The fork server of a plain local executor's first slaves killed (the OOM killer, a user's ``kill``):
+    its slaves end with it, as any slave killed would they are started again, and the executor goes on."""
+    release = tmp_path / "release"
+    release.touch()
+    with mwpy.Executor(max_workers=2) as ex:
+        running = [ex.submit(work.lineage, str(tmp_path / f"started-{n}"), str(release)) for n in range(2)]
+        slaves = [future.result(timeout=120) for future in running]
+        (server,) = {parent for _, parent in slaves}
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid, _ in slaves), 60, "its slaves to end")
+        assert list(ex.map(work.square, range(10), timeout=120)) == [x * x for x in range(10)]
+        assert ex.submit(work.pid).result(timeout=120) not in {pid for pid, _ in slaves}
+
+
 INTERRUPTED = """\
     import sys
     import time

@@ -108,6 +108,7 @@ def test_a_master_loads_its_optional_parts_only_with_their_options(tmp_path: Pat
     (tmp_path / "p.py").write_text("")
     plain = master_with()
     assert OPTIONAL.isdisjoint(plain)
+    assert "ssl" not in plain  # loaded with --mw-tls-cert only (test_a_run_without_tls_never_imports_ssl)
     everything = master_with("--mw-journal", str(tmp_path / "j.db"), "--mw-events", str(tmp_path / "e.jsonl"))
     assert {"mwpy.core.journal", "sqlite3", "mwpy.observe.events", "mwpy.observe.goodput"} <= everything
 
@@ -133,3 +134,14 @@ def test_a_slave_imports_no_file_helpers_before_it_connects() -> None:
     folders need them) nor ``html`` (the HTML views)."""
     loaded = loaded_after("from mwpy.options import parse\nfrom mwpy.program import main\nfrom mwpy.wire import codec")
     assert loaded.isdisjoint({"tempfile", "shutil", "bz2", "lzma", "html"})
+
+
+def test_a_run_without_tls_never_imports_ssl() -> None:
+    """``ssl`` costs 5 to 12 ms of each process's start-up (issue 37 item 1): an Executor's caller and its
+    slaves, which use no TLS, do not import it; the first TLS context does."""
+    loaded = loaded_after(
+        "from mwpy.options import parse\nfrom mwpy.program import main\nfrom mwpy.wire import codec\n"
+        "import mwpy.executor_core\nimport mwpy.data.client, mwpy.data.server, mwpy.slaveside.connection"
+    )
+    assert "ssl" not in loaded
+    assert "ssl" in loaded_after("from mwpy.wire import protocol\nprotocol.tls_client_context()")

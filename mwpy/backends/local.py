@@ -50,7 +50,7 @@ class _LocalJob:
     job_id: str
     launch: Launch
     sandbox: Path
-    process: subprocess.Popen[bytes] | None = None
+    process: slave_start.SlaveProcess | None = None
     #: Monotonic: when the job starts next (while idle), or when its run started (while running).
     start_at: float = 0.0
     #: The exit status of the last run, None before the first one ended.
@@ -140,7 +140,7 @@ class LocalBackend:
                 self._jobs[job_id] = _LocalJob(job_id, launch, sandbox, start_at=now, shape=self._next_shape())
             self.poll()
 
-    def adopt(self, launch: Launch, processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    def adopt(self, launch: Launch, processes: Sequence[slave_start.SlaveProcess]) -> None:
         """Take slaves started already as this back end's first jobs, running ``launch`` (as it restarts them).
 
         ``processes[i]`` runs in the sandbox of :func:`mwpy.slave_start.job_id` ``(i)``: an Executor starts its
@@ -193,12 +193,16 @@ class LocalBackend:
     def _kill_dropped(self) -> None:
         """SIGKILL each running slave its master dropped as silent: stuck (it neither answers nor exits), it
         would hold its place for ever and no replacement would start. Reaped as any slave that died."""
-        running = {job.process.pid: job.process for job in self._jobs.values() if job.process is not None}
         resource_files = {job.launch.resource_file for job in self._jobs.values() if job.process is not None}
-        for resource_file in resource_files:
-            for pid in self._drops.new(Path(resource_file).resolve().parent):
-                if pid in running and running[pid].poll() is None:
-                    running[pid].kill()
+        dropped = {
+            pid for resource_file in resource_files for pid in self._drops.new(Path(resource_file).resolve().parent)
+        }
+        if not dropped:  # the pids are asked for only then: a forked slave's may not be known yet (slave_start.py)
+            return
+        running = {job.process.pid: job.process for job in self._jobs.values() if job.process is not None}
+        for pid in dropped:
+            if pid in running and running[pid].poll() is None:
+                running[pid].kill()
 
     def _reap(self, job: _LocalJob, now: float) -> bool:
         """Whether the job's slave has exited; one that exited 0 leaves the queue, others start again later."""

@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import ssl
 import stat
 from pathlib import Path
-from typing import IO, BinaryIO, Final
+from typing import IO, TYPE_CHECKING, BinaryIO, Final
 
 from mwpy import safe_files
 from mwpy.data.grammar import ANSWERS, CHUNK, DATA, END, FETCH, OUTPUT, REFUSED, RESULT, TAKEN, USAGE
@@ -25,6 +24,9 @@ from mwpy.data.link import Link, client_handshake, no_delay
 from mwpy.data.service import FileServiceError
 from mwpy.errors import ProtocolError
 from mwpy.wire import protocol
+
+if TYPE_CHECKING:  # loaded with TLS's first use (mwpy/wire/protocol.py)
+    import ssl
 
 #: Seconds a client waits for the file service to answer.
 IO_TIMEOUT: Final = 120.0

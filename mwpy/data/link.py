@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import select
 import socket
-import ssl
 from collections.abc import Iterator
 from typing import Any, BinaryIO, Final
 
@@ -89,7 +88,7 @@ class Link:
 
     def has_buffered(self) -> bool:
         """Whether a request may already be here without the socket showing it (read ahead, or held by TLS)."""
-        return bool(self._buffered) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+        return bool(self._buffered) or (isinstance(self.sock, protocol.TLS_SOCKETS) and self.sock.pending() > 0)
 
     def has_arrived(self) -> bool:
         """Whether the peer's next request (or its hang-up) is already here: buffered, or readable right now."""
@@ -149,7 +148,7 @@ class Proving:
         self.deadline = deadline
         self._secret = secret
         self._member_id = member_id
-        self._tls = isinstance(sock, ssl.SSLSocket)  # still to finish
+        self._tls = isinstance(sock, protocol.TLS_SOCKETS)  # still to finish
         self._nonce = protocol.new_nonce()
         self._out = bytearray()
         self._in = bytearray()
@@ -174,7 +173,9 @@ class Proving:
 
     def _finish_tls(self) -> bool:
         sock = self.sock
-        assert isinstance(sock, ssl.SSLSocket)
+        assert isinstance(sock, protocol.TLS_SOCKETS)
+        import ssl  # noqa: PLC0415 (loaded with TLS: mwpy/wire/protocol.py)
+
         try:
             sock.do_handshake()
         except ssl.SSLWantReadError:
@@ -191,7 +192,7 @@ class Proving:
         while len(self._in) < _HANDSHAKE_BYTES:
             try:
                 got = self.sock.recv(_HANDSHAKE_BYTES - len(self._in))
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            except protocol.WOULD_BLOCK:
                 return
             if not got:
                 raise ProtocolError("connection closed")
@@ -239,7 +240,7 @@ class Proving:
         if self._out:
             try:
                 sent = self.sock.send(self._out)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            except protocol.WOULD_BLOCK:
                 sent = 0
             del self._out[:sent]
         self.wants_write = bool(self._out)
@@ -264,7 +265,7 @@ def client_handshake(sock: socket.socket, secret: bytes, member_id: str) -> Link
 def send_raw(sock: socket.socket, source: BinaryIO, size: int) -> int:
     """Send ``size`` bytes of ``source`` unframed; how many went. On plain TCP ``sendfile`` (the kernel copies
     from the page cache to the socket); under TLS, whose records need the bytes in this process, large reads."""
-    if not isinstance(sock, ssl.SSLSocket):
+    if not isinstance(sock, protocol.TLS_SOCKETS):
         return sock.sendfile(source, 0, size)
     sent = 0
     while sent < size and (chunk := source.read(min(RAW_CHUNK, size - sent))):

@@ -20,15 +20,17 @@ import errno
 import queue
 import selectors
 import socket
-import ssl
 import threading
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from mwpy import safe_text
 from mwpy.data.link import Link, Proving, no_delay
 from mwpy.data.service import FileService, FileServiceError
 from mwpy.net.ports import PortRange, listen
+
+if TYPE_CHECKING:  # loaded with TLS's first use (mwpy/wire/protocol.py)
+    import ssl
 
 log = safe_text.logger(__name__)
 

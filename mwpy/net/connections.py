@@ -15,8 +15,8 @@ import errno
 import resource
 import selectors
 import socket
-import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
@@ -25,6 +25,9 @@ from mwpy.net import ports
 from mwpy.options import Options
 from mwpy.wire import protocol
 from mwpy.wire.session import MasterSession
+
+if TYPE_CHECKING:  # loaded with TLS's first use (mwpy/wire/protocol.py)
+    import ssl
 
 #: Bytes read from a socket per call.
 RECV_SIZE = 256 * 1024
@@ -178,7 +181,9 @@ class Connections:
     def tls_handshake(self, peer: Peer) -> None:
         """Advance a non-blocking TLS handshake; once done, the mwpy handshake starts."""
         sock = peer.sock
-        assert isinstance(sock, ssl.SSLSocket)
+        assert isinstance(sock, protocol.TLS_SOCKETS)
+        import ssl  # noqa: PLC0415 (loaded with TLS: mwpy/wire/protocol.py)
+
         want_write = False
         try:
             sock.do_handshake()
@@ -201,11 +206,11 @@ class Connections:
         assert sock is not None
         try:
             size = sock.recv_into(self._buffer)
-            if size and isinstance(sock, ssl.SSLSocket):
+            if size and isinstance(sock, protocol.TLS_SOCKETS):
                 while sock.pending():  # plaintext TLS already decrypted: select will not report it
                     peer.session.receive_data(self._view[:size])
                     size = sock.recv_into(self._buffer)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        except protocol.WOULD_BLOCK:
             return False
         except OSError as exc:
             self._on_lost(peer, "error", f"read error: {exc}")
@@ -240,7 +245,7 @@ class Connections:
         if peer.out:
             try:
                 sent = sock.send(peer.out)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            except protocol.WOULD_BLOCK:
                 sent = 0
             except OSError as exc:
                 self._on_lost(peer, "error", f"write error: {exc}")

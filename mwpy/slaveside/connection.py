@@ -13,11 +13,10 @@ import contextlib
 import os
 import select
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
@@ -30,6 +29,9 @@ from mwpy.resources import Resources
 from mwpy.wire import protocol
 from mwpy.wire.protocol import ExitCode, ResultItem
 from mwpy.wire.session import HandshakeReply, SlaveSession, SlaveState
+
+if TYPE_CHECKING:  # loaded with TLS's first use (mwpy/wire/protocol.py)
+    import ssl
 
 RECV_SIZE = 256 * 1024
 
@@ -97,7 +99,7 @@ class Link:
         try:
             with self.lock:
                 size = self.sock.recv_into(self._buffer)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+        except protocol.WANT_READ:
             return None
         except OSError as exc:
             self._lost(f"read error: {exc}")
@@ -110,7 +112,7 @@ class Link:
 
     def more(self, size: int) -> bool:
         """After a read of ``size`` bytes: more may wait (a short read of a plain socket took all the kernel had)."""
-        return (size == RECV_SIZE or isinstance(self.sock, ssl.SSLSocket)) and self.readable()
+        return (size == RECV_SIZE or isinstance(self.sock, protocol.TLS_SOCKETS)) and self.readable()
 
     def send(self, message: protocol.Message) -> None:
         with self.lock:  # the session's sequence number and the socket are shared with the heartbeat thread
@@ -146,7 +148,7 @@ class Link:
 
     def _tls_pending(self) -> bool:
         """TLS holds decrypted bytes the kernel does not know of (poll will not report them)."""
-        return isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+        return isinstance(self.sock, protocol.TLS_SOCKETS) and self.sock.pending() > 0
 
 
 def open_link(
@@ -189,7 +191,7 @@ def open_link(
 def _start_tls(sock: socket.socket, fingerprint: str, address: str) -> ssl.SSLSocket:
     try:
         tls = protocol.tls_client_context().wrap_socket(sock)
-    except (OSError, ssl.SSLError) as exc:
+    except OSError as exc:  # ssl.SSLError is one
         raise SlaveExit(ExitCode.REFUSED, f"TLS with the master at {address} failed: {exc}") from None
     if not protocol.certificate_matches(tls, fingerprint):
         tls.close()

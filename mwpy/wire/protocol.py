@@ -27,15 +27,17 @@ import hmac
 import operator
 import os
 import pickle
-import ssl
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import attrs
 
 from mwpy.errors import ConfigurationError, ProtocolError
 from mwpy.names import CONDOR_JOB_ID, MAX_PEAK_MEMORY
+
+if TYPE_CHECKING:  # loaded with the first TLS context (below): a run without TLS never imports it
+    import ssl
 
 #: 2: a failure carries the pickled exception (mwpy.Executor and futures raise it as itself).
 #: 3: Hello carries the slave's Condor job id (a Hello of 2 has one field fewer, which a master of 2 refuses);
@@ -410,8 +412,31 @@ def derive_channel(secret: bytes, master_nonce: bytes, slave_nonce: bytes, *, is
 # TLS (optional; the proofs above authenticate, TLS adds confidentiality)
 
 
+#: The type of a TLS socket: none until the first TLS context is made, which imports :mod:`ssl` (5 to 12 ms a
+#: process that a run without TLS does not pay). The sockets' hot paths test ``isinstance(sock,
+#: protocol.TLS_SOCKETS)``: read these three names through the module, they change.
+TLS_SOCKETS: tuple[type[ssl.SSLSocket], ...] = ()
+#: What a non-blocking read raises when nothing can be read now (TLS's "want read" too, once TLS is used).
+WANT_READ: tuple[type[OSError], ...] = (BlockingIOError, InterruptedError)
+#: What a non-blocking read or write raises when it cannot go on now (TLS's two "want" errors too, once used).
+WOULD_BLOCK: tuple[type[OSError], ...] = WANT_READ
+
+
+def _use_tls() -> None:
+    """Import :mod:`ssl` (TLS's first use) and add its types to the names above."""
+    global TLS_SOCKETS, WANT_READ, WOULD_BLOCK
+    import ssl  # noqa: PLC0415
+
+    TLS_SOCKETS = (ssl.SSLSocket,)
+    WANT_READ = (BlockingIOError, InterruptedError, ssl.SSLWantReadError)
+    WOULD_BLOCK = (*WANT_READ, ssl.SSLWantWriteError)
+
+
 def tls_server_context(cert: str, key: str | None) -> tuple[ssl.SSLContext, str]:
     """The master's TLS context and its certificate's SHA-256 fingerprint (hex), for slaves to pin."""
+    _use_tls()
+    import ssl  # noqa: PLC0415 (loaded now)
+
     try:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert, key)
@@ -424,6 +449,9 @@ def tls_server_context(cert: str, key: str | None) -> tuple[ssl.SSLContext, str]
 
 def tls_client_context() -> ssl.SSLContext:
     """The slave's TLS context: the certificate is checked by fingerprint, not by a CA."""
+    _use_tls()
+    import ssl  # noqa: PLC0415 (loaded now)
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = False

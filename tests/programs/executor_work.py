@@ -69,6 +69,12 @@ def touch_then_wait(started: str, release: str, value: int = 0) -> int:
     return wait_for(release, value)
 
 
+def lineage(started: str, release: str) -> tuple[int, int]:
+    """This slave's pid and its parent's, once ``release`` exists (``started`` says it runs)."""
+    touch_then_wait(started, release)
+    return os.getpid(), os.getppid()
+
+
 @mwpy.task
 def cube(x: int) -> int:
     return x**3
