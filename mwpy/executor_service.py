@@ -31,6 +31,7 @@ from mwpy.net.engine import TICK
 from mwpy.observe.audit import Audit
 from mwpy.pool.slave_pool import SlavePool
 from mwpy.task_records import Policy, Result, unrunnable_error
+from mwpy.wire import codec
 
 #: How long leaving after Ctrl-C waits, at most, for the slaves to stop and the folders to go.
 INTERRUPTED_WAIT = 10.0
@@ -67,11 +68,31 @@ class Future(LightFuture[R]):
     _label = ""
     #: Whether its call waits for futures among its arguments, not queued yet (mwpy/dataflow.py).
     _pending_inputs = False
+    #: The slave whose result settled it (read for a value that slave holds).
+    _holder = ""
 
     def __init__(self, service: Service) -> None:  # no super().__init__(): LightFuture's does nothing
         self._service = service
         #: The master's id of its task, once the engine's thread has queued it (for pulling it back on cancel).
         self._task_id: int | None = None
+
+    def result(self, timeout: float | None = None) -> R:
+        """The value; one its slave holds (a :class:`~mwpy.wire.codec.Held`) is fetched from there now, once."""
+        value: Any = super().result(timeout)
+        if type(value) is codec.Held:
+            return self._service.fetch_held(self, value)  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]
+
+    def as_argument(self) -> Any:
+        """Its value as a dependent call's argument (it is done): a held value's handle, so the value stays on
+        its slave and the call's slave takes it from there (mwpy/data/holding.py)."""
+        value: Any = super().result()
+        return value.handle if type(value) is codec.Held else value
+
+    def holder(self) -> tuple[int, str] | None:
+        """(size, slave) of a held value, for running a dependent call where it is; None if not held."""
+        value = self._result
+        return (value.handle.size, self._holder) if type(value) is codec.Held else None
 
     def cancel(self) -> bool:
         if not super().cancel():
@@ -110,6 +131,7 @@ class Future(LightFuture[R]):
     def settle(self, result: Result) -> bool:
         """The task's result settles this future (unless it was cancelled before it started); never mw.results()."""
         if not self.done():  # cancelled before it started (a task dropped for a full frame, say)
+            self._holder = result.slave_id
             self._settle_with(result)
             self._service.one_done(self)
         return False
@@ -141,13 +163,16 @@ class Call:
     payload: bytes
     policy: Policy
     label: str
+    #: The slave that holds its largest input, where it should run (a dependent call's; None: anywhere).
+    prefer: str | None = None
 
     def queue_in(self, intake: Intake) -> None:
         """Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
         scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds."""
         future = self.future
-        future._task_id = intake.enqueue(Entry(intake.new_id(), self.name, self.payload, self.policy, future,
-                                               label=self.label))  # fmt: skip
+        entry = Entry(intake.new_id(), self.name, self.payload, self.policy, future, label=self.label)
+        entry.prefer = self.prefer
+        future._task_id = intake.enqueue(entry)
 
 
 class Service:
@@ -166,6 +191,7 @@ class Service:
         self.intake = master._intake
         self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()  # one held value fetched at a time (fetch_held)
         #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
         self._taken = threading.Condition(self._lock)
         self._incoming: list[Call | MapBatch] = []  # guarded by _lock: the engine's thread takes it all at once
@@ -292,6 +318,20 @@ class Service:
                 self._stopped.wait(max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ the engine's thread
+
+    def fetch_held(self, future: Future[Any], held: codec.Held) -> Any:
+        """``future``'s value, which its slave holds: fetched from there (mwpy/data/shares.py) in the caller's
+        thread, and kept by the future from then on (one fetch, whoever asks again)."""
+        with self._fetching:
+            if future._result is held:
+                future._result = self.held_value(held)
+                log.info("%s: its value (%d bytes) fetched from slave %s", future._label, held.handle.size,
+                         future._holder)  # fmt: skip
+        return future._result
+
+    def held_value(self, held: codec.Held) -> Any:
+        """A value its slave holds (a map's, a future's), fetched from there now (mwpy/data/shares.py)."""
+        return self.intake.store.held(held.handle)
 
     def one_done(self, future: Future[Any]) -> None:
         """``future`` is done (settled, cancelled or broken); once per future, whoever calls first."""

@@ -29,6 +29,7 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.slaveside.startup", "mwpy.data.cache"),  # a slave's cache and shared objects load with their first use
     ("mwpy.data.plane", "mwpy.data.cache"),
     ("mwpy.data.plane", "mwpy.data.shares"),
+    ("mwpy.data.plane", "mwpy.data.holding"),
     ("mwpy.slaveside.startup", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves not)
     ("mwpy.core.outcomes", "mwpy.core.journal"),  # sqlite3 only with --mw-journal
     ("mwpy.observe.renderers", "mwpy.observe.events"),  # the event log only with --mw-events

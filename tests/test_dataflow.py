@@ -17,8 +17,9 @@ import pytest
 
 import mwpy
 from mwpy.errors import UsageError
+from mwpy.observe import events as ev
 from tests.programs import dataflow_work as work
-from tests.support import ROOT, run_local
+from tests.support import ROOT, run_local, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +137,70 @@ def test_a_master_algorithm_passes_futures_to_submit_and_map() -> None:
     notes = ["argument 0 (a future of refuse) failed", "argument 0 (a future of total) failed"]
     assert f"failed LookupError no 2 {notes}" in lines
     assert "wrong call TypeError" in lines  # at submit(), not once the inputs are done
+
+
+# ---------------------------------------------------------------------- large values stay where they were made
+
+#: A value well above what a result frame carries (codec.SPILL_ABOVE, 16 MiB): it stays on its slave.
+LARGE = 48 << 20
+
+
+def _peak_rss() -> int:
+    """This process's (the master's) peak resident set so far, in bytes."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+def _caches(events: Path) -> dict[str, ev.SlaveCache]:
+    """Each slave's last cache counters in the event log."""
+    found = [e for e in ev.read_events(events) if isinstance(e, ev.SlaveCache)] if events.exists() else []
+    return {e.slave: e for e in found}
+
+
+def test_a_large_value_used_as_an_argument_stays_on_its_slave_and_the_dependent_runs_there(tmp_path: Path) -> None:
+    """The producer's slave keeps the value (content-addressed, in its cache) and the master only its
+    reference: the dependent runs on that slave, no transfer, 0 bytes through the master, whose peak memory does
+    not grow by the value. ``result()`` in the caller then fetches it on demand (Ray's and dask's object
+    locality: a consumer goes where its input is)."""
+    events = tmp_path / "events.jsonl"
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))  # both slaves up, the master's loop warm
+        before = _peak_rss()
+        made = ex.submit(work.large, LARGE)
+        ran_on, made_on, size = ex.submit(work.where, made).result(timeout=120)
+        assert (ran_on, size) == (made_on, LARGE)
+        assert _peak_rss() - before < LARGE // 2
+        moved = ex.file_counters()
+        assert (moved["bytes_sent"], moved["bytes_received"], moved["held_bytes"]) == (0, 0, 0)
+        hit = wait_until(lambda: [c for c in _caches(events).values() if c.hits], 60, "the holder's cache hit")
+        assert [(c.misses, c.bytes_fetched) for c in hit] == [(0, 0)]  # used where it was: nothing fetched
+        pid, data = made.result(timeout=120)
+        assert (pid, len(data)) == (made_on, LARGE)
+        assert ex.file_counters()["held_fetches"] == 1  # fetched once, when asked for
+
+
+def test_a_dependent_elsewhere_fetches_the_large_value_from_its_holder_once(tmp_path: Path) -> None:
+    """With the holder busy, the dependent runs on the other slave after a moment, which fetches the value from
+    the holder's file service, authenticated: one transfer, still 0 bytes through the master."""
+    events, parked, pid_file = tmp_path / "events.jsonl", tmp_path / "parked", tmp_path / "producer"
+    parked.mkdir()
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        blockers = [ex.submit(work.park, str(parked)) for _ in range(2)]
+        wait_until(lambda: len(list(parked.glob("*.parked"))) == 2, 60, "both slaves parked")
+        producer = pid_file.read_text(encoding="utf-8")
+        dependent = ex.submit(work.where, made)
+        other = next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
+        (parked / f"{other}.go").touch()
+        ran_on, made_on, size = dependent.result(timeout=120)
+        assert (str(ran_on), str(made_on), size) == (other, producer, LARGE)
+        (parked / f"{producer}.go").touch()
+        assert sorted(str(b.result(timeout=60)) for b in blockers) == sorted([producer, other])
+        moved = ex.file_counters()
+        assert (moved["bytes_sent"], moved["bytes_received"], moved["held_bytes"]) == (0, 0, 0)
+        fetched = wait_until(lambda: [c for c in _caches(events).values() if c.misses], 60, "the consumer's fetch")
+        assert [c.misses for c in fetched] == [1]  # one transfer, of the value and its few bytes of framing
+        assert LARGE < fetched[0].bytes_fetched < LARGE + 4096

@@ -72,12 +72,22 @@ class SlaveCache:
         else:
             self.counters["hits"] += 1
         path.chmod(mode & 0o7777)
+        self._record(digest, path)
+        return path
+
+    def admit(self, digest: str, path: Path) -> bool:
+        """Take in a file this slave made under its folder (a value it holds, mwpy/data/holding.py), as if
+        fetched: bounded and evicted like the rest. Whether ``digest`` is new here."""
+        new = digest not in self._sizes
+        self._record(digest, path)
+        return new
+
+    def _record(self, digest: str, path: Path) -> None:
         info = path.stat()
         self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)
         if path not in self._copies.setdefault(digest, []):
             self._copies[digest].append(path)
         self._keep(digest, info.st_size)
-        return path
 
     def touch(self, digest: str) -> bool:
         """A use of ``digest`` served without its file (a shared object already in memory): a hit, and it

@@ -15,9 +15,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Final
 
 from mwpy import (
     calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
+    names,
     safe_text,
 )
 from mwpy.errors import TaskTimeoutError
@@ -35,6 +37,9 @@ WITH_RESULT = 64 * 1024
 LIVE_WAIT = 0.02
 #: Characters of a stream in one frame of output (fewer if the master's frames are small).
 CHUNK = 256 * 1024
+
+#: The algorithms whose large values stay on the slave (an Executor's calls: their futures fetch on demand).
+HELD: Final = frozenset({names.CALL, names.CALL_FUNCTION})
 
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
@@ -224,7 +229,7 @@ class Runner:
                 if left is not None:
                     self.outputs[task_id] = left
             elapsed = time.perf_counter() - started
-            out = codec.encode_result(value, self._store, self.data)
+            out = codec.encode_result(value, self._store, self.data, hold=name in HELD)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)
