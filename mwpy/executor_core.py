@@ -203,8 +203,10 @@ class ExecutorCore:
                 future._end(None, exc)
                 return
             future._pending_inputs = False
-            held = [found for _, given in inputs if (found := cast(Future[Any], given).holder())]
-            prefer = max(held)[1] if held else None  # where its largest input is: nothing to move
+            held = [(found, given) for _, given in inputs if (found := cast(Future[Any], given).holder())]
+            prefer = max(held, key=lambda pair: pair[0])[0][1] if held else None  # its largest input: not moved
+            if held:  # what the event log reports once it ran, and how it is sent again if one is lost
+                future._held_inputs, future._again = tuple(cast(Future[Any], given) for _, given in held), ready
             service.hand_over(Call(future, name, payload, policy, label, prefer), adopted=True)
 
         def cancelled() -> None:

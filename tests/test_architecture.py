@@ -36,7 +36,7 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.observe.renderers", "mwpy.observe.goodput"),
     ("mwpy.executor", "mwpy.executor_core"),  # loaded by the constructor, after a plain executor's slaves start
     ("mwpy.executor", "mwpy.wire.codec"),
-    ("mwpy.executor", "mwpy.executor_setup"),  # the constructor's Shape, configured there
+    ("mwpy.executor", "mwpy.executor_setup"),
 }
 #: Pairs the restructuring of issue 8 removed on purpose; neither may come back (they share a layer now).
 FORBIDDEN = {("mwpy.master", "mwpy.slave"), ("mwpy.wire.protocol", "mwpy.task"), ("mwpy.net.engine", "mwpy.slave")}

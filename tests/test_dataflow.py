@@ -8,6 +8,8 @@ a cancelled one cancels them, a future of another executor is refused at submit(
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,6 +181,7 @@ def test_a_large_value_used_as_an_argument_stays_on_its_slave_and_the_dependent_
         pid, data = made.result(timeout=120)
         assert (pid, len(data)) == (made_on, LARGE)
         assert ex.file_counters()["held_fetches"] == 1  # fetched once, when asked for
+    assert [(e.task, e.way) for e in _moves(events)] == [("large", "local")]
 
 
 def test_a_dependent_elsewhere_fetches_the_large_value_from_its_holder_once(tmp_path: Path) -> None:
@@ -204,3 +207,64 @@ def test_a_dependent_elsewhere_fetches_the_large_value_from_its_holder_once(tmp_
         fetched = wait_until(lambda: [c for c in _caches(events).values() if c.misses], 60, "the consumer's fetch")
         assert [c.misses for c in fetched] == [1]  # one transfer, of the value and its few bytes of framing
         assert LARGE < fetched[0].bytes_fetched < LARGE + 4096
+    assert [(e.task, e.way, e.slave != e.holder) for e in _moves(events)] == [("large", "peer", True)]
+
+
+def _moves(events: Path) -> list[ev.ValueMoved]:
+    return [e for e in ev.read_events(events) if isinstance(e, ev.ValueMoved)]
+
+
+def _parked_apart(ex: mwpy.Executor, parked: Path, producer: str) -> tuple[list[Any], str]:
+    """Both slaves kept busy (the producer's among them); the other one's pid."""
+    blockers = [ex.submit(work.park, str(parked)) for _ in range(2)]
+    wait_until(lambda: len(list(parked.glob("*.parked"))) == 2, 60, "both slaves parked")
+    assert producer in {p.stem for p in parked.glob("*.parked")}
+    return blockers, next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
+
+
+def test_a_value_its_holder_cannot_serve_goes_through_the_master_streamed_from_disk(tmp_path: Path) -> None:
+    """Execute points often accept no inbound connection (the OSPool's do not): the consumer's slave cannot
+    reach the holder, so the holder sends the value to the master's file service, which keeps it on disk and
+    serves it from there; the event log says so, and the master's memory does not grow by the value."""
+    events, parked, pid_file = tmp_path / "events.jsonl", tmp_path / "parked", tmp_path / "producer"
+    parked.mkdir()
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        assert str(ex.submit(work.refuse_peers, made).result(timeout=120)) == pid_file.read_text(encoding="utf-8")
+        before = _peak_rss()
+        producer = pid_file.read_text(encoding="utf-8")
+        blockers, other = _parked_apart(ex, parked, producer)
+        dependent = ex.submit(work.where, made)
+        (parked / f"{other}.go").touch()  # the other slave takes it, and cannot fetch from the holder
+        wait_until(lambda: any(isinstance(e, ev.TaskFailed) for e in ev.read_events(events)), 60, "the refused fetch")
+        (parked / f"{producer}.go").touch()  # the holder is free to send it to the master
+        _, made_on, size = dependent.result(timeout=120)
+        assert (str(made_on), size) == (producer, LARGE)
+        assert all(b.result(timeout=60) for b in blockers)
+        moved = ex.file_counters()
+        assert _peak_rss() - before < LARGE // 2  # streamed to and from disk, never whole in memory
+    assert moved["bytes_received"] > LARGE  # the holder sent it once, to the master's disk
+    ways = [(e.way, e.slave) for e in _moves(events) if e.way != "local"]
+    assert ways[0] == ("relayed", "master")
+    assert [way for way, _ in ways[1:]] == ["via-master"]
+
+
+def test_a_value_whose_holder_died_is_made_again_once_and_nothing_is_lost(tmp_path: Path) -> None:
+    """Lineage, as dask and TaskVine do it: the holder is killed before its value is used; the dependent's
+    slave cannot fetch it, the holder cannot send it, so the producer runs again (counted in the event log) and
+    the dependent gets the value; one result each, nothing hangs."""
+    events, pid_file = tmp_path / "events.jsonl", tmp_path / "producer"
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        wait_until(made.done, 120, "the producer")
+        producer = int(pid_file.read_text(encoding="utf-8"))
+        os.kill(producer, signal.SIGKILL)
+        ran_on, made_on, size = ex.submit(work.where, made).result(timeout=120)
+        assert size == LARGE
+        assert producer not in (ran_on, made_on)
+        pid, data = made.result(timeout=120)  # the caller gets the value made again, from its new holder
+        assert (pid, len(data)) == (made_on, LARGE)
+    recomputed = [e for e in _moves(events) if e.way == "recomputed"]
+    assert [(e.task, e.holder != "") for e in recomputed] == [("large", True)]

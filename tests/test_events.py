@@ -133,7 +133,7 @@ BAD_LOGS: list[tuple[str, bytes, str]] = [
     ("csv", b"time,kind\n1,start\n", r":1: not JSON"),
     ("json array", b"[1, 2]\n", r":1: not an mwpy event \(a JSON list"),
     ("other json lines", b'{"level": "info", "msg": "hi"}\n', r":1: not an mwpy event \(no 'v' key\)"),
-    ("future version", b'{"v":3,"t":1,"kind":"master-start"}\n', ":1: event format version 3, this mwpy reads"),
+    ("future version", b'{"v":4,"t":1,"kind":"master-start"}\n', ":1: event format version 4, this mwpy reads"),
     ("unknown kind", b'{"v":1,"t":1,"kind":"party"}\n', ":1: unknown event kind 'party'"),
     (
         "bool is not a number",

@@ -89,6 +89,10 @@ class SlaveCache:
             self._copies[digest].append(path)
         self._keep(digest, info.st_size)
 
+    def copy_of(self, digest: str) -> Path | None:
+        """An intact cached file with hash ``digest``, if this slave has one (fetched nothing)."""
+        return next((copy for copy in self._copies.get(digest, ()) if self._intact(copy)), None)
+
     def touch(self, digest: str) -> bool:
         """A use of ``digest`` served without its file (a shared object already in memory): a hit, and it
         becomes the most recently used. False if it is no longer cached (it was evicted)."""
@@ -123,7 +127,7 @@ class SlaveCache:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _make(self, digest: str, address: tuple[str, int], path: Path) -> None:
-        other = next((copy for copy in self._copies.get(digest, ()) if self._intact(copy)), None)
+        other = self.copy_of(digest)
         if other is None:
             self.counters["misses"] += 1
             self.counters["bytes_fetched"] += self.client(address).fetch(digest, path)

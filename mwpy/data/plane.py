@@ -73,6 +73,18 @@ class SlaveData:
             digest = self.store(address, source, os.fstat(source.fileno()).st_size)
         return digest, os.stat(path).st_mode & 0o7777
 
+    def relay(self, digest: str, address: tuple[str, int]) -> tuple[str, int]:
+        """Send the value this slave holds under ``digest`` to the file service at ``address`` (its master's: a
+        peer could not fetch it from here), streamed from the cached file; its hash and size."""
+        from mwpy.data.service import ValueNotFetchedError  # noqa: PLC0415 (as the cache: only when used)
+
+        path = None if self._cache is None else self._cache.copy_of(digest)
+        if path is None:
+            raise ValueNotFetchedError(f"value {digest[:12]} is no longer held on this slave")
+        with open(path, "rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            return self.store(address, source, size), size
+
     def hold(self, body: bytes) -> codec.Shared | None:
         secret, member_id, tls_fingerprint, _ = self._membership
         if self.host is None or tls_fingerprint is not None:  # no certificate to serve with: to the master

@@ -38,7 +38,7 @@ from mwpy import safe_files, safe_text
 from mwpy.data.cache import SlaveCache
 from mwpy.data.client import FileClient
 from mwpy.data.server import FileServer
-from mwpy.data.service import Counters, FileServiceError
+from mwpy.data.service import Counters, FileServiceError, ValueNotFetchedError
 from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
@@ -212,9 +212,9 @@ class SharedObjects:
         client = FileClient(handle.host, handle.port, secret, options.member_id)
         try:
             size = client.fetch(handle.digest, path)
-        except FileServiceError as exc:
+        except OSError as exc:  # this side's disk: mwpy's trouble, said with the folder (not the holder's)
             where = f"mwpy's folder for large results on the master, {folder}"
-            raise FileServiceError(f"a value its slave holds, into {where}: {exc}") from None
+            raise SharedObjectError(f"fetching a value its slave holds into {where}: {exc.strerror}") from None
         finally:
             client.close()
         try:
@@ -226,6 +226,16 @@ class SharedObjects:
             with self._lock:
                 self._held_fetches += 1
                 self._held_bytes += size
+
+    def offer_relayed(self, digest: str, size: int) -> Shared:
+        """A held value its slave sent here (another slave could not fetch it from there): offered to every
+        slave from this file service, streamed from disk (never read here), until the master finishes."""
+        server, folder = self._started()
+        kept = folder / digest
+        if not _DIGEST.fullmatch(digest) or not server.claim_result(digest, kept):
+            raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
+        server.offer(str(kept), digest, size)
+        return Shared(digest, size, server.host, server.port)
 
     def counters(self) -> dict[str, Any]:
         """What the file service sent: ``fetches`` (per hash), ``bytes_sent`` and the rest, and the values
@@ -266,7 +276,10 @@ class SlaveShares:
         if held is not None and self._cache.touch(held[0]):
             return held[1]
         handle = Shared.from_key(key)
-        path = self._cache.get(handle.digest, (handle.host, handle.port))
+        try:
+            path = self._cache.get(handle.digest, (handle.host, handle.port))
+        except FileServiceError as exc:
+            raise ValueNotFetchedError(str(exc)) from None
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
         obj = codec.decode_shared(memoryview(mapped))

@@ -18,6 +18,7 @@ from mwpy.observe.events import (
     SlaveDisconnected,
     TasksRequeued,
     TasksUnrunnable,
+    ValueMoved,
     resource_file_event,
 )
 
@@ -70,6 +71,10 @@ class EventRenderer(Observer):
             SlaveCache(t=self._writer.now(), slave=fact.sid, hits=fact.hits, misses=fact.misses,
                        bytes_fetched=fact.bytes_fetched, evictions=fact.evictions)
         )  # fmt: skip
+
+    def value_moved(self, fact: facts.ValueMoved) -> None:
+        self._writer.emit(ValueMoved(t=self._writer.now(), task=fact.label, bytes=fact.size, holder=fact.holder,
+                                     slave=fact.slave, way=fact.way))  # fmt: skip
 
     def handed_back(self, fact: facts.HandedBack) -> None:
         if fact.n:

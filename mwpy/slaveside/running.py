@@ -22,7 +22,7 @@ from mwpy import (
     names,
     safe_text,
 )
-from mwpy.errors import TaskTimeoutError
+from mwpy.errors import SharedObjectError, TaskTimeoutError
 from mwpy.observe.audit import Audit
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
@@ -193,6 +193,8 @@ class Runner:
 
     def run(self, item: TaskItem) -> ResultItem:
         task_id = item[0]
+        if item[1] == names.RELAY:
+            return self._relay(task_id, item[2])
         timeout = self.timeouts.pop(task_id, None) if self.timeouts else None
         if timeout is None:
             return self._call(item)
@@ -237,6 +239,18 @@ class Runner:
             reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
             return (task_id, False, codec.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
+
+    def _relay(self, task_id: int, blob: bytes) -> ResultItem:
+        """mwpy's own step, not an algorithm: send a value this slave holds to its master's file service (a
+        peer could not fetch it from here); the result is its hash and size."""
+        started = time.perf_counter()
+        try:
+            if self.data is None:
+                raise SharedObjectError("this slave holds no values")
+            out = codec.encode_value(self.data.relay(codec.decode_value(blob), self._store))
+        except Exception as exc:
+            return (task_id, False, codec.encode_error(exc), time.perf_counter() - started)
+        return (task_id, True, out, time.perf_counter() - started)
 
     # ------------------------------------------------------------------ timeouts
 

@@ -345,6 +345,10 @@ class DataPlane(Protocol):
         """Send the file at ``path`` there; its SHA-256 and permission bits."""
         ...  # pragma: no cover
 
+    def relay(self, digest: str, address: tuple[str, int]) -> tuple[str, int]:
+        """Send the value held here under ``digest`` to the file service at ``address``; its hash and size."""
+        ...  # pragma: no cover
+
     def hold(self, body: bytes) -> Shared | None:
         """Keep a task's large value (``body``, pickled) on this slave, served to its peers by hash; its handle
         (None: this slave serves nothing, and the value goes to the master)."""

@@ -66,3 +66,16 @@ def park(folder: str) -> int:
     while not Path(folder, f"{os.getpid()}.go").exists():
         time.sleep(0.01)
     return os.getpid()
+
+
+def refuse_peers(value: Any) -> int:
+    """Close this slave's file services, keeping what it holds in its cache: a holder its peers cannot reach
+    (an execute point that accepts no inbound connection)."""
+    import gc  # noqa: PLC0415 (this test's own trick, nothing else needs it)
+
+    from mwpy.data.server import FileServer  # noqa: PLC0415
+
+    for found in gc.get_objects():
+        if isinstance(found, FileServer):
+            found.close()
+    return os.getpid()
