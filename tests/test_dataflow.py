@@ -268,3 +268,18 @@ def test_a_value_whose_holder_died_is_made_again_once_and_nothing_is_lost(tmp_pa
         assert (pid, len(data)) == (made_on, LARGE)
     recomputed = [e for e in _moves(events) if e.way == "recomputed"]
     assert [(e.task, e.holder != "") for e in recomputed] == [("large", True)]
+
+
+def test_a_value_evicted_from_its_holder_s_bounded_cache_is_made_again(tmp_path: Path) -> None:
+    """Memory on slaves stays within ``--mw-cache-size``: a second large value evicts the first, and the
+    call that takes the first makes it again from its producer's call (an evicted value that had gone to the
+    master would be fetched from there)."""
+    events = tmp_path / "events.jsonl"
+    options = ["--mw-events", str(events), "--mw-cache-size", str(LARGE + LARGE // 2)]
+    with mwpy.Executor(max_workers=1, options=options) as ex:
+        first = ex.submit(work.large, LARGE)
+        second = ex.submit(work.large, LARGE)
+        wait_until(lambda: first.done() and second.done(), 120, "both values made")
+        assert ex.submit(work.where, first).result(timeout=120)[2] == LARGE
+        wait_until(lambda: [c for c in _caches(events).values() if c.evictions], 60, "the holder's eviction")
+    assert [(e.way, e.task) for e in _moves(events) if e.way != "local"] == [("recomputed", "large")]
