@@ -157,7 +157,8 @@ class Lineage:
         self._facts(facts.ValueMoved(producer._label, size, producer._holder, "", "recomputed"))
         again = self._service.new_future(producer._label)
         again.add_done_callback(lambda done: self._recomputed(producer, done))
-        self._service.own_call(again, call.name, call.payload, call.policy, prefer=None, pinned=False)
+        name, payload, policy = call
+        self._service.own_call(again, name, payload, policy, prefer=None, pinned=False)
 
     def _recomputed(self, producer: Future, again: concurrent.futures.Future[Any]) -> None:
         error = again.exception()

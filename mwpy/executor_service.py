@@ -83,8 +83,9 @@ class Future(LightFuture[R]):
     _pending_inputs = False
     #: The slave whose result settled it (read for a value that slave holds; ``master`` once relayed there).
     _holder = ""
-    #: Its call, to make its value again if the slave that holds it loses it (mwpy/executor_lineage.py).
-    _call: Call | None = None
+    #: Its call's (name, payload, policy), to make its value again if the slave that holds it loses it
+    #: (mwpy/executor_lineage.py); not the Call, which holds this future (a cycle keeps an executor alive).
+    _call: tuple[str, bytes, Policy] | None = None
     #: A dependent call's inputs whose values stay on their slaves, and how to send it again (set while it
     #: has some), and how often it was sent again because one could not be fetched.
     _held_inputs: tuple[Future[Any], ...] = ()
@@ -157,9 +158,10 @@ class Future(LightFuture[R]):
             self._holder = result.slave_id
             self._settle_with(result)
             self._service.one_done(self)
-            if self._held_inputs and error is None:
-                self._service.lineage.used(self, result.slave_id)
-                self._held_inputs, self._again = (), None
+            if self._held_inputs:
+                if error is None:
+                    self._service.lineage.used(self, result.slave_id)
+                self._held_inputs, self._again = (), None  # _again holds this future: no cycle left behind
         return False
 
     def _end(self, value: Any, exception: BaseException | None) -> None:
@@ -200,7 +202,7 @@ class Call:
         future = self.future
         entry = Entry(intake.new_id(), self.name, self.payload, self.policy, future, label=self.label)
         entry.prefer, entry.prefer_until = self.prefer, math.inf if self.pinned else 0.0
-        future._task_id, future._call = intake.enqueue(entry), self
+        future._task_id, future._call = intake.enqueue(entry), (self.name, self.payload, self.policy)
 
 
 class Service:
