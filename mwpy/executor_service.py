@@ -25,7 +25,7 @@ import attrs
 from mwpy import safe_files, safe_text
 from mwpy.core.entry import Entry
 from mwpy.data.service import FileServiceError, ValueNotFetchedError
-from mwpy.errors import SlavesFailError
+from mwpy.errors import MwpyError, SharedObjectError, SlavesFailError
 from mwpy.executor_lineage import MAX_RECOVERIES, Lineage
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream
 from mwpy.futures import LightFuture
@@ -91,6 +91,8 @@ class Future(LightFuture[R]):
     _held_inputs: tuple[Future[Any], ...] = ()
     _again: Callable[[], None] | None = None
     _recoveries = 0
+    #: Whether its held value went to a dependent call as an argument: then it is not fetched at shutdown.
+    _consumed = False
 
     def __init__(self, service: Service) -> None:  # no super().__init__(): LightFuture's does nothing
         self._service = service
@@ -108,7 +110,10 @@ class Future(LightFuture[R]):
         """Its value as a dependent call's argument (it is done): a held value's handle, so the value stays on
         its slave and the call's slave takes it from there (mwpy/data/holding.py)."""
         value: Any = super().result()
-        return value.handle if type(value) is codec.Held else value
+        if type(value) is not codec.Held:
+            return value
+        self._consumed = True
+        return value.handle
 
     def holder(self) -> tuple[int, str] | None:
         """(size, slave) of a held value, for running a dependent call where it is; None if not held."""
@@ -157,6 +162,8 @@ class Future(LightFuture[R]):
                 return False  # its input is relayed or made again, then it is sent again
             self._holder = result.slave_id
             self._settle_with(result)
+            if type(result.value) is codec.Held:
+                self._service.held_futures.add(self)
             self._service.one_done(self)
             if self._held_inputs:
                 if error is None:
@@ -222,6 +229,9 @@ class Service:
         self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
         self._lock = threading.Lock()
         self._fetching = threading.Lock()  # one held value fetched at a time (fetch_held)
+        #: Futures whose values stay on their slaves: those still referenced and not another call's argument
+        #: are fetched before the slaves stop (result() after shutdown works, as with any executor).
+        self.held_futures: weakref.WeakSet[Future[Any]] = weakref.WeakSet()
         #: What recovers a held value that could not be fetched (relayed, or made again).
         self.lineage = Lineage(self, master._facts, self.intake.store)
         #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
@@ -358,12 +368,17 @@ class Service:
             tries = 0
             while type(future._result) is codec.Held:
                 held = future._result
+                if self._stopped.is_set():
+                    raise SharedObjectError(
+                        f"{future._label}: its value stayed on slave {future._holder}, which stopped with the "
+                        "executor (it went to another call as an argument): call result() before shutdown"
+                    )
                 try:
                     future._result = self.held_value(held)
                 except FileServiceError as exc:  # its holder is gone or out of reach: relayed, or made again
                     log.info("%s: its value cannot be fetched from slave %s (%s)", future._label, future._holder, exc)
                     tries += 1
-                    if tries > MAX_RECOVERIES:
+                    if tries > MAX_RECOVERIES or threading.current_thread() is self._thread:
                         raise
                     self._repaired(future)
                     continue
@@ -434,8 +449,10 @@ class Service:
                     self._pull_back()
                     self._wake_callers()
                     with self._lock:
-                        if self._closing and self._idle():
-                            break
+                        done = self._closing and self._idle()
+                    if done:
+                        self._bring_held()
+                        break
                     intake.step(TICK)
                     problem = self._pool.setup_problem(intake.tasks_done, slaves_connected=intake.slaves_greeted)
                     if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever
@@ -450,6 +467,15 @@ class Service:
                 self._pool.work.remove()
             finally:
                 self._stopped.set()
+
+    def _bring_held(self) -> None:
+        """Shutting down: fetch the held values the program may still read (engine's thread, slaves still up)."""
+        for future in list(self.held_futures):
+            if not future._consumed and type(future._result) is codec.Held:
+                try:
+                    self.fetch_held(future)
+                except (MwpyError, OSError) as exc:
+                    log.warning("%s: its value could not be fetched before the slaves stopped: %s", future._label, exc)
 
     def _idle(self) -> bool:
         """Nothing submitted is left to run (under _lock)."""

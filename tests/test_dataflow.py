@@ -283,3 +283,17 @@ def test_a_value_evicted_from_its_holder_s_bounded_cache_is_made_again(tmp_path:
         assert ex.submit(work.where, first).result(timeout=120)[2] == LARGE
         wait_until(lambda: [c for c in _caches(events).values() if c.evictions], 60, "the holder's eviction")
     assert [(e.way, e.task) for e in _moves(events) if e.way != "local"] == [("recomputed", "large")]
+
+
+def test_after_shutdown_a_held_value_the_program_kept_is_there_and_an_intermediate_says_why_not() -> None:
+    """As with any executor, ``result()`` works after the ``with`` block: a held value the program still
+    references is fetched before the slaves stop. One that went to another call as an argument (an
+    intermediate) is not: its ``result()`` then says why at once, never hangs."""
+    with mwpy.Executor(max_workers=2) as ex:
+        kept = ex.submit(work.large, LARGE)
+        intermediate = ex.submit(work.large, LARGE)
+        assert ex.submit(work.where, intermediate).result(timeout=120)[2] == LARGE
+        wait_until(kept.done, 120, "the kept value")
+    assert len(kept.result(timeout=10)[1]) == LARGE
+    with pytest.raises(mwpy.MwpyError, match=r"stopped with the executor .* call result\(\) before shutdown"):
+        intermediate.result(timeout=10)
