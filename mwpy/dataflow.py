@@ -56,15 +56,20 @@ def in_order(futures: list[concurrent.futures.Future[R]], end: float | None = No
             future.cancel()
 
 
-def with_values(obj: Any) -> Any:
-    """``obj`` with each future (at any depth of the containers searched) replaced by its value."""
+def _result(future: concurrent.futures.Future[Any]) -> Any:
+    return future.result()
+
+
+def with_values(obj: Any, value_of: Callable[[Any], Any] = _result) -> Any:
+    """``obj`` with each future (at any depth of the containers searched) replaced by ``value_of(future)``
+    (its value; an Executor's gives a value its slave holds as the handle that names it there)."""
     if isinstance(obj, concurrent.futures.Future):
-        return obj.result()
+        return value_of(obj)
     kind = type(obj)
     if kind is dict:
-        return {key: with_values(value) for key, value in obj.items()}
+        return {key: with_values(value, value_of) for key, value in obj.items()}
     if kind in _CONTAINERS:
-        return kind(with_values(item) for item in obj)
+        return kind(with_values(item, value_of) for item in obj)
     return obj
 
 

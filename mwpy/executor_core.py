@@ -201,13 +201,19 @@ class ExecutorCore:
         def ready() -> None:
             if future.done():  # cancelled meanwhile (and said so by cancel())
                 return
+            value = Future.as_argument
             try:
-                payload = one(dataflow.with_values(args), {key: dataflow.with_values(v) for key, v in kwargs.items()})
+                payload = one(dataflow.with_values(args, value), {k: dataflow.with_values(v, value)
+                                                                  for k, v in kwargs.items()})  # fmt: skip
             except Exception as exc:
                 future._end(None, exc)
                 return
             future._pending_inputs = False
-            service.hand_over(Call(future, name, payload, policy, label), adopted=True)
+            held = [(found, given) for _, given in inputs if (found := cast(Future[Any], given).holder())]
+            prefer = max(held, key=lambda pair: pair[0])[0][1] if held else None  # its largest input: not moved
+            if held:  # what the event log reports once it ran, and how it is sent again if one is lost
+                future._held_inputs, future._again = tuple(cast(Future[Any], given) for _, given in held), ready
+            service.hand_over(Call(future, name, payload, policy, label, prefer), adopted=True)
 
         def cancelled() -> None:
             future.cancel()

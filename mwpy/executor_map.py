@@ -35,6 +35,7 @@ from typing import Any, Generic, NoReturn, Protocol, TypeVar
 from mwpy.core.entry import Entry
 from mwpy.intake import Intake
 from mwpy.task_records import Policy, Result, task_exception, unrunnable_error
+from mwpy.wire import codec
 
 R = TypeVar("R")
 
@@ -69,6 +70,9 @@ class Service(Protocol):
 
     def wake_later(self, stream: MapStream[Any]) -> None:
         """Have the engine's thread call :meth:`MapStream.wake` once its pass is over (engine's thread)."""
+
+    def held_value(self, held: codec.Held) -> Any:
+        """A value its slave holds, fetched from there now (the caller's thread)."""
 
 
 class MapStream(Generic[R]):
@@ -173,7 +177,7 @@ class MapStream(Generic[R]):
                 self._returned = index + 1
                 self._held -= sizes.popleft()
                 # Nothing here keeps a value or its result once yielded (issue 14406).
-                yield _value(arrived.pop(index) if index in arrived else self._wait(index, end))
+                yield _value(arrived.pop(index) if index in arrived else self._wait(index, end), self.service)
                 if not self._exhausted and self._held <= refill_at:
                     self.fill()  # half the window at once: one input per value was a hand-over (and a pass) each
         finally:
@@ -346,10 +350,12 @@ def _count_ahead(intake: Intake, change: int) -> None:
     intake.ahead = (intake.ahead or 0) + change
 
 
-def _value(filed: Any) -> Any:
-    """A call's value, or its exception raised as a future would raise it."""
+def _value(filed: Any, service: Service) -> Any:
+    """A call's value (one its slave holds fetched from there), or its exception raised as a future would."""
     if type(filed) is _Failed:
         filed.raise_it()
+    if type(filed) is codec.Held:
+        return service.held_value(filed)
     return filed
 
 

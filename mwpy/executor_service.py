@@ -12,17 +12,21 @@ import atexit
 import concurrent.futures
 import contextlib
 import logging
+import math
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures._base import CANCELLED, PENDING
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 
 from mwpy import safe_files, safe_text
 from mwpy.core.entry import Entry
-from mwpy.errors import SlavesFailError
+from mwpy.data.service import FileServiceError, ValueNotFetchedError
+from mwpy.errors import MwpyError, SharedObjectError, SlavesFailError
+from mwpy.executor_lineage import MAX_RECOVERIES, Lineage
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream
 from mwpy.futures import LightFuture
 from mwpy.intake import Intake
@@ -31,6 +35,10 @@ from mwpy.net.engine import TICK
 from mwpy.observe.audit import Audit
 from mwpy.pool.slave_pool import SlavePool
 from mwpy.task_records import Policy, Result, unrunnable_error
+from mwpy.wire import codec
+
+#: The failure of a call whose slave could not fetch an input that another slave holds.
+LOST: Final = ValueNotFetchedError.__qualname__
 
 #: How long leaving after Ctrl-C waits, at most, for the slaves to stop and the folders to go.
 INTERRUPTED_WAIT = 10.0
@@ -59,7 +67,13 @@ class Future(LightFuture[R]):
         "_label": ("mwpy.executor_core",),
         "_pending_inputs": ("mwpy.executor_core",),
         "_service": ("mwpy.executor_core",),
-        "_end": ("mwpy.executor_core",),
+        "_end": ("mwpy.executor_core", "mwpy.executor_lineage"),
+        "_held_inputs": ("mwpy.executor_core", "mwpy.executor_lineage"),
+        "_again": ("mwpy.executor_core", "mwpy.executor_lineage"),
+        "_recoveries": ("mwpy.executor_lineage",),
+        "_holder": ("mwpy.executor_lineage",),
+        "_result": ("mwpy.executor_lineage",),
+        "_call": ("mwpy.executor_lineage",),
     }
     #: A task's ``SystemExit`` comes back as itself, as the standard executors give it.
     RAISED_AS_ITSELF = RAISED_AS_ITSELF
@@ -67,11 +81,44 @@ class Future(LightFuture[R]):
     _label = ""
     #: Whether its call waits for futures among its arguments, not queued yet (mwpy/dataflow.py).
     _pending_inputs = False
+    #: The slave whose result settled it (read for a value that slave holds; ``master`` once relayed there).
+    _holder = ""
+    #: Its call's (name, payload, policy), to make its value again if the slave that holds it loses it
+    #: (mwpy/executor_lineage.py); not the Call, which holds this future (a cycle keeps an executor alive).
+    _call: tuple[str, bytes, Policy] | None = None
+    #: A dependent call's inputs whose values stay on their slaves, and how to send it again (set while it
+    #: has some), and how often it was sent again because one could not be fetched.
+    _held_inputs: tuple[Future[Any], ...] = ()
+    _again: Callable[[], None] | None = None
+    _recoveries = 0
+    #: Whether its held value went to a dependent call as an argument: then it is not fetched at shutdown.
+    _consumed = False
 
     def __init__(self, service: Service) -> None:  # no super().__init__(): LightFuture's does nothing
         self._service = service
         #: The master's id of its task, once the engine's thread has queued it (for pulling it back on cancel).
         self._task_id: int | None = None
+
+    def result(self, timeout: float | None = None) -> R:
+        """The value; one its slave holds (a :class:`~mwpy.wire.codec.Held`) is fetched from there now, once."""
+        value: Any = super().result(timeout)
+        if type(value) is codec.Held:
+            return self._service.fetch_held(self)  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]
+
+    def as_argument(self) -> Any:
+        """Its value as a dependent call's argument (it is done): a held value's handle, so the value stays on
+        its slave and the call's slave takes it from there (mwpy/data/holding.py)."""
+        value: Any = super().result()
+        if type(value) is not codec.Held:
+            return value
+        self._consumed = True
+        return value.handle
+
+    def holder(self) -> tuple[int, str] | None:
+        """(size, slave) of a held value, for running a dependent call where it is; None if not held."""
+        value = self._result
+        return (value.handle.size, self._holder) if type(value) is codec.Held else None
 
     def cancel(self) -> bool:
         if not super().cancel():
@@ -110,8 +157,18 @@ class Future(LightFuture[R]):
     def settle(self, result: Result) -> bool:
         """The task's result settles this future (unless it was cancelled before it started); never mw.results()."""
         if not self.done():  # cancelled before it started (a task dropped for a full frame, say)
+            error = result.error
+            if error is not None and error.type == LOST and self._service.lineage.recover(self):
+                return False  # its input is relayed or made again, then it is sent again
+            self._holder = result.slave_id
             self._settle_with(result)
+            if type(result.value) is codec.Held:
+                self._service.held_futures.add(self)
             self._service.one_done(self)
+            if self._held_inputs:
+                if error is None:
+                    self._service.lineage.used(self, result.slave_id)
+                self._held_inputs, self._again = (), None  # _again holds this future: no cycle left behind
         return False
 
     def _end(self, value: Any, exception: BaseException | None) -> None:
@@ -141,13 +198,18 @@ class Call:
     payload: bytes
     policy: Policy
     label: str
+    #: The slave that holds its largest input, where it should run (a dependent call's; None: anywhere), and
+    #: whether only there (mwpy's relay of a value that slave holds; others run it once that one is gone).
+    prefer: str | None = None
+    pinned: bool = False
 
     def queue_in(self, intake: Intake) -> None:
         """Queued even if cancelled already: its listener drops it unsent (and notifies its waiters) when the
         scheduler reaches it, as a standard executor does its work item; one_done pulls back one a slave holds."""
         future = self.future
-        future._task_id = intake.enqueue(Entry(intake.new_id(), self.name, self.payload, self.policy, future,
-                                               label=self.label))  # fmt: skip
+        entry = Entry(intake.new_id(), self.name, self.payload, self.policy, future, label=self.label)
+        entry.prefer, entry.prefer_until = self.prefer, math.inf if self.pinned else 0.0
+        future._task_id, future._call = intake.enqueue(entry), (self.name, self.payload, self.policy)
 
 
 class Service:
@@ -166,6 +228,12 @@ class Service:
         self.intake = master._intake
         self.intake.count_submitted_as_total()  # futures are made eagerly: what was submitted is the total
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()  # one held value fetched at a time (fetch_held)
+        #: Futures whose values stay on their slaves: those still referenced and not another call's argument
+        #: are fetched before the slaves stop (result() after shutdown works, as with any executor).
+        self.held_futures: weakref.WeakSet[Future[Any]] = weakref.WeakSet()
+        #: What recovers a held value that could not be fetched (relayed, or made again).
+        self.lineage = Lineage(self, master._facts, self.intake.store)
         #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
         self._taken = threading.Condition(self._lock)
         self._incoming: list[Call | MapBatch] = []  # guarded by _lock: the engine's thread takes it all at once
@@ -293,6 +361,68 @@ class Service:
 
     # ------------------------------------------------------------------ the engine's thread
 
+    def fetch_held(self, future: Future[Any]) -> Any:
+        """``future``'s value, which its slave holds: fetched from there (mwpy/data/shares.py) in the caller's
+        thread, and kept by the future from then on (one fetch, whoever asks again)."""
+        with self._fetching:
+            tries = 0
+            while type(future._result) is codec.Held:
+                held = future._result
+                if self._stopped.is_set():
+                    raise SharedObjectError(
+                        f"{future._label}: its value stayed on slave {future._holder}, which stopped with the "
+                        "executor (it went to another call as an argument): call result() before shutdown"
+                    )
+                try:
+                    future._result = self.held_value(held)
+                except FileServiceError as exc:  # its holder is gone or out of reach: relayed, or made again
+                    log.info("%s: its value cannot be fetched from slave %s (%s)", future._label, future._holder, exc)
+                    tries += 1
+                    if tries > MAX_RECOVERIES or threading.current_thread() is self._thread:
+                        raise
+                    self._repaired(future)
+                    continue
+                log.info("%s: its value (%d bytes) fetched from %s", future._label, held.handle.size, future._holder)
+        return future._result
+
+    def _repaired(self, future: Future[Any]) -> None:
+        """Wait until ``future``'s held value is relayed or made again (mwpy/executor_lineage.py); raise what
+        stopped that."""
+        back: list[BaseException | None] = []
+        done = threading.Event()
+
+        def then(error: BaseException | None) -> None:
+            back.append(error)
+            done.set()
+
+        self.lineage.repair(future, then)
+        done.wait()
+        if back[0] is not None:
+            raise back[0]
+
+    def new_future(self, label: str) -> Future[Any]:
+        """A future of mwpy's own call (mwpy/executor_lineage.py), labelled."""
+        future: Future[Any] = Future(self)
+        future._label = label
+        return future
+
+    def own_call(
+        self, future: Future[Any], name: str, payload: bytes, policy: Policy, *, prefer: str | None, pinned: bool
+    ) -> None:
+        """Queue mwpy's own call (a relay, a producer run again), counted and queued while shutting down too."""
+        with self._lock:
+            broken = self._broken
+            if broken is None:
+                self._waiting.add(future)
+        if broken is not None:
+            future._end(None, broken_executor(broken))
+            return
+        self.hand_over(Call(future, name, payload, policy, future._label, prefer, pinned), adopted=True)
+
+    def held_value(self, held: codec.Held) -> Any:
+        """A value its slave holds (a map's, a future's), fetched from there now (mwpy/data/shares.py)."""
+        return self.intake.store.held(held.handle)
+
     def one_done(self, future: Future[Any]) -> None:
         """``future`` is done (settled, cancelled or broken); once per future, whoever calls first."""
         with self._lock:
@@ -319,8 +449,10 @@ class Service:
                     self._pull_back()
                     self._wake_callers()
                     with self._lock:
-                        if self._closing and self._idle():
-                            break
+                        done = self._closing and self._idle()
+                    if done:
+                        self._bring_held()
+                        break
                     intake.step(TICK)
                     if not looked and intake.slaves_greeted >= self._pool.slaves:
                         looked = True  # the overseer's first look comes once they are greeted, not during it
@@ -338,6 +470,15 @@ class Service:
                 self._pool.work.remove()
             finally:
                 self._stopped.set()
+
+    def _bring_held(self) -> None:
+        """Shutting down: fetch the held values the program may still read (engine's thread, slaves still up)."""
+        for future in list(self.held_futures):
+            if not future._consumed and type(future._result) is codec.Held:
+                try:
+                    self.fetch_held(future)
+                except (MwpyError, OSError) as exc:
+                    log.warning("%s: its value could not be fetched before the slaves stopped: %s", future._label, exc)
 
     def _idle(self) -> bool:
         """Nothing submitted is left to run (under _lock)."""

@@ -78,6 +78,7 @@ class Master:
     #: What other mwpy modules may use besides the public API (tests/test_architecture.py): the intake, through
     #: which ``mwpy.Executor`` queues tasks and waits; ``_submit``, which ``submit()`` (below) calls.
     _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_service",),
+                                                             "_facts": ("mwpy.executor_service",),
                                                              "_submit": ("mwpy.task",)}  # fmt: skip
 
     def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str,

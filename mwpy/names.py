@@ -70,6 +70,8 @@ MACHINE_AD_VARIABLE: Final = "_CONDOR_MACHINE_AD"
 CALL: Final = "mwpy.call"
 #: ``Executor.submit`` of a plain function, pickled once and looked up once per slave.
 CALL_FUNCTION: Final = "mwpy.call_function"
+#: A value a slave holds, sent by that slave to the master's file service (another slave could not fetch it).
+RELAY: Final = "mwpy.relay_held"
 #: ``Executor.map(..., chunksize=n)``: one task, n calls.
 CALL_CHUNK: Final = "mwpy.call_chunk"
 #: ``mw.map(..., chunksize=n)``: one task, n calls of a task algorithm.

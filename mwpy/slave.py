@@ -99,6 +99,8 @@ class Slave:
         #: (key, algorithm) of the keyed tasks queued or running here, by task id.
         self._keys: dict[int, tuple[str, str]] = {}
         self.slave_id = welcome.slave_id
+        #: This slave's address on the interface that reaches its master: where its peers fetch what it holds.
+        self.host: str = sock.getsockname()[0]
         self.result_group = welcome.result_group
         self._max_out = welcome.max_frame
         self._link = Link(sock, session, spin_us=spin_us, lost=self._lose)

@@ -51,6 +51,7 @@ ONE_OF_EACH: list[ev.Event] = [
     ),
     ev.TasksFinished(t=1002.5, slave="slave-1", algorithm="hello", outcome="retried", run_us=[100000], wait_us=[5]),
     ev.SlaveCache(t=1002.8, slave="slave-1", hits=19, misses=1, bytes_fetched=16_000_512, evictions=0),
+    ev.ValueMoved(t=1002.9, task="make", bytes=50_331_681, holder="slave-1", slave="slave-2", way="peer"),
     ev.TasksRequeued(t=1003.0, slave="slave-1", n=1),
     ev.TasksAdopted(t=1003.0, slave="slave-1", n=1),
     ev.TasksUnrunnable(t=1003.0, n=1, reason="its ordered slave vanished", slave="slave-1"),

@@ -29,13 +29,14 @@ EXPLAINED_TYPE_CHECKING = {
     ("mwpy.slaveside.startup", "mwpy.data.cache"),  # a slave's cache and shared objects load with their first use
     ("mwpy.data.plane", "mwpy.data.cache"),
     ("mwpy.data.plane", "mwpy.data.shares"),
+    ("mwpy.data.plane", "mwpy.data.holding"),
     ("mwpy.slaveside.startup", "mwpy.resource_file"),  # read by a slave given one (an Executor's early slaves not)
     ("mwpy.core.outcomes", "mwpy.core.journal"),  # sqlite3 only with --mw-journal
     ("mwpy.observe.renderers", "mwpy.observe.events"),  # the event log only with --mw-events
     ("mwpy.observe.renderers", "mwpy.observe.goodput"),
     ("mwpy.executor", "mwpy.executor_core"),  # loaded by the constructor, after a plain executor's slaves start
     ("mwpy.executor", "mwpy.wire.codec"),
-    ("mwpy.executor", "mwpy.executor_setup"),  # the constructor's Shape, configured there
+    ("mwpy.executor", "mwpy.executor_setup"),
 }
 #: Pairs the restructuring of issue 8 removed on purpose; neither may come back (they share a layer now).
 FORBIDDEN = {("mwpy.master", "mwpy.slave"), ("mwpy.wire.protocol", "mwpy.task"), ("mwpy.net.engine", "mwpy.slave")}

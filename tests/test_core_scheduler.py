@@ -6,6 +6,7 @@ with real processes in test_core_policies.py.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from hypothesis import settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mwpy.core.entry import Entry
-from mwpy.core.scheduler import MAX_WINDOW, Scheduler, SlaveKind
+from mwpy.core.scheduler import MAX_WINDOW, PREFER_SECONDS, Scheduler, SlaveKind
 from mwpy.task_records import DEFAULT_POLICY, Policy
 from tests.support import QUIET
 
@@ -333,3 +334,30 @@ def test_a_deep_window_leaves_the_other_slaves_their_share_of_a_short_queue() ->
     finished = first[0]
     assert sched.finish("a", finished.task_id, 1e-5, NOW) is finished
     assert sched.take("a", NOW) == more[2:]
+
+
+def test_a_task_is_left_to_the_slave_that_holds_its_input_for_a_while_and_a_pinned_one_while_it_is_there() -> None:
+    """Delay scheduling (Spark's locality wait): the holder takes it at once when free; another slave takes it
+    only after PREFER_SECONDS; a pinned task (mwpy's relay of what that slave holds) waits for that slave alone,
+    until it leaves."""
+    sched = Scheduler()
+    for sid in ("holder", "other"):
+        sched.join(sid)
+    task = Entry(sched.new_id(), "f", b"", DEFAULT_POLICY, QUIET)
+    task.prefer = "holder"
+    sched.add(task)
+    assert sched.take("other", 10.0) == []
+    assert sched.take("other", 10.0 + PREFER_SECONDS / 2) == []
+    assert sched.take("other", 10.0 + PREFER_SECONDS) == [task]  # the holder stayed busy: taken elsewhere
+    assert sched.finish("other", task.task_id, 0.001, 11.0) is task
+    sched.complete(task)
+    again = Entry(sched.new_id(), "f", b"", DEFAULT_POLICY, QUIET)
+    again.prefer = "holder"
+    sched.add(again)
+    assert sched.take("holder", 20.0) == [again]  # the holder is free: nothing moves
+    pinned = Entry(sched.new_id(), "f", b"", DEFAULT_POLICY, QUIET)
+    pinned.prefer, pinned.prefer_until = "holder", math.inf
+    sched.add(pinned)
+    assert sched.take("other", 1e9) == []
+    sched.leave("holder")
+    assert pinned in sched.take("other", 1e9)  # its slave is gone: another runs it (and says it holds nothing)

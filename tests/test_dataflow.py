@@ -8,6 +8,8 @@ a cancelled one cancels them, a future of another executor is refused at submit(
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,9 @@ import pytest
 
 import mwpy
 from mwpy.errors import UsageError
+from mwpy.observe import events as ev
 from tests.programs import dataflow_work as work
-from tests.support import ROOT, run_local
+from tests.support import ROOT, run_local, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +139,161 @@ def test_a_master_algorithm_passes_futures_to_submit_and_map() -> None:
     notes = ["argument 0 (a future of refuse) failed", "argument 0 (a future of total) failed"]
     assert f"failed LookupError no 2 {notes}" in lines
     assert "wrong call TypeError" in lines  # at submit(), not once the inputs are done
+
+
+# ---------------------------------------------------------------------- large values stay where they were made
+
+#: A value well above what a result frame carries (codec.SPILL_ABOVE, 16 MiB): it stays on its slave.
+LARGE = 48 << 20
+
+
+def _peak_rss() -> int:
+    """This process's (the master's) peak resident set so far, in bytes."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+def _caches(events: Path) -> dict[str, ev.SlaveCache]:
+    """Each slave's last cache counters in the event log."""
+    found = [e for e in ev.read_events(events) if isinstance(e, ev.SlaveCache)] if events.exists() else []
+    return {e.slave: e for e in found}
+
+
+def test_a_large_value_used_as_an_argument_stays_on_its_slave_and_the_dependent_runs_there(tmp_path: Path) -> None:
+    """The producer's slave keeps the value (content-addressed, in its cache) and the master only its
+    reference: the dependent runs on that slave, no transfer, 0 bytes through the master, whose peak memory does
+    not grow by the value. ``result()`` in the caller then fetches it on demand (Ray's and dask's object
+    locality: a consumer goes where its input is)."""
+    events = tmp_path / "events.jsonl"
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))  # both slaves up, the master's loop warm
+        before = _peak_rss()
+        made = ex.submit(work.large, LARGE)
+        ran_on, made_on, size = ex.submit(work.where, made).result(timeout=120)
+        assert (ran_on, size) == (made_on, LARGE)
+        assert _peak_rss() - before < LARGE // 2
+        moved = ex.file_counters()
+        assert (moved["bytes_sent"], moved["bytes_received"], moved["held_bytes"]) == (0, 0, 0)
+        hit = wait_until(lambda: [c for c in _caches(events).values() if c.hits], 60, "the holder's cache hit")
+        assert [(c.misses, c.bytes_fetched) for c in hit] == [(0, 0)]  # used where it was: nothing fetched
+        pid, data = made.result(timeout=120)
+        assert (pid, len(data)) == (made_on, LARGE)
+        assert ex.file_counters()["held_fetches"] == 1  # fetched once, when asked for
+    assert [(e.task, e.way) for e in _moves(events)] == [("large", "local")]
+
+
+def test_a_dependent_elsewhere_fetches_the_large_value_from_its_holder_once(tmp_path: Path) -> None:
+    """With the holder busy, the dependent runs on the other slave after a moment, which fetches the value from
+    the holder's file service, authenticated: one transfer, still 0 bytes through the master."""
+    events, parked, pid_file = tmp_path / "events.jsonl", tmp_path / "parked", tmp_path / "producer"
+    parked.mkdir()
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        blockers = [ex.submit(work.park, str(parked)) for _ in range(2)]
+        wait_until(lambda: len(list(parked.glob("*.parked"))) == 2, 60, "both slaves parked")
+        producer = pid_file.read_text(encoding="utf-8")
+        dependent = ex.submit(work.where, made)
+        other = next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
+        (parked / f"{other}.go").touch()
+        ran_on, made_on, size = dependent.result(timeout=120)
+        assert (str(ran_on), str(made_on), size) == (other, producer, LARGE)
+        (parked / f"{producer}.go").touch()
+        assert sorted(str(b.result(timeout=60)) for b in blockers) == sorted([producer, other])
+        moved = ex.file_counters()
+        assert (moved["bytes_sent"], moved["bytes_received"], moved["held_bytes"]) == (0, 0, 0)
+        fetched = wait_until(lambda: [c for c in _caches(events).values() if c.misses], 60, "the consumer's fetch")
+        assert [c.misses for c in fetched] == [1]  # one transfer, of the value and its few bytes of framing
+        assert LARGE < fetched[0].bytes_fetched < LARGE + 4096
+    assert [(e.task, e.way, e.slave != e.holder) for e in _moves(events)] == [("large", "peer", True)]
+
+
+def _moves(events: Path) -> list[ev.ValueMoved]:
+    return [e for e in ev.read_events(events) if isinstance(e, ev.ValueMoved)]
+
+
+def _parked_apart(ex: mwpy.Executor, parked: Path, producer: str) -> tuple[list[Any], str]:
+    """Both slaves kept busy (the producer's among them); the other one's pid."""
+    blockers = [ex.submit(work.park, str(parked)) for _ in range(2)]
+    wait_until(lambda: len(list(parked.glob("*.parked"))) == 2, 60, "both slaves parked")
+    assert producer in {p.stem for p in parked.glob("*.parked")}
+    return blockers, next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
+
+
+def test_a_value_its_holder_cannot_serve_goes_through_the_master_streamed_from_disk(tmp_path: Path) -> None:
+    """Execute points often accept no inbound connection (the OSPool's do not): the consumer's slave cannot
+    reach the holder, so the holder sends the value to the master's file service, which keeps it on disk and
+    serves it from there; the event log says so, and the master's memory does not grow by the value."""
+    events, parked, pid_file = tmp_path / "events.jsonl", tmp_path / "parked", tmp_path / "producer"
+    parked.mkdir()
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        assert str(ex.submit(work.refuse_peers, made).result(timeout=120)) == pid_file.read_text(encoding="utf-8")
+        before = _peak_rss()
+        producer = pid_file.read_text(encoding="utf-8")
+        blockers, other = _parked_apart(ex, parked, producer)
+        dependent = ex.submit(work.where, made)
+        (parked / f"{other}.go").touch()  # the other slave takes it, and cannot fetch from the holder
+        wait_until(lambda: any(isinstance(e, ev.TaskFailed) for e in ev.read_events(events)), 60, "the refused fetch")
+        (parked / f"{producer}.go").touch()  # the holder is free to send it to the master
+        _, made_on, size = dependent.result(timeout=120)
+        assert (str(made_on), size) == (producer, LARGE)
+        assert all(b.result(timeout=60) for b in blockers)
+        moved = ex.file_counters()
+        assert _peak_rss() - before < LARGE // 2  # streamed to and from disk, never whole in memory
+    assert moved["bytes_received"] > LARGE  # the holder sent it once, to the master's disk
+    ways = [(e.way, e.slave) for e in _moves(events) if e.way != "local"]
+    assert ways[0] == ("relayed", "master")
+    assert [way for way, _ in ways[1:]] == ["via-master"]
+
+
+def test_a_value_whose_holder_died_is_made_again_once_and_nothing_is_lost(tmp_path: Path) -> None:
+    """Lineage, as dask and TaskVine do it: the holder is killed before its value is used; the dependent's
+    slave cannot fetch it, the holder cannot send it, so the producer runs again (counted in the event log) and
+    the dependent gets the value; one result each, nothing hangs."""
+    events, pid_file = tmp_path / "events.jsonl", tmp_path / "producer"
+    with mwpy.Executor(max_workers=2, options=["--mw-events", str(events)]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        wait_until(made.done, 120, "the producer")
+        producer = int(pid_file.read_text(encoding="utf-8"))
+        os.kill(producer, signal.SIGKILL)
+        ran_on, made_on, size = ex.submit(work.where, made).result(timeout=120)
+        assert size == LARGE
+        assert producer not in (ran_on, made_on)
+        pid, data = made.result(timeout=120)  # the caller gets the value made again, from its new holder
+        assert (pid, len(data)) == (made_on, LARGE)
+    recomputed = [e for e in _moves(events) if e.way == "recomputed"]
+    assert [(e.task, e.holder != "") for e in recomputed] == [("large", True)]
+
+
+def test_a_value_evicted_from_its_holder_s_bounded_cache_is_made_again(tmp_path: Path) -> None:
+    """Memory on slaves stays within ``--mw-cache-size``: a second large value evicts the first, and the
+    call that takes the first makes it again from its producer's call (an evicted value that had gone to the
+    master would be fetched from there)."""
+    events = tmp_path / "events.jsonl"
+    options = ["--mw-events", str(events), "--mw-cache-size", str(LARGE + LARGE // 2)]
+    with mwpy.Executor(max_workers=1, options=options) as ex:
+        first = ex.submit(work.large, LARGE)
+        second = ex.submit(work.large, LARGE)
+        wait_until(lambda: first.done() and second.done(), 120, "both values made")
+        assert ex.submit(work.where, first).result(timeout=120)[2] == LARGE
+        wait_until(lambda: [c for c in _caches(events).values() if c.evictions], 60, "the holder's eviction")
+    assert [(e.way, e.task) for e in _moves(events) if e.way != "local"] == [("recomputed", "large")]
+
+
+def test_after_shutdown_a_held_value_the_program_kept_is_there_and_an_intermediate_says_why_not() -> None:
+    """As with any executor, ``result()`` works after the ``with`` block: a held value the program still
+    references is fetched before the slaves stop. One that went to another call as an argument (an
+    intermediate) is not: its ``result()`` then says why at once, never hangs."""
+    with mwpy.Executor(max_workers=2) as ex:
+        kept = ex.submit(work.large, LARGE)
+        intermediate = ex.submit(work.large, LARGE)
+        assert ex.submit(work.where, intermediate).result(timeout=120)[2] == LARGE
+        wait_until(kept.done, 120, "the kept value")
+    assert len(kept.result(timeout=10)[1]) == LARGE
+    with pytest.raises(mwpy.MwpyError, match=r"stopped with the executor .* call result\(\) before shutdown"):
+        intermediate.result(timeout=10)

@@ -60,3 +60,9 @@ def test_a_master_with_short_tasks_asks_for_what_would_shorten_the_run_and_says_
     )  # fmt: skip
     assert any(line.startswith("demand   ") and "of work" in line for line in status.stdout.splitlines()), status
     assert master.wait(60) == 0, master.err()
+
+
+def test_an_absurd_compute_time_falls_back_to_one_slave_per_task_instead_of_crashing_the_master() -> None:
+    """A hostile insider's compute time of 1e308 s made the work infinite and math.ceil raised OverflowError in
+    the master's tick (tests/test_hostile.py's fuzz found it): CL-MW's count is asked for instead."""
+    assert adaptive(per_task=3, tasks=10, connected=1, task_seconds=1e308, startup_seconds=None) == Demand(3)

@@ -354,15 +354,16 @@ def test_with_tls_the_shared_objects_travel_over_tls_with_the_master_s_certifica
 
 
 def test_a_result_larger_than_a_frame_comes_back_through_the_file_service(executor: mwpy.Executor) -> None:
-    """Before, a task returning more than 64 MiB failed with ResultTooLarge; the master checks it by hash."""
+    """Before, a task returning more than 64 MiB failed with ResultTooLarge; the value stays on its slave and
+    ``result()`` fetches it from the slave's file service, checked by hash."""
     before = executor.file_counters()
     n = 100_000_000 // 8  # a 100 MB numpy array, above the 64 MiB frame limit
     value = executor.submit(work.big_array, n, 7).result(timeout=300)
     assert np.array_equal(value, np.random.default_rng(7).random(n))
     assert value.flags.writeable  # the caller's own array, as from any future
     after = executor.file_counters()
-    assert after["results_stored"] - before["results_stored"] == 1
-    assert after["result_bytes"] - before["result_bytes"] >= value.nbytes
+    assert after["held_fetches"] - before["held_fetches"] == 1
+    assert after["held_bytes"] - before["held_bytes"] >= value.nbytes
 
 
 def test_tasks_returning_the_same_large_value_all_get_it() -> None:
@@ -372,7 +373,7 @@ def test_tasks_returning_the_same_large_value_all_get_it() -> None:
         values = list(ex.map(work.same_large_bytes, range(8), timeout=300))
         counters = ex.file_counters()
     assert values == [b"\x5a" * (20 << 20)] * 8
-    assert counters["results_stored"] == 8
+    assert counters["held_fetches"] == 8
 
 
 def test_a_100_mb_argument_and_result_both_travel_through_the_file_service() -> None:
@@ -381,7 +382,7 @@ def test_a_100_mb_argument_and_result_both_travel_through_the_file_service() -> 
         assert ex.submit(work.echo_bytes, data).result(timeout=300) == data
         counters = ex.file_counters()
     assert counters["bytes_sent"] >= len(data)  # the argument went out through the service
-    assert counters["result_bytes"] >= len(data)  # and came back through it
+    assert counters["held_bytes"] >= len(data)  # and came back through its slave's, when asked for
 
 
 # ---------------------------------------------------------------------- issue 22 item 3: files returned

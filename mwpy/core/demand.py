@@ -42,6 +42,8 @@ def adaptive(
         return Demand(per_task)
     target = max(TARGET_SECONDS, startup_seconds or 0.0)
     work = tasks * task_seconds
+    if not math.isfinite(work):  # an absurd compute time a slave reported (a hostile insider's): CL-MW's count
+        return Demand(per_task)
     slaves = min(tasks, max(1, math.ceil(work / target)))
     needed = min(per_task, max(0, slaves - connected))
     startup = f"; slave start-up {_span(startup_seconds)}" if startup_seconds is not None else ""

@@ -53,7 +53,7 @@ class Entry:
 
     __slots__ = (
         "task_id", "algorithm", "label", "payload", "policy", "listener", "tag", "key",
-        "attempts", "failed_on", "retry_after", "sent_at", "queued_at", "deaths",
+        "attempts", "failed_on", "retry_after", "sent_at", "queued_at", "deaths", "prefer", "prefer_until",
     )  # fmt: skip
 
     def __init__(
@@ -93,6 +93,10 @@ class Entry:
         self.queued_at = 0.0
         #: The slaves that died while running it (mwpy/core/outcomes.py fails it past its allowed failures).
         self.deaths: tuple[Death, ...] = ()
+        #: The slave that holds its largest input (a value that stayed where it was made): other slaves leave
+        #: it to that one until ``prefer_until`` (monotonic clock; set when one first passes it over).
+        self.prefer: str | None = None
+        self.prefer_until = 0.0
 
     def __repr__(self) -> str:
         return f"<Entry task {self.task_id} {self.algorithm!r}>"

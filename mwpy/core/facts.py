@@ -145,6 +145,18 @@ class SlaveCache(NamedTuple):
     evictions: int
 
 
+class ValueMoved(NamedTuple):
+    """A large value that stayed on ``holder`` reached the slave of a task that takes it (``way``: ``local``,
+    ``peer``, ``via-master``), or went to the master (``relayed``), or was made again (``recomputed``: its
+    holder lost it). ``label``: the task that made it."""
+
+    label: str
+    size: int
+    holder: str
+    slave: str
+    way: str
+
+
 class HandedBack(NamedTuple):
     """A slave leaving (``why``: on a soft-kill signal, by plan...) gave back ``n`` tasks it had not started
     (queued again first)."""
@@ -265,6 +277,7 @@ KINDS: Final[dict[type[Any], str]] = {
     PeerDropped: "peer_dropped",
     SlaveLeft: "slave_left",
     SlaveCache: "slave_cache",
+    ValueMoved: "value_moved",
     HandedBack: "handed_back",
     CancelSent: "cancel_sent",
     CancelledBack: "cancelled_back",
@@ -315,6 +328,7 @@ class Observer:
     def peer_dropped(self, fact: PeerDropped) -> None: ...
     def slave_left(self, fact: SlaveLeft) -> None: ...
     def slave_cache(self, fact: SlaveCache) -> None: ...
+    def value_moved(self, fact: ValueMoved) -> None: ...
     def handed_back(self, fact: HandedBack) -> None: ...
     def cancel_sent(self, fact: CancelSent) -> None: ...
     def cancelled_back(self, fact: CancelledBack) -> None: ...

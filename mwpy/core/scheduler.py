@@ -49,6 +49,9 @@ MAX_WINDOW = 128
 _MAX_SKIP = 64
 #: ... once tasks ask for resources: a slave may have many tasks for bigger slaves ahead of its own.
 _MAX_SHAPE_SKIP = 4096
+#: Seconds other slaves leave a task to the slave that holds its input (a value that stayed where it was made),
+#: then one of them fetches it from there: no transfer if that slave is free soon, no long wait if it is not.
+PREFER_SECONDS = 1.0
 #: Seconds (times the failures so far) before a failed task may run again on a slave it failed on;
 #: other slaves may take it at once.
 RETRY_DELAY = 1.0
@@ -101,6 +104,16 @@ def _fair_share(shared: int, takers: int, holding: int, least: int) -> int:
 
 def _failed_here(task: Entry, sid: str) -> bool:
     return any(failed_sid == sid for failed_sid, _ in task.failed_on)
+
+
+def _left_to_holder(task: Entry, sid: str, slots: Mapping[str, _Slot], now: float) -> bool:
+    """Whether ``sid`` leaves ``task`` to the slave that holds its input: while that one is connected, for
+    :data:`PREFER_SECONDS` from the first time a slave passed it over."""
+    if task.prefer == sid or task.prefer not in slots:
+        return False
+    if not task.prefer_until:
+        task.prefer_until = now + PREFER_SECONDS
+    return now < task.prefer_until
 
 
 class Scheduler:
@@ -388,6 +401,8 @@ class Scheduler:
                 skipped.append(task)  # leave it to a slave it has not failed on, for a while
             elif shaped and not fits(slot.shape, task.policy.resources):
                 skipped.append(task)  # left for a slave of its shape
+            elif task.prefer is not None and _left_to_holder(task, sid, self._slots, now):
+                skipped.append(task)  # left for the slave that holds its input, for a while
             elif task.listener.may_start():
                 batch.append(task)
                 if task.deaths:

@@ -72,12 +72,26 @@ class SlaveCache:
         else:
             self.counters["hits"] += 1
         path.chmod(mode & 0o7777)
+        self._record(digest, path)
+        return path
+
+    def admit(self, digest: str, path: Path) -> bool:
+        """Take in a file this slave made under its folder (a value it holds, mwpy/data/holding.py), as if
+        fetched: bounded and evicted like the rest. Whether ``digest`` is new here."""
+        new = digest not in self._sizes
+        self._record(digest, path)
+        return new
+
+    def _record(self, digest: str, path: Path) -> None:
         info = path.stat()
         self._known[path] = (info.st_size, info.st_mtime_ns, info.st_mode)
         if path not in self._copies.setdefault(digest, []):
             self._copies[digest].append(path)
         self._keep(digest, info.st_size)
-        return path
+
+    def copy_of(self, digest: str) -> Path | None:
+        """An intact cached file with hash ``digest``, if this slave has one (fetched nothing)."""
+        return next((copy for copy in self._copies.get(digest, ()) if self._intact(copy)), None)
 
     def touch(self, digest: str) -> bool:
         """A use of ``digest`` served without its file (a shared object already in memory): a hit, and it
@@ -113,7 +127,7 @@ class SlaveCache:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _make(self, digest: str, address: tuple[str, int], path: Path) -> None:
-        other = next((copy for copy in self._copies.get(digest, ()) if self._intact(copy)), None)
+        other = self.copy_of(digest)
         if other is None:
             self.counters["misses"] += 1
             self.counters["bytes_fetched"] += self.client(address).fetch(digest, path)

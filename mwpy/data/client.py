@@ -10,6 +10,7 @@ transfer runs near memory speed. Neither side ever holds a whole file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import socket
@@ -28,6 +29,8 @@ from mwpy.wire import protocol
 if TYPE_CHECKING:  # loaded with TLS's first use (mwpy/wire/protocol.py)
     import ssl
 
+#: What writing a fetched file may fail with on this side: not the service's trouble (raised as OSError).
+_LOCAL_ERRORS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
 #: Seconds a client waits for the file service to answer.
 IO_TIMEOUT: Final = 120.0
 
@@ -81,6 +84,8 @@ class FileClient:
             return self._fetch(digest, target)
         except (ProtocolError, OSError) as exc:
             self.close()
+            if isinstance(exc, OSError) and exc.errno in _LOCAL_ERRORS:  # this side's disk, not the service
+                raise OSError(exc.errno, f"fetching {digest[:16]}: {exc.strerror}") from None
             raise FileServiceError(f"fetching {digest[:16]}: {exc}") from None
 
     def _fetch(self, digest: str, target: Path) -> int:

@@ -20,6 +20,7 @@ from mwpy.wire import codec
 
 if TYPE_CHECKING:
     from mwpy.data.cache import SlaveCache
+    from mwpy.data.holding import HeldValues
     from mwpy.data.shares import SlaveShares
 
 
@@ -30,6 +31,10 @@ class SlaveData:
         self._membership = (secret, member_id, tls_fingerprint, cache_size)
         self._cache: SlaveCache | None = None
         self._shares: SlaveShares | None = None
+        self._held: HeldValues | None = None
+        #: This slave's address as its master sees it, where it serves the values it holds (start-up sets it
+        #: once connected; None: it holds none).
+        self.host: str | None = None
 
     def cache(self) -> SlaveCache:
         """The slave's one cache of fetched files (``mwpy jobs``' inputs use it too)."""
@@ -67,3 +72,26 @@ class SlaveData:
         with open(path, "rb") as source:
             digest = self.store(address, source, os.fstat(source.fileno()).st_size)
         return digest, os.stat(path).st_mode & 0o7777
+
+    def relay(self, digest: str, address: tuple[str, int]) -> tuple[str, int]:
+        """Send the value this slave holds under ``digest`` to the file service at ``address`` (its master's: a
+        peer could not fetch it from here), streamed from the cached file; its hash and size."""
+        from mwpy.data.service import ValueNotFetchedError  # noqa: PLC0415 (as the cache: only when used)
+
+        path = None if self._cache is None else self._cache.copy_of(digest)
+        if path is None:
+            raise ValueNotFetchedError(f"value {digest[:12]} is no longer held on this slave")
+        with open(path, "rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            return self.store(address, source, size), size
+
+    def hold(self, body: bytes) -> codec.Shared | None:
+        secret, member_id, tls_fingerprint, _ = self._membership
+        if self.host is None or tls_fingerprint is not None:  # no certificate to serve with: to the master
+            return None
+        if self._held is None:
+            from mwpy.data.holding import HeldValues  # noqa: PLC0415 (only a slave that made a large value needs it)
+
+            self._held = HeldValues(self.cache(), secret, member_id, self.host)
+            atexit.register(self._held.close)
+        return self._held.hold(body)

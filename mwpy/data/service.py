@@ -40,6 +40,11 @@ class FileServiceError(MwpyError):
     """A fetch or an upload failed: the peer refused, the hash did not match, the connection broke."""
 
 
+class ValueNotFetchedError(FileServiceError):
+    """A value another process holds could not be fetched from it (unreachable, gone, or no longer held): a
+    task's argument, so its master relays the value or makes it again (mwpy/executor_lineage.py)."""
+
+
 def sha256_of(path: str | os.PathLike[str]) -> str:
     """The SHA-256 of a file, read in chunks."""
     digest = hashlib.sha256()
@@ -163,6 +168,21 @@ class FileService:
         with self._lock:
             for digest in self._reads.pop(token, ()):
                 self._release(digest)
+
+    def claim_result(self, digest: str, target: Path) -> bool:
+        """Move one result stored under ``digest`` to ``target``, unread (a value relayed for other slaves,
+        offered from there); False if none is stored."""
+        with self._lock:
+            if self.results is None or not self._stored[digest]:
+                return False
+            self._stored[digest] -= 1
+            path = self.results / digest
+            if self._stored[digest]:
+                os.link(path, target)
+            else:
+                del self._stored[digest]
+                os.replace(path, target)
+        return True
 
     def take_result(self, digest: str) -> bytes | None:
         """The bytes of a result stored under ``digest`` (None: none is); its file goes once every result stored

@@ -37,8 +37,9 @@ from typing import IO, Any
 
 from mwpy import safe_files, safe_text
 from mwpy.data.cache import SlaveCache
+from mwpy.data.client import FileClient
 from mwpy.data.server import FileServer
-from mwpy.data.service import Counters
+from mwpy.data.service import Counters, FileServiceError, ValueNotFetchedError
 from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
@@ -68,6 +69,8 @@ class SharedObjects:
         self._folder: Path | None = None
         self._closed = False
         self._unavailable = False  # the file service could not start for results (address())
+        self._fetched: Path | None = None  # where held() lands values it fetches, one at a time
+        self._held_fetches = self._held_bytes = 0  # values fetched from the slaves that hold them (held())
         self._spilled: dict[bytes, tuple[str, int]] = {}  # spilled arguments' payload -> (hash, tasks that carry it)
         self._lock = threading.Lock()
         #: Called as arguments are spilled, before the task carrying them is queued: from then on tasks that
@@ -201,17 +204,59 @@ class SharedObjects:
             named.chmod(mode & 0o7777)
         return codec.File(str(named))
 
+    def held(self, handle: Shared) -> Any:
+        """The value a slave holds (a future's ``result()`` asked for it): fetched by hash from the holder's
+        file service into this master's folder, unpickled from a map of it, the file then removed."""
+        options, secret, _, _ = self._service
+        with self._lock:
+            if self._closed:
+                raise ComputationFinishedError("cannot fetch a value after the computation finished")
+            if self._fetched is None:  # its own folder: the file service may have no port (--mw-master-port-range)
+                self._fetched = Path(safe_files.run_folder("mwpy-held-"))
+            folder = self._fetched
+        path = folder / f"{handle.digest}-{threading.get_ident()}"
+        client = FileClient(handle.host, handle.port, secret, options.member_id)
+        try:
+            size = client.fetch(handle.digest, path)
+        except OSError as exc:  # this side's disk: mwpy's trouble, said with the folder (not the holder's)
+            where = f"mwpy's folder for large results on the master, {folder}"
+            raise SharedObjectError(f"fetching a value its slave holds into {where}: {exc.strerror}") from None
+        finally:
+            client.close()
+        try:
+            with open(path, "rb") as source:
+                mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
+            return codec.decode_shared(memoryview(mapped))  # the map goes with the last view of it
+        finally:
+            path.unlink(missing_ok=True)
+            with self._lock:
+                self._held_fetches += 1
+                self._held_bytes += size
+
+    def offer_relayed(self, digest: str, size: int) -> Shared:
+        """A held value its slave sent here (another slave could not fetch it from there): offered to every
+        slave from this file service, streamed from disk (never read here), until the master finishes."""
+        server, folder = self._started()
+        kept = folder / digest
+        if not _DIGEST.fullmatch(digest) or not server.claim_result(digest, kept):
+            raise SharedObjectError(f"no stored result has hash {digest[:16]!r}")
+        server.offer(str(kept), digest, size)
+        return Shared(digest, size, server.host, server.port)
+
     def counters(self) -> dict[str, Any]:
-        """What the file service sent: ``fetches`` (per hash), ``bytes_sent`` and the rest."""
-        return (Counters() if self._server is None else self._server.counters).as_dict()
+        """What the file service sent: ``fetches`` (per hash), ``bytes_sent`` and the rest, and the values
+        fetched from the slaves that hold them (``held_fetches``, ``held_bytes``)."""
+        counters = (Counters() if self._server is None else self._server.counters).as_dict()
+        return {**counters, "held_fetches": self._held_fetches, "held_bytes": self._held_bytes}
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             if self._server is not None:
                 self._server.close()
-            if self._folder is not None:
-                shutil.rmtree(self._folder, ignore_errors=True)
+            for folder in (self._folder, self._fetched):
+                if folder is not None:
+                    shutil.rmtree(folder, ignore_errors=True)
 
 
 class SlaveShares:
@@ -237,7 +282,10 @@ class SlaveShares:
         if held is not None and self._cache.touch(held[0]):
             return held[1]
         handle = Shared.from_key(key)
-        path = self._cache.get(handle.digest, (handle.host, handle.port))
+        try:
+            path = self._cache.get(handle.digest, (handle.host, handle.port))
+        except FileServiceError as exc:
+            raise ValueNotFetchedError(str(exc)) from None
         with open(path, "rb") as source:
             mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
         obj = codec.decode_shared(memoryview(mapped))

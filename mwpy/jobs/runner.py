@@ -210,7 +210,7 @@ def _place_inputs(task: JobTask, cache: SlaveCache, scratch: Path) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             cached = cache.get(digest, task.service, mode)
-        except FileServiceError as exc:
+        except (FileServiceError, OSError) as exc:  # the service's trouble, or this slave's disk (full, say)
             raise JobSetupError(f"job {task.job_id}: input {name}: {exc}") from None
         try:
             os.link(cached, target)  # the cached file itself, with the submit side's mode: no copy of a large input

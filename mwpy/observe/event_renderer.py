@@ -19,6 +19,7 @@ from mwpy.observe.events import (
     TasksAdopted,
     TasksRequeued,
     TasksUnrunnable,
+    ValueMoved,
     resource_file_event,
 )
 
@@ -74,6 +75,10 @@ class EventRenderer(Observer):
 
     def task_adopted(self, fact: facts.TaskAdopted) -> None:
         self._writer.emit(TasksAdopted(t=self._writer.now(), slave=fact.sid, n=1))
+
+    def value_moved(self, fact: facts.ValueMoved) -> None:
+        self._writer.emit(ValueMoved(t=self._writer.now(), task=fact.label, bytes=fact.size, holder=fact.holder,
+                                     slave=fact.slave, way=fact.way))  # fmt: skip
 
     def handed_back(self, fact: facts.HandedBack) -> None:
         if fact.n:

@@ -47,8 +47,8 @@ from mwpy.names import EVENTS_FILE
 from mwpy.resource_file import ResourceFile
 
 #: The format version every line this mwpy writes carries as ``"v"``; a reader refuses versions above it.
-#: 2 added the ``slave-cache`` kind (issue 22); a version-1 line reads as before (a log a restarted master of
-#: another mwpy appended to holds both).
+#: 2 added the ``slave-cache`` kind, 3 ``tasks-adopted`` and ``value-moved``; an earlier line reads as before (a
+#: log a restarted master of another mwpy appended to holds both).
 VERSION: Final = 3
 #: Longest line a reader accepts (a ``tasks-finished`` line of a huge pass, a long traceback).
 MAX_LINE: Final = 16 << 20
@@ -140,6 +140,25 @@ class SlaveCache(Event):
     misses: int = attrs.field(validator=_not_negative)
     bytes_fetched: int = attrs.field(validator=_not_negative)
     evictions: int = attrs.field(validator=_not_negative)
+
+
+#: How a value that stayed on its slave reached a task, or what became of it (``value-moved``).
+WAYS: Final = ("local", "peer", "via-master", "relayed", "recomputed")
+
+
+@attrs.frozen(kw_only=True)
+class ValueMoved(Event):
+    """A large value that stayed on the slave that made it (``holder``): used there (``local``), fetched by
+    ``slave`` from the holder (``peer``) or from the master's file service (``via-master``), sent by the
+    holder to the master because a peer could not reach it (``relayed``), or made again because its holder
+    lost it (``recomputed``)."""
+
+    KIND: ClassVar[str] = "value-moved"
+    task: str
+    bytes: int = attrs.field(validator=_not_negative)
+    holder: str
+    slave: str
+    way: str = attrs.field(validator=_one_of(WAYS))
 
 
 @attrs.frozen(kw_only=True)
@@ -268,6 +287,7 @@ KINDS: Final[dict[str, type[Event]]] = {
         SlaveConnected,
         SlaveDisconnected,
         SlaveCache,
+        ValueMoved,
         TasksDispatched,
         TasksFinished,
         TaskFailed,

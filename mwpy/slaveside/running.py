@@ -15,12 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Final
 
 from mwpy import (
     calls,  # noqa: F401 (registers the built-in task algorithms: an Executor's calls, map chunks)
+    names,
     safe_text,
 )
-from mwpy.errors import TaskTimeoutError
+from mwpy.errors import SharedObjectError, TaskTimeoutError
 from mwpy.observe.audit import Audit
 from mwpy.task import registry
 from mwpy.wire import codec, protocol
@@ -35,6 +37,9 @@ WITH_RESULT = 64 * 1024
 LIVE_WAIT = 0.02
 #: Characters of a stream in one frame of output (fewer if the master's frames are small).
 CHUNK = 256 * 1024
+
+#: The algorithms whose large values stay on the slave (an Executor's calls: their futures fetch on demand).
+HELD: Final = frozenset({names.CALL, names.CALL_FUNCTION})
 
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
 TIMEOUT_GRACE = 5.0
@@ -196,6 +201,8 @@ class Runner:
 
     def run(self, item: TaskItem) -> ResultItem:
         task_id = item[0]
+        if item[1] == names.RELAY:
+            return self._relay(task_id, item[2])
         timeout = self.timeouts.pop(task_id, None) if self.timeouts else None
         if timeout is None:
             return self._call(item)
@@ -232,7 +239,7 @@ class Runner:
                 if left is not None:
                     self.outputs[task_id] = left
             elapsed = time.perf_counter() - started
-            out = codec.encode_result(value, self._store, self.data)
+            out = codec.encode_result(value, self._store, self.data, hold=name in HELD)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)
@@ -240,6 +247,18 @@ class Runner:
             reason = f"the result takes {len(out)} bytes; the master accepts frames of at most {self._max_out}"
             return (task_id, False, codec.encode_failure("ResultTooLarge", reason), elapsed)
         return (task_id, True, out, elapsed)
+
+    def _relay(self, task_id: int, blob: bytes) -> ResultItem:
+        """mwpy's own step, not an algorithm: send a value this slave holds to its master's file service (a
+        peer could not fetch it from here); the result is its hash and size."""
+        started = time.perf_counter()
+        try:
+            if self.data is None:
+                raise SharedObjectError("this slave holds no values")
+            out = codec.encode_value(self.data.relay(codec.decode_value(blob), self._store))
+        except Exception as exc:
+            return (task_id, False, codec.encode_error(exc), time.perf_counter() - started)
+        return (task_id, True, out, time.perf_counter() - started)
 
     # ------------------------------------------------------------------ timeouts
 

@@ -151,7 +151,7 @@ def _connect_and_serve(
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
         audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
         return 130
-    worker.cache_counts, worker.data = data.counts, data
+    worker.cache_counts, worker.data, data.host = data.counts, data, worker.host
     chirp.log(f"mwpy slave {worker.slave_id} connected to master {endpoint.host}:{endpoint.port}")
     chirp.follow(worker.pilot_state)
     if lifetime is not None:

@@ -345,6 +345,15 @@ class DataPlane(Protocol):
         """Send the file at ``path`` there; its SHA-256 and permission bits."""
         ...  # pragma: no cover
 
+    def relay(self, digest: str, address: tuple[str, int]) -> tuple[str, int]:
+        """Send the value held here under ``digest`` to the file service at ``address``; its hash and size."""
+        ...  # pragma: no cover
+
+    def hold(self, body: bytes) -> Shared | None:
+        """Keep a task's large value (``body``, pickled) on this slave, served to its peers by hash; its handle
+        (None: this slave serves nothing, and the value goes to the master)."""
+        ...  # pragma: no cover
+
 
 #: While :func:`decode_arguments_with` unpickles a task's arguments: the slave's data plane.
 _resolving: contextvars.ContextVar[DataPlane | None] = contextvars.ContextVar("mwpy_resolving", default=None)
@@ -463,10 +472,12 @@ def encode_value(value: Any) -> bytes:
     return pickle.dumps(value, PICKLE_PROTOCOL)
 
 
-def encode_result(value: Any, address: tuple[str, int], plane: DataPlane | None = None) -> bytes:
+def encode_result(value: Any, address: tuple[str, int], plane: DataPlane | None = None, *, hold: bool = False) -> bytes:
     """:func:`encode_value` on a slave whose master's file service is at ``address``: each :class:`File` in the
     value is sent there through ``plane`` (by hash), and so is a value above :data:`SPILL_ABOVE` bytes
-    pickled, the frame then carrying only its hash. A value with neither costs what :func:`encode_value` costs."""
+    pickled, the frame then carrying only its hash; with ``hold`` (an Executor's call) such a value stays on
+    this slave (``plane.hold``) and the frame carries its :class:`Held` reference. A value with neither costs
+    what :func:`encode_value` costs."""
     try:
         out = encode_value(value)
     except SharedObjectError:  # a File in the value (it refuses to pickle outside this): send it
@@ -477,7 +488,11 @@ def encode_result(value: Any, address: tuple[str, int], plane: DataPlane | None 
             out = encode_value(value)
         finally:
             _publisher.reset(token)
-    if len(out) <= SPILL_ABOVE or plane is None or not address[1]:
+    if len(out) <= SPILL_ABOVE or plane is None:
+        return out
+    if hold and (handle := plane.hold(out)) is not None:
+        return pickle.dumps(_HeldHere(handle.key), PICKLE_PROTOCOL)
+    if not address[1]:
         return out
     digest = plane.store(address, io.BytesIO(out), len(out))
     return pickle.dumps(_Stored(digest, len(out)), PICKLE_PROTOCOL)
@@ -497,6 +512,33 @@ class _Stored:
 
     def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, int]]:
         return stored_value, (self.digest, self.size)
+
+
+@attrs.frozen
+class Held:
+    """A task's large value that stayed on the slave that made it: what the master keeps in its place.
+
+    As another task's argument it travels as its :attr:`handle` (a :class:`Shared` naming the holder's file
+    service): the consumer's slave takes it from its own cache when it made it, else fetches it from the
+    holder. The caller's ``result()`` fetches it on demand (mwpy/data/shares.py).
+    """
+
+    handle: Shared
+
+
+@attrs.frozen
+class _HeldHere:
+    """What a held value's frame carries: its handle's few bytes."""
+
+    key: bytes
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[bytes]]:
+        return held_value, (self.key,)
+
+
+def held_value(key: bytes) -> Held:
+    """The reference to a value its slave holds (what unpickling its frame gives the master: no bytes moved)."""
+    return Held(Shared.from_key(key))
 
 
 def journal_form(blob: bytes, value: Any) -> bytes:

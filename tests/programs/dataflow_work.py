@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -44,3 +45,37 @@ def record(path: str, label: str) -> str:
     with open(path, "a", encoding="utf-8") as log:
         log.write(label + "\n")
     return label
+
+
+def large(n: int, pid_file: str = "") -> tuple[int, bytes]:
+    """``n`` random bytes and the pid of the slave that made them (written to ``pid_file`` too, if given)."""
+    if pid_file:
+        Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")
+    return os.getpid(), os.urandom(n)
+
+
+def where(value: Any) -> tuple[int, int, int]:
+    """(this slave's pid, the producer's pid, the size of its bytes): where a large input was used."""
+    pid, data = value
+    return os.getpid(), pid, len(data)
+
+
+def park(folder: str) -> int:
+    """Keep this slave busy: say so with ``folder/PID.parked``, wait for ``folder/PID.go``."""
+    Path(folder, f"{os.getpid()}.parked").touch()
+    while not Path(folder, f"{os.getpid()}.go").exists():
+        time.sleep(0.01)
+    return os.getpid()
+
+
+def refuse_peers(value: Any) -> int:
+    """Close this slave's file services, keeping what it holds in its cache: a holder its peers cannot reach
+    (an execute point that accepts no inbound connection)."""
+    import gc  # noqa: PLC0415 (this test's own trick, nothing else needs it)
+
+    from mwpy.data.server import FileServer  # noqa: PLC0415
+
+    for found in gc.get_objects():
+        if isinstance(found, FileServer):
+            found.close()
+    return os.getpid()

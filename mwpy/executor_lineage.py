@@ -1,0 +1,174 @@
+"""What an Executor does when a large value that stayed on its slave cannot be had from there.
+
+A dependent call whose slave cannot fetch its input from the holder (the
+holder's address unreachable or refused: execute points that accept no
+inbound connection, a firewall; or the holder gone) fails there with
+:class:`~mwpy.data.service.ValueNotFetchedError`. Its future does not settle:
+the master asks the holder, by a step of mwpy's own pinned to that slave
+(:data:`~mwpy.names.RELAY`), to send the value to the master's file service,
+which takes it to disk as it arrives and offers it to every slave from there,
+streamed from disk, never read whole (:meth:`SharedObjects.offer_relayed`);
+the dependent is then sent again with that handle. If the holder cannot send
+it (it died, or its cache evicted the value), the producer runs again from its
+call (lineage, as dask and TaskVine do) and the dependent follows. The same
+happens when ``result()`` in the caller cannot fetch a held value. Each step
+is an event (``value-moved``: ``relayed``, ``recomputed``), and each use of a
+held value says which way it went (``local``, ``peer``, ``via-master``).
+
+One level deep: a producer run again whose own inputs were lost fails with
+that error, as any call does.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any, Final, Protocol, cast
+
+from mwpy import names
+from mwpy.core import facts
+from mwpy.data.shares import SharedObjects
+from mwpy.errors import MwpyError, SharedObjectError
+from mwpy.task_records import DEFAULT_POLICY, Policy
+from mwpy.wire import codec
+
+#: What a future's holder reads once its value was relayed to the master's file service.
+MASTER: Final = "master"
+#: How many times a dependent call is sent again after its input could not be fetched, before it fails.
+MAX_RECOVERIES: Final = 3
+
+Then = Callable[[BaseException | None], None]
+
+
+class Future(Protocol):
+    """What this module reads and sets of an executor's future (mwpy/executor_service.py's, which it is)."""
+
+    _label: str
+    _holder: str
+    _result: Any
+    _call: Any
+    _again: Callable[[], None] | None
+    _recoveries: int
+
+    @property
+    def _held_inputs(self) -> tuple[Future, ...]: ...
+    def holder(self) -> tuple[int, str] | None: ...
+    def _end(self, value: Any, exception: BaseException | None) -> None: ...
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object], /) -> None: ...
+
+
+class Service(Protocol):
+    """What this module asks of an executor's service: futures, and calls of mwpy's own."""
+
+    def new_future(self, label: str) -> Any: ...
+
+    def own_call(
+        self, future: Any, name: str, payload: bytes, policy: Policy, *, prefer: str | None, pinned: bool
+    ) -> None: ...
+
+
+class Lineage:
+    """The relays and re-runs under way, each shared by every dependent (and caller) waiting on that value."""
+
+    def __init__(self, service: Service, report: facts.Facts, store: SharedObjects) -> None:
+        self._service = service
+        self._facts = report
+        self._store = store
+        self._lock = threading.Lock()
+        self._repairs: dict[Future, list[Then]] = {}  # a lost input -> who waits for it
+        #: Producers run again because their value was lost, and values relayed through the master.
+        self.recomputed = 0
+        self.relayed = 0
+
+    def used(self, dependent: Future, slave: str) -> None:
+        """``dependent`` ran on ``slave``: say which way each held input reached it (engine's thread)."""
+        for given in dependent._held_inputs:
+            found = given.holder()
+            if found is not None:
+                size, holder = found
+                way = "via-master" if holder == MASTER else "local" if holder == slave else "peer"
+                self._facts(facts.ValueMoved(given._label, size, holder, slave, way))
+
+    def recover(self, dependent: Future) -> bool:
+        """``dependent``'s slave could not fetch a held input: relay or re-make each, then send it again.
+        False if there is nothing left to try (it then fails with its error)."""
+        lost = [given for given in dependent._held_inputs if given._holder != MASTER]
+        dependent._recoveries += 1
+        if not lost or dependent._recoveries > MAX_RECOVERIES or dependent._again is None:
+            return False
+        again, left = dependent._again, [len(lost)]
+
+        def one_back(error: BaseException | None) -> None:
+            if error is not None:
+                dependent._end(None, error)
+                return
+            with self._lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            again()
+
+        for given in lost:
+            self.repair(given, one_back)
+        return True
+
+    def repair(self, producer: Future, then: Then) -> None:
+        """Make ``producer``'s held value available again (relayed, else made again), then call ``then``
+        with None, or with the error that stopped it (any thread)."""
+        with self._lock:
+            waiting = self._repairs.get(producer)
+            if waiting is not None:
+                waiting.append(then)
+                return
+            self._repairs[producer] = [then]
+        held = producer._result
+        if type(held) is not codec.Held or producer._holder == MASTER:
+            self._recompute(producer)
+            return
+        relay = self._service.new_future(f"{producer._label} (relay)")
+        relay.add_done_callback(lambda done: self._relayed(producer, done))
+        payload = codec.encode_value(held.handle.digest)
+        self._service.own_call(relay, names.RELAY, payload, DEFAULT_POLICY, prefer=producer._holder, pinned=True)
+
+    def _relayed(self, producer: Future, relay: concurrent.futures.Future[Any]) -> None:
+        if relay.exception() is not None:
+            self._recompute(producer)
+            return
+        digest, size = relay.result()
+        try:
+            handle = self._store.offer_relayed(digest, size)
+        except MwpyError:
+            self._recompute(producer)
+            return
+        self.relayed += 1
+        self._facts(facts.ValueMoved(producer._label, size, producer._holder, MASTER, "relayed"))
+        producer._result, producer._holder = codec.Held(handle), MASTER
+        self._done(producer, None)
+
+    def _recompute(self, producer: Future) -> None:
+        call = producer._call
+        if call is None:
+            self._done(producer, SharedObjectError(f"the value of {producer._label} was lost and cannot be made again"))
+            return
+        held = producer._result
+        size = held.handle.size if type(held) is codec.Held else 0
+        self.recomputed += 1
+        self._facts(facts.ValueMoved(producer._label, size, producer._holder, "", "recomputed"))
+        again = self._service.new_future(producer._label)
+        again.add_done_callback(lambda done: self._recomputed(producer, done))
+        name, payload, policy = call
+        self._service.own_call(again, name, payload, policy, prefer=None, pinned=False)
+
+    def _recomputed(self, producer: Future, again: concurrent.futures.Future[Any]) -> None:
+        error = again.exception()
+        if error is None:
+            made = cast(Future, again)
+            producer._result, producer._holder, producer._call = made._result, made._holder, made._call
+        self._done(producer, error)
+
+    def _done(self, producer: Future, error: BaseException | None) -> None:
+        with self._lock:
+            waiting = self._repairs.pop(producer, [])
+        for then in waiting:
+            then(error)
