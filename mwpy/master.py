@@ -75,11 +75,10 @@ class Master:
     master; leaving the block finishes the computation.
     """
 
-    #: What other mwpy modules may use besides the public API (tests/test_architecture.py): the intake, through
-    #: which ``mwpy.Executor`` queues tasks and waits; ``_submit``, which ``submit()`` (below) calls.
+    #: What other mwpy modules may use besides the public API (tests/test_architecture.py): the intake and the facts,
+    #: through which ``mwpy.Executor`` queues tasks, waits and reports; ``_submit``, which ``submit()`` (below) calls.
     _SHARED_WITH: ClassVar[Mapping[str, tuple[str, ...]]] = {"_intake": ("mwpy.executor_service",),
-                                                             "_facts": ("mwpy.executor_service",),
-                                                             "_submit": ("mwpy.task",)}  # fmt: skip
+        "_facts": ("mwpy.executor_service",), "_submit": ("mwpy.task",)}  # fmt: skip
 
     def __init__(self, options: Options, *, audit: Audit, secret: bytes, program: str,
                  listener: socket.socket | None = None, durable: bool = True) -> None:  # fmt: skip
