@@ -67,6 +67,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=",".join(peers.REQUIRES),
         help=f"comma-separated peers to run (default: all of {','.join(peers.REQUIRES)})",
     )
+    parser.add_argument(
+        "--tree-leaves",
+        type=int,
+        metavar="N",
+        help="leaf values of the dataflow scenario's tree reduction (default 10,000; dask takes minutes at 100,000)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write everything as JSON here")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="also run mwpy under cProfile in scenarios 1 and 2")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
@@ -74,8 +80,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = set(args.peers.split(",")) - set(peers.REQUIRES) - {""}
     if unknown:
         parser.error(f"--peers: unknown {', '.join(sorted(unknown))}")
-    if args.workers < 1 or args.tasks <= 0 or args.rounds < 1:
-        parser.error("--workers, --tasks and --rounds must be positive")
+    if (
+        args.workers < 1
+        or args.tasks <= 0
+        or args.rounds < 1
+        or (args.tree_leaves is not None and args.tree_leaves < 1)
+    ):
+        parser.error("--workers, --tasks, --rounds and --tree-leaves must be positive")
     for name, option in NEEDS_OPTION.items():
         if name in (args.scenario or []) and getattr(args, option.removeprefix("--")) is None:
             parser.error(f"--scenario {name} needs {option} PATH")
@@ -195,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     names = scenario_names(args)
     sizes = (Sizes.quick() if args.quick else Sizes()).scaled(args.tasks)
+    if args.tree_leaves is not None:
+        sizes = dataclasses.replace(sizes, dataflow_tree_leaves=args.tree_leaves)
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     settings = Settings(

@@ -190,6 +190,14 @@ class Sizes:
     #: Scenario overseer-queries (issue 24): slave jobs the overseer keeps, and seconds each arm runs.
     overseer_jobs: int = 100
     overseer_seconds: float = 180.0
+    #: Scenario 10 (dataflow): a chain of dependent tasks, a fan-in of futures into one task, a tree reduction's
+    #: leaves (dask takes ~250 s at 100,000: ``--tree-leaves``), an intermediate value of this many MB, and the
+    #: tasks over which the master's CPU per task and per dependency is taken.
+    dataflow_chain: int = 1_000
+    dataflow_fanin: int = 10_000
+    dataflow_tree_leaves: int = 10_000
+    dataflow_megabytes: int = 200
+    dataflow_cpu_tasks: int = 5_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -213,6 +221,11 @@ class Sizes:
             large_argument_tasks=200,
             overseer_jobs=20,
             overseer_seconds=30.0,
+            dataflow_chain=50,
+            dataflow_fanin=200,
+            dataflow_tree_leaves=300,
+            dataflow_megabytes=4,
+            dataflow_cpu_tasks=100,
         )
 
     def scaled(self, factor: float) -> Sizes:
@@ -234,6 +247,10 @@ class Sizes:
             shared_tasks=scale(self.shared_tasks),
             kwargs_tasks=scale(self.kwargs_tasks),
             large_argument_tasks=scale(self.large_argument_tasks),
+            dataflow_chain=scale(self.dataflow_chain),
+            dataflow_fanin=scale(self.dataflow_fanin),
+            dataflow_tree_leaves=scale(self.dataflow_tree_leaves),
+            dataflow_cpu_tasks=scale(self.dataflow_cpu_tasks),
         )
 
 

@@ -80,6 +80,9 @@ SUMMARY_FIELDS = (
     "first_result_s",
     "shutdown_s",
     "total_s",
+    "hops_per_s",
+    "rss_growth_mb",
+    "master_mb",
 )
 
 
@@ -776,6 +779,16 @@ def large_arguments(settings: Settings) -> Outcome:
     return run_rounds(settings, name, systems, targets)
 
 
+# ---------------------------------------------------------------------- 10. dataflow
+
+
+def dataflow(settings: Settings) -> Outcome:
+    """Task graphs through futures as arguments, mwpy against dask (benchmarks/dataflow.py)."""
+    from benchmarks import dataflow as scenario  # noqa: PLC0415 - a cycle at import time otherwise
+
+    return scenario.dataflow(settings)
+
+
 SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -791,10 +804,11 @@ SCENARIOS: dict[str, Callable[[Settings], Outcome]] = {
     "startup": startup,
     "shared": shared,
     "large-arguments": large_arguments,
+    "dataflow": dataflow,
 }
 
 #: Scenarios that ``all`` leaves out unless their option is given (``baseline`` needs ``--baseline``).
 NEEDS_OPTION = {"baseline": "--baseline"}
 #: Scenarios that ``all`` leaves out: they run only when named (the fan-in curve takes minutes a round;
-#: scenarios 8 and 9 move hundreds of MiB, even 100 GB).
-ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared", "large-arguments", "overseer-queries"})
+#: scenarios 8 and 9 move hundreds of MiB, even 100 GB; dask takes a minute a round of scenario 10).
+ONLY_BY_NAME = frozenset({"fanin-curve", "fanin-tree", "shared", "large-arguments", "overseer-queries", "dataflow"})
