@@ -10,6 +10,7 @@ the test runs with the ``test`` extra alone.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
@@ -196,6 +197,30 @@ def test_json_describes_the_run(quick_report: dict[str, Any]) -> None:
     assert quick_report["checkouts"]["new"]["mwpy"].startswith(str(REPO))
     assert "baseline" not in quick_report["checkouts"]
     assert {c["target"][0] for c in quick_report["checks"]} == {"1", "2", "3", "4", "5", "6", "7", "E"}
+
+
+def test_dataflow_measures_mwpy_and_dask_in_the_same_rounds(tmp_path: Path) -> None:
+    """Scenario 10 runs only when named; each part of mwpy beside dask in one round, dask's rows saying why they
+    are missing when the bench extra is not installed; the held intermediate's figures come from mwpy alone."""
+    report = _run_harness(tmp_path / "dataflow.json", "--scenario", "dataflow", "--rounds", "1", "--tree-leaves", "150")
+    rows = {row["key"]: row for row in report["rows"]}
+    assert set(rows) == {f"{part}-{side}" for part in ("chain", "fanin", "tree") for side in ("mwpy", "dask")} | {
+        "intermediate"
+    }
+    for key, row in rows.items():
+        if key.endswith("-dask") and importlib.util.find_spec("distributed") is None:
+            assert row["skipped"] == "dask.distributed is not installed (the bench extra)"
+            continue
+        assert row["skipped"] is None, row
+        assert _median(row, "seconds") > 0
+        assert _median(row, "peak_rss_mb") > 0
+    assert rows["tree-mwpy"]["runs"][0]["tasks"] == 150 + 2 + 1  # the leaves, then 2 sums of 100 and 50, then 1
+    checks = {c["target"]: c for c in report["checks"]}
+    assert checks["10. chain of 50: hops/s, mwpy"]["bound"] == "≥ 1000"
+    assert checks["10. chain: hops/s, mwpy / dask"]["bound"] == "≥ 3"
+    assert checks["10. 4 MB intermediate: MB through the master"]["measured"] >= 0
+    for what in ("independent task", "dependency on a done input", "chain hop"):
+        assert checks[f"10. master CPU per {what} (µs)"]["measured"] > 0
 
 
 def test_baseline_commit_runs_each_checkout_with_its_own_mwpy(tmp_path: Path) -> None:
