@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Row, Settings
-from benchmarks.scenarios import Outcome, System, Target, _join, _script_row, ratio, run_rounds, single
+from benchmarks.scenarios import Outcome, System, Target, _script_row, note_spread, ratio, run_rounds, single
 
 PROGRAM = Path(__file__).with_name("dataflow_program.py")
 NAME = "10 dataflow"
@@ -84,8 +84,5 @@ def dataflow(settings: Settings) -> Outcome:
         single("10. master CPU per chain hop (µs)", "intermediate", "cpu_us_per_hop", None),
     ]
     series, checks = run_rounds(settings, NAME, systems, targets)
-    for one in series:
-        growth = one.spread("rss_growth_mb")
-        if growth is not None:
-            one.note = _join(one.note, f"peak RSS growth over the part {growth.format('.0f')} MB")
+    note_spread(series, "rss_growth_mb", lambda growth: f"peak RSS growth over the part {growth.format('.0f')} MB")
     return series, checks

@@ -45,6 +45,7 @@ from benchmarks.common import (
     Row,
     Series,
     Settings,
+    Spread,
     add_master_cpu,
     figure,
     latency_summary,
@@ -404,15 +405,20 @@ def streaming(settings: Settings) -> Outcome:
         ),
     ]
     series, checks = run_rounds(settings, name, systems, targets)
-    for one in series:
-        sampled = one.spread("sampled_peak_rss_mb")
-        if sampled is not None:
-            one.note = _join(one.note, f"psutil-sampled peak {sampled.format('.1f')} MB")
+    note_spread(series, "sampled_peak_rss_mb", lambda sampled: f"psutil-sampled peak {sampled.format('.1f')} MB")
     return series, checks
 
 
 def _join(*parts: str) -> str:
     return "; ".join(part for part in parts if part)
+
+
+def note_spread(series: Sequence[Series], field: str, say: Callable[[Spread], str]) -> None:
+    """Add to each series' note what ``say`` makes of its ``field`` over the rounds, where it has one."""
+    for one in series:
+        spread = one.spread(field)
+        if spread is not None:
+            one.note = _join(one.note, say(spread))
 
 
 # ---------------------------------------------------------------------- 4. fan-in
