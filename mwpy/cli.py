@@ -445,6 +445,10 @@ def _print_status(
     ]
     if record.condor_jobs_connected:
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
+    if report["status"] == "stale":  # a master killed or its host lost: Condor may be starting it again
+        rows.insert(1, ("", "the master is silent: gone or restarting; its slaves keep their tasks and wait for a "
+                            "master of this member id up to their --mw-master-lease (2400 s by default), then exit "
+                            "4"))  # fmt: skip
     if report["master_gone"]:
         from mwpy.observe.explain import master_left  # noqa: PLC0415 (only a gone master needs it)
 

@@ -115,6 +115,21 @@ def test_without_a_terminal_it_prints_plain_lines(tmp_path: Path) -> None:
     assert "slaves 2 connected (unordered 2) · 2 more needed" in line
 
 
+def test_a_silent_master_s_status_says_its_slaves_wait_for_a_restart_within_their_lease(tmp_path: Path) -> None:
+    """Between a master's death and its restart by Condor, ``mwpy status`` says what the slaves do meanwhile."""
+    rf = tmp_path / "resource.json"
+    resource_file.write(rf, _record(timestamp=time.time() - 120))
+    done = subprocess.run([sys.executable, "-m", "mwpy", "status", str(rf), "--no-condor"],
+                          capture_output=True, text=True, timeout=DEADLINE, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("status   stale (written 1"), done.stdout
+    said = " ".join(done.stdout.split())
+    assert (
+        "the master is silent: gone or restarting; its slaves keep their tasks and wait for a master of this "
+        "member id up to their --mw-master-lease (2400 s by default), then exit 4" in said
+    ), done.stdout
+
+
 def test_an_unusable_resource_file_is_one_line_and_status_1(tmp_path: Path) -> None:
     rf = tmp_path / "resource.json"
     rf.write_text('{"format": "something else"}', encoding="utf-8")
