@@ -29,6 +29,7 @@ import attrs
 from mwpy import resource_file
 from mwpy.errors import ResourceFileError
 from mwpy.resource_file import ResourceFile
+from tests.programs.restartable import marks
 from tests.support import PROGRAMS, ROOT, wait_until
 
 POOL_TOOL = ROOT / "tools" / "condor_pool.py"
@@ -216,7 +217,7 @@ def job_states(workdir: Path, role: str = "slave") -> dict[str, int]:
 
 def finished_jobs(workdir: Path, role: str = "slave", *, expected: int | None = None) -> dict[str, Any]:
     """``{"ClusterId.ProcId": ad}`` from the history (waits until ``expected`` jobs are there, if given)."""
-    projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal"]
+    projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "LastRemoteHost"]
 
     def found() -> dict[str, Any]:
         ads = {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in history(computation(workdir, role), projection)}
@@ -398,3 +399,57 @@ def wait_master_done(workdir: Path, cluster: int, timeout: float = DEADLINE) -> 
         lambda: not job_states(workdir, "master"), timeout, f"master job {cluster} to leave the queue", interval=0.5
     )
     return master_output(workdir, cluster)
+
+
+def check_slaves_left_cleanly(workdir: Path, count: int) -> dict[str, Any]:
+    """Every slave job left the queue by itself: completed, exit status 0. Returns their history ads."""
+    wait_gone(workdir, "slave", 60)
+    ads = finished_jobs(workdir, expected=count)
+    assert len(ads) == count, ads
+    for job, ad in ads.items():
+        assert (ad["JobStatus"], ad["ExitCode"]) == (COMPLETED, 0), f"slave job {job}: {ad}\n{logs(workdir)}"
+    return ads
+
+
+def restart_master_midway(
+    pool: Pool,
+    workdir: Path,
+    kill: Callable[[int], None],
+    *,
+    master_options: str = "",
+    slave_macros: Sequence[str] = (),
+) -> dict[str, Any]:
+    """master.sub with a journal and two slaves.sub slaves running tests/programs/restartable.py's keyed tasks;
+    ``kill(master_pid)`` while both run a task, Condor starts the master again. Checks that every task ran
+    once, no slave job ran twice and the master job ended once; returns the slave jobs' history ads.
+
+    ``master_options`` and ``slave_macros`` place the computation (say, the master on the submit node's
+    address and the slaves on another node)."""
+    runs = workdir / "runs"
+    runs.mkdir()
+    setup_workdir(pool, workdir, ["restartable.py"])
+    count = 8
+    master = submit_master(
+        pool, workdir, "program=restartable.py", f"program_args={count} {runs}",
+        f"master_options=--mw-journal master.journal --mw-slave-window 1 {master_options}",
+    )  # fmt: skip
+    slaves = pool.condor_submit(workdir, "submit/slaves.sub", "program=restartable.py", "slaves=2", *slave_macros)
+    wait_until(lambda: sum(marks(runs, "started").values()) >= 2, DEADLINE, "both slaves running a task")
+    before = read_resource(workdir)
+    assert before is not None
+    kill(before.master_pid)
+    after = wait_resource(workdir, lambda r: r.master_pid != before.master_pid, "the master started again", 120)
+    assert after.awaited_handovers == 2  # the two running tasks wait for their slaves, not dispatched again
+    (runs / "open").touch()
+
+    out = wait_master_done(workdir, master)
+    assert f'{{"sum": {sum(i * i + 1 for i in range(count))}}}' in out, logs(workdir)
+    assert marks(runs, "run") == dict.fromkeys(range(count), 1), "a task ran twice, or never"
+    assert marks(runs, "started") == dict.fromkeys(range(count), 1), "a task started again"
+    ads = check_slaves_left_cleanly(workdir, 2)
+    assert starts(job_events(workdir)) == {f"{slaves}.0": 1, f"{slaves}.1": 1}, logs(workdir)
+    life = job_events(workdir, f"master.{master}.0.log")
+    assert [e.type.name for e in life if e.type.name in ("EXECUTE", "JOB_TERMINATED")] == [
+        "EXECUTE", "EXECUTE", "JOB_TERMINATED"
+    ], life  # fmt: skip
+    return ads

@@ -5,13 +5,16 @@ network namespace (10.251.7.2, ``node2.mwpy.pool``, startd and schedd); the
 submit node's daemons then listen on 10.251.7.1. Until now every daemon and
 job shared loopback, so nothing showed that a slave on another machine can
 reach its master: here the master listens on the submit node's non-loopback
-address (``--mw-master-host``) and the slaves run on node 2 only.
+address (``--mw-master-host``) and the slaves run on node 2 only, also across a
+master killed and started again by Condor.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -38,6 +41,7 @@ from tests.condor_support import (
     logs,
     member_id,
     query,
+    restart_master_midway,
     retried,
     setup_workdir,
     status_json,
@@ -232,6 +236,30 @@ def test_a_master_address_the_execute_node_cannot_reach_gives_a_clear_slave_erro
     assert "127.0.0.1" in err, err
     audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")
     assert "NEW-CLIENT" not in audit  # nobody got through
+
+
+def test_a_master_killed_with_sigkill_is_started_again_and_slaves_on_another_node_hand_their_tasks_over(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """The SIGKILL restart of tests/test_condor_submit_files.py with the slaves on node 2, another machine:
+    the master listens on the submit node's address, Condor starts it again (on a new port), and the slaves,
+    whose resource file is a copy on node 2, fetch the new one over Chirp, reconnect across the network and
+    hand over the tasks they ran: every task runs once, no slave job runs twice, the computation ends once."""
+    ads = restart_master_midway(
+        two_nodes,
+        condor_workdir,
+        lambda master_pid: os.kill(master_pid, signal.SIGKILL),
+        master_options=f"--mw-master-host {two_nodes.facts['address']}",
+        slave_macros=["requirements = (MwpyNode =?= 2)"],
+    )
+    for ad in ads.values():
+        assert str(ad["LastRemoteHost"]).endswith(f"@{node2(two_nodes)['hostname']}"), ad  # ran on node 2 only
+    # The audit file keeps every master run's lines: the restarted master's (after its MASTER READY) show the
+    # slaves connecting again from node 2's own address.
+    audit = next(condor_workdir.glob("master.*.audit")).read_text(encoding="utf-8")
+    restarted = audit.split("MASTER READY ")[-1]
+    assert audit.count("MASTER READY ") == 2, audit
+    assert len(re.findall(rf"NEW-CLIENT -> .*{re.escape(node2(two_nodes)['address'])}", restarted)) >= 2, audit
 
 
 #: MB the big tasks of two_needs.py need: more than node 1 has, less than node 2 (tools/condor_pool.py:

@@ -13,18 +13,15 @@ import math
 import os
 import re
 import signal
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.condor_support import (
-    COMPLETED,
     DEADLINE,
     HELD,
     Pool,
-    finished_jobs,
+    check_slaves_left_cleanly,
     in_order,
     job_events,
     job_life,
@@ -32,29 +29,18 @@ from tests.condor_support import (
     logs,
     member_id,
     read_resource,
+    restart_master_midway,
     setup_workdir,
     starts,
     status_json,
     submit_master,
     wait_events,
-    wait_gone,
     wait_master_done,
     wait_resource,
 )
-from tests.programs.restartable import marks
 from tests.support import wait_until
 
 pytestmark = pytest.mark.condor
-
-
-def check_slaves_left_cleanly(workdir: Path, count: int) -> dict[str, Any]:
-    """Every slave job left the queue by itself: completed, exit status 0. Returns their history ads."""
-    wait_gone(workdir, "slave", 60)
-    ads = finished_jobs(workdir, expected=count)
-    assert len(ads) == count, ads
-    for job, ad in ads.items():
-        assert (ad["JobStatus"], ad["ExitCode"]) == (COMPLETED, 0), f"slave job {job}: {ad}\n{logs(workdir)}"
-    return ads
 
 
 def test_master_sub_and_slaves_sub_run_monte_carlo_pi_and_every_slave_job_leaves(
@@ -180,7 +166,7 @@ def test_a_master_killed_with_sigkill_is_started_again_by_condor_and_loses_no_ru
 
     Before, master.sub took a killed master out of the queue, and the slaves waited at the old address.
     """
-    _restart_master_midway(condor_pool, condor_workdir, lambda master_pid: os.kill(master_pid, signal.SIGKILL))
+    restart_master_midway(condor_pool, condor_workdir, lambda master_pid: os.kill(master_pid, signal.SIGKILL))
 
 
 def test_a_schedd_restart_restarts_the_master_and_loses_no_running_task(
@@ -205,34 +191,4 @@ def test_a_schedd_restart_restarts_the_master_and_loses_no_running_task(
                 return
         raise AssertionError("no condor_schedd")
 
-    _restart_master_midway(condor_pool, condor_workdir, crash_the_schedd)
-
-
-def _restart_master_midway(pool: Pool, workdir: Path, kill: Callable[[int], None]) -> None:
-    runs = workdir / "runs"
-    runs.mkdir()
-    setup_workdir(pool, workdir, ["restartable.py"])
-    count = 8
-    master = submit_master(
-        pool, workdir, "program=restartable.py", f"program_args={count} {runs}",
-        "master_options=--mw-journal master.journal --mw-slave-window 1",
-    )  # fmt: skip
-    slaves = pool.condor_submit(workdir, "submit/slaves.sub", "program=restartable.py", "slaves=2")
-    wait_until(lambda: sum(marks(runs, "started").values()) >= 2, DEADLINE, "both slaves running a task")
-    before = read_resource(workdir)
-    assert before is not None
-    kill(before.master_pid)
-    after = wait_resource(workdir, lambda r: r.master_pid != before.master_pid, "the master started again", 120)
-    assert after.awaited_handovers == 2  # the two running tasks wait for their slaves, not dispatched again
-    (runs / "open").touch()
-
-    out = wait_master_done(workdir, master)
-    assert f'{{"sum": {sum(i * i + 1 for i in range(count))}}}' in out, logs(workdir)
-    assert marks(runs, "run") == dict.fromkeys(range(count), 1), "a task ran twice, or never"
-    assert marks(runs, "started") == dict.fromkeys(range(count), 1), "a task started again"
-    check_slaves_left_cleanly(workdir, 2)
-    assert starts(job_events(workdir)) == {f"{slaves}.0": 1, f"{slaves}.1": 1}, logs(workdir)
-    life = job_events(workdir, f"master.{master}.0.log")
-    assert [e.type.name for e in life if e.type.name in ("EXECUTE", "JOB_TERMINATED")] == [
-        "EXECUTE", "EXECUTE", "JOB_TERMINATED"
-    ], life  # fmt: skip
+    restart_master_midway(condor_pool, condor_workdir, crash_the_schedd)
