@@ -26,6 +26,7 @@ import pytest
 
 from mwpy.backends import JobState
 from mwpy.backends.htcondor import CondorBackend
+from mwpy.observe import events as ev
 from mwpy.overseer import Limits, Overseer, Verdict
 from mwpy.resources import Resources
 from tests.condor_support import (
@@ -51,6 +52,7 @@ from tests.condor_support import (
     wait_resource,
 )
 from tests.support import wait_until
+from tests.test_condor_executor import run_executor_script
 
 pytestmark = pytest.mark.condor
 
@@ -359,3 +361,26 @@ def test_slaves_no_overseer_made_serve_the_tasks_their_slot_s_machine_ad_satisfi
     lines = [line.split() for line in out.splitlines() if line.startswith(("big ", "node1 "))]
     ran = sorted((kind, job.split(".")[0], node) for kind, job, node, _ in lines)
     assert ran == [("big", str(big), "2")] * 3 + [("node1", str(node1), "1")] * 3, logs(condor_workdir)
+
+
+def test_a_large_value_made_on_node_1_reaches_its_dependent_on_node_2_from_the_holder_not_the_master(
+    two_nodes: Pool, condor_workdir: Path
+) -> None:
+    """Issue 33 item 2 on the pool: an Executor's call on node 1's slave makes a 40 MB value, which stays there;
+    its dependent must run on node 2 (its requirements), whose slave fetches the value from the holder's file
+    service, at the address the holder reaches its master from (the submit node's, not loopback): the event log
+    says ``peer``, and not a byte goes through the master."""
+    lines, report = run_executor_script(two_nodes, condor_workdir, "dataflow_condor.py", timeout=480)
+    assert "nodes 1 2" in lines, report
+    [used] = [json.loads(line.split(" ", 1)[1]) for line in lines if line.startswith("used ")]
+    assert used == [2, 1, 40 << 20], report  # ran on node 2, made on node 1, every byte there
+    events = ev.read_events(condor_workdir / "events.jsonl")
+    addresses = {e.slave: e.address.rpartition(":")[0] for e in events if isinstance(e, ev.SlaveConnected)}
+    moves = [
+        (e.way, addresses.get(e.holder, e.holder), addresses.get(e.slave, e.slave))
+        for e in events
+        if isinstance(e, ev.ValueMoved)
+    ]
+    assert moves == [("peer", two_nodes.facts["address"], node2(two_nodes)["address"])], (moves, report)
+    [counters] = [json.loads(line.split(" ", 1)[1]) for line in lines if line.startswith("counters ")]
+    assert (counters["bytes_sent"], counters["bytes_received"], counters["held_bytes"]) == (0, 0, 0), report
