@@ -69,7 +69,7 @@ def with_values(obj: Any, value_of: Callable[[Any], Any] = _result) -> Any:
     if kind is dict:
         return {key: with_values(value, value_of) for key, value in obj.items()}
     if kind in _CONTAINERS:
-        return kind(with_values(item, value_of) for item in obj)
+        return kind([with_values(item, value_of) for item in obj])
     return obj
 
 

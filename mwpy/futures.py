@@ -116,6 +116,10 @@ class LightFuture(concurrent.futures.Future[R]):
     def running(self) -> bool:
         return self._state == RUNNING
 
+    def succeeded(self) -> bool:
+        """Done with a value (neither cancelled nor failed): ``exception()`` would make a condition to say so."""
+        return self._state == FINISHED and self._exception is None
+
     def result(self, timeout: float | None = None) -> R:
         if self._state == FINISHED and self._exception is None:
             return self._result  # type: ignore[no-any-return]
