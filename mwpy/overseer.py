@@ -184,6 +184,9 @@ class Overseer:
         #: MB new slave jobs of a shape (the need's text; None: plain jobs) ask for at least, raised each
         #: time one of that shape is held for exceeding its request.
         self._memory_floor: dict[str | None, int] = {}
+        #: Jobs removed for a memory hold whose slave the file still lists as connected: the master has not
+        #: noticed yet, and counting that slave would submit a replacement its tasks' next need makes useless.
+        self._removed_connected: set[str] = set()
 
     def reconcile(self) -> Decision:
         """Look at the file and the queue once, and act on the difference."""
@@ -208,12 +211,14 @@ class Overseer:
         unconfirmed = self._unconfirmed_master(record)
         jobs, replaced = self._replace_memory_holds(jobs, learning=record.learned_memory is not None)
         jobs, removed, why = self._replace_unconnected(record, jobs)
+        self._removed_connected &= set(record.condor_jobs_connected)
         groups = shape_plan.plan(
             record,
             jobs,
             min_jobs=self.limits.min_jobs,
             max_jobs=self.limits.max_jobs,
             shaped=isinstance(self.backend, ShapedJobs),
+            departed=len(self._removed_connected),
         )
         submitted, dropped = self._act(record, groups, len(jobs), unconfirmed, why)
         removed += replaced + dropped
@@ -304,6 +309,7 @@ class Overseer:
             )
         if doomed:
             self.backend.remove([job.job_id for job in doomed])
+            self._removed_connected.update(job.job_id for job in doomed)
         return [job for job in jobs if job not in doomed], len(doomed)
 
     def _memory_request(self, record: resource_file.ResourceFile, shape: str | None) -> int | None:

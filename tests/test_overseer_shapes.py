@@ -145,6 +145,29 @@ def test_a_memory_hold_raises_only_its_own_shape_s_request(rf: Path) -> None:
     assert (backend.launches[-1].shape, backend.launches[-1].memory) == (None, None)
 
 
+def test_a_connected_slave_s_job_held_for_memory_gets_no_plain_replacement_before_the_master_names_the_need(
+    rf: Path,
+) -> None:
+    """The file read right after the hold still lists the held job's slave as connected: counting it would
+    submit a plain job that the master's next file (the task's new need) makes useless. Seen in a CI run."""
+    write_resource(rf, needed=1, learned_memory={})
+    backend = ShapedBackend()
+    watcher = Overseer(rf, backend, Limits())
+    watcher.reconcile()
+    (plain,) = backend.of(None)
+    backend.queue[plain] = JobState.HELD
+    backend.memory_held.add(plain)
+    backend.memory[plain] = 64
+    write_resource(rf, connected=1, learned_memory={}, condor_jobs_connected=[plain])
+    decision = watcher.reconcile()
+    assert (decision.removed, decision.submitted, backend.queue) == (1, 0, {})
+    # The master noticed: the slave is gone and its task needs 292 MB now; one job of that need, none plain.
+    need = Resources(memory="292MB")
+    write_resource(rf, needed=1, learned_memory={"grow": 292}, shapes=demand((need, 1, 0)))
+    assert watcher.reconcile().submitted == 1
+    assert (backend.of(None), len(backend.of(need))) == ([], 1)
+
+
 def test_a_back_end_without_shaped_jobs_gets_plain_jobs_for_every_task(rf: Path) -> None:
     write_resource(rf, needed=5, shapes=demand((BIG, 3, 0)))
     backend = FakeBackend()

@@ -62,10 +62,13 @@ class Group:
         return "" if self.key is None else f"for {Resources.parse(self.key).describe()}: "
 
 
-def plan(record: ResourceFile, jobs: Sequence[Job], *, min_jobs: int, max_jobs: int, shaped: bool) -> list[Group]:
+def plan(
+    record: ResourceFile, jobs: Sequence[Job], *, min_jobs: int, max_jobs: int, shaped: bool, departed: int = 0
+) -> list[Group]:
     """The groups of the computation's jobs, plain first, then one per need (``shaped``: the back end makes
-    slave jobs per need; otherwise every job is plain, as before shapes existed)."""
-    connected = sum(record.slaves_connected.values())
+    slave jobs per need; otherwise every job is plain, as before shapes existed). ``departed``: connected
+    slaves whose jobs the overseer removed, not yet noticed by the master (their tasks come back as needs)."""
+    connected = max(0, sum(record.slaves_connected.values()) - departed)
     total = min(max_jobs, max(min_jobs, connected + record.slaves_needed))
     if not shaped:
         return [_group(None, total, jobs)]
