@@ -37,8 +37,9 @@ from mwpy.wire.protocol import HeldItem
 
 log = safe_text.logger("mwpy.master")
 
-#: Delivers a held result to its task: (entry, slave id, held item).
-Adopt = Callable[[Entry, str, HeldItem], None]
+#: Delivers a held result to its task: (entry, slave id, held item); False if it cannot be read here (the task
+#: then runs again).
+Adopt = Callable[[Entry, str, HeldItem], bool]
 #: Hears of a held result no task asked for, dropped: (slave id, key).
 Dropped = Callable[[str, str], None]
 #: Seconds between two looks at whether the slaves waited for have ended (a look may read a Condor user log).
@@ -179,6 +180,7 @@ class Adoption:
         if item[1] != entry.algorithm or not item[2][1]:  # equal keys must mean equal work: this one runs again
             log.warning("%s handed over a result for key %r of another algorithm: the task runs", sid, entry.key)
             self._queue(entry)
-            return
-        self.adopted += 1
-        self._adopt(entry, sid, item)
+        elif self._adopt(entry, sid, item):
+            self.adopted += 1
+        else:  # a value this master cannot read (one left on the previous master's file service): it runs again
+            self._queue(entry)

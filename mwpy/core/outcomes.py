@@ -318,17 +318,24 @@ class Outcomes:
         if self._journal is not None:
             self._journal.nothing_running()
 
-    def _adopted(self, entry: Entry, sid: str, item: HeldItem) -> None:
-        """Answer ``entry`` with the result a slave kept while the master was gone: journaled, delivered once."""
+    def _adopted(self, entry: Entry, sid: str, item: HeldItem) -> bool:
+        """Answer ``entry`` with the result a slave kept while the master was gone: journaled, delivered once.
+        False, and nothing delivered, if it does not decode here (a large value or a file the slave stored on the
+        previous master's file service, gone with it): the task runs again, as for an unusable journal entry."""
         _, _, blob, compute_time = item[2]
+        result = decode(entry, sid, True, blob, compute_time, received=self.received)
+        if result.error is not None:
+            log.warning("%s handed over a result for key %r that this master cannot read (%s): the task runs",
+                        sid, entry.key, result.error.message)  # fmt: skip
+            return False
         self.runs += 1
         self.run_seconds += compute_time
-        result = decode(entry, sid, True, blob, compute_time, received=self.received)
-        if result.error is None and entry.key is not None and self._journal is not None:
+        if entry.key is not None and self._journal is not None:
             self._journal.record(entry.key, entry.algorithm, codec.journal_form(blob, result.value), sid, compute_time)
         self._facts(TaskAdopted(sid, entry.task_id, entry.key or ""))
         hold(self._sched, entry, answered=True)  # counted done, as one run here (never queued here)
         self.deliver(entry, result)
+        return True
 
     def commit(self) -> None:
         """Make what was journaled durable: called after each loop pass, before the algorithm sees the results."""
