@@ -8,6 +8,7 @@ a cancelled one cancels them, a future of another executor is refused at submit(
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import signal
 import threading
@@ -18,6 +19,7 @@ from typing import Any, cast
 import pytest
 
 import mwpy
+from mwpy.data import client
 from mwpy.errors import UsageError
 from mwpy.observe import events as ev
 from tests.programs import dataflow_work as work
@@ -286,6 +288,43 @@ def test_a_dependent_made_before_its_input_was_relayed_is_sent_again_with_the_ma
             (again / f"{producer}.go").touch()  # whatever happened, the executor's slaves are free to stop
         assert (str(ran_on), str(made_on), size) == (other, producer, LARGE)
         assert all(b.result(timeout=60) for b in blockers)
+
+
+def test_shutdown_while_the_caller_fetches_a_value_from_a_silent_holder_ends_with_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: the executor shuts down while another thread's ``result()`` fetches a held value from a holder
+    that has gone silent (stopped here); that fetch times out and needs the engine's thread to make the value
+    again, so the shutdown's own fetch of held values waits its turn: the caller gets the value, the shutdown
+    ends, nothing hangs.
+
+    Before, the engine's thread blocked on the caller's fetch lock at shutdown while the caller waited for the
+    engine's thread to run the producer again: both waited for ever."""
+    monkeypatch.setattr(client, "IO_TIMEOUT", 3.0)  # the master's fetch from the silent holder gives up soon
+    pid_file = tmp_path / "producer"
+    ex = mwpy.Executor(max_workers=2, options=["--mw-client-timeout", "5"])
+    made = ex.submit(work.large, LARGE, str(pid_file))
+    wait_until(made.done, 120, "the producer")
+    producer = int(pid_file.read_text(encoding="utf-8"))
+    service = ex._core.service
+    fetched: list[Any] = []
+    caller = threading.Thread(target=lambda: fetched.append(made.result(timeout=120)), daemon=True)
+    os.kill(producer, signal.SIGSTOP)
+    try:
+        caller.start()
+        wait_until(service._fetching.locked, 60, "the caller's fetch under way")
+        stopping = threading.Thread(target=ex.shutdown, daemon=True)
+        stopping.start()  # the engine's thread finds nothing left to run while the caller's fetch hangs
+        caller.join(timeout=120)
+        stopping.join(timeout=120)
+        assert not caller.is_alive(), "the caller's result() hangs"
+        assert not stopping.is_alive(), "the shutdown hangs"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(producer, signal.SIGKILL)
+    pid, data = fetched[0]
+    assert pid != producer  # made again on the other slave
+    assert len(data) == LARGE
 
 
 def test_a_value_whose_holder_died_is_made_again_once_and_nothing_is_lost(tmp_path: Path) -> None:
