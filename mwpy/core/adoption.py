@@ -84,8 +84,8 @@ class Adoption:
         self._queue = queue
         self._adopt = adopt
         self._dropped = dropped
-        #: Tasks submitted with an expected key, waiting for their slave.
-        self._parked: dict[str, Entry] = {}
+        #: Tasks submitted with an expected key, waiting for their slave (a program may submit a key twice).
+        self._parked: dict[str, list[Entry]] = {}
         #: Results handed over whose key has not been submitted yet: key -> (slave id, item).
         self._held: dict[str, tuple[str, HeldItem]] = {}
         #: Results answered from a slave's hand-over so far (reported by the master).
@@ -108,7 +108,7 @@ class Adoption:
             self._answer(entry, sid, item)
             return True
         if key in self._expected:
-            self._parked[key] = entry
+            self._parked.setdefault(key, []).append(entry)
             return True
         return False
 
@@ -118,11 +118,11 @@ class Adoption:
         for item in held:
             key = item[0]
             self._expected.pop(key, None)
-            entry = self._parked.pop(key, None)
-            if entry is not None:
-                self._answer(entry, sid, item)
-            else:
+            parked = self._parked.pop(key, None)
+            if parked is None:
                 self._held[key] = (sid, item)  # its task may be submitted later
+            for entry in parked or ():  # equal keys, equal work: each task of the key gets the result
+                self._answer(entry, sid, item)
         self._release_of(whom)  # queued there, never started (the slave dropped them with its master)
 
     def connected(self, host: str, pid: int, job: str) -> None:
@@ -172,8 +172,7 @@ class Adoption:
             self._release(key)
 
     def _release(self, key: str) -> None:
-        entry = self._parked.pop(key, None)
-        if entry is not None:
+        for entry in self._parked.pop(key, ()):
             self._queue(entry)
 
     def _answer(self, entry: Entry, sid: str, item: HeldItem) -> None:
