@@ -365,24 +365,28 @@ class Service:
         """``future``'s value, which its slave holds: fetched from there (mwpy/data/shares.py) in the caller's
         thread, and kept by the future from then on (one fetch, whoever asks again)."""
         with self._fetching:
-            tries = 0
-            while type(future._result) is codec.Held:
-                held = future._result
-                if self._stopped.is_set():
-                    raise SharedObjectError(
-                        f"{future._label}: its value stayed on slave {future._holder}, which stopped with the "
-                        "executor (it went to another call as an argument): call result() before shutdown"
-                    )
-                try:
-                    future._result = self.held_value(held)
-                except FileServiceError as exc:  # its holder is gone or out of reach: relayed, or made again
-                    log.info("%s: its value cannot be fetched from slave %s (%s)", future._label, future._holder, exc)
-                    tries += 1
-                    if tries > MAX_RECOVERIES or threading.current_thread() is self._thread:
-                        raise
-                    self._repaired(future)
-                    continue
-                log.info("%s: its value (%d bytes) fetched from %s", future._label, held.handle.size, future._holder)
+            return self._fetch_held(future)
+
+    def _fetch_held(self, future: Future[Any]) -> Any:
+        """:meth:`fetch_held`, under ``_fetching``."""
+        tries = 0
+        while type(future._result) is codec.Held:
+            held = future._result
+            if self._stopped.is_set():
+                raise SharedObjectError(
+                    f"{future._label}: its value stayed on slave {future._holder}, which stopped with the "
+                    "executor (it went to another call as an argument): call result() before shutdown"
+                )
+            try:
+                future._result = self.held_value(held)
+            except FileServiceError as exc:  # its holder is gone or out of reach: relayed, or made again
+                log.info("%s: its value cannot be fetched from slave %s (%s)", future._label, future._holder, exc)
+                tries += 1
+                if tries > MAX_RECOVERIES or threading.current_thread() is self._thread:
+                    raise
+                self._repaired(future)
+                continue
+            log.info("%s: its value (%d bytes) fetched from %s", future._label, held.handle.size, future._holder)
         return future._result
 
     def _repaired(self, future: Future[Any]) -> None:
@@ -450,8 +454,7 @@ class Service:
                     self._wake_callers()
                     with self._lock:
                         done = self._closing and self._idle()
-                    if done:
-                        self._bring_held()
+                    if done and self._bring_held():
                         break
                     intake.step(TICK)
                     if not looked and intake.slaves_greeted >= self._pool.slaves:
@@ -471,14 +474,23 @@ class Service:
             finally:
                 self._stopped.set()
 
-    def _bring_held(self) -> None:
-        """Shutting down: fetch the held values the program may still read (engine's thread, slaves still up)."""
-        for future in list(self.held_futures):
-            if not future._consumed and type(future._result) is codec.Held:
-                try:
-                    self.fetch_held(future)
-                except (MwpyError, OSError) as exc:
-                    log.warning("%s: its value could not be fetched before the slaves stopped: %s", future._label, exc)
+    def _bring_held(self) -> bool:
+        """Shutting down: fetch the held values the program may still read (engine's thread, slaves still up).
+        False, fetching nothing, while a caller's thread fetches one: that fetch may need this thread to run a
+        relay or a producer again, so passes go on until it is done."""
+        if not self._fetching.acquire(blocking=False):
+            return False
+        try:
+            for future in list(self.held_futures):
+                if not future._consumed and type(future._result) is codec.Held:
+                    try:
+                        self._fetch_held(future)
+                    except (MwpyError, OSError) as exc:
+                        log.warning("%s: its value could not be fetched before the slaves stopped: %s",
+                                    future._label, exc)  # fmt: skip
+        finally:
+            self._fetching.release()
+        return True
 
     def _idle(self) -> bool:
         """Nothing submitted is left to run (under _lock)."""

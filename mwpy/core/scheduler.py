@@ -615,3 +615,20 @@ class Scheduler:
 
     def set_target_for(self, algorithm: str, value: int) -> None:
         self._targets[algorithm] = max(0, value)
+
+
+def hold(sched: Scheduler, task: Entry, *, answered: bool | None = None) -> None:
+    """Count a task held back outside ``sched``'s queues as pending (one a restarted master keeps for a slave of
+    its predecessor: mwpy/core/adoption.py), as ``mw.pending_tasks()`` must for the program to wait for it; with
+    ``answered``, stop counting it: queued now (False; :meth:`Scheduler.add` counts it again), or answered
+    without a run (True: it leaves the master's memory). Beside the class, which is at its length bound."""
+    pending, algorithm = sched._pending, task.algorithm
+    step = 1 if answered is None else -1
+    pending[algorithm] += step
+    if not pending[algorithm]:
+        del pending[algorithm]
+    sched.pending_total += step
+    if answered:
+        sched.done_total += 1
+        if sched.on_leave is not None:  # arguments the file service took for it go
+            sched.on_leave(task.payload)
