@@ -34,16 +34,24 @@ class Spinner:
         #: Whether the last wait ended within the spin time (then the next one spins first).
         self._worth = spin_us > 0
 
-    def wait(self, poll: Callable[[float | None], _Ready], timeout: float | None) -> _Ready:
-        """What ``poll`` reports, within ``timeout``; a wait of 0 never spins."""
+    def wait(
+        self,
+        poll: Callable[[float | None], _Ready],
+        timeout: float | None,
+        quick: Callable[[int], _Ready] | None = None,
+    ) -> _Ready:
+        """What ``poll`` reports, within ``timeout``; a wait of 0 never spins. ``quick(0)``, when given, is the same
+        poll without waiting, called as is while spinning (``select.poll``'s own: no conversion of units, no call
+        of ours between two looks at the socket)."""
         spin = self._spin
         if timeout == 0 or not spin:
             return poll(timeout)
         if self._worth:
             clock = time.perf_counter
             end = clock() + (spin if timeout is None else min(spin, timeout))
+            look = poll if quick is None else quick
             while True:
-                ready = poll(0)
+                ready = look(0)
                 if ready:
                     return ready
                 if clock() >= end:
