@@ -28,10 +28,9 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar, cast
 
-import attrs
-
 from mwpy import streams
 from mwpy.core import facts
+from mwpy.core.news import LoopEvents
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.data.shares import SharedObjects
@@ -49,19 +48,6 @@ from mwpy.task_records import Result, Task
 
 __all__ = ["LoopEvents", "Master"]
 T = TypeVar("T")
-
-
-@attrs.frozen
-class LoopEvents:
-    """What :meth:`Master.loop` found for the master algorithm (CL-MW's four counts)."""
-
-    results: int = 0
-    unrunnable: int = 0
-    connected_ordered: int = 0
-    disconnected_ordered: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.results or self.unrunnable or self.connected_ordered or self.disconnected_ordered)
 
 
 class Master:
@@ -186,7 +172,7 @@ class Master:
         return self._events()
 
     def _events(self) -> LoopEvents:
-        return LoopEvents(len(self._outcomes.results), *self._sched.news.counts())
+        return self._sched.news.events(len(self._outcomes.results))
 
     def _on_tick(self, now: float) -> None:
         # Ticks run only inside loop passes, which the master algorithm asks for once it has submitted

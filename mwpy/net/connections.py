@@ -251,7 +251,8 @@ class Connections:
                 self._on_lost(peer, "error", f"write error: {exc}")
                 return
             del peer.out[:sent]
-        self._want_write(peer, sock, bool(peer.out))
+        if bool(peer.out) is not peer.writing:  # asked here, not there: most sends leave nothing behind
+            self._want_write(peer, sock, not peer.writing)
 
     def _want_write(self, peer: Peer, sock: socket.socket, want: bool) -> None:
         if want != peer.writing:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 from mwpy import safe_text, slave_exits
 from mwpy.core import facts
-from mwpy.core.entry import Death, Entry
+from mwpy.core.entry import WIRE_ITEM, Death, Entry
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.memory import MemoryLearning
 from mwpy.core.outcomes import Outcomes
@@ -135,7 +135,8 @@ class Engine:
         self._dispatch(now)
         if now >= self._next_tick:
             self._tick(now)
-        self._outcomes.commit()  # durable before the master algorithm sees the results
+        if self._outcomes.journaled:
+            self._outcomes.commit()  # durable before the master algorithm sees the results
         self._facts.flush()
 
     def wake(self) -> None:
@@ -152,9 +153,15 @@ class Engine:
         """Act on every complete message the peer sent; a protocol violation drops it."""
         session = peer.session
         try:
-            while peer.sock is not None and (event := session.next_event()) is not None:
-                if type(event) is Results:  # the hot path first, and without an isinstance chain
-                    self._take_results(peer, event, now)
+            while session.inbox and peer.sock is not None and (event := session.next_event()) is not None:
+                if type(event) is Results:  # the hot path first, inline, without an isinstance chain
+                    sid, items = peer.sid, event.items
+                    assert sid is not None  # a session lets Results through once Welcome gave the slave its id
+                    peer.results_in += len(items)
+                    if self._facts.results_received is not None and items:  # a message of output alone has none
+                        self._facts.results_received(sid, len(items))
+                    for hole in self._outcomes.take(sid, items, event.outputs, now):
+                        self._expel(hole)
                 elif isinstance(event, HandshakeReply):
                     self._net.queue(peer, event.data)
                 elif isinstance(event, protocol.Hello):
@@ -205,15 +212,6 @@ class Engine:
                             kind.value, hello.condor_job or None)
         )  # fmt: skip
         self.tick_soon()
-
-    def _take_results(self, peer: Peer, msg: Results, now: float) -> None:
-        sid = peer.sid
-        assert sid is not None
-        peer.results_in += len(msg.items)
-        if self._facts.results_received is not None and msg.items:  # a message of task output alone has none
-            self._facts.results_received(sid, len(msg.items))
-        for hole in self._outcomes.take(sid, msg.items, msg.outputs, now):
-            self._expel(hole)
 
     def _take_back(self, peer: Peer, msg: protocol.Cancelled) -> None:
         sid = peer.sid
@@ -295,9 +293,10 @@ class Engine:
         timeouts = None
         if sched.may_time_out:  # only tasks that have a timeout carry one (nothing on the wire otherwise)
             timeouts = {t.task_id: timeout for t in batch if (timeout := sched.timeout_of(t)) is not None}
-        # noted in the journal before they leave
-        keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
-        peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts, keys)
+        keys = None  # keyed tasks are noted in the journal before they leave
+        if self._outcomes.journaled:
+            keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
+        peer.out += peer.session.send_tasks(list(map(WIRE_ITEM, batch)), timeouts, keys)
         peer.tasks_out += len(batch)
         if self._facts.tasks_dispatched is not None:
             self._facts.tasks_dispatched(sid, len(batch))
