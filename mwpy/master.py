@@ -5,7 +5,7 @@
 * :class:`mwpy.core.scheduler.Scheduler`: which task goes to which slave (no I/O);
 * :class:`mwpy.core.outcomes.Outcomes`: what a result means (retries, the journal, black holes, timeouts) and
   where it goes;
-* :class:`mwpy.net.engine.Engine`: the selectors event loop and every slave connection (each a sans-IO
+* :class:`mwpy.net.engine.Engine`: the epoll event loop and every slave connection (each a sans-IO
   :class:`mwpy.wire.session.MasterSession`);
 * :class:`mwpy.observe.renderers.Observers`: the audit, the log and, when asked for, the event log and the
   metrics exporter, which render the facts the others report (mwpy/core/facts.py);

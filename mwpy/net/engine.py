@@ -3,7 +3,7 @@
 Single-threaded and hand-driven: :meth:`Engine.step` is one pass (hand out
 tasks → ``select`` → accept, read, write → hand out tasks again → timers →
 journal commit → facts flushed); the user-facing :class:`mwpy.master.Master`
-runs passes when the master algorithm calls ``loop()``. Why selectors and not
+runs passes when the master algorithm calls ``loop()``. Why an epoll loop and not
 asyncio is explained in docs/design.md.
 
 The sockets are :class:`~mwpy.net.connections.Connections`'; each peer's
@@ -20,7 +20,6 @@ a slave upstream and a master downstream (docs/scaling.md's sub-master) can driv
 from __future__ import annotations
 
 import itertools
-import selectors
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from mwpy.errors import ProtocolError
 from mwpy.lifetime import PLANNED_LEAVE
 from mwpy.matching import Offer
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
+from mwpy.net.poller import READABLE, WRITABLE
 from mwpy.net.spin import Spinner
 from mwpy.options import Options
 from mwpy.resources import Resources
@@ -114,11 +114,10 @@ class Engine:
         self._dispatch(now)
         wait = max(0.0, min(wait, self._next_tick - now))
         # With tasks out a result may be microseconds away: poll a moment before sleeping (mwpy/net/spin.py).
-        select = net.selector.select
-        ready = self._spinner.wait(select, wait) if self._sched.running_total else select(wait)
+        poller = net.poller
+        ready = self._spinner.wait(poller.wait, wait, poller.ready) if self._sched.running_total else poller.wait(wait)
         now = time.monotonic()
-        for key, mask in ready:
-            peer = key.data
+        for peer, mask in ready:
             if peer is LISTENER:
                 net.accept(now)
             elif peer is WAKE:
@@ -126,11 +125,11 @@ class Engine:
             elif peer.handshaking:
                 net.tls_handshake(peer)
             else:
-                if mask & selectors.EVENT_READ and net.receive(peer):
+                if mask & READABLE and net.receive(peer):
                     if peer.session.state is not MasterState.PROVING:  # unproven peers get one timeout in all
                         peer.last_heard = now
                     self._handle_events(peer, now)
-                if mask & selectors.EVENT_WRITE and peer.sock is not None:
+                if mask & WRITABLE and peer.sock is not None:
                     net.send(peer)
         self._dispatch(now)
         if now >= self._next_tick:
@@ -394,5 +393,5 @@ class Engine:
         net.close_all()
 
     def close(self) -> None:
-        """Stop listening and release the selector (connections must be closed already)."""
+        """Stop listening and release the poller (connections must be closed already)."""
         self._net.close_all()

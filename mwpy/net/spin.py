@@ -16,6 +16,7 @@ an idle computation, therefore cost one failed spin, not one per wait.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Sized
@@ -38,20 +39,19 @@ class Spinner:
         self,
         poll: Callable[[float | None], _Ready],
         timeout: float | None,
-        quick: Callable[[int], _Ready] | None = None,
+        quick: Callable[[], _Ready] | None = None,
     ) -> _Ready:
-        """What ``poll`` reports, within ``timeout``; a wait of 0 never spins. ``quick(0)``, when given, is the same
-        poll without waiting, called as is while spinning (``select.poll``'s own: no conversion of units, no call
-        of ours between two looks at the socket)."""
+        """What ``poll`` reports, within ``timeout``; a wait of 0 never spins. ``quick()``, when given, is ``poll(0)``
+        made cheaper, for the looks of a spin (its poll's own call, with no conversion of units)."""
         spin = self._spin
         if timeout == 0 or not spin:
             return poll(timeout)
         if self._worth:
             clock = time.perf_counter
             end = clock() + (spin if timeout is None else min(spin, timeout))
-            look = poll if quick is None else quick
+            look = functools.partial(poll, 0) if quick is None else quick
             while True:
-                ready = look(0)
+                ready = look()
                 if ready:
                     return ready
                 if clock() >= end:

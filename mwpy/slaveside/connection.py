@@ -10,6 +10,7 @@ used by two threads at once).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import socket
@@ -73,6 +74,7 @@ class Link:
         self._view = memoryview(self._buffer)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
+        self._look = functools.partial(self._poller.poll, 0)  # a spin's look: poll's own call, no wrapper of ours
         #: Whether TLS may hold decrypted bytes the kernel does not know of (then poll does not report them).
         self._tls = isinstance(sock, protocol.TLS_SOCKETS)
         self._spinner = Spinner(spin_us)
@@ -87,7 +89,7 @@ class Link:
         The next task may be microseconds away: the spinner polls a moment before sleeping
         (mwpy/net/spin.py); poll returns at once if something is waiting, so there is no need to ask twice.
         """
-        return (self._tls and self._tls_pending()) or bool(self._spinner.wait(self._poll, timeout, self._poller.poll))
+        return (self._tls and self._tls_pending()) or bool(self._spinner.wait(self._poll, timeout, self._look))
 
     def readable(self) -> bool:
         """Data waits to be read (TLS may hold decrypted bytes the kernel does not know of)."""
