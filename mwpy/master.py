@@ -162,9 +162,9 @@ class Master:
                 if wait <= 0:
                     return self._events()
             step(wait)
-            # Plain truth tests: a LoopEvents record is built only when it is returned.
+            # Plain truth tests: a LoopEvents record is found only when it is returned (here without _events' call).
             if outcomes.results or sched.news.pending():
-                return self._events()
+                return sched.news.events(len(outcomes.results))
 
     def loop_once(self, timeout: float = 0.05) -> LoopEvents:
         """One pass of network I/O (waiting at most ``timeout`` seconds); reports as :meth:`loop`."""
