@@ -306,7 +306,7 @@ class Scheduler:
             self.on_leave(task.payload)
         pending = self._pending
         algorithm = task.algorithm
-        if left := pending.pop(algorithm) - 1:
+        if left := pending.pop(algorithm, 0) - 1:
             pending[algorithm] = left
         self.pending_total -= 1
         self.done_total += done
