@@ -197,7 +197,11 @@ class Exits:
         """Whether a slave of a previous master (``job``: its Condor job or "") has surely ended since it was
         given a task at ``since``: its process is gone from this machine, or its job's user log has ended that
         run or begun another since (a restarted master waits for it no more: mwpy/core/adoption.py). The log
-        has whole seconds: an execution logged in the second of ``since`` is that run's own."""
+        has whole seconds: an execution logged in the second of ``since`` is that run's own, and an end logged
+        in it counts as that run's end. The order of the events does not tell more: "end, then execution" in
+        that second is an earlier run's end and the run given the task, or that run's end and the next run,
+        and the log reads the same. Taking it as an end costs a task run again at worst; taking it as an
+        earlier run's would have the master wait for a result nobody computes until the lease ends."""
         if gone(host, pid):
             return True
         if not job or self._folder is None:

@@ -323,3 +323,29 @@ def test_shutdown_without_waiting_returns_and_the_with_block_ends_despite_a_task
     done = subprocess.run([PYTHON, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["shutdown returned", "left the with block: KilledSlaveError True"]
+
+
+#: A slave job's user log where a run ends and the next begins in one second.
+SAME_SECOND_LOG = """\
+001 (050.000.000) 2026-11-25 10:00:00 Job executing on host: <10.0.0.5:9618?addrs=10.0.0.5-9618>
+...
+004 (050.000.000) 2026-11-25 10:00:30 Job was evicted.
+\t(0) Job terminated and was requeued
+\t(0) Abnormal termination (signal 9)
+...
+001 (050.000.000) 2026-11-25 10:00:30 Job executing on host: <10.0.0.6:9618?addrs=10.0.0.6-9618>
+...
+"""
+
+
+def test_a_run_s_end_logged_in_the_second_of_its_task_counts_as_an_end_whatever_follows(tmp_path: Path) -> None:
+    """Guards: a restarted master does not wait for a slave whose job's log ends a run in the second it was
+    given its task, even when another run begins after it in that second. The log reads the same whether that
+    end was an earlier run's (the task then runs again: wasted work) or the run's own (waiting for it would
+    hang the master for the lease): the order of the events cannot tell them apart, so it counts as ended."""
+    (tmp_path / SLAVES_LOG).write_text(SAME_SECOND_LOG)
+    given = time.mktime(time.strptime("2026-11-25 10:00:30", "%Y-%m-%d %H:%M:%S")) + 0.5
+    exits = slave_exits.Exits(tmp_path)
+    elsewhere = f"not-{socket.gethostname()}"  # a process this machine cannot look at: only the log tells
+    assert exits.ended(elsewhere, 1, "50.0", given)
+    assert not exits.ended(elsewhere, 1, "50.0", given + 1)  # the run that began at 10:00:30 has not ended

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,9 +21,13 @@ from typing import Any
 
 import pytest
 
-from mwpy import ExitCode, resource_file
+from mwpy import ExitCode, membership, resource_file
+from mwpy.data.plane import SlaveData
 from mwpy.errors import ProtocolError
 from mwpy.observe.events import TasksAdopted, iter_events
+from mwpy.options import Options
+from mwpy.slaveside.connection import Endpoint
+from mwpy.slaveside.startup import _rejoin
 from mwpy.wire import protocol
 from mwpy.wire.protocol import Handover
 from mwpy.wire.session import MASTER_RECEIVES, SLAVE_SENDS, MasterState, SlaveState
@@ -314,3 +319,36 @@ def test_unkeyed_tasks_running_at_a_master_restart_run_again_and_are_delivered_o
     assert sorted(line["i"] for line in lines) == list(range(COUNT))
     assert all(line["value"] == line["i"] ** 2 + 1 and not line["journaled"] for line in lines)
     assert marks(runs, "run") == {i: 2 if i < SLAVES else 1 for i in range(COUNT)}
+
+
+def test_a_slave_keeps_its_data_plane_for_a_restarted_master_of_the_same_secret_and_closes_it_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: a slave that outlives its master keeps its cache and the values it holds (which the results it
+    hands over may name) when the restarted master keeps the computation's secret, and removes them at once
+    when the secret changed.
+
+    Before, each reconnection made a new data plane and the old one's cache folder and file service lasted
+    until the process exited: a slave that outlived several restarts kept one of each per restart.
+    """
+    monkeypatch.setattr(membership, "_current", membership._current)  # _rejoin joins this process; undone after
+    options = Options(resource_file=str(tmp_path / "resource.json"))
+    first = Endpoint("127.0.0.1", 1, "restartable", b"first secret")
+    data = SlaveData(first.secret, first.member_id, None, options.cache_size)
+    data.host = "127.0.0.1"
+    held = data.hold(b"a large value")
+    assert held is not None
+    folder = data.cache().folder
+
+    assert _rejoin(data, first._replace(port=2), options) is data  # the same computation, restarted elsewhere
+    socket.create_connection((held.host, held.port), timeout=DEADLINE).close()  # still offered
+    assert folder.is_dir()
+
+    other = _rejoin(data, first._replace(secret=b"second secret"), options)
+    try:
+        assert other is not data
+        assert not folder.exists()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((held.host, held.port), timeout=DEADLINE)
+    finally:
+        other.close()

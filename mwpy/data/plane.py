@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from mwpy.wire import codec
@@ -52,6 +53,21 @@ class SlaveData:
             self._shares = SlaveShares(self.cache())
             atexit.register(self._shares.remove)
         return self._shares
+
+    def member_of(self, secret: bytes, member_id: str, tls_fingerprint: str | None) -> bool:
+        """Whether this plane is the computation's these name (a restarted master's, if they are unchanged)."""
+        return self._membership[:3] == (secret, member_id, tls_fingerprint)
+
+    def close(self) -> None:
+        """Stop offering held values and remove the cache's and shared objects' files now, not at exit: a slave
+        that outlives its master and finds it restarted with another secret starts a new plane."""
+        ends: list[Callable[[], None]] = [] if self._held is None else [self._held.close]
+        ends += [] if self._shares is None else [self._shares.remove]
+        ends += [] if self._cache is None else [self._cache.remove]
+        for end in ends:
+            atexit.unregister(end)
+            end()
+        self._held = self._shares = self._cache = None
 
     def counts(self) -> tuple[int, int, int, int]:
         """The cache's counters (hits, misses, bytes fetched, evictions); all 0 before it is used."""

@@ -31,6 +31,7 @@ from mwpy.resources import own_shape
 from mwpy.slave import Endpoint, Slave, SlaveExit, connect
 from mwpy.slaveside import lease
 from mwpy.slaveside.lifecycle import exit_named
+from mwpy.wire.codec import DataPlane
 from mwpy.wire.protocol import ExitCode, HeldItem
 
 if TYPE_CHECKING:  # loaded with their first use (an Executor's early slaves read no resource file)
@@ -107,6 +108,17 @@ def _join(endpoint: Endpoint, options: Options) -> SlaveData:
         )
     )
     return _slave_data(endpoint, options.cache_size)
+
+
+def _rejoin(old: DataPlane | None, endpoint: Endpoint, options: Options) -> SlaveData:
+    """The data plane for a restarted master: the old one if the computation's secret is unchanged (its cache
+    stays, and the values it holds, which the results handed over may name, stay offered), else a new one,
+    the old one closed (its files and file service are another secret's, and would last until exit)."""
+    if isinstance(old, SlaveData):
+        if old.member_of(endpoint.secret, endpoint.member_id, endpoint.tls_fingerprint):
+            return old
+        old.close()
+    return _join(endpoint, options)
 
 
 def _initialize(initializer: Initializer | None, audit: Audit, member_id: str) -> int | None:
@@ -263,8 +275,8 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
             resumed=True,
             lease=options.master_lease,
         )
-        data = _join(endpoint, options)
-        worker.cache_counts, worker.data = data.counts, data
+        data = _rejoin(old.data, endpoint, options)
+        worker.cache_counts, worker.data, data.host = data.counts, data, worker.host
         chirp.log(f"mwpy slave {worker.slave_id} connected to the restarted master {endpoint.host}:{endpoint.port}")
         return worker
 
