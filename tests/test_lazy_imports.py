@@ -147,6 +147,14 @@ def test_a_fork_server_imports_only_what_its_slaves_use() -> None:
     assert loaded.isdisjoint({"subprocess", "pathlib", "argparse", "random"})
 
 
+def test_an_executor_engine_loads_nothing_its_first_result_does_not_use() -> None:
+    """The caller's import of the engine is on an Executor's first result's path (issue 37 item 1): the
+    overseer (made by the pool's thread at its first look), the file service and the client that fetches held
+    values (each with its first use) are not part of it."""
+    loaded = loaded_after("import mwpy.executor_core")
+    assert loaded.isdisjoint({"mwpy.overseer", "mwpy.data.server", "mwpy.data.client", "mwpy.data.cache", "secrets"})
+
+
 def test_a_run_without_tls_never_imports_ssl() -> None:
     """``ssl`` costs 5 to 12 ms of each process's start-up (issue 37 item 1): an Executor's caller and its
     slaves, which use no TLS, do not import it; the first TLS context does."""
