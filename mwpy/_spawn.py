@@ -20,6 +20,7 @@ Preceded by ``--mw-fork-server REPORT_FD COUNT WORK_FOLDER``, it imports the
 slave's code once and forks COUNT such slaves (mwpy/slave_start.py).
 """
 
+import gc
 import os
 import signal
 import sys
@@ -81,12 +82,15 @@ def _serve_forks(arguments: list[str]) -> tuple[int, list[str]]:
     imported, fork COUNT slaves, each in its sandbox; returns in each of them, with the server's pid (its
     parent) and the slave's arguments. The server reports their pids and exits on its pipe and exits when none
     is left, or ends when the process that started it is gone."""
+    import encodings.idna  # noqa: F401, PLC0415 (each slave's connect loads it, getaddrinfo's codec: once here)
+
     from mwpy import slave_start  # noqa: PLC0415 (sys.path is fixed by now)
 
     report, count, folder, *rest = arguments
     reports = int(report)
     if threading.active_count() != 1:  # a fork copies one thread: another's locks would stay held for ever
         raise RuntimeError("the fork server must have one thread when it forks")
+    gc.freeze()  # what is imported stays out of the slaves' collections: they neither scan nor copy its pages
     server = os.getpid()
     for number in range(int(count)):
         pid = os.fork()
@@ -119,6 +123,8 @@ def _main() -> int:
     # (its with block stops the executor, which tells its slaves to leave); a slave killed under a task
     # would only count a death against that task and print noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Imports make thousands of objects and no garbage: collecting meanwhile cost a tenth of their time.
+    gc.disable()
     # Imported only now: sys.path had to be fixed first (see the top of this file).
     from mwpy.options import parse  # noqa: PLC0415
     from mwpy.program import main  # noqa: PLC0415
@@ -128,6 +134,7 @@ def _main() -> int:
     arguments = sys.argv[1:]
     if arguments[:1] == [FORK_SERVER]:
         parent, arguments = _serve_forks(arguments[1:])
+    gc.enable()
     threading.Thread(target=_end_with_parent, args=(parent,), name="mwpy-parent", daemon=True).start()
     parsed, rest = parse(arguments)
     if len(rest) < 3:

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import itertools
 import os
-import secrets
 import sys
 import time
 import types
@@ -112,7 +111,7 @@ class ExecutorCore:
             audit = Audit(str(work.path / AUDIT_FILE), packets=self.options.audit_packets)
             undo.callback(audit.close)
             program = executor_setup.spawn_program(backend, work.path)
-            secret = secrets.token_bytes(32) if early is None else early.secret
+            secret = os.urandom(32) if early is None else early.secret  # what secrets.token_bytes(32) reads
             listener = None if early is None else early.listener
             self._master = Master(self.options, audit=audit, secret=secret, program=program, listener=listener,
                                   durable=not work.own)  # fmt: skip

@@ -21,13 +21,16 @@ nothing seen yet: the task runs).
 
 from __future__ import annotations
 
-import random
 import time
+from typing import TYPE_CHECKING
 
 import attrs
 
 from mwpy.job_ad import ad_string, read_ad
 from mwpy.names import JOB_AD_VARIABLE, MACHINE_AD_VARIABLE
+
+if TYPE_CHECKING:
+    import random
 
 #: OSPool's JobDurationCategory: the longest a job of each category may run (seconds), from the OSPool doc above.
 DURATION_CATEGORIES = {"medium": 20 * 3600.0, "long": 40 * 3600.0}
@@ -77,9 +80,13 @@ def find(option: float | None, *, now: float | None = None, rng: random.Random |
         )
     if not ends:
         return None
+    if rng is None:
+        import random  # noqa: PLC0415 (a slave with a lifetime only: the others' start need not load it)
+
+        rng = random.Random()
     end, why = min(ends)
     length = max(0.0, end - start)
-    shortened = length * (rng or random.Random()).uniform(0.0, STAGGER)
+    shortened = length * rng.uniform(0.0, STAGGER)
     margin = min(MAX_LEAVE_MARGIN, LEAVE_MARGIN * length)
     return Lifetime(end, why, end - shortened - margin)
 

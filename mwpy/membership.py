@@ -8,7 +8,7 @@ the master and its slaves do, with no second reading of the options.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import NamedTuple
 
 from mwpy import safe_files
@@ -53,7 +53,7 @@ def join(membership: Membership) -> None:
     _current = membership
 
 
-def read_secret(path: Path) -> bytes:
+def read_secret(path: str | os.PathLike[str]) -> bytes:
     """The secret in ``path``: a regular file of this user's that nobody else can write or read.
 
     Whoever can write the secret file controls every slave, and whoever can read it is inside

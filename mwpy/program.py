@@ -12,7 +12,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from mwpy import membership as _membership
@@ -181,7 +180,7 @@ def _master_secret(options: Options) -> bytes:
 
     if options.secret_file is None:
         return secrets.token_bytes(32)
-    path = Path(options.secret_file)
+    path = options.secret_file
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -14,7 +14,6 @@ get wrong). HTCondor's unit strings ("16GB", "512 MB", "2T") are accepted.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -220,6 +219,8 @@ def slave_shape(text: str) -> Resources:
     try:
         return Resources.parse(text)
     except UsageError as exc:
+        import argparse  # noqa: PLC0415 (only the overseer's command line gets here: a slave need not load it)
+
         raise argparse.ArgumentTypeError(str(exc).removeprefix("resources: ")) from None
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 
 #: Characters shown escaped on a terminal whatever the text (newline handled apart).
 _CONTROLS = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]
@@ -56,10 +57,22 @@ def _escape(code: int) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def _any_of(codes: Iterable[int]) -> re.Pattern[str]:
+    """A pattern matching any character of ``codes``, written as ranges: one escape per character took ten times
+    as long to compile, at the start of every mwpy process (a slave's on an Executor's first result's path)."""
+    spans: list[list[int]] = []
+    for code in sorted(codes):
+        if spans and code == spans[-1][1] + 1:
+            spans[-1][1] = code
+        else:
+            spans.append([code, code])
+    return re.compile("[" + "".join(f"\\u{first:04x}-\\u{last:04x}" for first, last in spans) + "]")
+
+
 _LINES = {code: _escape(code) for code in (*_CONTROLS, *_REORDERING)}
 _ONE_LINE = {**_LINES, 0x0A: "\\n"}
-_UNSAFE_IN_LINES = re.compile("[" + "".join(f"\\u{code:04x}" for code in _LINES) + "]")
-_UNSAFE_IN_ONE_LINE = re.compile("[" + "".join(f"\\u{code:04x}" for code in _ONE_LINE) + "]")
+_UNSAFE_IN_LINES = _any_of(_LINES)
+_UNSAFE_IN_ONE_LINE = _any_of(_ONE_LINE)
 
 
 def terminal(text: str) -> str:

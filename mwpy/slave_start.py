@@ -2,8 +2,8 @@
 
 The one home of it for the local back end (mwpy/backends/local.py), which starts and restarts local slave jobs,
 and for :class:`mwpy.Executor`, which starts its first local slaves before mwpy's engine is even imported
-(mwpy/executor.py) and hands them to the back end. So it imports nothing heavy: the standard library's
-``subprocess`` and mwpy's names.
+(mwpy/executor.py) and hands them to the back end. So it imports nothing heavy: mwpy's names, and the standard
+library's ``subprocess`` only to start a process (a fork server, which imports this module, never does).
 
 An Executor's first slaves come from one :class:`ForkServer`: a process that imports the slave's code once and
 forks them, instead of each importing it (docs/design.md, "Local slaves").
@@ -15,13 +15,15 @@ import contextlib
 import os
 import select
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mwpy.names import SLAVE_STDERR, SLAVE_STDOUT
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: Seconds at most of one wait for a fork server's report (callers wait again until theirs has come).
 REPORT_LOOK = 0.5
@@ -55,6 +57,8 @@ def start_process(command: Sequence[str], sandbox: str | os.PathLike[str]) -> su
     Its temporary files go to the sandbox too (Condor's starter points ``TMPDIR`` there): a slave's caches go
     with its sandbox even when it is killed before it can remove them.
     """
+    import subprocess  # noqa: PLC0415 (see the top of this file)
+
     folder = os.fspath(sandbox)
     with open(os.path.join(folder, SLAVE_STDOUT), "ab") as out, open(os.path.join(folder, SLAVE_STDERR), "ab") as err:
         return subprocess.Popen(
@@ -92,6 +96,8 @@ class ForkServer:
     """
 
     def __init__(self, command: Sequence[str], folder: str, count: int) -> None:
+        import subprocess  # noqa: PLC0415 (see the top of this file)
+
         self._reports, write = os.pipe()
         server = [*command[:2], FORK_SERVER, str(write), str(count), folder, *command[2:]]
         try:
@@ -194,6 +200,8 @@ class ForkedSlave:
         while (status := self.poll()) is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
+                import subprocess  # noqa: PLC0415 (see the top of this file)
+
                 raise subprocess.TimeoutExpired(
                     f"slave {self._number} of fork server {self._server.process.pid}", timeout or 0.0
                 )

@@ -136,6 +136,25 @@ def test_a_slave_imports_no_file_helpers_before_it_connects() -> None:
     assert loaded.isdisjoint({"tempfile", "shutil", "bz2", "lzma", "html"})
 
 
+def test_a_fork_server_imports_only_what_its_slaves_use() -> None:
+    """An Executor's fork server imports the slave's code before it forks the first slaves (issue 37 item 1):
+    not ``subprocess`` (it forks), ``pathlib``, ``argparse`` (the overseer's options) or ``random`` (a slave's
+    lifetime), which a slave's start does not use."""
+    loaded = loaded_after(
+        "from mwpy.options import parse\nfrom mwpy.program import main\nfrom mwpy.slave_start import FORK_SERVER\n"
+        "from mwpy.wire import codec"
+    )
+    assert loaded.isdisjoint({"subprocess", "pathlib", "argparse", "random"})
+
+
+def test_an_executor_engine_loads_nothing_its_first_result_does_not_use() -> None:
+    """The caller's import of the engine is on an Executor's first result's path (issue 37 item 1): the
+    overseer (made by the pool's thread at its first look), the file service and the client that fetches held
+    values (each with its first use) are not part of it."""
+    loaded = loaded_after("import mwpy.executor_core")
+    assert loaded.isdisjoint({"mwpy.overseer", "mwpy.data.server", "mwpy.data.client", "mwpy.data.cache", "secrets"})
+
+
 def test_a_run_without_tls_never_imports_ssl() -> None:
     """``ssl`` costs 5 to 12 ms of each process's start-up (issue 37 item 1): an Executor's caller and its
     slaves, which use no TLS, do not import it; the first TLS context does."""

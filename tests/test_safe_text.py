@@ -65,6 +65,17 @@ def test_plain_text_is_returned_as_it_is() -> None:
     assert safe_text.one_line("a name") == "a name"
 
 
+def test_exactly_the_controls_and_reordering_characters_are_escaped_in_all_of_unicode() -> None:
+    """C0 controls but tab and newline, DEL and C1, the line and paragraph separators and the bidi embeddings and
+    isolates are shown escaped, and no other character (the patterns that find them are written as ranges)."""
+    controls = {*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)}
+    unsafe = controls | {*range(0x2028, 0x202F), *range(0x2066, 0x206A)}
+    for code in range(0x110000):
+        char = chr(code)
+        assert (safe_text.terminal(char) != char) == (code in unsafe), hex(code)
+        assert safe_text.is_plain(char) == (code not in unsafe and char != "\n"), hex(code)
+
+
 def test_html_and_plot_text_make_no_markup() -> None:
     link = '<a href="https://evil.example/">node1</a> & <script>x()</script>'
     assert "<" not in safe_text.html(link)

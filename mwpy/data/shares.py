@@ -33,17 +33,18 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from mwpy import safe_files, safe_text
-from mwpy.data.cache import SlaveCache
-from mwpy.data.client import FileClient
-from mwpy.data.server import FileServer
 from mwpy.data.service import Counters, FileServiceError, ValueNotFetchedError
 from mwpy.errors import ComputationFinishedError, MwpyError, SharedObjectError
 from mwpy.options import Options
 from mwpy.wire import codec, protocol
 from mwpy.wire.codec import Shared
+
+if TYPE_CHECKING:  # the file service starts, and a held value is fetched, on first use: neither is on a start's path
+    from mwpy.data.cache import SlaveCache
+    from mwpy.data.server import FileServer
 
 log = logging.getLogger("mwpy.slave")
 master_log = safe_text.logger("mwpy.master")
@@ -162,6 +163,8 @@ class SharedObjects:
             if self._closed:
                 raise ComputationFinishedError("cannot share an object after the computation finished")
             if self._server is None or self._folder is None:
+                from mwpy.data.server import FileServer  # noqa: PLC0415 (see the top of this file)
+
                 options, secret, host, bind = self._service
                 tls = None
                 if options.tls_cert is not None:
@@ -215,6 +218,8 @@ class SharedObjects:
                 self._fetched = Path(safe_files.run_folder("mwpy-held-"))
             folder = self._fetched
         path = folder / f"{handle.digest}-{threading.get_ident()}"
+        from mwpy.data.client import FileClient  # noqa: PLC0415 (see the top of this file)
+
         client = FileClient(handle.host, handle.port, secret, options.member_id)
         try:
             size = client.fetch(handle.digest, path)

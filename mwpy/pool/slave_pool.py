@@ -19,6 +19,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -26,8 +27,10 @@ from mwpy import safe_files, safe_text
 from mwpy.backends import Backend
 from mwpy.errors import BackendError
 from mwpy.names import RESOURCE_FILE
-from mwpy.overseer import Limits, Overseer
 from mwpy.pool.failing_slaves import SetupFailures
+
+if TYPE_CHECKING:  # made by the pool's thread, when it first looks: an Executor's first result does not wait for it
+    from mwpy.overseer import Overseer
 
 log = safe_text.logger(__name__)
 
@@ -87,11 +90,9 @@ class SlavePool:
         self.slaves = slaves
         self.backend = backend
         self._name = name
-        # No grace at the end: the master tells its slaves to leave, and one still trying to reach the finished
-        # master would only keep the pool waiting.
-        # ``at_once``: all ``slaves`` start now and stay while the computation runs (an Executor's workers).
-        limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves, min_jobs=slaves if at_once else 0)
-        self._overseer = Overseer(work.resource_file, backend, limits, finish_grace=0.0)
+        #: All ``slaves`` start now and stay while the computation runs (an Executor's workers).
+        self._at_once = at_once
+        self._overseer: Overseer | None = None
         self._stop = threading.Event()
         self._look = threading.Event()  # the first look is due (or the pool stops)
         self._thread = threading.Thread(
@@ -105,8 +106,16 @@ class SlavePool:
         """The overseer's thread: its first look after ``first_look_after`` seconds or :meth:`look_now`, unless
         stopped before."""
         self._look.wait(first_look_after)
-        if not self._stop.is_set():
-            self._overseer.run(self._stop, interval=OVERSEER_INTERVAL)
+        if self._stop.is_set():
+            return
+        from mwpy.overseer import Limits, Overseer  # noqa: PLC0415 (see the top of this file)
+
+        # No grace at the end: the master tells its slaves to leave, and one still trying to reach the finished
+        # master would only keep the pool waiting.
+        slaves = self.slaves
+        limits = Limits(max_jobs=slaves, max_idle=slaves, batch=slaves, min_jobs=slaves if self._at_once else 0)
+        self._overseer = Overseer(self.work.resource_file, self.backend, limits, finish_grace=0.0)
+        self._overseer.run(self._stop, interval=OVERSEER_INTERVAL)
 
     def look_now(self) -> None:
         """The overseer's first look now (the slaves it would have found starting are connected)."""
@@ -134,7 +143,8 @@ class SlavePool:
         """
         self._stop.set()
         self._look.set()
-        self._overseer.wake()  # not a poll interval later
+        if self._overseer is not None:  # else made after the stop: it sees the stop before it does anything
+            self._overseer.wake()  # not a poll interval later
         self._thread.join()
 
     def stop(self, *, grace: float = 0.0) -> None:

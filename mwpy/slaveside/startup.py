@@ -14,7 +14,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mwpy import membership
@@ -444,6 +443,6 @@ def _staleness(record: resource_file.ResourceFile, options: Options, audit: Audi
 
 def _read_secret(path: str) -> bytes:
     try:
-        return membership.read_secret(Path(path))
+        return membership.read_secret(path)
     except ConfigurationError as exc:
         raise SlaveExit(ExitCode.USAGE, str(exc)) from None
