@@ -625,8 +625,8 @@ def hold(sched: Scheduler, task: Entry, *, answered: bool | None = None) -> None
     without a run (True: it leaves the master's memory). Beside the class, which is at its length bound."""
     pending, algorithm = sched._pending, task.algorithm
     step = 1 if answered is None else -1
-    pending[algorithm] += step
-    if not pending[algorithm]:
+    count = pending[algorithm] = pending.get(algorithm, 0) + step  # a plain dict (the hot path's), not a Counter
+    if not count:
         del pending[algorithm]
     sched.pending_total += step
     if answered:
