@@ -239,7 +239,7 @@ class TaskFuture(LightFuture[R]):
         return (value.handle.size, self._holder) if type(value) is codec.Held else None
 
     def leaves_holding(self, entry: Entry, sid: str) -> None:
-        """Its task leaves for ``sid``, told to keep its value there if large (Scheduler.held_in)."""
+        """Its task leaves for ``sid``, told to keep its value there if large (Outcomes.held_in)."""
         self._holder, self._call = sid, (entry.algorithm, entry.payload, entry.policy)
 
     def _end(self, value: Any, exception: BaseException | None) -> None:

@@ -16,7 +16,11 @@ held task's result it hands over, so nothing reads a handle for a value. Both
 must come before the master finishes (its slaves stop with it). A value that
 cannot be fetched (its holder unreachable, gone, or its cache evicted it) is
 relayed through the master's file service or made again from its task's call
-(mwpy/lineage.py, shared with ``mwpy.Executor``), and the event log says so.
+(mwpy/lineage.py, shared with ``mwpy.Executor``), and the event log says so;
+only in the master's thread, which drives the loop that does it.
+
+What a task pays for this: nothing unless futures are arguments (no record
+per task; a truthiness check per Tasks frame, a type check per ``result()``).
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ class Holding:
         report: facts.Facts,
         own: Callable[[int, Any], Watched],
     ) -> None:
-        """``hold``: the scheduler's tasks to hold (Scheduler.hold); ``own(task_id, side)``: a future of mwpy's
+        """``hold``: the tasks to hold (``Outcomes.hold``); ``own(task_id, side)``: a future of mwpy's
         own task (a relay, a producer made again), which never reaches ``mw.results()``."""
         self._side = side
         self._hold = hold
