@@ -82,6 +82,14 @@ def test_a_dependent_elsewhere_fetches_the_held_value_from_its_holder(master: Lo
     assert [(e.task, e.way) for e in _moves(master)] == [("large", "peer")]
 
 
+def test_mw_map_over_large_futures_leaves_each_value_where_it_was_made(master: LocalMaster) -> None:
+    made = [large.submit(LARGE) for _ in range(2)]
+    used = list(master.mw.map(where, made))
+    assert [(ran_on, size) for ran_on, _, size in used] == [(made_on, LARGE) for _, made_on, _ in used]
+    assert _through_master(master) == (0, 0, 0)
+    assert [(e.task, e.way) for e in _moves(master)] == [("large", "local")] * 2
+
+
 def test_mw_results_fetches_a_held_value_its_future_never_asked_for(master: LocalMaster) -> None:
     made = large.submit(LARGE)
     assert where.submit(made).result(timeout=120)[2] == LARGE
