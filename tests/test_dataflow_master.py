@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mwpy.observe import events as ev
-from tests.programs.held_values import large, park, wait_for, where
+from tests.programs.held_values import large, park, refuse_peers, wait_for, where
 from tests.support import PROGRAMS, LocalMaster, local_master, used_beside_its_holder, wait_until
 
 PROGRAM = PROGRAMS / "held_values.py"
@@ -88,6 +88,37 @@ def test_mw_map_over_large_futures_leaves_each_value_where_it_was_made(master: L
     assert [(ran_on, size) for ran_on, _, size in used] == [(made_on, LARGE) for _, made_on, _ in used]
     assert _through_master(master) == (0, 0, 0)
     assert [(e.task, e.way) for e in _moves(master)] == [("large", "local")] * 2
+
+
+def test_a_held_value_its_holder_cannot_serve_is_relayed_through_the_master(
+    master: LocalMaster, tmp_path: Path
+) -> None:
+    """The holder accepts no inbound connection: the dependent's slave cannot fetch the value, so the holder
+    sends it to the master's file service (mwpy's own task, pinned to it) and the dependent takes it there."""
+    parked, pid_file = tmp_path / "parked", tmp_path / "producer"
+    parked.mkdir()
+    made = large.submit(LARGE, str(pid_file))
+    assert str(refuse_peers.submit(made).result(timeout=120)) == pid_file.read_text(encoding="utf-8")
+    blockers = [park.submit(str(parked)) for _ in range(2)]
+    wait_until(lambda: len(list(parked.glob("*.parked"))) == 2, 60, "both slaves parked", step=master.mw.loop_once)
+    producer = pid_file.read_text(encoding="utf-8")
+    other = next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
+    dependent = where.submit(made)
+    (parked / f"{other}.go").touch()  # the other slave takes it, and cannot fetch from the holder
+    events = master.workdir / "events.jsonl"
+
+    def refused() -> bool:
+        return any(isinstance(e, ev.TaskFailed) for e in ev.read_events(events))
+
+    wait_until(refused, 60, "the refused fetch", step=master.mw.loop_once)
+    (parked / f"{producer}.go").touch()  # the holder is free to send it to the master
+    _, made_on, size = dependent.result(timeout=120)
+    assert (str(made_on), size) == (producer, LARGE)
+    assert all(b.result(timeout=60) for b in blockers)
+    assert master.mw.file_counters()["bytes_received"] > LARGE  # the holder sent it once, to the master's disk
+    ways = [(e.way, e.slave) for e in _moves(master) if e.way != "local"]
+    assert ways[0] == ("relayed", "master")
+    assert [way for way, _ in ways[1:]] == ["via-master"]
 
 
 def test_mw_results_fetches_a_held_value_its_future_never_asked_for(master: LocalMaster) -> None:
