@@ -13,9 +13,9 @@ the dependent is then sent again with that handle. If the holder cannot send
 it (it died, or its cache evicted the value), the producer runs again from its
 call (lineage, as dask and TaskVine do) and the dependent follows. The same
 happens when ``result()`` in the caller cannot fetch a held value
-(:meth:`Lineage.fetched`). Each step
-is an event (``value-moved``: ``relayed``, ``recomputed``), and each use of a
-held value says which way it went (``local``, ``peer``, ``via-master``).
+(:meth:`Lineage.fetched`). Each step is an event (``value-moved``:
+``relayed``, ``recomputed``), and each use of a held value says which way it
+went (``local``, ``peer``, ``via-master``).
 
 One level deep: a producer run again whose own inputs were lost fails with
 that error, as any call does.
