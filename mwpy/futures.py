@@ -216,9 +216,12 @@ class TaskFuture(LightFuture[R]):
     def result(self, timeout: float | None = None) -> R:
         """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``); one
         its slave holds (another task's input) is fetched from there now, once (mwpy/held_tasks.py)."""
-        if self._state != FINISHED:
-            self._intake.wait_for(self, self.task_id, timeout)
-        value: Any = super().result(timeout)
+        if self._state == FINISHED and self._exception is None:  # the hot path, without super()'s call
+            value: Any = self._result
+        else:
+            if self._state != FINISHED:
+                self._intake.wait_for(self, self.task_id, timeout)
+            value = super().result(timeout)
         if type(value) is codec.Held:
             return _holding(self._intake).fetch(self)  # type: ignore[no-any-return]
         return value  # type: ignore[no-any-return]
