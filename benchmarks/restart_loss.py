@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any
 
 PROGRAM = Path(__file__).with_name("restart_program.py")
-#: Seconds any one wait may take before the benchmark gives up (a run gone wrong).
+#: Seconds any one wait may take, beyond the run's own length, before the benchmark gives up (a run gone wrong).
 PATIENCE = 600.0
 
 
-def _wait(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
+def _wait(predicate: Callable[[], bool], what: str, patience: float) -> None:
+    deadline = time.monotonic() + patience
     while not predicate():
         if time.monotonic() > deadline:
             raise SystemExit(f"restart_loss: gave up waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(0.25)  # not faster: a long run's marks folder holds thousands of files
 
 
 def _runs(folder: Path) -> tuple[dict[str, float], dict[str, float]]:
@@ -53,6 +53,7 @@ def run_mode(mode: str, tasks: int, seconds: float, slaves: int, work: Path) -> 
     """One master killed and restarted; the figures of the module's docstring."""
     marks = work / "marks"
     marks.mkdir(parents=True)
+    patience = PATIENCE + 2 * tasks * seconds / slaves  # 1,000 tasks of 30 s on 20 slots run 25 minutes
     rf = work / "resource.json"
     master = [sys.executable, str(PROGRAM), "--mw-master", "--mw-master-host", "127.0.0.1", "--mw-resource-file",
               str(rf), "--mw-journal", str(work / "journal.sqlite"), str(tasks), str(seconds), str(marks)]  # fmt: skip
@@ -61,22 +62,22 @@ def run_mode(mode: str, tasks: int, seconds: float, slaves: int, work: Path) -> 
         slave += ["--mw-master-lease", "0"]
     quiet: dict[str, Any] = {"cwd": work, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     first = subprocess.Popen(master, **quiet)
-    _wait(rf.exists, "the resource file")
+    _wait(rf.exists, "the resource file", patience)
     workers = [subprocess.Popen(slave, **quiet) for _ in range(slaves)]
-    _wait(lambda: len(_runs(marks)[1]) >= tasks // 2, "half the tasks")
-    _wait(lambda: len(_runs(marks)[0]) - len(_runs(marks)[1]) >= slaves, "every slave busy")
+    _wait(lambda: len(_runs(marks)[1]) >= tasks // 2, "half the tasks", patience)
+    _wait(lambda: len(_runs(marks)[0]) - len(_runs(marks)[1]) >= slaves, "every slave busy", patience)
     first.send_signal(signal.SIGKILL)
     killed = time.time()
     first.wait()
     second = subprocess.Popen(master, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=work, text=True)
     if mode == "before":  # the slaves exit 4 with their master: fresh ones for the new one, as Condor would
         for worker in workers:
-            worker.wait(PATIENCE)
+            worker.wait(patience)
         workers = [subprocess.Popen(slave, **quiet) for _ in range(slaves)]
-    out, _ = second.communicate(timeout=PATIENCE)
+    out, _ = second.communicate(timeout=patience)
     ended = time.time()
     for worker in workers:
-        worker.wait(PATIENCE)
+        worker.wait(patience)
     if json.dumps({"sum": tasks * (tasks - 1) // 2}) not in out.splitlines():
         raise SystemExit(f"restart_loss: wrong result in {mode}: {out!r}")
     starts, ends = _runs(marks)

@@ -24,7 +24,7 @@ from mwpy.backends import Backend, BackendFactory, Job, MasterWatch
 from mwpy.errors import BackendError, ConfigurationError, EventLogError, MwpyError, ResourceFileError
 from mwpy.jobs import command as jobs_command
 from mwpy.names import BUNDLE_FILE
-from mwpy.options import condor_job_id, positive_float, positive_int
+from mwpy.options import DEFAULT_MASTER_LEASE, condor_job_id, positive_float, positive_int
 from mwpy.overseer import ABANDON_AFTER, CONNECT_LIMIT, Limits, Overseer, Verdict
 from mwpy.pool import bundle
 from mwpy.resources import slave_shape
@@ -447,8 +447,8 @@ def _print_status(
         rows.insert(3, ("", f"Condor jobs of connected slaves: {' '.join(record.condor_jobs_connected)}"))
     if report["status"] == "stale":  # a master killed or its host lost: Condor may be starting it again
         rows.insert(1, ("", "the master is silent: gone or restarting; its slaves keep their tasks and wait for a "
-                            "master of this member id up to their --mw-master-lease (2400 s by default), then exit "
-                            "4"))  # fmt: skip
+                            f"master of this member id up to their --mw-master-lease ({DEFAULT_MASTER_LEASE:g} s by "
+                            "default), then exit 4"))  # fmt: skip
     if report["master_gone"]:
         from mwpy.observe.explain import master_left  # noqa: PLC0415 (only a gone master needs it)
 

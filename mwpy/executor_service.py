@@ -363,10 +363,14 @@ class Service:
 
     def fetch_held(self, future: Future[Any]) -> Any:
         """``future``'s value, which its slave holds: fetched from there (mwpy/data/shares.py) in the caller's
-        thread, one at a time (mwpy/lineage.py); the engine's thread cannot wait for its repair (it makes it)."""
-        wait = None if threading.current_thread() is self._thread else threading.Event.wait
+        thread, one at a time, and kept by the future from then on (mwpy/lineage.py)."""
         with self._fetching:
-            return self.lineage.fetched(future, self.intake.store.held, wait, self._gone)
+            return self._fetch_held(future)
+
+    def _fetch_held(self, future: Future[Any]) -> Any:
+        """:meth:`fetch_held`, under ``_fetching``: the engine's thread cannot wait for a repair (it makes it)."""
+        wait = None if threading.current_thread() is self._thread else threading.Event.wait
+        return self.lineage.fetched(future, self.intake.store.held, wait, self._gone)
 
     def _gone(self) -> str | None:
         """Why a held value can no longer be fetched: the executor's slaves stopped."""
@@ -424,8 +428,7 @@ class Service:
                     self._wake_callers()
                     with self._lock:
                         done = self._closing and self._idle()
-                    if done:
-                        self._bring_held()
+                    if done and self._bring_held():
                         break
                     intake.step(TICK)
                     if not looked and intake.slaves_greeted >= self._pool.slaves:
@@ -445,14 +448,23 @@ class Service:
             finally:
                 self._stopped.set()
 
-    def _bring_held(self) -> None:
-        """Shutting down: fetch the held values the program may still read (engine's thread, slaves still up)."""
-        for future in list(self.held_futures):
-            if not future._consumed and type(future._result) is codec.Held:
-                try:
-                    self.fetch_held(future)
-                except (MwpyError, OSError) as exc:
-                    log.warning("%s: its value could not be fetched before the slaves stopped: %s", future._label, exc)
+    def _bring_held(self) -> bool:
+        """Shutting down: fetch the held values the program may still read (engine's thread, slaves still up).
+        False, fetching nothing, while a caller's thread fetches one: that fetch may need this thread to run a
+        relay or a producer again, so passes go on until it is done."""
+        if not self._fetching.acquire(blocking=False):
+            return False
+        try:
+            for future in list(self.held_futures):
+                if not future._consumed and type(future._result) is codec.Held:
+                    try:
+                        self._fetch_held(future)
+                    except (MwpyError, OSError) as exc:
+                        log.warning("%s: its value could not be fetched before the slaves stopped: %s",
+                                    future._label, exc)  # fmt: skip
+        finally:
+            self._fetching.release()
+        return True
 
     def _idle(self) -> bool:
         """Nothing submitted is left to run (under _lock)."""

@@ -165,9 +165,13 @@ class Lineage:
         False if there is nothing left to try (it then fails with its error)."""
         lost = [given for given in dependent._held_inputs if given._holder != MASTER]
         dependent._recoveries += 1
-        if not lost or dependent._recoveries > MAX_RECOVERIES or dependent._again is None:
+        again = dependent._again
+        if dependent._recoveries > MAX_RECOVERIES or again is None:
             return False
-        again, left = dependent._again, [len(lost)]
+        if not lost:  # relayed to the master after it was pickled (another's fetch failed first): the master's copy
+            again()
+            return True
+        left = [len(lost)]
 
         def one_back(error: BaseException | None) -> None:
             if error is not None:

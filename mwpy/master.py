@@ -5,7 +5,7 @@
 * :class:`mwpy.core.scheduler.Scheduler`: which task goes to which slave (no I/O);
 * :class:`mwpy.core.outcomes.Outcomes`: what a result means (retries, the journal, black holes, timeouts) and
   where it goes;
-* :class:`mwpy.net.engine.Engine`: the selectors event loop and every slave connection (each a sans-IO
+* :class:`mwpy.net.engine.Engine`: the epoll event loop and every slave connection (each a sans-IO
   :class:`mwpy.wire.session.MasterSession`);
 * :class:`mwpy.observe.renderers.Observers`: the audit, the log and, when asked for, the event log and the
   metrics exporter, which render the facts the others report (mwpy/core/facts.py);
@@ -28,10 +28,9 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar, cast
 
-import attrs
-
 from mwpy import streams
 from mwpy.core import facts
+from mwpy.core.news import LoopEvents
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler, SlaveKind
 from mwpy.data.shares import SharedObjects
@@ -49,19 +48,6 @@ from mwpy.task_records import Result, Task
 
 __all__ = ["LoopEvents", "Master"]
 T = TypeVar("T")
-
-
-@attrs.frozen
-class LoopEvents:
-    """What :meth:`Master.loop` found for the master algorithm (CL-MW's four counts)."""
-
-    results: int = 0
-    unrunnable: int = 0
-    connected_ordered: int = 0
-    disconnected_ordered: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.results or self.unrunnable or self.connected_ordered or self.disconnected_ordered)
 
 
 class Master:
@@ -176,9 +162,9 @@ class Master:
                 if wait <= 0:
                     return self._events()
             step(wait)
-            # Plain truth tests: a LoopEvents record is built only when it is returned.
+            # Plain truth tests: a LoopEvents record is found only when it is returned (here without _events' call).
             if outcomes.results or sched.news.pending():
-                return self._events()
+                return sched.news.events(len(outcomes.results))
 
     def loop_once(self, timeout: float = 0.05) -> LoopEvents:
         """One pass of network I/O (waiting at most ``timeout`` seconds); reports as :meth:`loop`."""
@@ -186,7 +172,7 @@ class Master:
         return self._events()
 
     def _events(self) -> LoopEvents:
-        return LoopEvents(len(self._outcomes.results), *self._sched.news.counts())
+        return self._sched.news.events(len(self._outcomes.results))
 
     def _on_tick(self, now: float) -> None:
         # Ticks run only inside loop passes, which the master algorithm asks for once it has submitted

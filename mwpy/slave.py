@@ -414,7 +414,7 @@ class Slave:
         session = self._link.session
         try:
             # Nothing after a Shutdown is read: the session would refuse it, and the slave is leaving anyway.
-            while self._shutdown is None and (msg := session.next_event()) is not None:
+            while session.inbox and self._shutdown is None and (msg := session.next_event()) is not None:
                 self._handle(msg)
         except ProtocolError as exc:
             self._lose(f"protocol error: {exc}")

@@ -313,6 +313,61 @@ def test_an_unusable_journal_entry_is_treated_as_absent_and_said_so(
     journal.close()
 
 
+@pytest.mark.parametrize(
+    "blob",
+    [pickle.dumps(codec._Stored("0" * 64, 20_000_000)), NOT_HERE],
+    ids=["stored-on-the-previous-master", "does-not-unpickle-here"],
+)
+def test_a_handed_over_result_that_does_not_decode_here_runs_its_task_again(tmp_path: Path, blob: bytes) -> None:
+    """Guards: a slave that outlived its master hands over a success this master cannot read (a large value it
+    stored on the previous master's file service, gone with it; a value that does not unpickle here): the task
+    runs again and nothing is journaled, as for a journal entry that does not unpickle.
+
+    Before, the task failed with ResultDecodeError (never retried) and the program got that error for a task
+    that had succeeded."""
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    journal.dispatched([("k", "host-a", 4242, "", 0.0)])  # the previous master gave "k" to slave a
+    journal.close()
+    journal = Journal(path)
+    sched = Scheduler()
+    sched.join("b")
+    outcomes = Outcomes(sched, Facts([Heard()]), journal, lease=3600.0, gone=lambda holder: False)
+    entry = Entry(sched.new_id(), "f", codec.encode_arguments("f", (), {}), DEFAULT_POLICY, Kept(), key="k")
+    assert outcomes.park(entry)  # its slave may run it still
+    outcomes.handover("a2", ("host-a", 4242), [("k", "f", (9, True, blob, 1.0))])
+    assert settled(entry) == []
+    assert sched.take("b", NOW) == [entry]  # runs again
+    assert (sched.pending_total, sched.done_total) == (1, 0)
+    outcomes.commit()
+    assert journal.lookup("k") is None
+    journal.close()
+
+
+def test_two_tasks_of_one_key_parked_for_a_slave_of_the_previous_master_are_both_answered(tmp_path: Path) -> None:
+    """Guards: a program that submits one key twice (``mw.map`` over inputs with a repeat, keyed by input) while
+    that key's slave of the previous master has not handed over yet: both tasks get the slave's result, as a
+    journaled key answers every later task of that key, and none is left pending.
+
+    Before, the second task took the first one's place in the wait: the first was never answered nor run,
+    its future never settled and ``mw.pending_tasks()`` never reached 0."""
+    path = tmp_path / "journal.db"
+    journal = Journal(path)
+    journal.dispatched([("k", "host-a", 4242, "", 0.0)])
+    journal.close()
+    journal = Journal(path)
+    sched = Scheduler()
+    outcomes = Outcomes(sched, Facts([Heard()]), journal, lease=3600.0, gone=lambda holder: False)
+    twins = [Entry(sched.new_id(), "f", codec.encode_arguments("f", (), {}), DEFAULT_POLICY, Kept(), key="k")
+             for _ in range(2)]  # fmt: skip
+    assert all(outcomes.park(entry) for entry in twins)
+    assert sched.pending_total == 2
+    outcomes.handover("a2", ("host-a", 4242), [("k", "f", (9, True, codec.encode_value(7), 1.0))])
+    assert [[result.value for result in settled(entry)] for entry in twins] == [[7], [7]]
+    assert (sched.pending_total, sched.done_total) == (0, 2)
+    journal.close()
+
+
 def test_without_a_journal_a_key_is_only_a_name() -> None:
     s = setup("a")
     entry = s.submit(key="k")

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mwpy.core.entry import Entry
+from mwpy.core.news import LoopEvents
 from mwpy.core.scheduler import MAX_WINDOW, PREFER_SECONDS, Scheduler, SlaveKind
 from mwpy.task_records import DEFAULT_POLICY, Policy
 from tests.support import QUIET
@@ -51,7 +52,7 @@ def test_connecting_slaves_fill_ordered_then_intermingle_then_unordered() -> Non
     assert sched.news.drain_connected_ordered() == []  # drained: reported once
     assert sched.connected() == {"ordered": 2, "intermingle": 1, "unordered": 1}
     sched.leave("b")
-    assert sched.news.counts() == (0, 0, 1)
+    assert sched.news.events(0) == LoopEvents(disconnected_ordered=1)
     assert sched.news.drain_disconnected_ordered() == ["b"]
     assert not sched.news.pending()
     assert sched.join("e") is ORDERED  # the group has room again

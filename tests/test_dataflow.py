@@ -8,6 +8,7 @@ a cancelled one cancels them, a future of another executor is refused at submit(
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import signal
 import threading
@@ -18,6 +19,7 @@ from typing import Any, cast
 import pytest
 
 import mwpy
+from mwpy.data import client
 from mwpy.errors import UsageError
 from mwpy.observe import events as ev
 from tests.programs import dataflow_work as work
@@ -243,6 +245,81 @@ def test_a_value_its_holder_cannot_serve_goes_through_the_master_streamed_from_d
     ways = [(e.way, e.slave) for e in _moves(events) if e.way != "local"]
     assert ways[0] == ("relayed", "master")
     assert [way for way, _ in ways[1:]] == ["via-master"]
+
+
+def test_a_dependent_made_before_its_input_was_relayed_is_sent_again_with_the_master_s_copy(tmp_path: Path) -> None:
+    """Guards: a dependent pickled while its input was on a holder its peers cannot reach, and run elsewhere only
+    after that value was relayed to the master (another's fetch failed first: here the caller's ``result()``),
+    is sent again with the master's copy and gets the value.
+
+    Before, its failed fetch found no input left to recover (the value was at the master already) and the call
+    failed with ValueNotFetchedError: in a fan-out on execute points that accept no inbound connection, every
+    dependent still queued when the relay ended failed so."""
+    parked, again, pid_file = tmp_path / "parked", tmp_path / "again", tmp_path / "producer"
+    parked.mkdir()
+    again.mkdir()
+    with mwpy.Executor(max_workers=2, options=["--mw-slave-window", "1"]) as ex:
+        list(ex.map(work.inc, range(20)))
+        made = ex.submit(work.large, LARGE, str(pid_file))
+        assert str(ex.submit(work.refuse_peers, made).result(timeout=120)) == pid_file.read_text(encoding="utf-8")
+        producer = pid_file.read_text(encoding="utf-8")
+        blockers, other = _parked_apart(ex, parked, producer)
+        fetched: list[Any] = []
+        caller = threading.Thread(target=lambda: fetched.append(made.result(timeout=120)))
+        caller.start()  # the master cannot fetch it from the holder either: a relay is queued, pinned there
+        service = ex._core.service
+        wait_until(lambda: any(f._label.endswith("(relay)") and f._task_id is not None for f in list(service._waiting)),
+                   60, "the relay queued")  # fmt: skip
+        blockers.append(ex.submit(work.park, str(again)))  # the holder's next task after the relay
+        dependent = ex.submit(work.where, made)  # pickled with the holder's handle: the relay has not run
+        (parked / f"{producer}.go").touch()  # the holder relays the value, then parks again
+        wait_until((again / f"{producer}.parked").exists, 60, "the holder parked again")
+        caller.join(timeout=120)
+        assert len(fetched[0][1]) == LARGE
+        (parked / f"{other}.go").touch()  # the other slave takes the dependent, and cannot reach the holder
+        try:
+            ran_on, made_on, size = dependent.result(timeout=120)
+        finally:
+            (again / f"{producer}.go").touch()  # whatever happened, the executor's slaves are free to stop
+        assert (str(ran_on), str(made_on), size) == (other, producer, LARGE)
+        assert all(b.result(timeout=60) for b in blockers)
+
+
+def test_shutdown_while_the_caller_fetches_a_value_from_a_silent_holder_ends_with_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards: the executor shuts down while another thread's ``result()`` fetches a held value from a holder
+    that has gone silent (stopped here); that fetch times out and needs the engine's thread to make the value
+    again, so the shutdown's own fetch of held values waits its turn: the caller gets the value, the shutdown
+    ends, nothing hangs.
+
+    Before, the engine's thread blocked on the caller's fetch lock at shutdown while the caller waited for the
+    engine's thread to run the producer again: both waited for ever."""
+    monkeypatch.setattr(client, "IO_TIMEOUT", 3.0)  # the master's fetch from the silent holder gives up soon
+    pid_file = tmp_path / "producer"
+    ex = mwpy.Executor(max_workers=2, options=["--mw-client-timeout", "5"])
+    made = ex.submit(work.large, LARGE, str(pid_file))
+    wait_until(made.done, 120, "the producer")
+    producer = int(pid_file.read_text(encoding="utf-8"))
+    service = ex._core.service
+    fetched: list[Any] = []
+    caller = threading.Thread(target=lambda: fetched.append(made.result(timeout=120)), daemon=True)
+    os.kill(producer, signal.SIGSTOP)
+    try:
+        caller.start()
+        wait_until(service._fetching.locked, 60, "the caller's fetch under way")
+        stopping = threading.Thread(target=ex.shutdown, daemon=True)
+        stopping.start()  # the engine's thread finds nothing left to run while the caller's fetch hangs
+        caller.join(timeout=120)
+        stopping.join(timeout=120)
+        assert not caller.is_alive(), "the caller's result() hangs"
+        assert not stopping.is_alive(), "the shutdown hangs"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(producer, signal.SIGKILL)
+    pid, data = fetched[0]
+    assert pid != producer  # made again on the other slave
+    assert len(data) == LARGE
 
 
 def test_a_value_whose_holder_died_is_made_again_once_and_nothing_is_lost(tmp_path: Path) -> None:

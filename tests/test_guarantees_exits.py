@@ -292,6 +292,21 @@ def test_slave_with_a_fresh_file_retries_for_10_s_and_one_with_a_long_stale_file
     assert "stale" not in err
 
 
+def test_a_slave_whose_master_finished_while_it_started_exits_0_not_3(tmp_path: Path) -> None:
+    """exit-codes.md: 3 means no master *with a fresh resource file*. A slave that read the file while the
+    computation ran, then found the port closed because the master had finished, looks at the file again: it
+    says finished, so the slave exits 0 (Condor removes the job) instead of 3 (Condor starts it again for
+    nothing). Seen in CI: a slave started just as a short computation ended."""
+    rf = tmp_path / "resource.json"
+    record = write_resource_file(rf, master_port=free_port(), member_id="ending-member")
+    slave = spawn_slave(PROGRAM, tmp_path, "--mw-connect-timeout", "6")  # it looks again once it gives up
+    wait_until(lambda: 'INIT SLAVE "ending-member"' in slave.out(), DEADLINE, "the slave to read the file")
+    resource_file.write(rf, attrs.evolve(record, computation_status="finished"))
+    assert slave.wait(DEADLINE) == ExitCode.OK, slave.err()
+    assert slave.err() == ""
+    assert "FINI the resource file says the computation is finished (exit 0)" in slave.out()
+
+
 def test_documented_defaults() -> None:
     """reliability.md / security.md / resource-file.md: client timeout 60 s, task attempts 1 (issue 9), slave max
     failures 5, resource file update interval 300 s, when no option says otherwise."""

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support import PROGRAMS, mwpy_command, wait_until
 
 JOBS = PROGRAMS / "jobs"
@@ -147,34 +149,32 @@ def test_failed_jobs_leave_no_work_folder_but_a_master_that_cannot_start_says_wh
     assert "mwpy local: master exited with status 1; logs in" in broken.stderr
 
 
-def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("more", "succeeds", "fails"),
+    [
+        ("", 0, 5),
+        # HTCondor 23.9.6 on the test pool, the same file through condor_submit: the job exiting 3 (its
+        # success_exit_code) got its output back, the one exiting 0 did not.
+        ("success_exit_code = 3\nmax_retries = 0\n", 3, 0),
+    ],
+    ids=["exit-0", "success-exit-code"],
+)
+def test_on_success_outputs_only_come_back_from_jobs_that_succeeded(
+    tmp_path: Path, more: str, succeeds: int, fails: int
+) -> None:
+    """ON_SUCCESS brings back the outputs of the jobs that exited with their success exit code (0 unless
+    ``success_exit_code`` says otherwise), and only theirs."""
     submit(
         tmp_path,
         "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\nshould_transfer_files = YES\n"
-        "when_to_transfer_output = ON_SUCCESS\nqueue in (0, 5)\n",
+        f"when_to_transfer_output = ON_SUCCESS\n{more}queue in ({succeeds}, {fails})\n",
         "status_job.sh",
     )
-    (tmp_path / "d0").mkdir()
-    (tmp_path / "d5").mkdir()
+    for item in (succeeds, fails):
+        (tmp_path / f"d{item}").mkdir()
     assert run_jobs(tmp_path).returncode == 1
-    assert (tmp_path / "d0" / "result.txt").exists()
-    assert not (tmp_path / "d5" / "result.txt").exists()
-
-
-def test_on_success_waits_for_the_jobs_success_exit_code_not_for_zero(tmp_path: Path) -> None:
-    # HTCondor 23.9.6 on the test pool, the same file through condor_submit: the job exiting 3 (its
-    # success_exit_code) got its output back, the one exiting 0 did not.
-    submit(
-        tmp_path,
-        "executable = status_job.sh\narguments = exit $(Item)\ninitialdir = d$(Item)\nshould_transfer_files = YES\n"
-        "when_to_transfer_output = ON_SUCCESS\nsuccess_exit_code = 3\nmax_retries = 0\nqueue in (3, 0)\n",
-        "status_job.sh",
-    )
-    (tmp_path / "d3").mkdir()
-    (tmp_path / "d0").mkdir()
-    assert run_jobs(tmp_path).returncode == 1
-    assert (tmp_path / "d3" / "result.txt").exists()
-    assert not (tmp_path / "d0" / "result.txt").exists()
+    assert (tmp_path / f"d{succeeds}" / "result.txt").exists()
+    assert not (tmp_path / f"d{fails}" / "result.txt").exists()
 
 
 def run_ok(tmp_path: Path, text: str) -> None:

@@ -226,6 +226,30 @@ def test_a_journal_path_that_is_a_symlink_is_refused_and_what_it_names_left_alon
 # ---------------------------------------------------------------------- file modes (issue 11, item 5)
 
 
+def test_a_result_journaled_when_the_table_of_tasks_out_cannot_be_written_turns_the_journal_off_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """Guards docs/reliability.md's word that a journal failing mid-run costs no traceback: recording a result
+    also forgets which slave its task was out on; when that write fails, the journal turns itself off with one
+    line, as for the result's own row (the computation goes on).
+
+    Before, that second statement was outside the guard and its sqlite3 error reached the master as a traceback.
+    """
+    path = tmp_path / "journal.sqlite"
+    said: list[str] = []
+    journal = Journal(path, on_failure=said.append)
+    journal.record("k1", "f", b"v1", "s1", 0.1)
+    journal.commit()
+    with contextlib.closing(sqlite3.connect(path)) as other:  # the table goes (as a write that fails would)
+        other.execute("drop table out_on_slaves")
+        other.commit()
+    journal.record("k2", "f", b"v2", "s1", 0.1)
+    assert journal.failed is not None
+    assert said == [journal.failed]
+    assert "cannot write the journal (no such table: out_on_slaves)" in said[0]
+    journal.close()
+
+
 def test_journal_and_its_wal_and_shm_are_created_0600(tmp_path: Path) -> None:
     """Guards: the journal, -wal and -shm are private like the resource file, even under umask 022.
 

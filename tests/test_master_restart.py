@@ -268,6 +268,27 @@ def test_a_result_held_for_a_key_the_restarted_master_no_longer_submits_is_dropp
     assert sum(event.n for event in adopted) == len([i for i in running if i < fewer])
 
 
+def test_a_restarted_master_counts_the_tasks_it_waits_for_as_pending(tmp_path: Path) -> None:
+    """Guards: a master algorithm that loops while ``mw.pending_tasks()`` (the streaming idiom) gets the results
+    of the tasks its predecessor's slaves still run: those tasks count as pending while the master waits for
+    their slaves, and the computation ends with every result once, none run twice.
+
+    Before, tasks held back for a slave of the previous master were in no count: a restarted master whose keys
+    were all out on slaves saw nothing pending, printed a sum of 0 and finished, dropping the slaves' results.
+    """
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    slaves, running = killed_with_tasks_running(tmp_path, runs)
+    assert running == list(range(SLAVES)), running  # first in, first out: the first 4 went out
+    second = run_master(tmp_path, runs, SLAVES, "0", "pending")  # only the keys the slaves run now
+    (runs / "open").touch()
+    assert second.wait(DEADLINE) == 0, second.err()
+    assert [slave.wait(DEADLINE) for slave in slaves] == [ExitCode.OK] * SLAVES, [slave.err() for slave in slaves]
+    assert sorted(line["i"] for line in printed(second)) == running
+    assert json.loads(second.out().splitlines()[-1]) == {"sum": sum(i * i + 1 for i in running)}
+    assert marks(runs, "run") == dict.fromkeys(running, 1), "a task ran twice, or never"
+
+
 def test_unkeyed_tasks_running_at_a_master_restart_run_again_and_are_delivered_once(tmp_path: Path) -> None:
     """Guards reliability.md's word on unkeyed tasks at a master restart: nothing remembers them, so slaves
     that were given only unkeyed tasks finish the one they run and exit 4, as without a journal, and the

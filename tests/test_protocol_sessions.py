@@ -513,7 +513,7 @@ class Conversation(RuleBasedStateMachine):
             self._flush()
         target: MasterSession | SlaveSession = self.master if at_master else self.s
         # Only at a frame boundary (nothing pending for the target), in whatever state it is: handshake included.
-        if self.dead or (self.s2m if at_master else self.m2s) or target._reader._buf:
+        if self.dead or (self.s2m if at_master else self.m2s) or target.inbox:
             return
         if target.state in (MasterState.CLOSED, SlaveState.CLOSED, SlaveState.SHUTDOWN):
             return

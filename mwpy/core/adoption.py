@@ -37,8 +37,9 @@ from mwpy.wire.protocol import HeldItem
 
 log = safe_text.logger("mwpy.master")
 
-#: Delivers a held result to its task: (entry, slave id, held item).
-Adopt = Callable[[Entry, str, HeldItem], None]
+#: Delivers a held result to its task: (entry, slave id, held item); False if it cannot be read here (the task
+#: then runs again).
+Adopt = Callable[[Entry, str, HeldItem], bool]
 #: Hears of a held result no task asked for, dropped: (slave id, key).
 Dropped = Callable[[str, str], None]
 #: Seconds between two looks at whether the slaves waited for have ended (a look may read a Condor user log).
@@ -83,8 +84,8 @@ class Adoption:
         self._queue = queue
         self._adopt = adopt
         self._dropped = dropped
-        #: Tasks submitted with an expected key, waiting for their slave.
-        self._parked: dict[str, Entry] = {}
+        #: Tasks submitted with an expected key, waiting for their slave (a program may submit a key twice).
+        self._parked: dict[str, list[Entry]] = {}
         #: Results handed over whose key has not been submitted yet: key -> (slave id, item).
         self._held: dict[str, tuple[str, HeldItem]] = {}
         #: Results answered from a slave's hand-over so far (reported by the master).
@@ -107,7 +108,7 @@ class Adoption:
             self._answer(entry, sid, item)
             return True
         if key in self._expected:
-            self._parked[key] = entry
+            self._parked.setdefault(key, []).append(entry)
             return True
         return False
 
@@ -117,11 +118,11 @@ class Adoption:
         for item in held:
             key = item[0]
             self._expected.pop(key, None)
-            entry = self._parked.pop(key, None)
-            if entry is not None:
-                self._answer(entry, sid, item)
-            else:
+            parked = self._parked.pop(key, None)
+            if parked is None:
                 self._held[key] = (sid, item)  # its task may be submitted later
+            for entry in parked or ():  # equal keys, equal work: each task of the key gets the result
+                self._answer(entry, sid, item)
         self._release_of(whom)  # queued there, never started (the slave dropped them with its master)
 
     def connected(self, host: str, pid: int, job: str) -> None:
@@ -171,14 +172,14 @@ class Adoption:
             self._release(key)
 
     def _release(self, key: str) -> None:
-        entry = self._parked.pop(key, None)
-        if entry is not None:
+        for entry in self._parked.pop(key, ()):
             self._queue(entry)
 
     def _answer(self, entry: Entry, sid: str, item: HeldItem) -> None:
         if item[1] != entry.algorithm or not item[2][1]:  # equal keys must mean equal work: this one runs again
             log.warning("%s handed over a result for key %r of another algorithm: the task runs", sid, entry.key)
             self._queue(entry)
-            return
-        self.adopted += 1
-        self._adopt(entry, sid, item)
+        elif self._adopt(entry, sid, item):
+            self.adopted += 1
+        else:  # a value this master cannot read (one left on the previous master's file service): it runs again
+            self._queue(entry)

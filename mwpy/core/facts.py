@@ -372,13 +372,21 @@ def _fan_out(handlers: Sequence[Callable[..., None]]) -> Callable[..., None] | N
     return each
 
 
+def _nothing() -> None:
+    return None
+
+
 class Facts:
     """The master's facts, each reported once, to every observer that hears its kind."""
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         #: A record's type → the observers' handlers that hear it.
         self._routes = {kind: _handlers(observers, name) for kind, name in KINDS.items()}
-        self._flushes = tuple(o.flush for o in observers if type(o).flush is not Observer.flush)
+        #: After each loop pass: the observers write what they kept back (the one observer's own flush when
+        #: only one keeps anything back, as the audit alone does: no call of ours between, every pass).
+        self.flush: Callable[[], None] = (
+            _fan_out([o.flush for o in observers if type(o).flush is not Observer.flush]) or _nothing
+        )
         hot = {name: _handlers(observers, name) for name in HOT_KINDS}
         # Per-task facts: None while nobody listens (the caller tests it, which costs next to nothing).
         self.tasks_dispatched: Callable[[str, int], None] | None = _fan_out(hot["tasks_dispatched"])
@@ -389,8 +397,3 @@ class Facts:
         """Report ``fact`` (one of the records above) to whoever hears its kind."""
         for handler in self._routes[type(fact)]:
             handler(fact)
-
-    def flush(self) -> None:
-        """After each loop pass: the observers write what they kept back."""
-        for flush in self._flushes:
-            flush()

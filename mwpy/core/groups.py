@@ -32,6 +32,9 @@ class Groups:
     def __init__(self) -> None:
         self._acquired: Counter[SlaveKind] = Counter()
         self._desired: Counter[SlaveKind] = Counter()
+        #: Connected slaves that take shared (unordered) work: kept as they come and go, as dispatch reads it per
+        #: task (two lookups by an enum member hash it in Python, each time).
+        self.takers = 0
         #: Until the program sets the unordered allocation, one unordered slave is wanted per task for it.
         self._auto_unordered = True
 
@@ -45,14 +48,16 @@ class Groups:
 
     def joined(self, kind: SlaveKind) -> None:
         self._acquired[kind] += 1
+        self.takers += kind is not SlaveKind.ORDERED
 
     def left(self, kind: SlaveKind) -> None:
         self._acquired[kind] -= 1
+        self.takers -= kind is not SlaveKind.ORDERED
 
     def moved(self, old: SlaveKind, new: SlaveKind) -> None:
         """A connected slave changed groups."""
-        self._acquired[old] -= 1
-        self._acquired[new] += 1
+        self.left(old)
+        self.joined(new)
 
     def want(self, amount: int, kind: SlaveKind) -> None:
         """``allocate_slaves``: ``amount`` more slaves of ``kind``."""
@@ -69,10 +74,6 @@ class Groups:
         self._desired[kind] = max(0, self._desired[kind] - amount)
         if kind is SlaveKind.UNORDERED:
             self._auto_unordered = False
-
-    def takers(self) -> int:
-        """Connected slaves that take shared (unordered) work."""
-        return self._acquired[SlaveKind.UNORDERED] + self._acquired[SlaveKind.INTERMINGLE]
 
     def needed(self, unordered_work: int) -> int:
         """Slaves wanted beyond those connected, ``unordered_work`` being the tasks queued or running on unordered

@@ -144,10 +144,10 @@ class Journal:
                 "insert or replace into results values (?, ?, ?, ?, ?, ?, ?)",
                 (key, algorithm, value, slave_id, compute_time, time.time(), digest(key, algorithm, value)),
             )
+            self._db.execute("delete from out_on_slaves where key = ?", (key,))  # answered: no slave to wait for
         except sqlite3.Error as exc:
             self._fail(f"cannot write the journal ({exc})")
             return
-        self._db.execute("delete from out_on_slaves where key = ?", (key,))
         self._pending += 1
 
     def dispatched(self, slaves: list[tuple[str, str, int, str, float]]) -> None:

@@ -7,10 +7,31 @@ algorithm asks (``mw.unrunnable_tasks()``, ``mw.connected_ordered_slaves()``,
 
 from __future__ import annotations
 
+import functools
 from typing import Generic, TypeVar
+
+import attrs
 
 #: The scheduler's task record (``mwpy.core.entry.Entry``).
 T = TypeVar("T")
+
+
+@attrs.frozen
+class LoopEvents:
+    """What :meth:`mwpy.Master.loop` found for the master algorithm (CL-MW's four counts)."""
+
+    results: int = 0
+    unrunnable: int = 0
+    connected_ordered: int = 0
+    disconnected_ordered: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.results or self.unrunnable or self.connected_ordered or self.disconnected_ordered)
+
+
+#: The record of a pass that brought only results, one per count and kept (it is immutable): most passes are such,
+#: and making a frozen record costs as much as a fifth of what the master does for a one-task round trip.
+_only_results = functools.lru_cache(maxsize=256)(LoopEvents)
 
 
 class News(Generic[T]):
@@ -25,9 +46,13 @@ class News(Generic[T]):
         """Whether an unrunnable task or an ordered slave's arrival or departure waits to be drained."""
         return bool(self.unrunnable or self.connected_ordered or self.disconnected_ordered)
 
-    def counts(self) -> tuple[int, int, int]:
-        """(unrunnable tasks, ordered slaves connected, ordered slaves disconnected) not yet drained."""
-        return len(self.unrunnable), len(self.connected_ordered), len(self.disconnected_ordered)
+    def events(self, results: int) -> LoopEvents:
+        """The counts :meth:`mwpy.Master.loop` reports, with ``results`` results not yet drained."""
+        if self.unrunnable or self.connected_ordered or self.disconnected_ordered:
+            return LoopEvents(
+                results, len(self.unrunnable), len(self.connected_ordered), len(self.disconnected_ordered)
+            )
+        return _only_results(results)
 
     def drain_unrunnable(self) -> list[T]:
         """Tasks that became unrunnable since the last call, in order."""

@@ -51,7 +51,7 @@ from mwpy.core.facts import (
     TaskPrinted,
     TaskTimedOut,
 )
-from mwpy.core.scheduler import Scheduler
+from mwpy.core.scheduler import Scheduler, hold
 from mwpy.errors import KilledSlaveError, TaskTimeoutError
 from mwpy.task_records import Result, TaskError, task_exception
 from mwpy.wire import codec
@@ -162,6 +162,8 @@ class Outcomes:
         self._printing = False
         self._facts = facts
         self._journal = journal
+        #: Whether there is a journal: without one, dispatch and each loop pass need not ask it anything.
+        self.journaled = journal is not None
         self._allowed_failures = allowed_failures
         self._how_ended = how_ended
         #: Tasks that killed too many slaves, with when they fail even if the back end has not said how.
@@ -179,7 +181,7 @@ class Outcomes:
         #: (``lease``: how long after the journal's last write to wait for them).
         self.adoption = None if journal is None else Adoption(
             {key: Holder(*held) for key, held in journal.running().items()}, left=lease - journal.idle,
-            queue=sched.add, adopt=self._adopted, gone=gone,
+            queue=self._requeue, adopt=self._adopted, gone=gone,
             dropped=lambda sid, key: facts(HeldResultDropped(sid, key)),
         )  # fmt: skip
 
@@ -217,7 +219,8 @@ class Outcomes:
             elif self._runs_again(sid, entry, result, now):
                 continue
             sched.complete(entry)
-            self.deliver(entry, result)
+            if entry.listener.settle(result):  # deliver(), inline: a call less per result
+                self.results.append(result)
         return holes
 
     def _succeeded(self, sid: str, entry: Entry, blob: bytes, result: Result) -> list[str]:
@@ -267,8 +270,20 @@ class Outcomes:
         return True
 
     def park(self, entry: Entry) -> bool:
-        """Hold back a keyed task whose slave may be running it for the previous master (mwpy/core/adoption.py)."""
-        return self.adoption is not None and self.adoption.submitted(entry)
+        """Hold back a keyed task whose slave may be running it for the previous master (mwpy/core/adoption.py),
+        counted as pending meanwhile (a program looping while ``mw.pending_tasks()`` waits for it)."""
+        if self.adoption is None:
+            return False
+        hold(self._sched, entry)
+        if self.adoption.submitted(entry):
+            return True
+        hold(self._sched, entry, answered=False)
+        return False
+
+    def _requeue(self, entry: Entry) -> None:
+        """A parked task runs after all (its slave ended, or kept no result for it): queued as usual."""
+        hold(self._sched, entry, answered=False)
+        self._sched.add(entry)
 
     def dispatched(self, whom: tuple[str, int], job: str, batch: list[Entry], now: float) -> dict[int, str] | None:
         """Keyed tasks leave at ``now`` (Unix time) for the slave ``whom`` (host, pid), Condor job ``job`` (or
@@ -318,17 +333,24 @@ class Outcomes:
         if self._journal is not None:
             self._journal.nothing_running()
 
-    def _adopted(self, entry: Entry, sid: str, item: HeldItem) -> None:
-        """Answer ``entry`` with the result a slave kept while the master was gone: journaled, delivered once."""
+    def _adopted(self, entry: Entry, sid: str, item: HeldItem) -> bool:
+        """Answer ``entry`` with the result a slave kept while the master was gone: journaled, delivered once.
+        False, and nothing delivered, if it does not decode here (a large value or a file the slave stored on the
+        previous master's file service, gone with it): the task runs again, as for an unusable journal entry."""
         _, _, blob, compute_time = item[2]
+        result = decode(entry, sid, True, blob, compute_time, received=self.received)
+        if result.error is not None:
+            log.warning("%s handed over a result for key %r that this master cannot read (%s): the task runs",
+                        sid, entry.key, result.error.message)  # fmt: skip
+            return False
         self.runs += 1
         self.run_seconds += compute_time
-        result = decode(entry, sid, True, blob, compute_time, received=self.received)
-        if result.error is None and entry.key is not None and self._journal is not None:
+        if entry.key is not None and self._journal is not None:
             self._journal.record(entry.key, entry.algorithm, codec.journal_form(blob, result.value), sid, compute_time)
         self._facts(TaskAdopted(sid, entry.task_id, entry.key or ""))
-        self._sched.done_total += 1  # a result handed to the master algorithm, as one run here (never queued here)
+        hold(self._sched, entry, answered=True)  # counted done, as one run here (never queued here)
         self.deliver(entry, result)
+        return True
 
     def commit(self) -> None:
         """Make what was journaled durable: called after each loop pass, before the algorithm sees the results."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
@@ -163,7 +163,7 @@ class Scheduler:
         self._groups = Groups()
         self.general_target = 0
         self._targets: dict[str, int] = {}
-        self._pending: Counter[str] = Counter()
+        self._pending: dict[str, int] = {}  # not a Counter: its missing keys and deletions are Python calls
         self.pending_total = 0
         self.running_total = 0
         #: Tasks in flight on unordered slaves: slaves_needed reads it every tick, and a walk of every
@@ -185,7 +185,7 @@ class Scheduler:
         """Take in a new task (its id already assigned by :meth:`new_id`)."""
         if task.policy.timeout is not None:
             self.may_time_out = True
-        self._pending[task.algorithm] += 1
+        self._pending[task.algorithm] = self._pending.get(task.algorithm, 0) + 1
         self.pending_total += 1
         need = self.shapes.need_of(task) if self.shapes.learned else task.policy.resources
         if need is not None and (reason := self.shapes.take(need)) is not None:
@@ -256,7 +256,9 @@ class Scheduler:
         task = slot.in_flight.pop(task_id, None)
         if task is None:
             return None
-        self._landed(slot, 1)
+        self.running_total -= 1  # _landed(slot, 1), inline: this is every result's way
+        if slot.kind is SlaveKind.UNORDERED:
+            self._unordered_running -= 1
         if self.may_time_out:  # true since before any task with a timeout was sent: its start is known
             slot.last_result_at = now
         if slot.in_flight:
@@ -309,9 +311,8 @@ class Scheduler:
             self.on_leave(task.payload)
         pending = self._pending
         algorithm = task.algorithm
-        pending[algorithm] -= 1
-        if not pending[algorithm]:
-            del pending[algorithm]
+        if left := pending.pop(algorithm, 0) - 1:
+            pending[algorithm] = left
         self.pending_total -= 1
         self.done_total += done
         if self.shapes.active:
@@ -321,7 +322,7 @@ class Scheduler:
 
     def window(self, sid: str) -> int:
         slot = self._slots[sid]
-        if slot.runs_alone():
+        if slot.in_flight and slot.runs_alone():  # an idle slave (one task in flight at a time) asks nothing more
             return 1
         if self.fixed_window:
             return max(self.fixed_window, self._least)
@@ -366,14 +367,14 @@ class Scheduler:
         if slot.kind is SlaveKind.UNORDERED:
             self._unordered_running += len(batch)
         if idle and batch:
-            slot.begin()
+            batch[0].listener.began()  # the first of an idle slave's batch runs now (slot.begin's, without its calls)
         if len(slot.in_flight) + self._least > window or len(batch) >= room:
             self._hungry.discard(sid)
         return batch
 
     def _share(self, slot: _Slot) -> int:
         """How many more shared tasks ``slot`` may hold (:func:`_fair_share`)."""
-        takers = max(self.expected_slaves, self._groups.takers())
+        takers = max(self.expected_slaves, self._groups.takers)
         shared = len(self._unordered) + self._unordered_running
         return _fair_share(shared, takers, len(slot.in_flight), self._least)
 
@@ -613,10 +614,27 @@ class Scheduler:
         return self.pending_total - self.running_total
 
     def pending_for(self, algorithm: str) -> int:
-        return self._pending[algorithm]
+        return self._pending.get(algorithm, 0)
 
     def target_for(self, algorithm: str) -> int:
         return self._targets.get(algorithm, 0)
 
     def set_target_for(self, algorithm: str, value: int) -> None:
         self._targets[algorithm] = max(0, value)
+
+
+def hold(sched: Scheduler, task: Entry, *, answered: bool | None = None) -> None:
+    """Count a task held back outside ``sched``'s queues as pending (one a restarted master keeps for a slave of
+    its predecessor: mwpy/core/adoption.py), as ``mw.pending_tasks()`` must for the program to wait for it; with
+    ``answered``, stop counting it: queued now (False; :meth:`Scheduler.add` counts it again), or answered
+    without a run (True: it leaves the master's memory). Beside the class, which is at its length bound."""
+    pending, algorithm = sched._pending, task.algorithm
+    step = 1 if answered is None else -1
+    pending[algorithm] += step
+    if not pending[algorithm]:
+        del pending[algorithm]
+    sched.pending_total += step
+    if answered:
+        sched.done_total += 1
+        if sched.on_leave is not None:  # arguments the file service took for it go
+            sched.on_leave(task.payload)

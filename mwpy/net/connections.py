@@ -1,4 +1,4 @@
-"""The master's sockets: one listener, its peers, a selector, TLS and a wake-up pair; bytes in and out.
+"""The master's sockets: one listener, its peers, an epoll, TLS and a wake-up pair; bytes in and out.
 
 What the bytes mean is the engine's business (mwpy/net/engine.py) and each
 peer's :class:`~mwpy.wire.session.MasterSession`'s; this module only keeps
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import resource
-import selectors
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from mwpy.core import facts
 from mwpy.core.facts import Cause, Facts
 from mwpy.names import MASTER_BACKLOG
 from mwpy.net import ports
+from mwpy.net.poller import Poller
 from mwpy.options import Options
 from mwpy.wire import protocol
 from mwpy.wire.session import MasterSession
@@ -36,7 +36,7 @@ RECV_SIZE = 256 * 1024
 ACCEPT_PAUSE = 1.0
 #: accept() errors that mean "out of descriptors or memory", not "this one caller went away".
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-#: The selector's marks for the listener and the wake-up socket (a peer's mark is the Peer).
+#: The poller's marks for the listener and the wake-up socket (a peer's mark is the Peer).
 LISTENER = object()
 WAKE = object()
 
@@ -98,17 +98,18 @@ class Connections:
         if options.tls_cert:
             self._tls, self.tls_fingerprint = protocol.tls_server_context(options.tls_cert, options.tls_key)
         _raise_file_limit()
-        self.selector = selectors.DefaultSelector()
+        #: Every socket of this master, each marked with what it stands for (mwpy/net/poller.py).
+        self.poller = Poller()
         #: The address the master listens on: its --mw-master-host, or "" for every interface.
         self.bind = options.master_host or ""
         self._listener = self._listen() if listener is None else listener
         self._listener.setblocking(False)
-        self.selector.register(self._listener, selectors.EVENT_READ, LISTENER)
+        self.poller.register(self._listener, LISTENER)
         # Another thread (mwpy.Executor's submitters) can cut a select short through this pair.
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
-        self.selector.register(self._wake_reader, selectors.EVENT_READ, WAKE)
+        self.poller.register(self._wake_reader, WAKE)
         self.host = options.master_host or socket.gethostname()
         self.port: int = self._listener.getsockname()[1]
 
@@ -152,7 +153,7 @@ class Connections:
             )
             peer = Peer(sock, f"{addr[0]}:{addr[1]}", session, now)
             self.peers.add(peer)
-            self.selector.register(sock, selectors.EVENT_READ, peer)
+            self.poller.register(sock, peer)
             self._facts(facts.Accepted(peer.address))
             if self._tls is None:
                 self.queue(peer, session.challenge())
@@ -167,7 +168,7 @@ class Connections:
         are accepted once a slave leaves or the pause ends; the connected slaves are
         served meanwhile.
         """
-        self.selector.unregister(self._listener)
+        self.poller.unregister(self._listener)
         self.accept_resumes = now + ACCEPT_PAUSE
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         why = f"{exc.strerror or exc} with {len(self.peers)} connections open (descriptor limit {soft})"
@@ -176,7 +177,7 @@ class Connections:
 
     def resume_accepting(self) -> None:
         self.accept_resumes = None
-        self.selector.register(self._listener, selectors.EVENT_READ, LISTENER)
+        self.poller.register(self._listener, LISTENER)
 
     def tls_handshake(self, peer: Peer) -> None:
         """Advance a non-blocking TLS handshake; once done, the mwpy handshake starts."""
@@ -251,13 +252,13 @@ class Connections:
                 self._on_lost(peer, "error", f"write error: {exc}")
                 return
             del peer.out[:sent]
-        self._want_write(peer, sock, bool(peer.out))
+        if bool(peer.out) is not peer.writing:  # asked here, not there: most sends leave nothing behind
+            self._want_write(peer, sock, not peer.writing)
 
     def _want_write(self, peer: Peer, sock: socket.socket, want: bool) -> None:
         if want != peer.writing:
             peer.writing = want
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
-            self.selector.modify(sock, events, peer)
+            self.poller.modify(sock, write=want)
 
     # ------------------------------------------------------------------ ending
 
@@ -266,15 +267,15 @@ class Connections:
         if sock is None:
             return
         self.peers.discard(peer)
-        self.selector.unregister(sock)
+        self.poller.unregister(sock)
         sock.close()
         if self.accept_resumes is not None and not self.closed:
             self.resume_accepting()  # a descriptor is free: the next caller in the backlog may have it
 
     def close_all(self) -> None:
-        """Stop listening and release the selector (connections must be closed already)."""
+        """Stop listening and release the poller (connections must be closed already)."""
         self.closed = True
-        self.selector.close()
+        self.poller.close()
         self._listener.close()
         self._wake_reader.close()
         self._wake_writer.close()

@@ -3,7 +3,7 @@
 Single-threaded and hand-driven: :meth:`Engine.step` is one pass (hand out
 tasks → ``select`` → accept, read, write → hand out tasks again → timers →
 journal commit → facts flushed); the user-facing :class:`mwpy.master.Master`
-runs passes when the master algorithm calls ``loop()``. Why selectors and not
+runs passes when the master algorithm calls ``loop()``. Why an epoll loop and not
 asyncio is explained in docs/design.md.
 
 The sockets are :class:`~mwpy.net.connections.Connections`'; each peer's
@@ -20,14 +20,13 @@ a slave upstream and a master downstream (docs/scaling.md's sub-master) can driv
 from __future__ import annotations
 
 import itertools
-import selectors
 import socket
 import time
 from collections.abc import Callable, Mapping
 
 from mwpy import safe_text, slave_exits
 from mwpy.core import facts
-from mwpy.core.entry import Death, Entry
+from mwpy.core.entry import WIRE_ITEM, Death, Entry
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.memory import MemoryLearning
 from mwpy.core.outcomes import Outcomes
@@ -36,6 +35,7 @@ from mwpy.errors import ProtocolError
 from mwpy.lifetime import PLANNED_LEAVE
 from mwpy.matching import Offer
 from mwpy.net.connections import LISTENER, WAKE, Connections, Peer
+from mwpy.net.poller import READABLE, WRITABLE
 from mwpy.net.spin import Spinner
 from mwpy.options import Options
 from mwpy.resources import Resources
@@ -114,11 +114,10 @@ class Engine:
         self._dispatch(now)
         wait = max(0.0, min(wait, self._next_tick - now))
         # With tasks out a result may be microseconds away: poll a moment before sleeping (mwpy/net/spin.py).
-        select = net.selector.select
-        ready = self._spinner.wait(select, wait) if self._sched.running_total else select(wait)
+        poller = net.poller
+        ready = self._spinner.wait(poller.wait, wait, poller.ready) if self._sched.running_total else poller.wait(wait)
         now = time.monotonic()
-        for key, mask in ready:
-            peer = key.data
+        for peer, mask in ready:
             if peer is LISTENER:
                 net.accept(now)
             elif peer is WAKE:
@@ -126,16 +125,17 @@ class Engine:
             elif peer.handshaking:
                 net.tls_handshake(peer)
             else:
-                if mask & selectors.EVENT_READ and net.receive(peer):
+                if mask & READABLE and net.receive(peer):
                     if peer.session.state is not MasterState.PROVING:  # unproven peers get one timeout in all
                         peer.last_heard = now
                     self._handle_events(peer, now)
-                if mask & selectors.EVENT_WRITE and peer.sock is not None:
+                if mask & WRITABLE and peer.sock is not None:
                     net.send(peer)
         self._dispatch(now)
         if now >= self._next_tick:
             self._tick(now)
-        self._outcomes.commit()  # durable before the master algorithm sees the results
+        if self._outcomes.journaled:
+            self._outcomes.commit()  # durable before the master algorithm sees the results
         self._facts.flush()
 
     def wake(self) -> None:
@@ -152,9 +152,15 @@ class Engine:
         """Act on every complete message the peer sent; a protocol violation drops it."""
         session = peer.session
         try:
-            while peer.sock is not None and (event := session.next_event()) is not None:
-                if type(event) is Results:  # the hot path first, and without an isinstance chain
-                    self._take_results(peer, event, now)
+            while session.inbox and peer.sock is not None and (event := session.next_event()) is not None:
+                if type(event) is Results:  # the hot path first, inline, without an isinstance chain
+                    sid, items = peer.sid, event.items
+                    assert sid is not None  # a session lets Results through once Welcome gave the slave its id
+                    peer.results_in += len(items)
+                    if self._facts.results_received is not None and items:  # a message of output alone has none
+                        self._facts.results_received(sid, len(items))
+                    for hole in self._outcomes.take(sid, items, event.outputs, now):
+                        self._expel(hole)
                 elif isinstance(event, HandshakeReply):
                     self._net.queue(peer, event.data)
                 elif isinstance(event, protocol.Hello):
@@ -205,15 +211,6 @@ class Engine:
                             kind.value, hello.condor_job or None)
         )  # fmt: skip
         self.tick_soon()
-
-    def _take_results(self, peer: Peer, msg: Results, now: float) -> None:
-        sid = peer.sid
-        assert sid is not None
-        peer.results_in += len(msg.items)
-        if self._facts.results_received is not None and msg.items:  # a message of task output alone has none
-            self._facts.results_received(sid, len(msg.items))
-        for hole in self._outcomes.take(sid, msg.items, msg.outputs, now):
-            self._expel(hole)
 
     def _take_back(self, peer: Peer, msg: protocol.Cancelled) -> None:
         sid = peer.sid
@@ -294,9 +291,10 @@ class Engine:
         sched = self._sched
         timeouts = timeouts_in(sched, batch) if sched.may_time_out else None  # nothing on the wire otherwise
         hold = self._outcomes.held_in(batch, sid) if self._outcomes.hold else None  # values to stay there
-        # noted in the journal before they leave
-        keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
-        peer.out += peer.session.send_tasks([(t.task_id, t.algorithm, t.payload) for t in batch], timeouts, keys, hold)
+        keys = None  # keyed tasks are noted in the journal before they leave
+        if self._outcomes.journaled:
+            keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
+        peer.out += peer.session.send_tasks(list(map(WIRE_ITEM, batch)), timeouts, keys, hold)
         peer.tasks_out += len(batch)
         if self._facts.tasks_dispatched is not None:
             self._facts.tasks_dispatched(sid, len(batch))
@@ -394,5 +392,5 @@ class Engine:
         net.close_all()
 
     def close(self) -> None:
-        """Stop listening and release the selector (connections must be closed already)."""
+        """Stop listening and release the poller (connections must be closed already)."""
         self._net.close_all()

@@ -10,6 +10,7 @@ used by two threads at once).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import socket
@@ -73,6 +74,9 @@ class Link:
         self._view = memoryview(self._buffer)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
+        self._look = functools.partial(self._poller.poll, 0)  # a spin's look: poll's own call, no wrapper of ours
+        #: Whether TLS may hold decrypted bytes the kernel does not know of (then poll does not report them).
+        self._tls = isinstance(sock, protocol.TLS_SOCKETS)
         self._spinner = Spinner(spin_us)
         self.lock = threading.Lock()
         self.last_send = time.monotonic()
@@ -85,11 +89,11 @@ class Link:
         The next task may be microseconds away: the spinner polls a moment before sleeping
         (mwpy/net/spin.py); poll returns at once if something is waiting, so there is no need to ask twice.
         """
-        return self._tls_pending() or bool(self._spinner.wait(self._poll, timeout))
+        return (self._tls and self._tls_pending()) or bool(self._spinner.wait(self._poll, timeout, self._look))
 
     def readable(self) -> bool:
         """Data waits to be read (TLS may hold decrypted bytes the kernel does not know of)."""
-        return self._tls_pending() or bool(self._poller.poll(0))
+        return (self._tls and self._tls_pending()) or bool(self._poller.poll(0))
 
     def receive(self) -> int | None:
         """Read what the kernel has into the session: bytes read, 0 when the link is lost, None if nothing was there.
@@ -112,7 +116,7 @@ class Link:
 
     def more(self, size: int) -> bool:
         """After a read of ``size`` bytes: more may wait (a short read of a plain socket took all the kernel had)."""
-        return (size == RECV_SIZE or isinstance(self.sock, protocol.TLS_SOCKETS)) and self.readable()
+        return (size == RECV_SIZE or self._tls) and self.readable()
 
     def send(self, message: protocol.Message) -> None:
         with self.lock:  # the session's sequence number and the socket are shared with the heartbeat thread

@@ -147,6 +147,8 @@ def _connect_and_serve(
         worker = _connect(endpoint, stale, options, audit, waited, leave_at=lifetime.leave_at if lifetime else 0.0,
                           held={} if outlive else None)  # fmt: skip
     except SlaveExit as exc:
+        if exc.code == ExitCode.UNREACHABLE:
+            exc = _finished_meanwhile(options, audit, chirp) or exc
         return _slave_exit(exc, audit, endpoint.member_id)
     except KeyboardInterrupt:  # Ctrl-C while still connecting: the same 130 as once connected
         audit(f'FINI INTERRUPTED (exit 130) "{endpoint.member_id}"')
@@ -193,6 +195,34 @@ def _outlive(
         worker.close()
     chirp.publish(*worker.pilot_state())
     return _fini(status, audit, member_id)
+
+
+def _finished_meanwhile(options: Options, audit: Audit, chirp: Chirp) -> SlaveExit | None:
+    """A master that refuses because the computation ended while this slave started: its exit 0 (a fresh look
+    at the resource file says so), not 3, which would have Condor start the job again for nothing."""
+    if options.resource_file is None:
+        return None
+    remote = submit_side_path(os.path.basename(options.resource_file))
+    if remote is not None:
+        chirp.fetch(remote, options.resource_file)  # a Condor job's file is a copy: the submit machine's, anew
+    from mwpy import resource_file  # noqa: PLC0415 (as in _endpoint)
+
+    try:
+        return _computation_over(resource_file.read(options.resource_file))
+    except ResourceFileError:
+        return None
+
+
+def _computation_over(record: resource_file.ResourceFile) -> SlaveExit | None:
+    """The exit 0 of a slave whose resource file says the computation is over (finished, or its master's job
+    removed), or None."""
+    if record.finished:
+        return SlaveExit(ExitCode.OK, "the resource file says the computation is finished")
+    if record.master_removed:
+        why = "the master's Condor job was removed (condor_rm): the computation has no master; leaving the queue"
+        print(f"{program_name()}: {why}", file=sys.stderr)  # exit 0 is quiet otherwise: say why the job ends
+        return SlaveExit(ExitCode.OK, why)
+    return None
 
 
 def _fini(status: int, audit: Audit, member_id: str) -> int:
@@ -353,12 +383,9 @@ def _endpoint(options: Options, audit: Audit) -> tuple[Endpoint, _Stale | None]:
             if not (missing and options.master_host and options.master_port):
                 raise SlaveExit(ExitCode.BAD_RESOURCE_FILE, str(exc)) from None
             audit(f"WARNING {exc}; using --mw-master-host and --mw-master-port")
-    if record is not None and record.finished:
-        raise SlaveExit(ExitCode.OK, "the resource file says the computation is finished")
-    if record is not None and record.master_removed:
-        why = "the master's Condor job was removed (condor_rm): the computation has no master; leaving the queue"
-        print(f"{program_name()}: {why}", file=sys.stderr)  # exit 0 is quiet otherwise: say why the job ends
-        raise SlaveExit(ExitCode.OK, why)
+    over = None if record is None else _computation_over(record)
+    if over is not None:
+        raise over
 
     def pick(field: str, from_file: Any) -> Any:
         given = getattr(options, field)

@@ -173,6 +173,7 @@ class MasterSession:
 
     __slots__ = (
         "state", "max_send", "_receives", "_secret", "_member_id", "_nonce", "_reader", "_channel", "_max_receive",
+        "receive_data", "inbox",
     )  # fmt: skip
 
     def __init__(
@@ -186,16 +187,15 @@ class MasterSession:
         self._member_id = member_id
         self._nonce = protocol.new_nonce() if nonce is None else nonce
         self._reader = FrameReader(protocol.MAX_HANDSHAKE_FRAME)
+        #: ``receive_data(data)``: bytes read from the slave; frames over the current size limit fail in
+        #: :meth:`next_event`. ``inbox``: what was received and not yet taken (empty: no event can be waiting).
+        self.receive_data, self.inbox = self._reader.feed, self._reader.buffer
         self._channel: Channel | None = None
         self._max_receive = max_receive
 
     def challenge(self) -> bytes:
         """The first frame of the connection (send it once the transport, e.g. TLS, is up)."""
         return protocol.challenge(self._nonce)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Bytes read from the slave; frames over the current size limit fail in :meth:`next_event`."""
-        self._reader.feed(data)
 
     def next_event(self) -> Event | None:
         """The next event, or ``None`` until more bytes arrive. Raises ProtocolError on any violation."""
@@ -292,6 +292,7 @@ class SlaveSession:
 
     __slots__ = (
         "state", "max_send", "_receives", "_secret", "_hello", "_nonce", "_master_nonce", "_reader", "_channel",
+        "receive_data", "inbox",
     )  # fmt: skip
 
     def __init__(self, secret: bytes, hello: Hello, *, nonce: bytes | None = None) -> None:
@@ -305,11 +306,9 @@ class SlaveSession:
         self._nonce = protocol.new_nonce() if nonce is None else nonce
         self._master_nonce = b""
         self._reader = FrameReader(protocol.MAX_HANDSHAKE_FRAME)
+        #: ``receive_data(data)``: bytes read from the master. ``inbox``: what was received and not yet taken.
+        self.receive_data, self.inbox = self._reader.feed, self._reader.buffer
         self._channel: Channel | None = None
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Bytes read from the master."""
-        self._reader.feed(data)
 
     def next_event(self) -> Event | None:
         """The next event, or ``None`` until more bytes arrive. Raises ProtocolError on any violation.

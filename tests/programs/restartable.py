@@ -2,9 +2,11 @@
 
 Master usage (after the ``--mw-*`` options, with ``--mw-journal``)::
 
-    COUNT FOLDER [UNKEYED]   run ``slow_square(i)`` for i < COUNT with key ``slow-i`` (the first UNKEYED,
+    COUNT FOLDER [UNKEYED [pending]]
+                             run ``slow_square(i)`` for i < COUNT with key ``slow-i`` (the first UNKEYED,
                              default 0, without a key); print {"i", "value", "journaled"} per result as it
-                             arrives, then {"sum": ...}
+                             arrives, then {"sum": ...}; with ``pending``, loop while ``mw.pending_tasks()``
+                             (the streaming idiom) instead of counting the results
 
 ``slow_square(i)`` leaves ``started-I-PID-RANDOM`` in FOLDER as it starts, waits until FOLDER/open (every
 task's gate) or FOLDER/open-I (its own) exists, runs a second more and leaves ``run-I-PID-RANDOM``: a test
@@ -52,10 +54,11 @@ def marks(folder: Path, kind: str) -> dict[int, int]:
 def main(mw: mwpy.Master, argv: list[str]) -> int:
     count, folder = int(argv[0]), argv[1]
     unkeyed = int(argv[2]) if len(argv) > 2 else 0
+    by_pending = argv[3:] == ["pending"]
     for i in range(count):
         slow_square.with_policy(tag=i, key=None if i < unkeyed else f"slow-{i}").submit(i, folder)
     total, left = 0, count
-    while left:
+    while mw.pending_tasks() if by_pending else left:
         mw.loop()
         for result in mw.results():
             if not result.ok:
