@@ -3,7 +3,8 @@
 Found only when the arguments fail to pickle (a future refuses to, :meth:`mwpy.futures.LightFuture.__reduce__`),
 so calls without futures pay nothing for this. The dependent's future is made at once and waits, pending and
 cancellable, while done-callbacks count its inputs down; the values are put in place and the call pickled in the
-thread the last input settled in (the engine's), then queued as any call. Values travel through the master.
+thread the last input settled in (the engine's), then queued as any call. Small values travel through the master;
+a large one stays on the slave that made it and the call carries its handle (mwpy/data/holding.py).
 """
 
 from __future__ import annotations

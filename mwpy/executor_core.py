@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from mwpy import backends, calls, dataflow, executor_setup
+from mwpy import backends, calls, dataflow, executor_setup, lineage
 from mwpy.errors import ConfigurationError, UsageError
 from mwpy.executor_early import (
     WORK_PREFIX,
@@ -383,10 +383,9 @@ class _Dependent:
             future._end(None, exc)
             return
         future._pending_inputs = False
-        held = [(found, given) for _, given in self._inputs if (found := cast(Future[Any], given).holder())]
-        prefer = max(held, key=lambda pair: pair[0])[0][1] if held else None  # its largest input: not moved
+        prefer, held = lineage.held_among(cast(Future[Any], given) for _, given in self._inputs)
         if held:  # what the event log reports once it ran, and how it is sent again if one is lost
-            future._held_inputs, future._again = tuple(cast(Future[Any], given) for _, given in held), self
+            future._held_inputs, future._again = held, self
         call = Call(future, self._name, payload, self._policy, self._label, prefer)
         self._service.hand_over(call, adopted=adopted)
 

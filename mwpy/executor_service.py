@@ -24,12 +24,12 @@ import attrs
 
 from mwpy import safe_files, safe_text
 from mwpy.core.entry import Entry
-from mwpy.data.service import FileServiceError, ValueNotFetchedError
-from mwpy.errors import MwpyError, SharedObjectError, SlavesFailError
-from mwpy.executor_lineage import MAX_RECOVERIES, Lineage
+from mwpy.data.service import ValueNotFetchedError
+from mwpy.errors import MwpyError, SlavesFailError
 from mwpy.executor_map import RAISED_AS_ITSELF, MapBatch, MapStream
 from mwpy.futures import LightFuture
 from mwpy.intake import Intake
+from mwpy.lineage import Lineage
 from mwpy.master import Master
 from mwpy.net.engine import TICK
 from mwpy.observe.audit import Audit
@@ -67,13 +67,13 @@ class Future(LightFuture[R]):
         "_label": ("mwpy.executor_core",),
         "_pending_inputs": ("mwpy.executor_core",),
         "_service": ("mwpy.executor_core",),
-        "_end": ("mwpy.executor_core", "mwpy.executor_lineage"),
-        "_held_inputs": ("mwpy.executor_core", "mwpy.executor_lineage"),
-        "_again": ("mwpy.executor_core", "mwpy.executor_lineage"),
-        "_recoveries": ("mwpy.executor_lineage",),
-        "_holder": ("mwpy.executor_lineage",),
-        "_result": ("mwpy.executor_lineage",),
-        "_call": ("mwpy.executor_lineage",),
+        "_end": ("mwpy.executor_core", "mwpy.lineage"),
+        "_held_inputs": ("mwpy.executor_core", "mwpy.lineage"),
+        "_again": ("mwpy.executor_core", "mwpy.lineage"),
+        "_recoveries": ("mwpy.lineage",),
+        "_holder": ("mwpy.lineage",),
+        "_result": ("mwpy.lineage",),
+        "_call": ("mwpy.lineage",),
     }
     #: A task's ``SystemExit`` comes back as itself, as the standard executors give it.
     RAISED_AS_ITSELF = RAISED_AS_ITSELF
@@ -84,7 +84,7 @@ class Future(LightFuture[R]):
     #: The slave whose result settled it (read for a value that slave holds; ``master`` once relayed there).
     _holder = ""
     #: Its call's (name, payload, policy), to make its value again if the slave that holds it loses it
-    #: (mwpy/executor_lineage.py); not the Call, which holds this future (a cycle keeps an executor alive).
+    #: (mwpy/lineage.py); not the Call, which holds this future (a cycle keeps an executor alive).
     _call: tuple[str, bytes, Policy] | None = None
     #: A dependent call's inputs whose values stay on their slaves, and how to send it again (set while it
     #: has some), and how often it was sent again because one could not be fetched.
@@ -233,7 +233,7 @@ class Service:
         #: are fetched before the slaves stop (result() after shutdown works, as with any executor).
         self.held_futures: weakref.WeakSet[Future[Any]] = weakref.WeakSet()
         #: What recovers a held value that could not be fetched (relayed, or made again).
-        self.lineage = Lineage(self, master._facts, self.intake.store)
+        self.lineage = Lineage(self, master._facts, self.intake.store, log)
         #: Notified when the engine's thread takes the queue: a map's caller waits on it to keep pace.
         self._taken = threading.Condition(self._lock)
         self._incoming: list[Call | MapBatch] = []  # guarded by _lock: the engine's thread takes it all at once
@@ -363,49 +363,23 @@ class Service:
 
     def fetch_held(self, future: Future[Any]) -> Any:
         """``future``'s value, which its slave holds: fetched from there (mwpy/data/shares.py) in the caller's
-        thread, and kept by the future from then on (one fetch, whoever asks again)."""
+        thread, one at a time, and kept by the future from then on (mwpy/lineage.py)."""
         with self._fetching:
             return self._fetch_held(future)
 
     def _fetch_held(self, future: Future[Any]) -> Any:
-        """:meth:`fetch_held`, under ``_fetching``."""
-        tries = 0
-        while type(future._result) is codec.Held:
-            held = future._result
-            if self._stopped.is_set():
-                raise SharedObjectError(
-                    f"{future._label}: its value stayed on slave {future._holder}, which stopped with the "
-                    "executor (it went to another call as an argument): call result() before shutdown"
-                )
-            try:
-                future._result = self.held_value(held)
-            except FileServiceError as exc:  # its holder is gone or out of reach: relayed, or made again
-                log.info("%s: its value cannot be fetched from slave %s (%s)", future._label, future._holder, exc)
-                tries += 1
-                if tries > MAX_RECOVERIES or threading.current_thread() is self._thread:
-                    raise
-                self._repaired(future)
-                continue
-            log.info("%s: its value (%d bytes) fetched from %s", future._label, held.handle.size, future._holder)
-        return future._result
+        """:meth:`fetch_held`, under ``_fetching``: the engine's thread cannot wait for a repair (it makes it)."""
+        wait = None if threading.current_thread() is self._thread else threading.Event.wait
+        return self.lineage.fetched(future, self.intake.store.held, wait, self._gone)
 
-    def _repaired(self, future: Future[Any]) -> None:
-        """Wait until ``future``'s held value is relayed or made again (mwpy/executor_lineage.py); raise what
-        stopped that."""
-        back: list[BaseException | None] = []
-        done = threading.Event()
-
-        def then(error: BaseException | None) -> None:
-            back.append(error)
-            done.set()
-
-        self.lineage.repair(future, then)
-        done.wait()
-        if back[0] is not None:
-            raise back[0]
+    def _gone(self) -> str | None:
+        """Why a held value can no longer be fetched: the executor's slaves stopped."""
+        if not self._stopped.is_set():
+            return None
+        return "stopped with the executor (it went to another call as an argument): call result() before shutdown"
 
     def new_future(self, label: str) -> Future[Any]:
-        """A future of mwpy's own call (mwpy/executor_lineage.py), labelled."""
+        """A future of mwpy's own call (mwpy/lineage.py), labelled."""
         future: Future[Any] = Future(self)
         future._label = label
         return future

@@ -13,12 +13,15 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar, cast
 
-from mwpy import dataflow
+from mwpy import dataflow, lineage
 from mwpy.core.entry import Entry
+from mwpy.data.service import ValueNotFetchedError
 from mwpy.errors import UsageError
+from mwpy.held_tasks import Holding
 from mwpy.task_records import Policy, Result, task_exception, unrunnable_error
+from mwpy.wire import codec
 
 if TYPE_CHECKING:
     from mwpy.intake import Intake
@@ -38,6 +41,8 @@ class TaskAlgorithm(Protocol):
 
 
 _CANCELLED = (CANCELLED, CANCELLED_AND_NOTIFIED)
+#: The failure of a task whose slave could not fetch an input that another slave holds.
+LOST: Final = ValueNotFetchedError.__qualname__
 #: Held while a LightFuture's condition is made, and while its settler checks that none exists yet.
 _MAKING = threading.Lock()
 
@@ -177,8 +182,29 @@ class TaskFuture(LightFuture[R]):
     API is unchanged, and the future is a second view of the same result.
     """
 
+    #: What a future whose value stays on its slave shares with mwpy/held_tasks.py and mwpy/lineage.py (as an
+    #: Executor's future does): the slave that holds it, its call (to make it again), a dependent's held inputs.
+    _SHARED_WITH: ClassVar = {
+        "_holder": ("mwpy.held_tasks", "mwpy.lineage"),
+        "_call": ("mwpy.held_tasks", "mwpy.lineage"),
+        "_result": ("mwpy.lineage",),
+        "_label": ("mwpy.lineage",),
+        "_end": ("mwpy.lineage",),
+        "_held_inputs": ("mwpy.lineage",),
+        "_again": ("mwpy.lineage",),
+        "_recoveries": ("mwpy.lineage",),
+    }
     #: Its task's name (set by ``submit()``), for the message of a dependent task whose input this future failed.
     label = ""
+    #: Set only for a task whose value is to stay on its slave (mwpy/held_tasks.py), as it leaves: that slave
+    #: (``master`` once relayed there), and its call, to make its value again if that slave loses it.
+    _holder = ""
+    _call: tuple[str, bytes, Policy] | None = None
+    #: A dependent task's inputs whose values stay on their slaves, and how to queue it again (while it has
+    #: some), and how often it was queued again because one could not be fetched (mwpy/lineage.py).
+    _held_inputs: tuple[TaskFuture[Any], ...] = ()
+    _again: Callable[[], None] | None = None
+    _recoveries = 0
 
     def __init__(self, task_id: int, intake: Intake) -> None:  # no super().__init__(): LightFuture's does nothing
         self.task_id = task_id
@@ -188,10 +214,39 @@ class TaskFuture(LightFuture[R]):
         return f"<TaskFuture task {self.task_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
 
     def result(self, timeout: float | None = None) -> R:
-        """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``)."""
-        if self._state != FINISHED:
-            self._intake.wait_for(self, self.task_id, timeout)
-        return super().result(timeout)
+        """The task's value, raising its exception as itself (the slave's traceback is the ``__cause__``); one
+        its slave holds (another task's input) is fetched from there now, once (mwpy/held_tasks.py)."""
+        if self._state == FINISHED and self._exception is None:  # the hot path, without super()'s call
+            value: Any = self._result
+        else:
+            if self._state != FINISHED:
+                self._intake.wait_for(self, self.task_id, timeout)
+            value = super().result(timeout)
+        if type(value) is codec.Held:
+            return _holding(self._intake).fetch(self)  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def _label(self) -> str:
+        return self.label
+
+    def as_argument(self) -> Any:
+        """Its value as a dependent task's argument (it is done): a held value's handle, so the value stays on
+        its slave and the dependent's slave takes it from there (mwpy/data/holding.py)."""
+        value: Any = LightFuture.result(self)
+        return value.handle if type(value) is codec.Held else value
+
+    def holder(self) -> tuple[int, str] | None:
+        """(size, slave) of a held value, for running a dependent task where it is; None if not held."""
+        value = self._result
+        return (value.handle.size, self._holder) if type(value) is codec.Held else None
+
+    def leaves_holding(self, entry: Entry, sid: str) -> None:
+        """Its task leaves for ``sid``, told to keep its value there if large (Outcomes.held_in)."""
+        self._holder, self._call = sid, (entry.algorithm, entry.payload, entry.policy)
+
+    def _end(self, value: Any, exception: BaseException | None) -> None:
+        self._finish(value, exception)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The task's exception as itself, or None; waits like :meth:`result`."""
@@ -269,22 +324,28 @@ def _submit_after(
     never runs, so its future alone tells (no result of it reaches ``mw.results()``)."""
     args, kwargs = call
     algorithm.check_arguments(args, kwargs)  # a wrong call fails here, not once its inputs are done
-    for where, given in inputs:
-        if not isinstance(given, TaskFuture) or given._intake is not intake:
-            raise UsageError(f"{where} is not a future of this master's submit(): pass its result() instead")
-    future: TaskFuture[Any] = TaskFuture(intake.new_id(), intake)
+    _refuse_foreign(intake, inputs)
+    future: DependentFuture[Any] = DependentFuture(intake.new_id(), intake)
     future.label = algorithm.name
+    value = TaskFuture.as_argument
 
     def ready() -> None:
         if future.done():  # cancelled meanwhile
             return
         try:
-            values = dataflow.with_values(args), {key: dataflow.with_values(v) for key, v in kwargs.items()}
+            values = (
+                dataflow.with_values(args, value),
+                {key: dataflow.with_values(v, value) for key, v in kwargs.items()},
+            )
             payload = algorithm.encode(*values, intake.max_frame, intake.store)
         except Exception as exc:
             future._finish(None, exc)
             return
-        intake.enqueue(Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key))
+        entry = Entry(future.task_id, algorithm.name, payload, policy, future, tag=policy.tag, key=policy.key)
+        entry.prefer, held = lineage.held_among(cast(TaskFuture[Any], given) for _, given in inputs)
+        if held:  # what the event log reports once it ran, and how it is queued again if one is lost
+            future._held_inputs, future._again = held, ready
+        intake.enqueue(entry)
 
     def cancelled() -> None:
         if future.cancel():
@@ -297,3 +358,43 @@ def _submit_after(
         inputs, label_of, ready=ready, failed=lambda exc: future._finish(None, exc), cancelled=cancelled
     ).watch()
     return future
+
+
+def _refuse_foreign(intake: Intake, inputs: list[tuple[str, concurrent.futures.Future[Any]]]) -> None:
+    """Refuse futures that are not this master's; then each input's value may stay on its slave (held_tasks.py)."""
+    for where, given in inputs:
+        if not isinstance(given, TaskFuture) or given._intake is not intake:
+            raise UsageError(f"{where} is not a future of this master's submit(): pass its result() instead")
+    holding = _holding(intake)
+    for _, given in inputs:
+        holding.watch(cast(TaskFuture[Any], given))
+
+
+class DependentFuture(TaskFuture[R]):
+    """A task's future that took futures as arguments: if its slave could not fetch an input another slave holds,
+    it does not settle but is queued again once that input is relayed or made again (mwpy/lineage.py), and the
+    event log says which way each held input reached it. Its own class: other tasks pay nothing for this."""
+
+    def settle(self, result: Result) -> bool:
+        if self._held_inputs and self._state not in _CANCELLED:
+            recovery = _holding(self._intake).lineage
+            error = result.error
+            if error is not None and error.type == LOST and recovery.recover(self):
+                return False  # its input is relayed or made again, then it is queued again
+            if error is None:
+                recovery.used(self, result.slave_id)
+            self._held_inputs, self._again = (), None  # _again holds this future: no cycle left behind
+        return super().settle(result)
+
+
+class OwnFuture(TaskFuture[Any]):
+    """The future of mwpy's own task (a relay, a producer made again): it never reaches ``mw.results()``."""
+
+    def settle(self, result: Result) -> bool:
+        super().settle(result)
+        return False
+
+
+def _holding(intake: Intake) -> Holding:
+    """The master's books of values that stay on their slaves (mwpy/held_tasks.py)."""
+    return intake.holding(OwnFuture)

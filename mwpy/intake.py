@@ -17,13 +17,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from mwpy.core import facts
 from mwpy.core.entry import Entry, Listener
 from mwpy.core.outcomes import Outcomes
 from mwpy.core.scheduler import Scheduler
 from mwpy.data.shares import SharedObjects
 from mwpy.errors import ComputationFinishedError
+from mwpy.held_tasks import Holding, Watched
 from mwpy.net.engine import TICK, Engine
-from mwpy.task_records import Policy
+from mwpy.task_records import Policy, Result
 
 L = TypeVar("L", bound=Listener)
 
@@ -37,6 +39,7 @@ class Intake:
         engine: Engine,
         outcomes: Outcomes,
         shares: SharedObjects,
+        report: facts.Facts,
         *,
         max_frame: int,
         timed: bool,
@@ -44,6 +47,10 @@ class Intake:
         self._sched = sched
         self._engine = engine
         self._outcomes = outcomes
+        self._facts = report
+        #: The books of values that stay on their slaves (mwpy/held_tasks.py): made with the first task that
+        #: takes futures as arguments.
+        self._holding: Holding | None = None
         #: The largest arguments a frame carries (``--mw-max-write-buffer-size``).
         self.max_frame = max_frame
         #: The master's file service, for ``TaskAlgorithm.encode``: ``mwpy.File`` arguments, arguments too large.
@@ -117,6 +124,18 @@ class Intake:
             self._engine.cancel(sid, ids)
             asked += ids
         return asked
+
+    def holding(self, own: Callable[[int, Intake], Watched]) -> Holding:
+        """The books of values that stay on their slaves (mwpy/held_tasks.py), made on first use; ``own``
+        makes the futures of mwpy's own tasks (the futures' module knows them, the intake does not)."""
+        if self._holding is None:
+            self._holding = Holding(self, self._outcomes.hold, self._facts, own)
+        return self._holding
+
+    def results(self) -> list[Result]:
+        """``mw.results()``: what arrived since the last call, each value that stayed on its slave fetched now."""
+        results, self._outcomes.results = self._outcomes.results, []
+        return results if self._holding is None else self._holding.drained(results)
 
     def count_submitted_as_total(self) -> None:
         """Without a declared total, the total is every task submitted so far (for an Executor, which has no

@@ -105,7 +105,7 @@ class Master:
             self.bind = self._engine.bind
             self._shared = SharedObjects(options, secret, self.host, self.bind)
             self._engine.store = self._shared.address  # slaves are told it: their large results go there
-            self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared,
+            self._intake = Intake(self._sched, self._engine, self._outcomes, self._shared, self._facts,
                                   max_frame=options.max_write_buffer_size, timed=self._observers.timed)  # fmt: skip
             #: ``submit()`` (mwpy/task.py): arguments checked and pickled, a future; a partial (no frame per task).
             self._submit = functools.partial(submit_task, self._intake)
@@ -184,9 +184,9 @@ class Master:
     # ------------------------------------------------------------------ what the algorithm drains
 
     def results(self) -> list[Result]:
-        """All results that arrived since the last call (CL-MW's get-results)."""
-        results, self._outcomes.results = self._outcomes.results, []
-        return results
+        """All results that arrived since the last call (CL-MW's get-results); a value that stayed on its slave
+        (another task's input: mwpy/held_tasks.py) is fetched from there now."""
+        return self._intake.results()
 
     def unrunnable_tasks(self) -> list[Task]:
         """Tasks whose policy made them unrunnable since the last call."""

@@ -265,6 +265,7 @@ class Slave:
         queued = [item[0] for item in self._queue]
         self._queue.clear()
         self._runner.timeouts.clear()
+        self._runner.holds.clear()
         self._audit(f"{label}: leaving; {len(queued)} queued tasks handed back to the master")
         self._link.send(protocol.HandBack(queued, why))
         self._heartbeats.stop()
@@ -426,6 +427,8 @@ class Slave:
             self._queue.extend(msg.items)
             if msg.timeouts:
                 self._runner.timeouts.update(msg.timeouts)
+            if msg.hold:
+                self._runner.holds.update(msg.hold)
             if msg.keys:
                 self._keyed = True
                 algorithms = {item[0]: item[1] for item in msg.items}
@@ -452,6 +455,7 @@ class Slave:
         self._queue = deque(kept)
         for task_id in dropped:
             self._runner.timeouts.pop(task_id, None)
+            self._runner.holds.discard(task_id)
         self._audit(f"MASTER -> CANCEL {len(task_ids)} tasks ({len(dropped)} dropped unstarted)")
         self._link.send(protocol.Cancelled(dropped))
 

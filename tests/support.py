@@ -94,6 +94,19 @@ def run_local(program: Path, *args: str, slaves: int = 2, timeout: float = 120) 
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def used_beside_its_holder(parked: Path, producer: str, dependent: Any, blockers: list[Any]) -> int:
+    """Both slaves parked (``park`` tasks in ``parked``, tests/programs), the producer's among them: let the other
+    go, so that it runs ``dependent`` (a future of ``where``, the large value's user), then the producer. Checks
+    that ``dependent`` ran on the other slave with the producer's value; returns the value's size."""
+    other = next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
+    (parked / f"{other}.go").touch()
+    ran_on, made_on, size = dependent.result(timeout=120)
+    assert (str(ran_on), str(made_on)) == (other, producer)
+    (parked / f"{producer}.go").touch()
+    assert sorted(str(b.result(timeout=60)) for b in blockers) == sorted([producer, other])
+    return int(size)
+
+
 @attrs.define
 class Computation:
     """A master process started by a test, and the slaves the test starts for it."""

@@ -23,7 +23,7 @@ from mwpy.data import client
 from mwpy.errors import UsageError
 from mwpy.observe import events as ev
 from tests.programs import dataflow_work as work
-from tests.support import ROOT, run_local, wait_until
+from tests.support import ROOT, run_local, used_beside_its_holder, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -198,12 +198,7 @@ def test_a_dependent_elsewhere_fetches_the_large_value_from_its_holder_once(tmp_
         wait_until(lambda: len(list(parked.glob("*.parked"))) == 2, 60, "both slaves parked")
         producer = pid_file.read_text(encoding="utf-8")
         dependent = ex.submit(work.where, made)
-        other = next(p.stem for p in parked.glob("*.parked") if p.stem != producer)
-        (parked / f"{other}.go").touch()
-        ran_on, made_on, size = dependent.result(timeout=120)
-        assert (str(ran_on), str(made_on), size) == (other, producer, LARGE)
-        (parked / f"{producer}.go").touch()
-        assert sorted(str(b.result(timeout=60)) for b in blockers) == sorted([producer, other])
+        assert used_beside_its_holder(parked, producer, dependent, blockers) == LARGE
         moved = ex.file_counters()
         assert (moved["bytes_sent"], moved["bytes_received"], moved["held_bytes"]) == (0, 0, 0)
         fetched = wait_until(lambda: [c for c in _caches(events).values() if c.misses], 60, "the consumer's fetch")

@@ -53,8 +53,8 @@ def spec_tag(key: bytes, data: bytes) -> bytes:
 
 def test_the_handshake_proofs_and_keys_follow_the_documented_format() -> None:
     """HMAC-SHA256 of the secret over a label and both nonces; a peer of another build must agree."""
-    assert protocol.challenge(MASTER_NONCE) == struct.pack("!I", 37) + b"MWPY\x0b" + MASTER_NONCE
-    assert protocol.parse_challenge(b"MWPY\x0b" + MASTER_NONCE) == MASTER_NONCE
+    assert protocol.challenge(MASTER_NONCE) == struct.pack("!I", 37) + b"MWPY\x0c" + MASTER_NONCE
+    assert protocol.parse_challenge(b"MWPY\x0c" + MASTER_NONCE) == MASTER_NONCE
     nonces = MASTER_NONCE + SLAVE_NONCE
     assert protocol.slave_proof(SECRET, MASTER_NONCE, SLAVE_NONCE) == spec_mac(SECRET, b"mwpy slave proof" + nonces)
     assert protocol.master_proof(SECRET, MASTER_NONCE, SLAVE_NONCE) == spec_mac(SECRET, b"mwpy master proof" + nonces)
@@ -107,12 +107,12 @@ def test_every_message_record_travels_as_itself() -> None:
 
 
 def test_a_challenge_from_something_else_is_refused_with_its_reason() -> None:
-    good = b"MWPY\x0b" + MASTER_NONCE
+    good = b"MWPY\x0c" + MASTER_NONCE
     for bad in (b"HTTP\x0a" + MASTER_NONCE, good[:-1], good + b"x"):
         with pytest.raises(ProtocolError, match=r"^the peer is not an mwpy master$"):
             protocol.parse_challenge(bad)
-    with pytest.raises(ProtocolError, match=r"^master speaks protocol 12, this slave speaks 11$"):
-        protocol.parse_challenge(b"MWPY\x0c" + MASTER_NONCE)
+    with pytest.raises(ProtocolError, match=r"^master speaks protocol 13, this slave speaks 12$"):
+        protocol.parse_challenge(b"MWPY\x0d" + MASTER_NONCE)
 
 
 def test_frames_at_the_size_limit_pass_and_one_byte_more_is_refused() -> None:

@@ -182,6 +182,9 @@ def test_timeouts_and_outputs_travel_only_when_present() -> None:
     assert plain.timeouts == {}
     [timed] = events(slave, master.send_tasks(items, {1: 2.5}))
     assert timed.timeouts == {1: 2.5}
+    assert plain.hold == timed.hold == []  # no value stays on the slave unless the master names its task
+    [held] = events(slave, master.send_tasks(items, None, None, [1]))
+    assert (held.timeouts, held.keys, held.hold) == ({}, {}, [1])
     result = [(1, True, codec.encode_value(1), 0.1)]
     [printed] = events(master, slave.send_results(result, {1: ("out", "err")}))
     assert printed.outputs == {1: ("out", "err")}

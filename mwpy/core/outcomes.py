@@ -172,6 +172,9 @@ class Outcomes:
         self.results: list[Result] = []
         #: Where results a slave stored on the master's file service are taken from (set with that service).
         self.received: codec.Received | None = None
+        #: Tasks whose large values are to stay on the slave that runs them (their futures are other tasks'
+        #: inputs: mwpy/held_tasks.py), by id, each told which slave it leaves for; empty without those.
+        self.hold: dict[int, Callable[[Entry, str], None]] = {}
         #: Runs measured (results from slaves, answers and failures) and their seconds: the demand model's input.
         self.runs, self.run_seconds = 0, 0.0
         #: With a journal: what its predecessor had out, and what slaves that outlived it hand over
@@ -292,6 +295,15 @@ class Outcomes:
         if keys:
             self._journal.dispatched([(key, *whom, job, now) for key in keys.values()])
         return keys or None
+
+    def held_in(self, batch: list[Entry], sid: str) -> list[int] | None:
+        """The tasks of ``batch``, leaving for ``sid``, whose large values are to stay there (:attr:`hold`; never
+        one with a journal key: the journal keeps values), each told so; or None. What their Tasks frame names."""
+        hold = self.hold
+        held = [t for t in batch if t.task_id in hold and t.key is None]
+        for task in held:
+            hold[task.task_id](task, sid)
+        return [task.task_id for task in held] or None
 
     def connected(self, whom: tuple[str, int], job: str) -> None:
         """A slave connected (``whom``: its host and pid; ``job``: its Condor job or ""): a slave of the previous

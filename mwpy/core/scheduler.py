@@ -116,6 +116,11 @@ def _left_to_holder(task: Entry, sid: str, slots: Mapping[str, _Slot], now: floa
     return now < task.prefer_until
 
 
+def timeouts_in(sched: Scheduler, batch: list[Entry]) -> dict[int, float]:
+    """The timeouts of the tasks of ``batch`` that have one, by id (what their Tasks frame carries)."""
+    return {t.task_id: timeout for t in batch if (timeout := sched.timeout_of(t)) is not None}
+
+
 class Scheduler:
     """Entry queues, slaves in their groups (counted in mwpy/core/groups.py) and target numbers of one master (the
     task board reads them in place)."""

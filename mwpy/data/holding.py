@@ -1,8 +1,10 @@
 """A slave's large values that stay where they were made: kept in its cache, served to its peers by hash.
 
 An Executor's call whose value pickles to more than
-:data:`~mwpy.wire.codec.SPILL_ABOVE` bytes leaves it here
-(:func:`~mwpy.wire.codec.encode_result` with ``hold``): the file, in the
+:data:`~mwpy.wire.codec.SPILL_ABOVE` bytes leaves it here, and so does a
+master algorithm's task that its Tasks frame names (its future is another
+task's argument: mwpy/held_tasks.py) (:func:`~mwpy.wire.codec.encode_result`
+with ``hold``): the file, in the
 shared-object format, joins the slave's :class:`~mwpy.data.cache.SlaveCache`
 under its SHA-256 (bounded by ``--mw-cache-size`` like everything else there)
 and this slave's own :class:`~mwpy.data.server.FileServer` offers it to any
@@ -10,7 +12,7 @@ process that proves the computation's secret. The master records only the
 handle (hash, size, this service's address). A task run here later that takes
 the value as an argument finds it in the cache (no transfer); another slave
 fetches it from here; a value evicted from the cache is withdrawn (who needs
-it again runs its producer again, mwpy/executor_service.py).
+it again runs its producer again, mwpy/lineage.py).
 
 With TLS (``--mw-tls-cert``) a slave has no certificate of its own to serve
 with, so it holds nothing and its large values go to the master as before.

@@ -42,7 +42,7 @@ class FileServiceError(MwpyError):
 
 class ValueNotFetchedError(FileServiceError):
     """A value another process holds could not be fetched from it (unreachable, gone, or no longer held): a
-    task's argument, so its master relays the value or makes it again (mwpy/executor_lineage.py)."""
+    task's argument, so its master relays the value or makes it again (mwpy/lineage.py)."""
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:

@@ -30,7 +30,7 @@ from mwpy.core.entry import WIRE_ITEM, Death, Entry
 from mwpy.core.facts import Cause, Facts
 from mwpy.core.memory import MemoryLearning
 from mwpy.core.outcomes import Outcomes
-from mwpy.core.scheduler import Scheduler
+from mwpy.core.scheduler import Scheduler, timeouts_in
 from mwpy.errors import ProtocolError
 from mwpy.lifetime import PLANNED_LEAVE
 from mwpy.matching import Offer
@@ -289,13 +289,12 @@ class Engine:
     def _send_batch(self, peer: Peer, sid: str, batch: list[Entry]) -> None:
         """Queue one Tasks frame carrying ``batch`` (which fits in it)."""
         sched = self._sched
-        timeouts = None
-        if sched.may_time_out:  # only tasks that have a timeout carry one (nothing on the wire otherwise)
-            timeouts = {t.task_id: timeout for t in batch if (timeout := sched.timeout_of(t)) is not None}
+        timeouts = timeouts_in(sched, batch) if sched.may_time_out else None  # nothing on the wire otherwise
+        hold = self._outcomes.held_in(batch, sid) if self._outcomes.hold else None  # values to stay there
         keys = None  # keyed tasks are noted in the journal before they leave
         if self._outcomes.journaled:
             keys = self._outcomes.dispatched(self._whom[sid], self._jobs.get(sid, ""), batch, time.time())
-        peer.out += peer.session.send_tasks(list(map(WIRE_ITEM, batch)), timeouts, keys)
+        peer.out += peer.session.send_tasks(list(map(WIRE_ITEM, batch)), timeouts, keys, hold)
         peer.tasks_out += len(batch)
         if self._facts.tasks_dispatched is not None:
             self._facts.tasks_dispatched(sid, len(batch))

@@ -38,7 +38,8 @@ LIVE_WAIT = 0.02
 #: Characters of a stream in one frame of output (fewer if the master's frames are small).
 CHUNK = 256 * 1024
 
-#: The algorithms whose large values stay on the slave (an Executor's calls: their futures fetch on demand).
+#: The algorithms whose large values stay on the slave (an Executor's calls: their futures fetch on demand); a
+#: master algorithm's tasks stay there when the master says so (``Tasks.hold``: their futures are arguments).
 HELD: Final = frozenset({names.CALL, names.CALL_FUNCTION})
 
 #: Seconds a task past its timeout has to stop after its TaskTimeoutError before the slave exits (status 8).
@@ -191,6 +192,8 @@ class Runner:
         self.outputs: dict[int, tuple[str, str]] = {}
         #: Task id -> seconds, for queued tasks that have a timeout.
         self.timeouts: dict[int, float] = {}
+        #: Queued tasks whose value, if large, stays here (the master said so: their futures are arguments).
+        self.holds: set[int] = set()
         #: A task's own code runs now: the soft-kill signal interrupts it.
         self.in_task = False
         self._timing: tuple[int, float] | None = None  # (task id, timeout) of the running task, if it has one
@@ -203,12 +206,15 @@ class Runner:
         task_id = item[0]
         if item[1] == names.RELAY:
             return self._relay(task_id, item[2])
+        hold = task_id in self.holds if self.holds else False
+        if hold:
+            self.holds.discard(task_id)
         timeout = self.timeouts.pop(task_id, None) if self.timeouts else None
         if timeout is None:
-            return self._call(item)
+            return self._call(item, hold)
         self._arm(task_id, timeout)
         try:
-            return self._call(item)
+            return self._call(item, hold)
         finally:
             self._disarm()
 
@@ -217,7 +223,7 @@ class Runner:
         self._stop.set()
         self._printer.stop()
 
-    def _call(self, item: TaskItem) -> ResultItem:
+    def _call(self, item: TaskItem, hold: bool) -> ResultItem:
         task_id, name, blob = item
         started = time.perf_counter()
         try:
@@ -239,7 +245,7 @@ class Runner:
                 if left is not None:
                     self.outputs[task_id] = left
             elapsed = time.perf_counter() - started
-            out = codec.encode_result(value, self._store, self.data, hold=name in HELD)
+            out = codec.encode_result(value, self._store, self.data, hold=hold or name in HELD)
         except (Exception, SystemExit) as exc:
             elapsed = time.perf_counter() - started
             return (task_id, False, codec.encode_error(exc), elapsed)

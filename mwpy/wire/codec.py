@@ -475,9 +475,9 @@ def encode_value(value: Any) -> bytes:
 def encode_result(value: Any, address: tuple[str, int], plane: DataPlane | None = None, *, hold: bool = False) -> bytes:
     """:func:`encode_value` on a slave whose master's file service is at ``address``: each :class:`File` in the
     value is sent there through ``plane`` (by hash), and so is a value above :data:`SPILL_ABOVE` bytes
-    pickled, the frame then carrying only its hash; with ``hold`` (an Executor's call) such a value stays on
-    this slave (``plane.hold``) and the frame carries its :class:`Held` reference. A value with neither costs
-    what :func:`encode_value` costs."""
+    pickled, the frame then carrying only its hash; with ``hold`` (an Executor's call; a master algorithm's
+    task whose future is an argument) such a value stays on this slave (``plane.hold``) and the frame carries
+    its :class:`Held` reference. A value with neither costs what :func:`encode_value` costs."""
     try:
         out = pickle.dumps(value, PICKLE_PROTOCOL)  # encode_value's, without its call
     except SharedObjectError:  # a File in the value (it refuses to pickle outside this): send it

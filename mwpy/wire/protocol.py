@@ -54,7 +54,9 @@ if TYPE_CHECKING:  # loaded with the first TLS context (below): a run without TL
 #:     requirements against it (mwpy/matching.py) instead of comparing them with the slave's as text.
 #: 11: Tasks carries the keys of keyed tasks; Handover (a slave that outlived its master hands the results it
 #:     held to the restarted master, by key: docs/reliability.md "A master restart").
-PROTOCOL_VERSION = 11
+#: 12: Tasks names the tasks whose large values stay on the slave (a master algorithm's futures that are other
+#:     tasks' arguments; an Executor's calls stay there by their algorithm).
+PROTOCOL_VERSION = 12
 #: Pickle protocol for every payload that crosses the wire.
 PICKLE_PROTOCOL = 5
 MAGIC = b"MWPY"
@@ -156,6 +158,8 @@ class Tasks:
     #: The journal key of each keyed task, by task id (absent when none has one): a slave that outlives its
     #: master hands the results of those tasks to the restarted master by key.
     keys: dict[int, str] = attrs.field(factory=dict)
+    #: The tasks whose value, if large, stays on this slave (mwpy/data/holding.py; absent when none does).
+    hold: list[int] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -505,10 +509,16 @@ _RESULTS_KIND = bytes([Results.kind])
 
 
 def tasks_body(
-    items: list[TaskItem], timeouts: dict[int, float] | None = None, keys: dict[int, str] | None = None
+    items: list[TaskItem],
+    timeouts: dict[int, float] | None = None,
+    keys: dict[int, str] | None = None,
+    hold: list[int] | None = None,
 ) -> bytes:
     """The body of a Tasks message, encoded directly (no record object on the hot path)."""
-    fields = (items, timeouts or {}, keys) if keys else (items, timeouts) if timeouts else (items,)
+    if hold:
+        fields: tuple[Any, ...] = (items, timeouts or {}, keys or {}, hold)
+    else:
+        fields = (items, timeouts or {}, keys) if keys else (items, timeouts) if timeouts else (items,)
     return _TASKS_KIND + pickle.dumps(fields, PICKLE_PROTOCOL)
 
 

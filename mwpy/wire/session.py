@@ -275,12 +275,13 @@ class MasterSession:
         items: list[protocol.TaskItem],
         timeouts: dict[int, float] | None = None,
         keys: dict[int, str] | None = None,
+        hold: list[int] | None = None,
     ) -> bytes:
         """A Tasks frame, encoded directly: the dispatch hot path (the caller packs items to fit ``max_send``)."""
         channel = self._channel
         if self.state is not MasterState.READY or channel is None:
             raise ProtocolError(f"the master cannot send Tasks while {self.state.value}")
-        return channel.seal_body(protocol.tasks_body(items, timeouts, keys))
+        return channel.seal_body(protocol.tasks_body(items, timeouts, keys, hold))
 
 
 class SlaveSession:

@@ -1,4 +1,5 @@
-"""What an Executor does when a large value that stayed on its slave cannot be had from there.
+"""What a master does when a large value that stayed on its slave cannot be had from there: an Executor's
+(mwpy/executor_service.py) and a master algorithm's (mwpy/held_tasks.py) alike.
 
 A dependent call whose slave cannot fetch its input from the holder (the
 holder's address unreachable or refused: execute points that accept no
@@ -11,9 +12,10 @@ streamed from disk, never read whole (:meth:`SharedObjects.offer_relayed`);
 the dependent is then sent again with that handle. If the holder cannot send
 it (it died, or its cache evicted the value), the producer runs again from its
 call (lineage, as dask and TaskVine do) and the dependent follows. The same
-happens when ``result()`` in the caller cannot fetch a held value. Each step
-is an event (``value-moved``: ``relayed``, ``recomputed``), and each use of a
-held value says which way it went (``local``, ``peer``, ``via-master``).
+happens when ``result()`` in the caller cannot fetch a held value
+(:meth:`Lineage.fetched`). Each step is an event (``value-moved``:
+``relayed``, ``recomputed``), and each use of a held value says which way it
+went (``local``, ``peer``, ``via-master``).
 
 One level deep: a producer run again whose own inputs were lost fails with
 that error, as any call does.
@@ -22,12 +24,14 @@ that error, as any call does.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
-from collections.abc import Callable
-from typing import Any, Final, Protocol, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from mwpy import names
 from mwpy.core import facts
+from mwpy.data.service import FileServiceError
 from mwpy.data.shares import SharedObjects
 from mwpy.errors import MwpyError, SharedObjectError
 from mwpy.task_records import DEFAULT_POLICY, Policy
@@ -41,16 +45,36 @@ MAX_RECOVERIES: Final = 3
 Then = Callable[[BaseException | None], None]
 
 
-class Future(Protocol):
-    """What this module reads and sets of an executor's future (mwpy/executor_service.py's, which it is)."""
+class Holds(Protocol):
+    """A future as :func:`held_among` reads it."""
 
-    _label: str
+    def holder(self) -> tuple[int, str] | None: ...
+
+
+H = TypeVar("H", bound=Holds)
+
+
+def held_among(inputs: Iterable[H]) -> tuple[str | None, tuple[H, ...]]:
+    """Where a dependent task should run, the slave that holds the largest of its inputs' held values (the
+    least to move), and the inputs whose values are held; (None, ()) when none is."""
+    held = [(found, given) for given in inputs if (found := given.holder()) is not None]
+    if not held:
+        return None, ()
+    return max(held, key=lambda pair: pair[0])[0][1], tuple(given for _, given in held)
+
+
+class Future(Protocol):
+    """What this module reads and sets of a future whose value may stay on its slave (an Executor's,
+    mwpy/executor_service.py; a master algorithm's, mwpy/futures.py)."""
+
     _holder: str
     _result: Any
     _call: Any
     _again: Callable[[], None] | None
     _recoveries: int
 
+    @property
+    def _label(self) -> str: ...
     @property
     def _held_inputs(self) -> tuple[Future, ...]: ...
     def holder(self) -> tuple[int, str] | None: ...
@@ -59,7 +83,8 @@ class Future(Protocol):
 
 
 class Service(Protocol):
-    """What this module asks of an executor's service: futures, and calls of mwpy's own."""
+    """What this module asks of the master's side: futures, and calls of mwpy's own (an Executor's service,
+    mwpy/executor_service.py; a master algorithm's intake, mwpy/held_tasks.py)."""
 
     def new_future(self, label: str) -> Any: ...
 
@@ -71,10 +96,11 @@ class Service(Protocol):
 class Lineage:
     """The relays and re-runs under way, each shared by every dependent (and caller) waiting on that value."""
 
-    def __init__(self, service: Service, report: facts.Facts, store: SharedObjects) -> None:
+    def __init__(self, service: Service, report: facts.Facts, store: SharedObjects, log: logging.Logger) -> None:
         self._service = service
         self._facts = report
         self._store = store
+        self._log = log
         self._lock = threading.Lock()
         self._repairs: dict[Future, list[Then]] = {}  # a lost input -> who waits for it
         #: Producers run again because their value was lost, and values relayed through the master.
@@ -89,6 +115,50 @@ class Lineage:
                 size, holder = found
                 way = "via-master" if holder == MASTER else "local" if holder == slave else "peer"
                 self._facts(facts.ValueMoved(given._label, size, holder, slave, way))
+
+    def fetched(
+        self,
+        future: Future,
+        fetch: Callable[[codec.Shared], Any],
+        wait: Callable[[threading.Event], object] | None,
+        gone: Callable[[], str | None],
+    ) -> Any:
+        """``future``'s value, which its slave holds: fetched by its handle (``fetch``) and kept by the future
+        from then on (one fetch, whoever asks again). One that cannot be fetched is relayed or made again
+        (:meth:`repair`), ``wait`` waiting for that (None: nobody can wait here, the error is raised), at most
+        :data:`MAX_RECOVERIES` times. ``gone()``: why the slaves are no more, once they stopped (nothing can be
+        fetched then)."""
+        tries = 0
+        while type(future._result) is codec.Held:
+            held = future._result
+            stopped = gone()
+            if stopped is not None:
+                raise SharedObjectError(f"{future._label}: its value stayed on slave {future._holder}, which {stopped}")
+            try:
+                future._result = fetch(held.handle)
+            except FileServiceError as exc:  # its holder is gone or out of reach: relayed, or made again
+                self._log.info("%s: its value cannot be fetched from slave %s (%s)", future._label, future._holder, exc)
+                tries += 1
+                if tries > MAX_RECOVERIES or wait is None:
+                    raise
+                self._repaired(future, wait)
+                continue
+            self._log.info("%s: its value (%d bytes) fetched from %s", future._label, held.handle.size, future._holder)
+        return future._result
+
+    def _repaired(self, future: Future, wait: Callable[[threading.Event], object]) -> None:
+        """Wait (``wait``) until ``future``'s held value is relayed or made again; raise what stopped that."""
+        back: list[BaseException | None] = []
+        done = threading.Event()
+
+        def then(error: BaseException | None) -> None:
+            back.append(error)
+            done.set()
+
+        self.repair(future, then)
+        wait(done)
+        if back[0] is not None:
+            raise back[0]
 
     def recover(self, dependent: Future) -> bool:
         """``dependent``'s slave could not fetch a held input: relay or re-make each, then send it again.
