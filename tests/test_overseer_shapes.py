@@ -59,6 +59,13 @@ class ShapedBackend(FakeBackend):
             self.shapes[job_id] = str(launch.shape)
             self.memory[job_id] = max(launch.memory or 0, launch.shape.memory if launch.shape else 0)
 
+    def hold_for_memory(self, shape: Resources | None) -> str:
+        """Hold the one job of ``shape`` for exceeding its memory request, as the schedd would; its id."""
+        (job_id,) = self.of(shape)
+        self.queue[job_id] = JobState.HELD
+        self.memory_held.add(job_id)
+        return job_id
+
     def of(self, shape: Resources | None) -> list[str]:
         key = None if shape is None else str(shape)
         return [job_id for job_id in self.queue if self.shapes.get(job_id) == key]
@@ -130,9 +137,7 @@ def test_a_memory_hold_raises_only_its_own_shape_s_request(rf: Path) -> None:
     backend = ShapedBackend()
     watcher = Overseer(rf, backend, Limits())
     watcher.reconcile()
-    (big,) = backend.of(BIG)
-    backend.queue[big] = JobState.HELD
-    backend.memory_held.add(big)
+    big = backend.hold_for_memory(BIG)
     backend.launches.clear()
     backend.submitted.clear()
     watcher.reconcile()
@@ -154,9 +159,7 @@ def test_a_connected_slave_s_job_held_for_memory_gets_no_plain_replacement_befor
     backend = ShapedBackend()
     watcher = Overseer(rf, backend, Limits())
     watcher.reconcile()
-    (plain,) = backend.of(None)
-    backend.queue[plain] = JobState.HELD
-    backend.memory_held.add(plain)
+    plain = backend.hold_for_memory(None)
     backend.memory[plain] = 64
     write_resource(rf, connected=1, learned_memory={}, condor_jobs_connected=[plain])
     decision = watcher.reconcile()
