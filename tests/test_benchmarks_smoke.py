@@ -444,3 +444,21 @@ def test_jobs_on_the_pool_set_mwpy_span_against_the_floor_of_the_same_round() ->
     # A run with more options for the master says so: its rounds are never merged with the default's.
     labelled = jobs_condor.span_table({**facts, "master_options": "--mw-slave-window 2"}, runs)
     assert "| mwpy `--mw-slave-window 2` |" in labelled
+
+
+def test_the_round_trip_is_split_into_stages_on_both_sides() -> None:
+    """``python -m benchmarks.stages`` runs the latency program with its stages marked and prints every stage of
+    the master's and the slave's part of a round trip (a method taken off the path fails it: its mark never comes)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.stages", "--round-trips", "300"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    stages = {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("  stage")}
+    assert {"submitted", "taken", "framed", "opened", "settled", "queued", "ran", "all"} <= stages
+    assert sum(line.startswith(("master (", "slave (")) for line in lines) == 2
