@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from mwpy import backends, calls, dataflow, executor_setup, lineage
+from mwpy import backends, calls, dataflow, executor_setup, lineage, safe_files
 from mwpy.errors import ConfigurationError, UsageError
 from mwpy.executor_early import (
     WORK_PREFIX,
@@ -50,8 +50,8 @@ R = TypeVar("R")
 
 #: What a future among a call's arguments is (a foreign one too, refused with a clear message).
 _FUTURE = concurrent.futures.Future
-#: Seconds at most before the overseer first looks at early slaves, if the master has not greeted them all
-#: before (they are running: it has nothing to start, and its look would compete with the greeting; one that
+#: Seconds at most before the overseer first looks at early slaves, if no first result came before (they are
+#: running: it has nothing to start, and its look would compete with the greeting and the first task; one that
 #: failed is restarted then).
 FIRST_LOOK_AFTER = 1.0
 #: Distinct large functions sent by value whose handles are kept (each was shared once).
@@ -118,8 +118,11 @@ class ExecutorCore:
             slaves = factory.create(str(work.resource_file), namespace)
             if early is not None:  # before the overseer's first look: it finds them running
                 executor_setup.adopt(slaves, early, work.resource_file)
+            # What a killed run left (kill -9 removes nothing) is swept by the overseer's thread, off the caller's
+            # path and the first result's.
             self._pool = SlavePool(work, slaves, max_workers, name=f"executor {member_id}", at_once=True,
-                                   first_look_after=0.0 if early is None else FIRST_LOOK_AFTER)  # fmt: skip
+                                   first_look_after=0.0 if early is None else FIRST_LOOK_AFTER,
+                                   before_first_look=safe_files.sweep_dead_runs)  # fmt: skip
             undo.pop_all()
         #: What the engine's thread and the futures share (never this core: see the class's docstring).
         self.service = Service(self._master, self._pool, audit, member_id)

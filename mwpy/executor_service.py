@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 
-from mwpy import safe_files, safe_text
+from mwpy import safe_text
 from mwpy.core.entry import Entry
 from mwpy.data.service import ValueNotFetchedError
 from mwpy.errors import MwpyError, SlavesFailError
@@ -417,7 +417,6 @@ class Service:
     def _serve(self) -> None:
         """Own the master: feed it submissions, run passes, finish when shut down and idle."""
         intake, looked = self.intake, False
-        safe_files.sweep_dead_runs()  # what a killed run left (kill -9 removes nothing), here, off the caller's path
         try:
             with self._master, contextlib.ExitStack() as leaving:
                 leaving.callback(self._stop_slaves_if_interrupted)  # a slave in a hung task would not hear the master
@@ -431,8 +430,11 @@ class Service:
                     if done and self._bring_held():
                         break
                     intake.step(TICK)
-                    if not looked and intake.slaves_greeted >= self._pool.slaves:
-                        looked = True  # the overseer's first look comes once they are greeted, not during it
+                    if not looked and intake.tasks_done:
+                        # The overseer's first look (it finds slaves that died before connecting) comes after the
+                        # first result, or its timer, whichever first: its thread, loading the overseer and reading
+                        # the back end's jobs, would hold the interpreter while the first task goes and comes back.
+                        looked = True
                         self._pool.look_now()
                     problem = self._pool.setup_problem(intake.tasks_done, slaves_connected=intake.slaves_greeted)
                     if problem is not None:  # slaves that cannot start (the script fails on them) restart for ever

@@ -209,9 +209,12 @@ class ForkedSlave:
         return status
 
     def send_signal(self, sig: int) -> None:
+        """Signal it unless it has ended; one that ends meanwhile (reaped by the server, its end not yet read) is
+        no error, as for Popen (bpo-40550): the local back end's close signals slaves that are leaving."""
         pid = self.pid
         if self.poll() is None:
-            os.kill(pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -366,3 +367,24 @@ def test_a_slave_algorithm_that_raises_is_a_set_up_failure_even_after_it_connect
         assert watch.problem(0, slaves_connected=1) is not None
     finally:
         backend.close()
+
+
+class _ReportUnread:
+    """A fork server that reaped its one slave, whose report the executor has not read yet."""
+
+    def __init__(self, pid: int) -> None:
+        self.pids = [pid]
+        self.statuses: dict[int, int] = {}
+        self.ended = False
+
+    def read(self, timeout: float | None) -> None:
+        """Nothing comes: the report is still in the pipe."""
+
+
+def test_signalling_a_forked_slave_that_has_just_ended_is_no_error() -> None:
+    """The local back end's close, at an executor's shutdown, signals the slaves it has: one that left meanwhile
+    (reaped by its fork server, the report not read yet) is gone, not an error, as a Popen's is (bpo-40550)."""
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids are below it: none is this one
+    slave = slave_start.ForkedSlave(cast("slave_start.ForkServer", _ReportUnread(gone)), 0)
+    slave.send_signal(signal.SIGTERM)
+    slave.kill()

@@ -1,4 +1,4 @@
-"""The file service's server: one selector thread for every handshake, fixed workers for proven peers.
+"""The file service's server: one selector thread for every handshake, a bounded set of workers for proven peers.
 
 The component it serves (:class:`~mwpy.data.service.FileService`: what is
 offered, what is taken, how each request is answered, by the table of
@@ -10,7 +10,8 @@ When the master speaks TLS (``--mw-tls-cert``) the file service does too,
 with the same certificate: a slave checks it against the fingerprint it
 pinned for the master. A peer that has not proved membership holds no thread
 and is dropped one client timeout after it connected, and nothing a peer
-sends can make the service start a thread or stop accepting for good.
+sends can make the service stop accepting for good; only a proven peer's
+request makes it start a worker, up to its bound.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ log = safe_text.logger(__name__)
 CLIENT_TIMEOUT: Final = 60.0
 #: Connections held at most (proving, idle or being served); past it the service makes room or waits.
 MAX_CONNECTIONS: Final = 4096
-#: Threads serving requests (one fetch or upload each at a time), all started with the service.
+#: Threads serving requests at most (one fetch or upload each at a time): the first starts with the service,
+#: the others as requests find none free (an Executor's master makes its service as its first slave is greeted:
+#: eight threads started then took the interpreter from the first task's round trip).
 WORKERS: Final = 8
 #: Seconds a peer may prove itself undisturbed; after that it is the first dropped when room is needed.
 EVICT_AFTER: Final = 1.0
@@ -63,11 +66,12 @@ class FileServer(FileService):
     """A :class:`~mwpy.data.service.FileService` on a port: its files fetched by hash, uploads taken.
 
     One selector thread accepts connections and runs every handshake
-    (:class:`Proving`); a fixed set of :data:`WORKERS` threads, started
-    here, serves requests of proven peers, one request at a time each; an
-    idle proven connection waits in the selector, costing a descriptor. No
-    thread is ever started after this returns, so neither a thread limit nor
-    a flood can stop the service: out of descriptors (``EMFILE``) or at
+    (:class:`Proving`); up to ``workers`` threads serve requests of proven
+    peers, one request at a time each: the first is started here, the others
+    by the selector thread when a request finds none free (one that cannot be
+    started is no failure: those running serve the request in turn); an idle
+    proven connection waits in the selector, costing a descriptor. So neither
+    a thread limit nor a flood can stop the service: out of descriptors (``EMFILE``) or at
     ``max_connections``, it drops the oldest peer still proving itself (once
     that one had :data:`EVICT_AFTER` seconds, far more than an honest slave
     needs), or stops accepting for a moment while callers wait in the
@@ -118,25 +122,26 @@ class FileServer(FileService):
         self._wake_writer.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
         self._selector.register(self._wake_reader, selectors.EVENT_READ, _WAKE)
-        self._threads = [
-            threading.Thread(target=self._serve_requests, name="mwpy-filestore-worker", daemon=True)
-            for _ in range(workers)
-        ]
-        self._threads.append(threading.Thread(target=self._run, name="mwpy-filestore", daemon=True))
+        self._front = threading.Thread(target=self._run, name="mwpy-filestore", daemon=True)
+        # The workers: started by the selector thread alone (after the first, here), up to ``workers``.
+        self._workers: list[threading.Thread] = []
+        self._max_workers = workers
+        #: Workers idle less requests queued for them (negative: requests wait); guarded by _free_lock.
+        self._free = 0
+        self._free_lock = threading.Lock()
         try:
-            for thread in self._threads:
-                thread.start()
+            self._start_worker()  # before the selector thread, which starts the others: one at a time
+            self._front.start()
         except RuntimeError as exc:  # no thread to be had: say so now, not a dead service later
+            self._stop_workers()
             self.close()
             raise FileServiceError(f"cannot start the file service: {exc}") from None
 
     def close(self) -> None:
         """Stop: the port is closed and every connection dropped when this returns (transfers under way end)."""
         self._closed = True
-        for _ in self._threads:
-            self._requests.put(None)
-        self._wake()
-        front = self._threads[-1]
+        self._wake()  # the selector thread stops, and stops the workers
+        front = self._front
         if front.is_alive() and front is not threading.current_thread():
             front.join(timeout=5.0)
         with contextlib.suppress(OSError):
@@ -171,7 +176,7 @@ class FileServer(FileService):
                 self._prove(peer)
             else:
                 self._selector.unregister(peer.sock)
-                self._requests.put(peer)
+                self._hand(peer)
         now = time.monotonic()
         for sock, peer in list(self._proving.items()):  # in the order they connected: the oldest first
             if peer.deadline > now:
@@ -225,7 +230,7 @@ class FileServer(FileService):
         self._selector.modify(peer.sock, selectors.EVENT_READ, link)
         if link.has_buffered():  # its first request came with its hello
             self._selector.unregister(link.sock)
-            self._requests.put(link)
+            self._hand(link)
 
     def _take_back(self) -> None:
         """Connections the workers are done with: idle again in the selector, or closed."""
@@ -240,7 +245,7 @@ class FileServer(FileService):
             if not keep or self._closed:
                 self._close(link.sock)
             elif link.has_buffered():
-                self._requests.put(link)
+                self._hand(link)
             else:
                 self._selector.register(link.sock, selectors.EVENT_READ, link)
 
@@ -278,6 +283,7 @@ class FileServer(FileService):
             self._wake_writer.send(b"\0")
 
     def _shut_down(self) -> None:
+        self._stop_workers()  # only this thread starts them: none starts after this
         for key in list(self._selector.get_map().values()):
             if key.data is not _LISTENER and key.data is not _WAKE:
                 key.fileobj.close()  # type: ignore[union-attr]
@@ -289,9 +295,34 @@ class FileServer(FileService):
 
     # ------------------------------------------------------------------ the workers
 
+    def _hand(self, link: Link) -> None:
+        """A proven peer's request, to a worker (selector thread): a free one, else one started now while fewer
+        than ``workers`` run; else it waits for the first done."""
+        self._requests.put(link)
+        with self._free_lock:
+            self._free -= 1
+            starting = self._free < 0 and len(self._workers) < self._max_workers
+        if starting:
+            with contextlib.suppress(RuntimeError):  # no thread to be had: those running serve it in turn
+                self._start_worker()
+
+    def _stop_workers(self) -> None:
+        for _ in self._workers:
+            self._requests.put(None)
+
+    def _start_worker(self) -> None:
+        """One more worker, free (raises RuntimeError if no thread can be had)."""
+        worker = threading.Thread(target=self._serve_requests, name="mwpy-filestore-worker", daemon=True)
+        worker.start()
+        self._workers.append(worker)
+        with self._free_lock:
+            self._free += 1
+
     def _serve_requests(self) -> None:
         while (link := self._requests.get()) is not None:
             keep = self._serve_burst(link)
+            with self._free_lock:  # free before its peer's next request is handed out: no worker started for it
+                self._free += 1
             if self._closed:
                 link.sock.close()
                 continue

@@ -18,6 +18,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,13 +81,16 @@ class SlavePool:
         name: str,
         at_once: bool = False,
         first_look_after: float = 0.0,
+        before_first_look: Callable[[], object] | None = None,
     ) -> None:
         """``first_look_after``: seconds at most before the overseer's first reconciliation, unless
         :meth:`look_now` comes first (slaves running already: an Executor's early ones, which its master greets
         meanwhile without the overseer's thread taking the interpreter from it to read the file, loading cattrs
-        and watchdog, and list the jobs)."""
+        and watchdog, and list the jobs). ``before_first_look``: a chore for the overseer's thread then (an
+        Executor's sweep of what killed runs left), off the path to the first result; done even if the pool
+        stops first, so that a run shorter than its first look does it too."""
         self.work = work
-        #: The slaves it keeps at most (an Executor's first look comes once that many were greeted).
+        #: The slaves it keeps at most.
         self.slaves = slaves
         self.backend = backend
         self._name = name
@@ -96,16 +100,18 @@ class SlavePool:
         self._stop = threading.Event()
         self._look = threading.Event()  # the first look is due (or the pool stops)
         self._thread = threading.Thread(
-            target=self._oversee, args=(first_look_after,), name=f"mwpy-overseer-{name}", daemon=True
+            target=self._oversee, args=(first_look_after, before_first_look), name=f"mwpy-overseer-{name}", daemon=True
         )
         self._setup = SetupFailures()
         self._next_look = 0.0
         self._thread.start()
 
-    def _oversee(self, first_look_after: float) -> None:
+    def _oversee(self, first_look_after: float, before_first_look: Callable[[], object] | None) -> None:
         """The overseer's thread: its first look after ``first_look_after`` seconds or :meth:`look_now`, unless
         stopped before."""
         self._look.wait(first_look_after)
+        if before_first_look is not None:
+            before_first_look()
         if self._stop.is_set():
             return
         from mwpy.overseer import Limits, Overseer  # noqa: PLC0415 (see the top of this file)
