@@ -35,7 +35,7 @@ from mwpy.errors import SlavesFailError
 from mwpy.executor_early import main_script
 from mwpy.executor_map import QUEUED_AHEAD
 from mwpy.executor_setup import master_options as _master_options
-from mwpy.names import RESOURCE_FILE
+from mwpy.names import AUDIT_FILE, RESOURCE_FILE
 from mwpy.resource_file import read as read_resource_file
 from tests.programs import executor_work as work
 from tests.support import PYTHON, ROOT, wait_until
@@ -440,6 +440,10 @@ def test_cancel_pulls_back_a_task_waiting_in_a_slave_s_window(tmp_path: Path) ->
             wait_until(lambda: ex._core._master._sched.running_total == 4, 60, "the three to reach the slave's window")
             assert not any(f.running() for f in behind)  # queued on the slave, not started
             assert behind[1].cancel()
+            # The Cancel is on its way once the audit trail says so (written at the end of the engine's pass that
+            # sent it); released earlier, the slave could start the task before the Cancel reaches it.
+            audit = next((tmp_path / "work").rglob(AUDIT_FILE))
+            wait_until(lambda: "<- CANCEL 1 tasks" in audit.read_text(encoding="utf-8"), 60, "the Cancel to be sent")
         finally:
             Path(release).touch()
         assert blocker.result(timeout=60) == 1
