@@ -462,3 +462,22 @@ def test_the_round_trip_is_split_into_stages_on_both_sides() -> None:
     stages = {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("  stage")}
     assert {"submitted", "taken", "framed", "opened", "settled", "queued", "ran", "all"} <= stages
     assert sum(line.startswith(("master (", "slave (")) for line in lines) == 2
+
+
+def test_a_short_script_s_start_up_is_split_into_the_executor_s_steps() -> None:
+    """``python -m benchmarks.startup_stages`` times each step of ``mwpy.Executor``'s start in fresh processes
+    (a step whose function is no longer called fails it: the steps would not add up)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.startup_stages", "--runs", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    steps = [line.split("  ")[0].strip() for line in completed.stdout.splitlines()[1:]]
+    assert steps == [
+        "import mwpy", "mwpy.Executor", "slaves started", "engine imported", "master built", "first result",
+        "with block left", "to first result",
+    ]  # fmt: skip
