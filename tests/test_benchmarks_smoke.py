@@ -446,19 +446,19 @@ def test_jobs_on_the_pool_set_mwpy_span_against_the_floor_of_the_same_round() ->
     assert "| mwpy `--mw-slave-window 2` |" in labelled
 
 
+def _printed(module: str, *args: str) -> str:
+    """What ``python -m module args`` prints; it must exit 0."""
+    completed = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=DEADLINE, check=False
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return completed.stdout
+
+
 def test_the_round_trip_is_split_into_stages_on_both_sides() -> None:
     """``python -m benchmarks.stages`` runs the latency program with its stages marked and prints every stage of
     the master's and the slave's part of a round trip (a method taken off the path fails it: its mark never comes)."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.stages", "--round-trips", "300"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    lines = completed.stdout.splitlines()
+    lines = _printed("benchmarks.stages", "--round-trips", "300").splitlines()
     stages = {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("  stage")}
     assert {"submitted", "taken", "framed", "opened", "settled", "queued", "ran", "all"} <= stages
     assert sum(line.startswith(("master (", "slave (")) for line in lines) == 2
@@ -467,16 +467,9 @@ def test_the_round_trip_is_split_into_stages_on_both_sides() -> None:
 def test_a_short_script_s_start_up_is_split_into_the_executor_s_steps() -> None:
     """``python -m benchmarks.startup_stages`` times each step of ``mwpy.Executor``'s start in fresh processes
     (a step whose function is no longer called fails it: the steps would not add up)."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.startup_stages", "--runs", "2"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    steps = [line.split("  ")[0].strip() for line in completed.stdout.splitlines()[1:]]
+    steps = [
+        line.split("  ")[0].strip() for line in _printed("benchmarks.startup_stages", "--runs", "2").splitlines()[1:]
+    ]
     assert steps == [
         "import mwpy", "mwpy.Executor", "slaves started", "engine imported", "master built", "first result",
         "with block left", "to first result",
