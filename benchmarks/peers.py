@@ -12,6 +12,10 @@ pickle echo over a loopback TCP socket to another process: no framework at all;
 the "event-loop floor" is the same echo waiting in epoll/poll as mwpy must; the
 "spinning floor" is the same echo with both sides busy-polling a non-blocking
 socket, never sleeping: the least a Python round trip takes on the machine.
+The "frames floor" is the spinning echo speaking mwpy's own wire format: a
+sealed, authenticated Tasks frame out and a checked Results frame back
+(``mwpy.wire.protocol``), with no scheduler, future or session state: what a
+framework on mwpy's frames pays before any bookkeeping of its own.
 
 Usage (the harness does this): ``python -m benchmarks.peers PARAMS_JSON OUT_JSON``.
 """
@@ -53,6 +57,7 @@ REQUIRES: dict[str, str | None] = {
     "floor": None,
     "floor-event-loop": None,
     "floor-spin": None,
+    "floor-frames": None,
 }
 
 
@@ -218,6 +223,83 @@ def floor(workers: int, *, event_loop: bool = False, spin: bool = False) -> Iter
         listener.close()
 
 
+def _spin_read(sock: socket.socket, reader: Any, buffer: memoryview) -> None:
+    """Read a non-blocking socket into ``reader`` (a ``FrameReader``), asking again at once until bytes come."""
+    while True:
+        try:
+            size = sock.recv_into(buffer)
+        except BlockingIOError:
+            continue
+        if not size:
+            raise ConnectionError("peer closed")
+        reader.feed(buffer[:size])
+        return
+
+
+def _frames_server(listener: socket.socket, keys: tuple[bytes, bytes]) -> None:
+    """The frames floor's far side: open each Tasks frame, call the task, seal its Results frame; spinning."""
+    from mwpy.wire import protocol  # noqa: PLC0415 - only this peer needs mwpy
+
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.setblocking(False)
+    channel, reader, buffer = protocol.Channel(*keys), protocol.FrameReader(1 << 20), memoryview(bytearray(1 << 16))
+    with conn:
+        while True:
+            try:
+                _spin_read(conn, reader, buffer)
+            except ConnectionError:
+                return
+            while (body := reader.next()) is not None:
+                tasks = channel.open(body)
+                assert isinstance(tasks, protocol.Tasks)
+                done = []
+                for task_id, _, arguments in tasks.items:
+                    started = time.perf_counter()
+                    value = echo(*pickle.loads(arguments))
+                    done.append((task_id, True, pickle.dumps(value, 5), time.perf_counter() - started))
+                conn.sendall(channel.seal_body(protocol.results_body(done)))
+
+
+@contextmanager
+def frames_floor(workers: int) -> Iterator[tuple[Batch, One]]:
+    """The spinning echo over mwpy's authenticated frames: one task out, its result back, nothing else."""
+    from mwpy.wire import protocol  # noqa: PLC0415 - only this peer needs mwpy
+
+    del workers  # one echo process, as for the other floors
+    keys = (b"m" * 32, b"s" * 32)
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = multiprocessing.get_context("fork").Process(
+        target=_frames_server, args=(listener, keys[::-1]), daemon=True
+    )
+    server.start()
+    sock = socket.create_connection(listener.getsockname())
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    channel, reader, buffer = protocol.Channel(*keys), protocol.FrameReader(1 << 20), memoryview(bytearray(1 << 16))
+
+    def one(x: int) -> Any:
+        sock.sendall(channel.seal_body(protocol.tasks_body([(x, "echo", pickle.dumps((x,), 5))])))
+        while True:
+            _spin_read(sock, reader, buffer)
+            body = reader.next()
+            if body is not None:
+                results = channel.open(body)
+                assert isinstance(results, protocol.Results)
+                protocol.check_results(results)
+                ((task_id, ok, value, _),) = results.items
+                if task_id != x or not ok:
+                    raise RuntimeError(f"frames floor: task {task_id} for {x}")
+                return pickle.loads(value)
+
+    try:
+        yield (lambda args: [one(x) for x in args]), one
+    finally:
+        sock.close()
+        server.join(10)
+        listener.close()
+
+
 def _open(peer: str, workers: int) -> Any:
     if peer == "processpool-submit":
         return processpool_submit(workers)
@@ -227,6 +309,8 @@ def _open(peer: str, workers: int) -> Any:
         return floor(workers, event_loop=True)
     if peer == "floor-spin":
         return floor(workers, spin=True)
+    if peer == "floor-frames":
+        return frames_floor(workers)
     return {"dask": dask, "parsl": parsl, "floor": floor}[peer](workers)
 
 

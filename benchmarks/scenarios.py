@@ -64,6 +64,7 @@ PEER_LABELS = {
     "floor": "bare pickle echo, loopback TCP (floor)",
     "floor-event-loop": "same echo waiting in epoll/poll (event-loop floor)",
     "floor-spin": "same echo, both sides busy-polling (spinning floor)",
+    "floor-frames": "spinning echo over mwpy's sealed frames (frames floor)",
 }
 
 #: Figures of a series the JSON summarises (median, min, max, values); the runs carry everything else.
@@ -356,6 +357,7 @@ def latency(settings: Settings) -> Outcome:
         peer("floor", "floor", params),
         peer("event-floor", "floor-event-loop", params),
         peer("spin-floor", "floor-spin", params),
+        peer("frames-floor", "floor-frames", params),
         System("mwpy", "mwpy default", functools.partial(_mwpy, settings, name, "mwpy default", run)),
         peer("pool", "processpool-1", params, "ProcessPoolExecutor submit().result()"),
         peer("dask", "dask", slow),
@@ -368,6 +370,8 @@ def latency(settings: Settings) -> Outcome:
         ratio("2. latency p99, mwpy vs spinning echo's p99", "mwpy", "spin-floor", "p99_us", 5, op="≤"),
         ratio("2. latency p50, event-loop floor vs bare pickle echo", "event-floor", "floor", "p50_us", None),
         ratio("2. latency p50, mwpy vs event-loop floor", "mwpy", "event-floor", "p50_us", None),
+        ratio("2. latency p50, frames floor vs spinning echo", "frames-floor", "spin-floor", "p50_us", None),
+        ratio("2. latency p50, mwpy vs frames floor", "mwpy", "frames-floor", "p50_us", None),
         single("2. master CPU per round trip, mwpy (µs)", "mwpy", "master_cpu_us_per_task", None),
     ]
     outcome = run_rounds(settings, name, systems, targets)

@@ -28,7 +28,7 @@ from benchmarks.common import Check, Row, Series, Settings, Sizes, percentile
 REPO = Path(__file__).resolve().parent.parent
 #: The whole quick run (two rounds) takes ~45 s here on a busy machine; this is the deadline, not an expectation.
 DEADLINE = 400
-QUICK_PEERS = "processpool-submit,processpool-1,processpool-100,floor,floor-event-loop,floor-spin"
+QUICK_PEERS = "processpool-submit,processpool-1,processpool-100,floor,floor-event-loop,floor-spin,floor-frames"
 
 
 def _run_harness(out: Path, *args: str) -> dict[str, Any]:
