@@ -82,8 +82,6 @@ def _serve_forks(arguments: list[str]) -> tuple[int, list[str]]:
     imported, fork COUNT slaves, each in its sandbox; returns in each of them, with the server's pid (its
     parent) and the slave's arguments. The server reports their pids and exits on its pipe and exits when none
     is left, or ends when the process that started it is gone."""
-    import encodings.idna  # noqa: F401, PLC0415 (each slave's connect loads it, getaddrinfo's codec: once here)
-
     from mwpy import slave_start  # noqa: PLC0415 (sys.path is fixed by now)
 
     report, count, folder, *rest = arguments

@@ -164,3 +164,20 @@ def test_a_run_without_tls_never_imports_ssl() -> None:
     )
     assert "ssl" not in loaded
     assert "ssl" in loaded_after("from mwpy.wire import protocol\nprotocol.tls_client_context()")
+
+
+def test_a_slave_reaches_its_master_by_name_or_address_without_the_idna_codec() -> None:
+    """Python encodes a ``str`` host with the idna codec before it resolves it (``stringprep`` and
+    ``unicodedata`` to import: some 7 ms before a slave's first task): mwpy's connections give an ASCII
+    host to the resolver as bytes, by address or by name alike."""
+    out = run("""
+        import socket, sys
+        from mwpy.net import ports
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            port = listener.getsockname()[1]
+            for host in ("127.0.0.1", "localhost"):
+                with ports.connect(host, port, 5.0) as sock:
+                    print(sock.getpeername()[1] == port, end=" ")
+        print("encodings.idna" in sys.modules)
+    """)
+    assert out.split() == ["True", "True", "False"]

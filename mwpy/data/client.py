@@ -24,6 +24,7 @@ from mwpy.data.landing import UPLOAD_PREFIX
 from mwpy.data.link import Link, client_handshake, no_delay
 from mwpy.data.service import FileServiceError
 from mwpy.errors import ProtocolError
+from mwpy.net import ports
 from mwpy.wire import protocol
 
 if TYPE_CHECKING:  # loaded with TLS's first use (mwpy/wire/protocol.py)
@@ -52,7 +53,7 @@ class FileClient:
     def _connected(self) -> Link:
         if self._link is None:
             try:
-                sock = socket.create_connection(self.address, timeout=IO_TIMEOUT)
+                sock = ports.connect(*self.address, IO_TIMEOUT)
             except OSError as exc:
                 raise FileServiceError(f"cannot reach the file service at {self.address}: {exc}") from None
             no_delay(sock)

@@ -24,6 +24,7 @@ import attrs
 from mwpy._version import __version__
 from mwpy.errors import ProtocolError
 from mwpy.job_ad import machine_ad_text, own_job_id
+from mwpy.net import ports
 from mwpy.net.spin import Spinner
 from mwpy.observe.audit import Audit
 from mwpy.resources import Resources
@@ -175,7 +176,7 @@ def open_link(
     delay = 0.1
     while True:
         try:
-            sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+            sock = ports.connect(endpoint.host, endpoint.port, timeout)
             break
         except OSError as exc:
             if time.monotonic() + delay > deadline:
