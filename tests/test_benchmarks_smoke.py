@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -466,11 +467,13 @@ def test_the_round_trip_is_split_into_stages_on_both_sides() -> None:
 
 def test_a_short_script_s_start_up_is_split_into_the_executor_s_steps() -> None:
     """``python -m benchmarks.startup_stages`` times each step of ``mwpy.Executor``'s start in fresh processes
-    (a step whose function is no longer called fails it: the steps would not add up)."""
-    steps = [
-        line.split("  ")[0].strip() for line in _printed("benchmarks.startup_stages", "--runs", "2").splitlines()[1:]
-    ]
+    (a step whose function is no longer called fails it: the steps would not add up), then the two paths that
+    run at once, the slaves' and the caller's, from the fork server's start."""
+    lines = _printed("benchmarks.startup_stages", "--runs", "2").splitlines()
+    steps = [line.split("  ")[0].strip() for line in lines[1:] if not line.startswith("from ")]
     assert steps == [
         "import mwpy", "mwpy.Executor", "slaves started", "engine imported", "master built", "first result",
-        "with block left", "to first result",
+        "with block left", "to first result", "slaves' path", "caller's path",
     ]  # fmt: skip
+    medians = [re.match(r".+?\s+(\d+\.\d)\s+\d", line) for line in lines[-2:]]
+    assert all(median is not None and float(median[1]) > 0 for median in medians)
