@@ -343,6 +343,16 @@ def read_resource(workdir: Path) -> ResourceFile | None:
         return None
 
 
+def assert_the_master_s_resource_file(workdir: Path) -> None:
+    """After the slave jobs left: the resource file is still the one the master wrote last (mode 0600, and
+    finished), not a slave's copy that Condor sent back at the job's exit over it (made with the job's umask)."""
+    path = workdir / RESOURCE
+    assert path.stat().st_mode & 0o777 == 0o600, f"{path} was replaced by another writer than the master"
+    record = read_resource(workdir)
+    assert record is not None
+    assert record.finished, record
+
+
 def wait_resource(workdir: Path, check: Callable[[ResourceFile], bool], what: str, timeout: float = 60) -> ResourceFile:
     """Wait until the resource file exists and satisfies ``check``; fail with the master's logs."""
     deadline = time.monotonic() + timeout
@@ -447,6 +457,7 @@ def restart_master_midway(
     assert marks(runs, "run") == dict.fromkeys(range(count), 1), "a task ran twice, or never"
     assert marks(runs, "started") == dict.fromkeys(range(count), 1), "a task started again"
     ads = check_slaves_left_cleanly(workdir, 2)
+    assert_the_master_s_resource_file(workdir)  # the slaves fetched the restarted master's file: not sent back
     assert starts(job_events(workdir)) == {f"{slaves}.0": 1, f"{slaves}.1": 1}, logs(workdir)
     life = job_events(workdir, f"master.{master}.0.log")
     assert [e.type.name for e in life if e.type.name in ("EXECUTE", "JOB_TERMINATED")] == [

@@ -26,6 +26,7 @@ from tests.condor_support import (
     IDLE,
     RESOURCE,
     Pool,
+    assert_the_master_s_resource_file,
     computation,
     finished_jobs,
     history,
@@ -135,6 +136,7 @@ def test_a_restarted_overseer_does_not_submit_again(condor_pool: Pool, condor_wo
         stop(second)
     assert "squares [0, 1, 4]" in wait_master_done(condor_workdir, master), logs(condor_workdir)
     assert len(finished_jobs(condor_workdir, expected=3)) == 3  # three slave jobs ever, for three slaves
+    assert_the_master_s_resource_file(condor_workdir)
 
 
 @attrs.define

@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import attrs
+
 from mwpy import membership
 from mwpy.data.plane import SlaveData
 from mwpy.errors import ConfigurationError, InvalidResourceFileError, MwpyError, ResourceFileError
@@ -41,6 +43,11 @@ SlaveAlgorithm = Callable[[Slave, list[str]], Any]
 #: Seconds between two fetches of the resource file from the submit machine by a Condor slave waiting for a
 #: restarted master (Chirp: each costs its job's shadow a file read).
 FETCH_EVERY = 5.0
+#: The folder, beside a Condor slave's copy of its resource file, where the copies it fetches from the submit
+#: machine go. Not over that copy: at the job's exit Condor sends back every top-level file the job made or
+#: changed, and writes it in place of the submit machine's file (a reader there sees it empty meanwhile, and
+#: the master's newer file is replaced by an older one); folders it does not send back.
+FETCHED_FOLDER = ".mwpy-fetched"
 #: What a slave runs once before it connects: ``initializer(*initargs)``.
 Initializer = tuple[Callable[..., object], tuple[Any, ...]]
 
@@ -214,14 +221,26 @@ def _finished_meanwhile(options: Options, audit: Audit, chirp: Chirp) -> SlaveEx
     if options.resource_file is None:
         return None
     remote = submit_side_path(os.path.basename(options.resource_file))
-    if remote is not None:
-        chirp.fetch(remote, options.resource_file)  # a Condor job's file is a copy: the submit machine's, anew
+    path = _fetch(remote, options.resource_file, chirp)  # a Condor job's file is a copy: the submit machine's, anew
     from mwpy import resource_file  # noqa: PLC0415 (as in _endpoint)
 
     try:
-        return _computation_over(resource_file.read(options.resource_file))
+        return _computation_over(resource_file.read(path))
     except ResourceFileError:
         return None
+
+
+def _fetch(remote: str | None, local: str, chirp: Chirp) -> str:
+    """The resource file to read: the submit machine's file ``remote``, fetched anew into
+    :data:`FETCHED_FOLDER` beside the job's copy ``local``; else the copy fetched last; else ``local``."""
+    fetched = os.path.join(os.path.dirname(local), FETCHED_FOLDER, os.path.basename(local))
+    if remote is not None:
+        try:
+            os.makedirs(os.path.dirname(fetched), exist_ok=True)
+        except OSError:
+            return local
+        chirp.fetch(remote, fetched)
+    return fetched if os.path.exists(fetched) else local
 
 
 def _computation_over(record: resource_file.ResourceFile) -> SlaveExit | None:
@@ -255,12 +274,15 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
     local = options.resource_file
     remote = submit_side_path(os.path.basename(local))  # a Condor job's file is a copy: the old master's
     fetched: list[float] = []  # when the file was last fetched
+    reading = options  # with the resource file to read: the job's copy, or the last one fetched
 
     def attempt() -> Slave:
+        nonlocal reading
         if remote is not None and (not fetched or time.monotonic() - fetched[-1] >= FETCH_EVERY):
             fetched.append(time.monotonic())
-            chirp.fetch(remote, local)  # the submit machine's file, over Chirp (the job's +WantIOProxy)
-        endpoint, _ = _endpoint(options, audit)  # read again: the restarted master's address and secret
+            path = _fetch(remote, local, chirp)  # the submit machine's file, over Chirp (the job's +WantIOProxy)
+            reading = attrs.evolve(options, resource_file=path)
+        endpoint, _ = _endpoint(reading, audit)  # read again: the restarted master's address and secret
         worker = connect(
             endpoint,
             audit=audit,
