@@ -48,8 +48,6 @@ HEADER_DEADLINE = 2.0
 MAX_HEADER = 65536
 #: Seconds between looks at a header that came in part.
 HEADER_LOOK = 0.02
-#: Seconds a new request waits for the place of a slow one it made drop.
-TAKE_OVER_WAIT = 0.5
 
 
 def _prometheus() -> Any:
@@ -234,15 +232,17 @@ class _BoundedServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
             self.shutdown_request(request)
 
     def _take_over(self) -> bool:
-        """Every place is taken: drop the request whose header has been coming longest, if any, and take its place."""
+        """Every place is taken: drop the request whose header has been coming longest, if any, and take its place
+        (its slot passes to the new request at once: its thread, however late it runs, releases none)."""
         with self._lock:
             slowest = min(self._coming, key=self._coming.__getitem__, default=None)
             if slowest is None:
                 return False
             del self._coming[slowest]  # its thread stops looking at its header
+            del self._due[slowest]  # and, ending, gives back no slot: the new request holds it
         with contextlib.suppress(OSError):
             slowest.shutdown(socket.SHUT_RDWR)  # its thread sees the hang-up and ends
-        return self._slots.acquire(timeout=TAKE_OVER_WAIT)
+        return True
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """Serve the request once its header has come within :data:`HEADER_DEADLINE`; else drop it."""
