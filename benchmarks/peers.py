@@ -195,31 +195,39 @@ def floor(workers: int, *, event_loop: bool = False, spin: bool = False) -> Iter
     that must not burn idle CPU cannot reach.
     """
     del workers  # one echo process is the floor whatever the worker count
+    with _echo_process(_echo_server, event_loop, spin, spin=spin) as sock:
+        selector = selectors.DefaultSelector()
+        selector.register(sock, selectors.EVENT_READ)
+
+        def one(x: int) -> Any:
+            body = pickle.dumps(x, 5)
+            sock.sendall(_HEADER.pack(len(body)) + body)
+            if event_loop:
+                selector.select()
+            (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
+            return pickle.loads(_recv_exactly(sock, size))
+
+        try:
+            yield (lambda args: [one(x) for x in args]), one
+        finally:
+            selector.close()
+
+
+@contextmanager
+def _echo_process(server: Callable[..., None], *args: Any, spin: bool) -> Iterator[socket.socket]:
+    """``server(listener, *args)`` in a forked process, and this side's socket connected to it over loopback
+    TCP (non-blocking with ``spin``): the floors' far side and near side."""
     listener = socket.create_server(("127.0.0.1", 0))
-    server = multiprocessing.get_context("fork").Process(
-        target=_echo_server, args=(listener, event_loop, spin), daemon=True
-    )
-    server.start()
+    process = multiprocessing.get_context("fork").Process(target=server, args=(listener, *args), daemon=True)
+    process.start()
     sock = socket.create_connection(listener.getsockname())
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setblocking(not spin)
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-
-    def one(x: int) -> Any:
-        body = pickle.dumps(x, 5)
-        sock.sendall(_HEADER.pack(len(body)) + body)
-        if event_loop:
-            selector.select()
-        (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
-        return pickle.loads(_recv_exactly(sock, size))
-
     try:
-        yield (lambda args: [one(x) for x in args]), one
+        yield sock
     finally:
-        selector.close()
         sock.close()
-        server.join(10)
+        process.join(10)
         listener.close()
 
 
@@ -268,36 +276,25 @@ def frames_floor(workers: int) -> Iterator[tuple[Batch, One]]:
 
     del workers  # one echo process, as for the other floors
     keys = (b"m" * 32, b"s" * 32)
-    listener = socket.create_server(("127.0.0.1", 0))
-    server = multiprocessing.get_context("fork").Process(
-        target=_frames_server, args=(listener, keys[::-1]), daemon=True
-    )
-    server.start()
-    sock = socket.create_connection(listener.getsockname())
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setblocking(False)
-    channel, reader, buffer = protocol.Channel(*keys), protocol.FrameReader(1 << 20), memoryview(bytearray(1 << 16))
+    with _echo_process(_frames_server, keys[::-1], spin=True) as sock:
+        channel, reader = protocol.Channel(*keys), protocol.FrameReader(1 << 20)
+        buffer = memoryview(bytearray(1 << 16))
 
-    def one(x: int) -> Any:
-        sock.sendall(channel.seal_body(protocol.tasks_body([(x, "echo", pickle.dumps((x,), 5))])))
-        while True:
-            _spin_read(sock, reader, buffer)
-            body = reader.next()
-            if body is not None:
-                results = channel.open(body)
-                assert isinstance(results, protocol.Results)
-                protocol.check_results(results)
-                ((task_id, ok, value, _),) = results.items
-                if task_id != x or not ok:
-                    raise RuntimeError(f"frames floor: task {task_id} for {x}")
-                return pickle.loads(value)
+        def one(x: int) -> Any:
+            sock.sendall(channel.seal_body(protocol.tasks_body([(x, "echo", pickle.dumps((x,), 5))])))
+            while True:
+                _spin_read(sock, reader, buffer)
+                body = reader.next()
+                if body is not None:
+                    results = channel.open(body)
+                    assert isinstance(results, protocol.Results)
+                    protocol.check_results(results)
+                    ((task_id, ok, value, _),) = results.items
+                    if task_id != x or not ok:
+                        raise RuntimeError(f"frames floor: task {task_id} for {x}")
+                    return pickle.loads(value)
 
-    try:
         yield (lambda args: [one(x) for x in args]), one
-    finally:
-        sock.close()
-        server.join(10)
-        listener.close()
 
 
 def _open(peer: str, workers: int) -> Any:

@@ -66,8 +66,7 @@ CHILD = textwrap.dedent(
     start_slaves = light.EarlySlaves
 
     def early(*args, **kwargs):
-        slaves = start_slaves(*args, **kwargs)
-        marks.append(clock())
+        slaves = timed(start_slaves)(*args, **kwargs)
         threading.Thread(target=watch, args=(slaves.listener,), daemon=True).start()
         return slaves
 
