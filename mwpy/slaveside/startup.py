@@ -274,15 +274,15 @@ def _reconnect(old: Slave, options: Options, audit: Audit, lifetime: Lifetime | 
     local = options.resource_file
     remote = submit_side_path(os.path.basename(local))  # a Condor job's file is a copy: the old master's
     fetched: list[float] = []  # when the file was last fetched
-    reading = options  # with the resource file to read: the job's copy, or the last one fetched
 
     def attempt() -> Slave:
-        nonlocal reading
-        if remote is not None and (not fetched or time.monotonic() - fetched[-1] >= FETCH_EVERY):
+        due = remote is not None and (not fetched or time.monotonic() - fetched[-1] >= FETCH_EVERY)
+        if due:
             fetched.append(time.monotonic())
-            path = _fetch(remote, local, chirp)  # the submit machine's file, over Chirp (the job's +WantIOProxy)
-            reading = attrs.evolve(options, resource_file=path)
-        endpoint, _ = _endpoint(reading, audit)  # read again: the restarted master's address and secret
+        # The submit machine's file, over Chirp (the job's +WantIOProxy) when due; else the copy fetched last.
+        path = _fetch(remote if due else None, local, chirp)
+        # Read again: the restarted master's address and secret.
+        endpoint, _ = _endpoint(attrs.evolve(options, resource_file=path), audit)
         worker = connect(
             endpoint,
             audit=audit,
